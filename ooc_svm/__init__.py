@@ -1,0 +1,1 @@
+"""ooc-svm: out-of-core SVM training."""

@@ -1,0 +1,1 @@
+"""Sub-commands of ``ooc-svm`` (one module each: ``add_parser(subparsers)``, ``run(args)``)."""

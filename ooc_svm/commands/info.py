@@ -1,0 +1,53 @@
+"""``ooc-svm info STORE``: what a store holds."""
+
+from __future__ import annotations
+
+import json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("info", help="show a store's metadata", description="Show a store's metadata.")
+    p.add_argument("store", help="store path (Zarr directory or Parquet directory)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--shards", action="store_true", help="also list the shard table")
+    p.set_defaults(func=run)
+
+
+def store_summary(store) -> dict:
+    m = store.meta
+    return {
+        "path": store.path,
+        "format": m.backend,
+        "version": m.version,
+        "n_rows": m.n_rows,
+        "n_features": m.n_features,
+        "nnz": m.nnz,
+        "n_shards": m.n_shards,
+        "label_kind": m.label_kind,
+        "labels": m.labels,
+        "has_qid": m.has_qid,
+        "compression": m.compression,
+        "sources": m.sources,
+    }
+
+
+def run(args) -> int:
+    from ..store import open_store
+
+    store = open_store(args.store)
+    d = store_summary(store)
+    if args.shards:
+        d["shards"] = [s.__dict__ for s in store.meta.shards]
+    if args.json:
+        print(json.dumps(d))
+        return 0
+    for k, v in d.items():
+        if k == "labels" and v is not None and len(v) > 20:
+            v = f"{v[:20]} … ({len(v)} values)"
+        if k == "shards":
+            continue
+        print(f"{k:12s} {v}")
+    if args.shards:
+        for s in store.meta.shards:
+            print(f"  {s.name} row_start={s.row_start} n_rows={s.n_rows} nnz={s.nnz} crc={s.checksum}")
+    return 0

@@ -1,0 +1,114 @@
+"""``ooc-svm train``: fit an SVM on a store with one of the four solvers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ..solvers import SOLVER_MODULES
+
+
+def add_parser(sub) -> None:
+    from ..solvers import available_solvers, get_solver
+
+    lines = []
+    solvers = available_solvers()
+    for name in solvers:
+        mod = get_solver(name)
+        defaults = ", ".join(f"{k}={v}" for k, v in mod.DEFAULTS.items())
+        lines.append(f"  {name}: {mod.STOPPING_RULE}\n    defaults: {defaults}")
+    p = sub.add_parser(
+        "train",
+        help="train an SVM on a store",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Train a linear or kernel SVM on a store with one of the solvers.\n"
+            "C follows LIBLINEAR/LIBSVM: minimise 1/2 |w|^2 + C * sum_i xi_i.\n\n"
+            "Solvers (stopping rule and defaults):\n" + "\n".join(lines)
+        ),
+    )
+    p.add_argument("store", help="store made by `ooc-svm ingest` or `ooc-svm synth`")
+    p.add_argument("-o", "--output", required=True, help="model directory to write")
+    p.add_argument("--solver", choices=list(SOLVER_MODULES), default="perf")
+    p.add_argument("--C", type=float, default=None, help="regularisation (LIBLINEAR units)")
+    p.add_argument(
+        "--kernel", choices=["linear", "rbf", "poly", "sigmoid"], default=None,
+        help="kernel (dual solvers; perf is linear only)",
+    )
+    p.add_argument("--gamma", type=float, default=None, help="kernel gamma (default 1/n_features)")
+    p.add_argument("--degree", type=int, default=None, help="poly kernel degree")
+    p.add_argument("--coef0", type=float, default=None, help="poly / sigmoid kernel coef0")
+    p.add_argument("--eps", type=float, default=None, help="perf: stopping tolerance epsilon")
+    p.add_argument("--tol", type=float, default=None, help="dual solvers: KKT tolerance")
+    p.add_argument("--bias", type=float, default=None, help="value of the constant bias feature")
+    p.add_argument("--seed", type=int, default=None, help="seed of every randomised step")
+    p.add_argument("--cache-mb", type=float, default=None, help="kernel cache budget in MB")
+    p.add_argument("--max-iter", type=int, default=None, help="iteration limit")
+    p.add_argument(
+        "--scheduler", default=None,
+        help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
+        "scheduler address tcp://HOST:PORT / scheduler-file.json",
+    )
+    p.add_argument("--json", action="store_true", help="print a one-line JSON summary")
+    for name in solvers:
+        mod = get_solver(name)
+        if hasattr(mod, "add_arguments"):
+            mod.add_arguments(p.add_argument_group(f"{name} options"))
+    p.set_defaults(func=run)
+
+
+#: CLI option names that are not solver parameters
+_NOT_PARAMS = {"store", "output", "solver", "scheduler", "json", "func", "command", "verbose",
+               "quiet"}
+
+
+def run(args) -> int:
+    from tqdm import tqdm
+
+    from ..api import train
+    from ..solvers import get_solver
+
+    mod = get_solver(args.solver)
+    params = {
+        k: v for k, v in vars(args).items()
+        if k not in _NOT_PARAMS and v is not None and k in mod.DEFAULTS
+    }
+    foreign = [
+        k for k, v in vars(args).items()
+        if k not in _NOT_PARAMS and v is not None and k not in mod.DEFAULTS
+        and v is not False
+    ]
+    if foreign:
+        print(
+            f"ooc-svm: error: --solver {args.solver} does not take "
+            + ", ".join("--" + k.replace("_", "-") for k in foreign),
+            file=sys.stderr,
+        )
+        return 2
+    tty = sys.stderr.isatty()
+    bar = tqdm(unit="it", disable=not tty, dynamic_ncols=True)
+
+    def progress(rec: dict) -> None:
+        bar.update(1)
+        shown = {k: rec[k] for k in ("objective", "violation", "gap", "working_set", "pass_seconds")
+                 if k in rec and rec[k] is not None}
+        bar.set_postfix({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in shown.items()})
+
+    t0 = time.perf_counter()
+    result = train(args.store, args.solver, scheduler=args.scheduler, callback=progress, **params)
+    bar.close()
+    result.seconds = result.seconds or (time.perf_counter() - t0)
+    result.model.save(args.output)
+    summary = result.to_json_dict(args.solver)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        obj = summary.get("objective")
+        print(
+            f"{args.solver}: objective {obj if obj is None else f'{obj:.8g}'}, "
+            f"{summary['iterations']} iterations, {summary['passes']} passes, "
+            f"{summary['seconds']:.2f}s -> {args.output}"
+        )
+    return 0

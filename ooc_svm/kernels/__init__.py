@@ -1,0 +1,1 @@
+"""Numba kernels on raw CSR arrays (``indptr`` int64, ``indices`` int32 read as uint32)."""

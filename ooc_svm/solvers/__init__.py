@@ -1,0 +1,121 @@
+"""The four solvers behind one interface.
+
+Each solver module (``perf``, ``smo``, ``active_set``, ``irwls``) provides
+
+- ``DEFAULTS``: dict of its parameters and their defaults (shown by ``train --help``);
+- ``STOPPING_RULE``: one line describing its stopping rule;
+- ``add_arguments(parser)``: registers its solver-specific command-line flags (optional);
+- ``solve(store, engine, params, callback=None) -> Result``.
+
+Solvers do no I/O, printing or progress drawing: they report each iteration through
+``callback(record: dict)`` and the ``ooc_svm`` logger.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..model import Model
+
+SOLVER_MODULES = {
+    "perf": "ooc_svm.solvers.perf",
+    "smo": "ooc_svm.solvers.smo",
+    "active-set": "ooc_svm.solvers.active_set",
+    "irwls": "ooc_svm.solvers.irwls",
+}
+
+
+class SolverError(Exception):
+    """A solver cannot run with the given store or parameters; the message says why."""
+
+
+@dataclass
+class Result:
+    """What a solver returns.
+
+    Attributes
+    ----------
+    model : Model
+    objective : float or None
+        Primal objective in LIBLINEAR units, ½‖w‖² + C Σ ξᵢ (None where not computable).
+    dual_objective : float or None
+        For dual solvers: the dual objective in LIBSVM's sign convention
+        (min ½αᵀQα − eᵀα, so negative), else None.
+    iterations, passes : int
+    seconds : float
+    stop_value : float
+        The final value of the solver's stopping criterion.
+    history : list of dict
+        One record per iteration (what the callback received).
+    summary : dict
+        Solver-specific extra fields for the ``--json`` summary.
+    """
+
+    model: Model
+    objective: float | None
+    dual_objective: float | None
+    iterations: int
+    passes: int
+    seconds: float
+    stop_value: float
+    history: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+
+    def to_json_dict(self, solver: str) -> dict[str, Any]:
+        d = {
+            "solver": solver,
+            "objective": self.objective,
+            "dual_objective": self.dual_objective,
+            "iterations": int(self.iterations),
+            "passes": int(self.passes),
+            "seconds": float(self.seconds),
+            "stop_value": float(self.stop_value),
+        }
+        d.update(self.summary)
+        return d
+
+
+def get_solver(name: str):
+    """Import and return the solver module for ``--solver name``."""
+    if name not in SOLVER_MODULES:
+        raise SolverError(f"unknown solver {name!r}; choose one of {', '.join(SOLVER_MODULES)}")
+    try:
+        return importlib.import_module(SOLVER_MODULES[name])
+    except ModuleNotFoundError as e:
+        if e.name == SOLVER_MODULES[name]:
+            raise SolverError(f"solver {name!r} is not available in this build") from None
+        raise
+
+
+def available_solvers() -> list[str]:
+    """Solvers whose module is present."""
+    out = []
+    for name, mod in SOLVER_MODULES.items():
+        if importlib.util.find_spec(mod) is not None:
+            out.append(name)
+    return out
+
+
+def binary_classes(meta) -> tuple[float, float]:
+    """(negative, positive) label values of a binary store: the smaller value is negative."""
+    labels = meta.labels or []
+    if meta.label_kind != "binary" or len(labels) != 2:
+        raise SolverError(
+            f"this solver needs binary labels; the store has label kind {meta.label_kind!r} "
+            f"with values {labels[:10]}{'…' if len(labels) > 10 else ''} "
+            "(use --multiclass ovr for more classes)"
+        )
+    return float(labels[0]), float(labels[1])
+
+
+def signed_labels(y: np.ndarray, positive: float) -> np.ndarray:
+    """Map raw labels to ±1 (float64): +1 where ``y == positive``."""
+    return np.where(y == positive, 1.0, -1.0)
+
+
+Callback = Callable[[dict], None]

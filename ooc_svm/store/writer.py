@@ -1,0 +1,287 @@
+"""Writing stores: shards go to a temporary name, the store is renamed into place when complete."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import numpy as np
+
+from .format import (
+    LABEL_KINDS,
+    MAX_DISCRETE_LABELS,
+    Shard,
+    ShardInfo,
+    StoreError,
+    StoreMeta,
+    infer_label_kind,
+    shard_checksum,
+    shard_name,
+)
+from .parquet_store import ParquetShardWriter, ParquetStore
+from .paths import get_fs, is_local, local_path, temp_sibling
+from .zarr_store import ZarrShardWriter, ZarrStore
+
+log = logging.getLogger("ooc_svm")
+
+
+def backend_from_path(path: str) -> str:
+    """``parquet`` for paths ending in ``.parquet`` / ``.pq``, else ``zarr``."""
+    p = str(path).rstrip("/").lower()
+    return "parquet" if p.endswith((".parquet", ".pq")) else "zarr"
+
+
+def open_store(path: str):
+    """Open an existing store (Zarr or Parquet, detected from its contents).
+
+    Raises
+    ------
+    StoreError
+        When ``path`` does not exist, is not a store, or is of a newer format version.
+    """
+    path = str(path).rstrip("/") or str(path)
+    fs, root = get_fs(path)
+    if not fs.exists(root):
+        raise StoreError(f"{path}: no such store")
+    if fs.exists(f"{root}/_ooc_svm.json"):
+        return ParquetStore(path)
+    if fs.exists(f"{root}/zarr.json"):
+        return ZarrStore(path)
+    raise StoreError(
+        f"{path}: not an ooc-svm store (neither zarr.json nor _ooc_svm.json found); "
+        "create one with `ooc-svm ingest INPUT STORE`"
+    )
+
+
+class StoreWriter:
+    """Accumulates shards into a new store (or new shards of an existing one).
+
+    Parameters
+    ----------
+    path : str
+        Destination store.
+    backend : {"zarr", "parquet"} or None
+        Default: from the suffix of ``path``.
+    compression : {"zstd", "lz4", "none"}
+    overwrite : bool
+        Replace an existing store at ``path``.
+    append : bool
+        Add shards to the existing store at ``path``; metadata is replaced atomically at commit.
+    label_kind : str or None
+        Force the label kind instead of inferring it.
+
+    Use as a context manager: leaving the block with an exception removes every partial write.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        backend: str | None = None,
+        compression: str = "zstd",
+        overwrite: bool = False,
+        append: bool = False,
+        label_kind: str | None = None,
+        n_features: int | None = None,
+    ):
+        self.path = str(path).rstrip("/")
+        self.fs, self.root = get_fs(self.path)
+        if label_kind is not None and label_kind not in LABEL_KINDS:
+            raise StoreError(f"unknown label kind {label_kind!r}; use one of {LABEL_KINDS}")
+        self.label_kind = label_kind
+        self.min_features = n_features or 0
+        self.append = append
+        self.overwrite = overwrite
+        exists = self.fs.exists(self.root)
+        self._base: StoreMeta | None = None
+        if append:
+            if not exists:
+                raise StoreError(f"{self.path}: --append needs an existing store; there is none")
+            self._base = open_store(self.path).meta
+            backend = self._base.backend
+            compression = self._base.compression
+            self.target = self.path
+        else:
+            if exists and not overwrite:
+                raise StoreError(
+                    f"{self.path}: destination exists; use --overwrite to replace it or "
+                    "--append to add rows to it"
+                )
+            self.target = temp_sibling(self.path, "ingest")
+        self.backend = backend or backend_from_path(self.path)
+        if self.backend not in ("zarr", "parquet"):
+            raise StoreError(f"unknown store format {self.backend!r}; use zarr or parquet")
+        self.compression = compression
+        cls = ZarrShardWriter if self.backend == "zarr" else ParquetShardWriter
+        self._writer = cls(self.target, compression=compression)
+        self.shards: list[ShardInfo] = list(self._base.shards) if self._base else []
+        self.n_rows = self._base.n_rows if self._base else 0
+        self.nnz = self._base.nnz if self._base else 0
+        self.n_features = max(self._base.n_features if self._base else 0, self.min_features)
+        self.has_qid: bool | None = self._base.has_qid if (self._base and self._base.n_rows) else None
+        self._labels: set[float] | None = set()
+        if self._base is not None:
+            if self._base.labels is None and self._base.n_rows:
+                self._labels = None
+            else:
+                self._labels = set(self._base.labels or [])
+        self._done = False
+
+    # -- writing --------------------------------------------------------------------------
+    def add(self, shard: Shard, n_features: int | None = None) -> ShardInfo:
+        """Write one shard (its ``row_start`` is assigned here) and return its table entry."""
+        has_qid = shard.qid is not None
+        if self.has_qid is None:
+            self.has_qid = has_qid
+        elif self.has_qid != has_qid:
+            raise StoreError(
+                f"{self.path}: some rows have qid: and others do not; a store has qids on "
+                "every row or on none"
+            )
+        shard.row_start = self.n_rows
+        name = shard_name(len(self.shards))
+        self._writer.write(name, shard)
+        info = ShardInfo(name, self.n_rows, shard.n_rows, shard.nnz, shard_checksum(shard))
+        self.shards.append(info)
+        self.n_rows += shard.n_rows
+        self.nnz += shard.nnz
+        nf = n_features if n_features is not None else (
+            int(shard.indices.max()) + 1 if shard.indices.size else 0
+        )
+        self.n_features = max(self.n_features, nf)
+        if self._labels is not None:
+            self._labels.update(np.unique(shard.y).tolist())
+            if len(self._labels) > MAX_DISCRETE_LABELS:
+                self._labels = None
+        return info
+
+    def meta(self) -> StoreMeta:
+        if self._labels is None:
+            kind, labels = "real", None
+        else:
+            kind, labels = infer_label_kind(np.array(sorted(self._labels)))
+        if self.label_kind is not None:
+            kind = self.label_kind
+            if kind != "real" and labels is None:
+                raise StoreError(f"{self.path}: too many distinct labels for kind {kind!r}")
+            if kind == "real":
+                labels = None
+        elif self.has_qid and kind == "binary" and labels and len(labels) == 2:
+            pass
+        m = StoreMeta(
+            backend=self.backend,
+            n_rows=self.n_rows,
+            n_features=self.n_features,
+            nnz=self.nnz,
+            label_kind=kind,
+            labels=labels,
+            has_qid=bool(self.has_qid),
+            shards=list(self.shards),
+            compression=self.compression,
+        )
+        m.validate(self.path)
+        return m
+
+    def commit(self, sources: list[str] | None = None) -> StoreMeta:
+        """Write metadata and move the store into place. Returns the final metadata."""
+        meta = self.meta()
+        base_sources = self._base.sources if self._base else []
+        meta.sources = list(base_sources) + list(sources or [])
+        self._writer.write_meta(meta)
+        if not self.append:
+            self._move_into_place()
+        self._done = True
+        return meta
+
+    def _move_into_place(self) -> None:
+        old = None
+        if self.fs.exists(self.root):
+            if not self.overwrite:
+                raise StoreError(
+                    f"{self.path}: destination appeared while ingesting (another ingest won?); "
+                    "nothing was changed"
+                )
+            old = temp_sibling(self.path, "old")
+            self._rename(self.root, old)
+        try:
+            self._rename(self.target, self.root)
+        except OSError as e:
+            raise StoreError(
+                f"{self.path}: could not move the new store into place ({e}); another process "
+                "may have written the destination at the same time"
+            ) from None
+        if old is not None:
+            self._remove(old)
+
+    def _rename(self, src: str, dst: str) -> None:
+        if is_local(self.path):
+            src_l, dst_l = local_path(src), local_path(dst)
+            # os.rename onto an existing non-empty directory fails: a racing ingest loses cleanly.
+            if os.path.exists(dst_l):
+                raise OSError(f"{dst_l} exists")
+            os.rename(src_l, dst_l)
+        else:
+            self.fs.mv(src, dst, recursive=True)
+
+    def _remove(self, p: str) -> None:
+        if is_local(self.path):
+            shutil.rmtree(local_path(p), ignore_errors=True)
+        else:
+            try:
+                self.fs.rm(p, recursive=True)
+            except FileNotFoundError:
+                pass
+
+    def abort(self) -> None:
+        """Remove everything written so far (a new store vanishes; an append leaves the old one)."""
+        if self._done:
+            return
+        self._done = True
+        if self.append:
+            base_names = {s.name for s in (self._base.shards if self._base else [])}
+            for s in self.shards:
+                if s.name not in base_names:
+                    p = f"{self.root}/{s.name}" + (".parquet" if self.backend == "parquet" else "")
+                    self._remove(p)
+        else:
+            self._remove(self.target)
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self._done:
+            self.abort()
+
+
+def write_store(path: str, shards, **kwargs) -> StoreMeta:
+    """Write an iterable of :class:`Shard` as a new store (convenience for tests and synth)."""
+    with StoreWriter(path, **kwargs) as w:
+        for s in shards:
+            w.add(s)
+        return w.commit()
+
+
+def csr_to_shards(X, y, qid=None, shard_rows: int = 10_000):
+    """Split an in-memory scipy CSR matrix and labels into shards (for tests and the Python API)."""
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix(X)
+    X.sort_indices()
+    y = np.asarray(y, dtype=np.float64)
+    n = X.shape[0]
+    for start in range(0, max(n, 1), shard_rows):
+        stop = min(n, start + shard_rows)
+        sub = X[start:stop]
+        yield Shard(
+            np.asarray(sub.indptr, dtype=np.int64),
+            np.asarray(sub.indices, dtype=np.int32),
+            np.asarray(sub.data, dtype=np.float32),
+            y[start:stop].copy(),
+            None if qid is None else np.asarray(qid[start:stop], dtype=np.int64),
+            row_start=start,
+        )
+        if n == 0:
+            break
