@@ -6,7 +6,9 @@ import json
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("info", help="show a store's metadata", description="Show a store's metadata.")
+    p = sub.add_parser(
+        "info", help="show a store's metadata", description="Show a store's metadata."
+    )
     p.add_argument("store", help="store path (Zarr directory or Parquet directory)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--shards", action="store_true", help="also list the shard table")
@@ -49,5 +51,8 @@ def run(args) -> int:
         print(f"{k:12s} {v}")
     if args.shards:
         for s in store.meta.shards:
-            print(f"  {s.name} row_start={s.row_start} n_rows={s.n_rows} nnz={s.nnz} crc={s.checksum}")
+            print(
+                f"  {s.name} row_start={s.row_start} n_rows={s.n_rows} nnz={s.nnz} "
+                f"crc={s.checksum}"
+            )
     return 0

@@ -52,16 +52,44 @@ def add_parser(sub) -> None:
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
     )
     p.add_argument("--json", action="store_true", help="print a one-line JSON summary")
+    p.add_argument(
+        "--config", default=None,
+        help="TOML file of solver parameters (e.g. conf/perf.toml); flags given on the command "
+        "line override its values. Keys are parameter names (C, eps, tol, ...), at top level "
+        "or in a [SOLVER] table.",
+    )
+    p.add_argument(
+        "--history", default=None, metavar="FILE.jsonl",
+        help="record every iteration (objective, violation, passes, seconds, working set) "
+        "as JSON lines; plot with `ooc-svm plot`",
+    )
     for name in solvers:
         mod = get_solver(name)
         if hasattr(mod, "add_arguments"):
             mod.add_arguments(p.add_argument_group(f"{name} options"))
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, _defaults={a.dest: a.default for a in p._actions})
 
 
 #: CLI option names that are not solver parameters
 _NOT_PARAMS = {"store", "output", "solver", "scheduler", "json", "func", "command", "verbose",
-               "quiet"}
+               "quiet", "config", "history", "_defaults"}
+
+
+def load_config(path: str, solver: str) -> dict:
+    """Parameters from a TOML file: top-level keys, overridden by a ``[solver]`` table."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise OSError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise OSError(f"{path}: invalid TOML ({e})") from None
+    out = {k.replace("-", "_"): v for k, v in doc.items() if not isinstance(v, dict)}
+    table = doc.get(solver) or doc.get(solver.replace("-", "_")) or {}
+    out.update({k.replace("-", "_"): v for k, v in table.items()})
+    return out
 
 
 def run(args) -> int:
@@ -71,15 +99,19 @@ def run(args) -> int:
     from ..solvers import get_solver
 
     mod = get_solver(args.solver)
-    params = {
+    defaults = args._defaults
+    given = {
         k: v for k, v in vars(args).items()
-        if k not in _NOT_PARAMS and v is not None and k in mod.DEFAULTS
+        if k not in _NOT_PARAMS and v is not None and v != defaults.get(k)
     }
-    foreign = [
-        k for k, v in vars(args).items()
-        if k not in _NOT_PARAMS and v is not None and k not in mod.DEFAULTS
-        and v is not False
-    ]
+    params = load_config(args.config, args.solver) if args.config else {}
+    unknown = sorted(set(params) - set(mod.DEFAULTS))
+    if unknown:
+        print(f"ooc-svm: error: {args.config}: --solver {args.solver} has no parameter "
+              + ", ".join(unknown), file=sys.stderr)
+        return 2
+    params.update({k: v for k, v in given.items() if k in mod.DEFAULTS})
+    foreign = [k for k in given if k not in mod.DEFAULTS]
     if foreign:
         print(
             f"ooc-svm: error: --solver {args.solver} does not take "
@@ -96,9 +128,27 @@ def run(args) -> int:
                  if k in rec and rec[k] is not None}
         bar.set_postfix({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in shown.items()})
 
+    history = None
+    if args.history:
+        from ..reports import HistoryWriter
+
+        history = HistoryWriter(
+            args.history, header={"solver": args.solver, "store": args.store, "params": params}
+        )
+
+    def callback(rec: dict) -> None:
+        progress(rec)
+        if history is not None:
+            history(rec)
+
     t0 = time.perf_counter()
-    result = train(args.store, args.solver, scheduler=args.scheduler, callback=progress, **params)
-    bar.close()
+    try:
+        result = train(args.store, args.solver, scheduler=args.scheduler, callback=callback,
+                       **params)
+    finally:
+        bar.close()
+        if history is not None:
+            history.close()
     result.seconds = result.seconds or (time.perf_counter() - t0)
     result.model.save(args.output)
     summary = result.to_json_dict(args.solver)

@@ -78,7 +78,9 @@ class Shard:
         """Return the rows as a ``scipy.sparse.csr_matrix`` (shares memory where it can)."""
         import scipy.sparse as sp
 
-        return sp.csr_matrix((self.data, self.indices, self.indptr), shape=(self.n_rows, n_features))
+        return sp.csr_matrix(
+            (self.data, self.indices, self.indptr), shape=(self.n_rows, n_features)
+        )
 
 
 def shard_checksum(shard: Shard) -> str:

@@ -1,4 +1,4 @@
-"""File-system access through fsspec, with atomic writes and renames where the file system has them."""
+"""File-system access through fsspec, with atomic writes and renames where possible."""
 
 from __future__ import annotations
 

@@ -118,7 +118,9 @@ class StoreWriter:
         self.n_rows = self._base.n_rows if self._base else 0
         self.nnz = self._base.nnz if self._base else 0
         self.n_features = max(self._base.n_features if self._base else 0, self.min_features)
-        self.has_qid: bool | None = self._base.has_qid if (self._base and self._base.n_rows) else None
+        self.has_qid: bool | None = (
+            self._base.has_qid if (self._base and self._base.n_rows) else None
+        )
         self._labels: set[float] | None = set()
         if self._base is not None:
             if self._base.labels is None and self._base.n_rows:
