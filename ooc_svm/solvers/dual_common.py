@@ -1,0 +1,524 @@
+"""Shared pieces of the dual solvers (smo, active-set, irwls) and of kernel-model scoring.
+
+All dual solvers solve LIBSVM's C-SVC dual
+
+    min_α  ½ αᵀQα − eᵀα    s.t.  yᵀα = 0,  0 ≤ αᵢ ≤ C,     Q_ij = y_i y_j K(x_i, x_j)
+
+with decision function f(x) = Σ_j y_j α_j K(x_j, x) + intercept (``intercept = −b`` in Platt's
+notation u = w·x − b, ``−ρ`` in LIBSVM's).
+
+Conventions (stable API):
+
+- **Per-shard α.** The engine's per-shard state of a dual solver is one float64 array of
+  αᵢ per shard row (:func:`init_alpha_state`); fns that take the state return it unchanged or
+  updated (:func:`apply_alpha_updates`).
+- **Working rows.** Rows brought into memory are a :class:`WorkingRows` (CSR + global row ids
+  + ±1 labels + α), built by :func:`fetch_rows` (one streamed pass over only the shards that
+  hold the rows) or :func:`build_working_rows` from fetched parts.
+- **Expansions.** f(x) without intercept is an :class:`Expansion`: the SV rows and
+  coefficients yᵢαᵢ (kernel) or a dense w (linear kernel). It is picklable: broadcast it.
+- **KKT check.** :func:`kkt_violation_pass` is an independent streamed pass that, given α
+  (shard state), the expansion and the intercept, checks every row's KKT condition and returns
+  the largest violation (and LIBSVM's m(α) − M(α)).
+- **Models.** :func:`make_model` builds the :class:`~ooc_svm.model.Model` from the SVs
+  (``kind="linear"`` with ``coef_ = Σ yᵢαᵢxᵢ``, Platt eq. 22, for the linear kernel).
+- **Scoring.** :func:`kernel_scores_pass` streams a store against a kernel (or linear) model in
+  memory bounded by the model plus one shard per engine thread (used by predict / evaluate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..engine.base import Engine, ShardState, concat_partials
+from ..kernels.kernel_functions import (
+    KernelParams,
+    csr_parts,
+    kernel_scores,
+    linear_scores,
+    row_sq_norms,
+)
+from ..model import Model
+
+# --------------------------------------------------------------------------------------------
+# per-shard α
+# --------------------------------------------------------------------------------------------
+
+
+def _zeros_for(info, _i):
+    return np.zeros(int(info.n_rows), dtype=np.float64)
+
+
+def init_alpha_state(engine: Engine, store) -> ShardState:
+    """Per-shard state: a zero float64 α array per shard."""
+    return engine.init_state(store, _zeros_for)
+
+
+def _apply_updates_fn(shard, bc, st):
+    gids, vals = bc
+    lo = np.searchsorted(gids, shard.row_start)
+    hi = np.searchsorted(gids, shard.row_start + shard.n_rows)
+    if hi > lo:
+        st = np.array(st, copy=True)
+        st[gids[lo:hi] - shard.row_start] = vals[lo:hi]
+    return None, st
+
+
+def split_updates_by_shard(store, gids: np.ndarray) -> list[int]:
+    """Shard ids that hold any of the (sorted) global rows ``gids``."""
+    if len(gids) == 0:
+        return []
+    starts = np.array([s.row_start for s in store.meta.shards], dtype=np.int64)
+    sids = np.searchsorted(starts, gids, side="right") - 1
+    return sorted(set(int(s) for s in np.unique(sids)))
+
+
+def apply_alpha_updates(store, engine: Engine, state: ShardState, gids, values) -> None:
+    """Set α[gid] = value in the per-shard state (visits only the shards concerned)."""
+    gids = np.asarray(gids, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
+    if gids.size == 0:
+        return
+    order = np.argsort(gids, kind="stable")
+    gids, values = gids[order], values[order]
+    shards = split_updates_by_shard(store, gids)
+    engine.map_reduce(store, _apply_updates_fn, (gids, values), state=state, shards=shards)
+
+
+# --------------------------------------------------------------------------------------------
+# working rows
+# --------------------------------------------------------------------------------------------
+@dataclass
+class WorkingRows:
+    """Rows held in memory by a dual solver.
+
+    Attributes
+    ----------
+    gids : int64 (m,)        global row indices
+    indptr : int64 (m+1,)
+    indices : int32 (nnz,)
+    data : float32 (nnz,)
+    y : float64 (m,)         ±1
+    alpha : float64 (m,)
+    """
+
+    gids: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    y: np.ndarray
+    alpha: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.gids.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in (self.gids, self.indptr, self.indices, self.data,
+                                          self.y, self.alpha)))
+
+    @property
+    def u32(self) -> np.ndarray:
+        """``indices`` viewed as uint32 for the kernels."""
+        return self.indices.view(np.uint32)
+
+    def csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(indptr, indices as uint32, data) for the numba kernels."""
+        return self.indptr, self.u32, self.data
+
+    def sq_norms(self) -> np.ndarray:
+        return row_sq_norms(self.indptr, self.u32, self.data, np.empty(self.n, dtype=np.float64))
+
+    def to_scipy(self, n_features: int) -> sp.csr_matrix:
+        return sp.csr_matrix((self.data, self.indices, self.indptr), shape=(self.n, n_features))
+
+    @classmethod
+    def empty(cls) -> WorkingRows:
+        return cls(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32),
+                   np.zeros(0, np.float32), np.zeros(0), np.zeros(0))
+
+    def take(self, idx) -> WorkingRows:
+        """The rows at local positions ``idx`` (a new, compact CSR)."""
+        idx = np.asarray(idx)
+        idx = np.flatnonzero(idx) if idx.dtype == bool else idx.astype(np.int64, copy=False)
+        starts = self.indptr[idx]
+        lens = self.indptr[idx + 1] - starts
+        indptr = np.zeros(idx.size + 1, dtype=np.int64)
+        np.cumsum(lens, out=indptr[1:])
+        sel = np.arange(int(indptr[-1]), dtype=np.int64) + np.repeat(starts - indptr[:-1], lens)
+        return WorkingRows(self.gids[idx].copy(), indptr, self.indices[sel], self.data[sel],
+                           self.y[idx].copy(), self.alpha[idx].copy())
+
+    @classmethod
+    def concat(cls, parts: list[WorkingRows]) -> WorkingRows:
+        parts = [p for p in parts if p is not None and p.n]
+        if not parts:
+            return cls.empty()
+        if len(parts) == 1:
+            return parts[0]
+        offs = np.cumsum([0] + [int(p.indptr[-1]) for p in parts])
+        indptr = np.concatenate([parts[0].indptr[:1]] + [
+            p.indptr[1:] - p.indptr[0] + o for p, o in zip(parts, offs[:-1], strict=True)])
+        return cls(
+            np.concatenate([p.gids for p in parts]),
+            indptr.astype(np.int64),
+            np.concatenate([p.indices[p.indptr[0]:p.indptr[-1]] for p in parts]),
+            np.concatenate([p.data[p.indptr[0]:p.indptr[-1]] for p in parts]),
+            np.concatenate([p.y for p in parts]),
+            np.concatenate([p.alpha for p in parts]),
+        )
+
+
+def shard_rows(shard, local_idx, positive: float, alpha=None) -> WorkingRows:
+    """Rows ``local_idx`` of a shard as :class:`WorkingRows` (labels mapped to ±1)."""
+    local_idx = np.asarray(local_idx, dtype=np.int64)
+    y = np.where(shard.y[local_idx] == positive, 1.0, -1.0)
+    a = np.zeros(local_idx.size) if alpha is None else np.asarray(alpha)[local_idx].copy()
+    full = WorkingRows(
+        np.arange(shard.row_start, shard.row_start + shard.n_rows, dtype=np.int64),
+        np.asarray(shard.indptr, dtype=np.int64), shard.indices, shard.data,
+        np.zeros(shard.n_rows), np.zeros(shard.n_rows),
+    )
+    out = full.take(local_idx)
+    out.y = y
+    out.alpha = a
+    return out
+
+
+def _fetch_fn(shard, bc, st=None):
+    gids, positive = bc
+    lo = np.searchsorted(gids, shard.row_start)
+    hi = np.searchsorted(gids, shard.row_start + shard.n_rows)
+    local = gids[lo:hi] - shard.row_start
+    part = [shard_rows(shard, local, positive, st)] if hi > lo else None
+    return part if st is None else (part, st)
+
+
+def fetch_rows(store, engine: Engine, gids, positive: float,
+               state: ShardState | None = None) -> WorkingRows:
+    """Bring the global rows ``gids`` into memory (α from ``state`` when given, else 0).
+
+    Visits only the shards that hold them; rows come back sorted by global index.
+    """
+    gids = np.unique(np.asarray(gids, dtype=np.int64))
+    if gids.size == 0:
+        return WorkingRows.empty()
+    shards = split_updates_by_shard(store, gids)
+    parts = engine.map_reduce(store, _fetch_fn, (gids, float(positive)),
+                              reduce=concat_partials, state=state, shards=shards)
+    return build_working_rows(parts or [])
+
+
+def build_working_rows(parts: list[WorkingRows]) -> WorkingRows:
+    """One :class:`WorkingRows` from fetched parts (e.g. the reduce result of a pass)."""
+    return WorkingRows.concat(list(parts))
+
+
+# --------------------------------------------------------------------------------------------
+# expansions, objectives
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Expansion:
+    """f(x) − intercept = Σ_j coef_j K(sv_j, x)  (kernel)  or  w·x  (linear kernel).
+
+    Picklable; broadcast it to shard functions. Build with :func:`make_expansion`.
+    """
+
+    kp: KernelParams
+    n_features: int
+    w: np.ndarray | None = None
+    sv_indptr: np.ndarray | None = None
+    sv_indices: np.ndarray | None = None
+    sv_data: np.ndarray | None = None
+    sv_sq: np.ndarray | None = None
+    coef: np.ndarray | None = None
+
+    def scores(self, indptr, indices_u32, data, out=None, work=None) -> np.ndarray:
+        """Σ_j coef_j K(sv_j, x_i) for the rows of a CSR block (no intercept)."""
+        n = indptr.shape[0] - 1
+        out = np.empty(n, dtype=np.float64) if out is None else out
+        width = max(self.n_features, _max_col(indices_u32) + 1)
+        if self.w is not None:
+            w = self.w
+            if w.shape[0] < width:  # columns the expansion never saw have weight 0
+                w = np.concatenate([w, np.zeros(width - w.shape[0])])
+            return linear_scores(indptr, indices_u32, data, w, out)
+        if self.coef is None or self.coef.size == 0:
+            out[:] = 0.0
+            return out
+        if work is None or work.shape[0] < width:
+            work = np.zeros(width, dtype=np.float64)
+        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
+        return kernel_scores(indptr, indices_u32, data, sq, self.sv_indptr,
+                             self.sv_indices.view(np.uint32), self.sv_data, self.sv_sq,
+                             self.coef, *self.kp.args(), work, out)
+
+
+def _max_col(indices) -> int:
+    return int(indices.max()) if indices.size else 0
+
+
+def make_expansion(kp: KernelParams, n_features: int, rows: WorkingRows | None = None,
+                   coef: np.ndarray | None = None, w: np.ndarray | None = None) -> Expansion:
+    """Expansion from SV rows and coefficients yᵢαᵢ (zero coefficients dropped), or from w.
+
+    For the linear kernel, rows/coef are folded into w = Σ coefᵢ xᵢ (Platt eq. 22).
+    """
+    if w is not None:
+        return Expansion(kp, n_features, w=np.asarray(w, dtype=np.float64))
+    if rows is None or coef is None:
+        rows, coef = WorkingRows.empty(), np.zeros(0)
+    coef = np.asarray(coef, dtype=np.float64)
+    if kp.kernel == "linear":
+        return Expansion(kp, n_features, w=primal_w(rows, coef, n_features))
+    nz = np.flatnonzero(coef != 0.0)
+    sv = rows.take(nz) if nz.size != rows.n else rows
+    return Expansion(kp, n_features, sv_indptr=sv.indptr, sv_indices=sv.indices,
+                     sv_data=sv.data, sv_sq=sv.sq_norms(), coef=coef[nz].copy())
+
+
+def primal_w(rows: WorkingRows, coef: np.ndarray, n_features: int) -> np.ndarray:
+    """w = Σ coefᵢ xᵢ (dense, float64)."""
+    w = np.zeros(n_features, dtype=np.float64)
+    if rows.n:
+        X = rows.to_scipy(n_features)
+        w += np.asarray(X.T @ np.asarray(coef, dtype=np.float64)).ravel()
+    return w
+
+
+def dual_objective(rows: WorkingRows, kp: KernelParams, n_features: int) -> float:
+    """½αᵀQα − eᵀα over the rows with α > 0 (LIBSVM sign; the rest contribute nothing).
+
+    O(n_SV · nnz(SV)) kernel work: the SV expansion evaluated at the SVs.
+    """
+    nz = np.flatnonzero(rows.alpha > 0)
+    if nz.size == 0:
+        return 0.0
+    sv = rows.take(nz)
+    coef = sv.y * sv.alpha
+    f = make_expansion(kp, n_features, sv, coef).scores(*sv.csr())
+    return float(0.5 * np.dot(coef, f) - sv.alpha.sum())
+
+
+def dual_objective_from_gradient(alpha: np.ndarray, grad: np.ndarray) -> float:
+    """½αᵀQα − eᵀα = ½ Σ αᵢ (Gᵢ − 1) when G = Qα − e is known exactly."""
+    return float(0.5 * np.dot(alpha, np.asarray(grad) - 1.0))
+
+
+# --------------------------------------------------------------------------------------------
+# KKT check pass
+# --------------------------------------------------------------------------------------------
+def _kkt_fn(shard, bc, st):
+    exp, intercept, C, positive, tol = bc
+    ip = np.asarray(shard.indptr, dtype=np.int64)
+    ix = shard.indices.view(np.uint32)
+    g = exp.scores(ip, ix, shard.data)
+    y = np.where(shard.y == positive, 1.0, -1.0)
+    a = np.asarray(st)
+    yf = y * (g + intercept)
+    eps = 1e-12 * C
+    at0 = a <= eps
+    atC = a >= C - eps
+    free = ~(at0 | atC)
+    viol = np.zeros(a.size)
+    viol[at0] = np.maximum(0.0, 1.0 - yf[at0])
+    viol[atC] = np.maximum(0.0, yf[atC] - 1.0)
+    viol[free] = np.abs(yf[free] - 1.0)
+    # LIBSVM's criterion on G = y g − 1: −yG = y − g
+    myg = y - g
+    up = (~atC & (y > 0)) | (~at0 & (y < 0))
+    low = (~atC & (y < 0)) | (~at0 & (y > 0))
+    m_up = float(myg[up].max()) if up.any() else -np.inf
+    m_low = float(myg[low].min()) if low.any() else np.inf
+    hinge = float(np.maximum(0.0, 1.0 - yf).sum())
+    part = (float(viol.max()) if viol.size else 0.0, int((viol > tol).sum()), m_up, m_low,
+            hinge, int((a > eps).sum()), int(atC.sum()), float(a.sum()), float((y * a).sum()))
+    return part, st
+
+
+def _kkt_reduce(p, q):
+    if p is None:
+        return q
+    if q is None:
+        return p
+    return (max(p[0], q[0]), p[1] + q[1], max(p[2], q[2]), min(p[3], q[3]), p[4] + q[4],
+            p[5] + q[5], p[6] + q[6], p[7] + q[7], p[8] + q[8])
+
+
+def kkt_violation_pass(store, engine: Engine, state: ShardState, expansion: Expansion,
+                       intercept: float, C: float, positive: float, tol: float) -> dict:
+    """Independent streamed check of every row's KKT condition.
+
+    With f(x) = expansion(x) + intercept and αᵢ from ``state``: αᵢ = 0 needs yᵢf(xᵢ) ≥ 1,
+    αᵢ = C needs yᵢf(xᵢ) ≤ 1, 0 < αᵢ < C needs yᵢf(xᵢ) = 1.
+
+    Returns
+    -------
+    dict
+        ``max_violation`` (largest violation of those conditions), ``n_violators`` (rows
+        violating by more than ``tol``), ``gap`` (LIBSVM's m(α) − M(α), which does not depend
+        on the intercept), ``hinge`` (Σ max(0, 1 − yᵢf(xᵢ))), ``n_sv``, ``n_bound_sv``,
+        ``sum_alpha``, ``sum_y_alpha``, ``ok`` (max_violation ≤ tol).
+    """
+    r = engine.map_reduce(store, _kkt_fn, (expansion, float(intercept), float(C),
+                                           float(positive), float(tol)),
+                          reduce=_kkt_reduce, state=state)
+    keys = ("max_violation", "n_violators", "m_up", "m_low", "hinge", "n_sv", "n_bound_sv",
+            "sum_alpha", "sum_y_alpha")
+    d = dict(zip(keys, r, strict=True))
+    d["gap"] = d["m_up"] - d["m_low"]
+    d["ok"] = bool(d["max_violation"] <= tol)
+    return d
+
+
+def primal_objective(expansion: Expansion, hinge: float, C: float,
+                     sv_rows: WorkingRows | None = None) -> float | None:
+    """½‖w‖² + C Σ ξ. Linear kernel: from w; kernel: ‖w‖² = Σ coef_i coef_j K_ij from the SVs
+    (pass ``sv_rows`` with α set; None when not given)."""
+    if expansion.w is not None:
+        return float(0.5 * np.dot(expansion.w, expansion.w) + C * hinge)
+    if sv_rows is None:
+        return None
+    f = expansion.scores(*sv_rows.csr())
+    coef = sv_rows.y * sv_rows.alpha
+    return float(0.5 * np.dot(coef, f) + C * hinge)
+
+
+# --------------------------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------------------------
+def make_model(sv_rows: WorkingRows, intercept: float, kp: KernelParams, n_features: int,
+               classes: tuple[float, float], info: dict | None = None) -> Model:
+    """Model from support vectors (rows with α > 0; coefficient yᵢαᵢ) and the intercept.
+
+    ``intercept`` is added to Σ yᵢαᵢK(xᵢ, x): pass ``−b`` (Platt) or ``−ρ`` (LIBSVM). The linear
+    kernel gives ``kind="linear"`` with ``coef_ = Σ yᵢαᵢxᵢ`` (Platt eq. 22) and keeps no SVs.
+    """
+    nz = np.flatnonzero(sv_rows.alpha > 0)
+    sv = sv_rows.take(nz) if nz.size != sv_rows.n else sv_rows
+    order = np.argsort(sv.gids, kind="stable")
+    sv = sv.take(order)
+    coef = sv.y * sv.alpha
+    info = dict(info or {})
+    info.setdefault("n_sv", int(sv.n))
+    classes = [float(classes[0]), float(classes[1])]
+    if kp.kernel == "linear":
+        return Model(kind="linear", n_features=n_features, classes=classes,
+                     coef_=primal_w(sv, coef, n_features), intercept_=float(intercept),
+                     kernel="linear", gamma=kp.gamma, degree=kp.degree, coef0=kp.coef0,
+                     info=info)
+    X = sp.csr_matrix((sv.data.astype(np.float64), sv.indices, sv.indptr),
+                      shape=(sv.n, n_features))
+    return Model(kind="kernel", n_features=n_features, classes=classes, intercept_=float(intercept),
+                 support_vectors_=X, dual_coef_=coef, support_=sv.gids.copy(),
+                 kernel=kp.kernel, gamma=kp.gamma, degree=kp.degree, coef0=kp.coef0, info=info)
+
+
+# --------------------------------------------------------------------------------------------
+# streamed scoring (predict / evaluate)
+# --------------------------------------------------------------------------------------------
+@dataclass
+class ScoringBroadcast:
+    """What a scoring pass ships to the workers: the expansion and the intercept."""
+
+    expansion: Expansion
+    intercept: float
+
+
+def scoring_broadcast(model: Model) -> ScoringBroadcast:
+    """Picklable scoring data for a binary linear or kernel :class:`Model`."""
+    if np.ndim(model.intercept_) != 0:
+        raise ValueError("kernel_scores_pass scores binary models (one intercept)")
+    kp = KernelParams(model.kernel, float(model.gamma) or 1.0 / max(model.n_features, 1),
+                      int(model.degree), float(model.coef0))
+    if model.kind == "linear":
+        exp = Expansion(kp, model.n_features, w=np.asarray(model.coef_, dtype=np.float64))
+    else:
+        ip, ix, dt = csr_parts(model.support_vectors_)
+        exp = Expansion(kp, model.n_features, sv_indptr=ip, sv_indices=ix.view(np.int32),
+                        sv_data=dt, sv_sq=row_sq_norms(ip, ix, dt, np.empty(ip.size - 1)),
+                        coef=np.asarray(model.dual_coef_, dtype=np.float64).ravel())
+    return ScoringBroadcast(exp, float(model.intercept_))
+
+
+def score_shard(shard, bc: ScoringBroadcast) -> np.ndarray:
+    """f(x) for every row of one shard (float64, in row order)."""
+    ip = np.asarray(shard.indptr, dtype=np.int64)
+    ix = shard.indices.view(np.uint32)
+    data = shard.data
+    n_f = bc.expansion.n_features
+    if ix.size and int(ix.max()) >= n_f:
+        # columns the model never saw are dropped, as Model.decision_function does
+        X = shard.to_scipy(int(ix.max()) + 1)[:, :n_f].tocsr()
+        X.sort_indices()
+        ip, ix, data = csr_parts(X)
+    return bc.expansion.scores(ip, ix, data) + bc.intercept
+
+
+def _score_fn(shard, bc):
+    sbc, post = bc
+    s = score_shard(shard, sbc)
+    if post is None:
+        return [s]
+    return post(shard, s)
+
+
+def kernel_scores_pass(store, engine: Engine, model: Model,
+                       post: Callable[[Any, np.ndarray], Any] | None = None,
+                       reduce: Callable[[Any, Any], Any] | None = None) -> Any:
+    """Stream a store against a binary (linear or kernel) model.
+
+    Parameters
+    ----------
+    store, engine
+        As for every pass.
+    model : Model
+        ``kind="kernel"`` (support vectors + ``dual_coef_``) or ``kind="linear"``.
+    post : callable, optional
+        Module-level ``post(shard, scores) -> partial`` run next to the data (e.g. confusion
+        counts, or (y, scores) for AUC); must be picklable for the Dask engine.
+    reduce : callable, optional
+        Combines partials (default: element-wise sum, see ``engine.base.add_partials``).
+
+    Returns
+    -------
+    ndarray or Any
+        Without ``post``: the scores f(x) of every row, float64 (n_rows,), in store order.
+        With ``post``: the reduced partials.
+
+    Memory: the model's support vectors plus one shard (and its scores) per engine thread;
+    the kernel work is O(rows · nnz(SV)).
+    """
+    bc = (scoring_broadcast(model), post)
+    if post is None:
+        parts = engine.map_reduce(store, _score_fn, bc, reduce=concat_partials)
+        return np.concatenate(parts) if parts else np.zeros(0)
+    return engine.map_reduce(store, _score_fn, bc, reduce=reduce)
+
+
+__all__ = [
+    "Expansion",
+    "ScoringBroadcast",
+    "WorkingRows",
+    "apply_alpha_updates",
+    "build_working_rows",
+    "dual_objective",
+    "dual_objective_from_gradient",
+    "fetch_rows",
+    "init_alpha_state",
+    "kernel_scores_pass",
+    "kkt_violation_pass",
+    "make_expansion",
+    "make_model",
+    "primal_objective",
+    "primal_w",
+    "score_shard",
+    "scoring_broadcast",
+    "shard_rows",
+]
