@@ -54,11 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _known_errors():
+    from .checkpoint import CheckpointError
     from .model import ModelError
     from .solvers import SolverError
     from .store.format import StoreError
 
-    errs = [StoreError, SolverError, ModelError]
+    errs = [StoreError, SolverError, ModelError, CheckpointError]
     try:
         from .store.ingest import IngestError
 

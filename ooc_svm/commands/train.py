@@ -59,6 +59,18 @@ def add_parser(sub) -> None:
         "or in a [SOLVER] table.",
     )
     p.add_argument(
+        "--multiclass", choices=["ovr"], default=None,
+        help="one-vs-rest for more than two classes (default for multiclass stores)",
+    )
+    p.add_argument(
+        "--checkpoint", default=None, metavar="DIR",
+        help="write the solver state to DIR after every iteration (atomically)",
+    )
+    p.add_argument(
+        "--resume", action="store_true",
+        help="continue from the latest checkpoint in --checkpoint DIR (same parameters)",
+    )
+    p.add_argument(
         "--history", default=None, metavar="FILE.jsonl",
         help="record every iteration (objective, violation, passes, seconds, working set) "
         "as JSON lines; plot with `ooc-svm plot`",
@@ -72,7 +84,7 @@ def add_parser(sub) -> None:
 
 #: CLI option names that are not solver parameters
 _NOT_PARAMS = {"store", "output", "solver", "scheduler", "json", "func", "command", "verbose",
-               "quiet", "config", "history", "_defaults"}
+               "quiet", "config", "history", "_defaults", "multiclass", "checkpoint", "resume"}
 
 
 def load_config(path: str, solver: str) -> dict:
@@ -143,8 +155,11 @@ def run(args) -> int:
 
     t0 = time.perf_counter()
     try:
-        result = train(args.store, args.solver, scheduler=args.scheduler, callback=callback,
-                       **params)
+        result = train(
+            args.store, args.solver, scheduler=args.scheduler, callback=callback,
+            multiclass=args.multiclass, checkpoint=args.checkpoint, resume=args.resume,
+            **params,
+        )
     finally:
         bar.close()
         if history is not None:

@@ -85,6 +85,14 @@ class ParquetStore:
     def n_shards(self) -> int:
         return self.meta.n_shards
 
+    @property
+    def cache_key(self) -> str:
+        return self.path
+
+    def __reduce__(self):
+        # pickles as its path: a Dask worker re-opens the store from the shared file system
+        return (ParquetStore, (self.path,))
+
     def read_shard(self, i: int, verify: bool = False) -> Shard:
         from .format import shard_checksum
 

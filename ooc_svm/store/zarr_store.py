@@ -92,6 +92,14 @@ class ZarrStore:
     def n_shards(self) -> int:
         return self.meta.n_shards
 
+    @property
+    def cache_key(self) -> str:
+        return self.path
+
+    def __reduce__(self):
+        # pickles as its path: a Dask worker re-opens the store from the shared file system
+        return (ZarrStore, (self.path,))
+
     def read_shard(self, i: int, verify: bool = False) -> Shard:
         """Read and decode shard ``i``; with ``verify`` compare its checksum."""
         from .format import shard_checksum
