@@ -14,6 +14,8 @@ Solvers do no I/O, printing or progress drawing: they report each iteration thro
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,10 +95,17 @@ def get_solver(name: str):
 
 
 def available_solvers() -> list[str]:
-    """Solvers whose module is present."""
+    """Solvers whose module is present and complete (``DEFAULTS``, ``STOPPING_RULE``, ``solve``)."""
     out = []
     for name, mod in SOLVER_MODULES.items():
-        if importlib.util.find_spec(mod) is not None:
+        if importlib.util.find_spec(mod) is None:
+            continue
+        try:
+            m = importlib.import_module(mod)
+        except Exception:  # noqa: BLE001 - a broken solver must not take the CLI down
+            logging.getLogger("ooc_svm").debug("solver %s failed to import", name, exc_info=True)
+            continue
+        if all(hasattr(m, a) for a in ("DEFAULTS", "STOPPING_RULE", "solve")):
             out.append(name)
     return out
 
