@@ -14,7 +14,18 @@ beyond floating-point reduction order.
 Per-shard solver state that lives as long as training does (dual variables, scores) is a
 :class:`ShardState`: with ``state=handle``, ``fn`` receives the shard's current state and
 returns ``(partial, new_state)``; the engine keeps the new states (local: in a list; Dask: as
-futures on the workers) for the next pass.
+futures on the workers) for the next pass. ``fn`` must *return* the new state: mutating the
+old one in place does not survive on Dask. New states replace the old ones only when the
+whole pass succeeded.
+
+``shards=[...]`` visits only the listed shards, and partials are reduced in the order of
+that list (default: all shards in ascending order). ``engine.passes`` counts full passes
+(``shards=None``), ``engine.partial_passes`` calls with a shard list.
+
+:meth:`Engine.map_state` is ``map_reduce`` for functions that only need the per-shard state
+and the shard's position (``row_start``, ``n_rows``, ``nnz``): no shard data is read.
+
+Shard arrays handed to ``fn`` are read-only (they may be memory-mapped or cached).
 """
 
 from __future__ import annotations
@@ -54,7 +65,11 @@ def concat_partials(a: Any, b: Any) -> Any:
 
 
 def tree_reduce(parts: list[Any], reduce: Callable[[Any, Any], Any]) -> Any:
-    """Reduce in a fixed binary tree over the list order (deterministic for a given list)."""
+    """Reduce in a fixed binary tree over the list order (deterministic for a given list).
+
+    Level by level, neighbours are paired left to right; an odd last element moves up a
+    level unchanged. :class:`StreamingTreeReduce` builds the same tree incrementally.
+    """
     if not parts:
         return None
     while len(parts) > 1:
@@ -65,24 +80,111 @@ def tree_reduce(parts: list[Any], reduce: Callable[[Any, Any], Any]) -> Any:
     return parts[0]
 
 
+class StreamingTreeReduce:
+    """The tree of :func:`tree_reduce`, built as partials arrive in order.
+
+    Keeps O(log n) partials: a stack of complete power-of-two subtrees (a binary counter);
+    :meth:`result` joins the remaining subtrees right to left, which is exactly where the
+    level-by-level pairing of :func:`tree_reduce` puts them. So the local engine (streaming)
+    and the Dask engine (a task tree) reduce identical partials bit for bit identically.
+    """
+
+    def __init__(self, reduce: Callable[[Any, Any], Any]):
+        self.reduce = reduce
+        self._stack: list[tuple[int, Any]] = []
+        self.count = 0
+
+    def push(self, part: Any) -> None:
+        size, v = 1, part
+        while self._stack and self._stack[-1][0] == size:
+            _, u = self._stack.pop()
+            v = self.reduce(u, v)
+            size *= 2
+        self._stack.append((size, v))
+        self.count += 1
+
+    def result(self) -> Any:
+        if not self._stack:
+            return None
+        _, v = self._stack[-1]
+        for _, u in reversed(self._stack[:-1]):
+            v = self.reduce(u, v)
+        return v
+
+
+class EngineError(Exception):
+    """A pass cannot run: the cluster cannot be reached, lost data it cannot recompute,
+    or a pass function is unusable (e.g. not picklable). The message says what to do."""
+
+
+class ShardStub:
+    """Position of a shard without its data (what :meth:`Engine.map_state` passes to ``fn``)."""
+
+    __slots__ = ("index", "row_start", "n_rows", "nnz", "name")
+
+    def __init__(self, index: int, row_start: int, n_rows: int, nnz: int, name: str = ""):
+        self.index = index
+        self.row_start = row_start
+        self.n_rows = n_rows
+        self.nnz = nnz
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"ShardStub(index={self.index}, row_start={self.row_start}, n_rows={self.n_rows})"
+
+
+def shard_stub(store, sid: int) -> ShardStub:
+    info = store.meta.shards[sid]
+    return ShardStub(int(sid), int(info.row_start), int(info.n_rows), int(info.nnz), info.name)
+
+
 class ShardState:
     """Handle to per-shard state kept by an engine between passes.
 
     Use :meth:`Engine.init_state` to create one and :meth:`Engine.gather_state` to fetch the
-    states (a list in shard order) for checkpoints or final results.
+    states (a list in the order of ``ids``) for checkpoints or final results.
+
+    Attributes
+    ----------
+    n_shards : int
+        Number of shards of the store.
+    ids : list of int
+        Shard ids that have a state (all shards unless created for a subset).
+    items : list
+        The states (local engine) or handles to them (Dask: futures), aligned with ``ids``.
     """
 
-    def __init__(self, engine: Engine, n_shards: int, items: list[Any]):
+    def __init__(self, engine: Engine, n_shards: int, items: list[Any], ids=None):
         self.engine = engine
         self.n_shards = n_shards
         self.items = items
+        self.ids = list(range(len(items))) if ids is None else [int(i) for i in ids]
+        if len(self.ids) != len(self.items):
+            raise ValueError("ShardState: one item per shard id is needed")
+        self._pos = {sid: k for k, sid in enumerate(self.ids)}
+
+    def check(self, sids) -> None:
+        missing = [s for s in sids if s not in self._pos]
+        if missing:
+            raise EngineError(
+                f"no per-shard state for shard(s) {missing[:5]}; create the state for them "
+                "with engine.init_state(store, init, shards=...)"
+            )
+
+    def get(self, sid: int) -> Any:
+        return self.items[self._pos[sid]]
+
+    def set(self, sid: int, value: Any) -> None:
+        self.items[self._pos[sid]] = value
 
 
 class Engine(abc.ABC):
     """Runs streamed passes over the shards of a store."""
 
-    #: number of passes made so far (solvers report it)
+    #: number of full passes (``shards=None``) made so far (solvers report it)
     passes: int = 0
+    #: number of calls with a shard list
+    partial_passes: int = 0
 
     @abc.abstractmethod
     def map_reduce(
@@ -94,20 +196,60 @@ class Engine(abc.ABC):
         state: ShardState | None = None,
         shards: list[int] | None = None,
     ) -> Any:
-        """Apply ``fn`` to every shard (or the listed ``shards``) and combine the partials."""
+        """Apply ``fn`` to every shard (or the listed ``shards``) and combine the partials.
+
+        Parameters
+        ----------
+        store : Store
+            An opened store (``open_store``); the Dask engine reopens it on the workers
+            from ``store.path``.
+        fn : callable
+            Module-level ``fn(shard, broadcast) -> partial`` or, with ``state``,
+            ``fn(shard, broadcast, st) -> (partial, new_st)``.
+        broadcast : picklable
+            Sent once per pass to every worker.
+        reduce : callable, optional
+            Combines two partials (default :func:`add_partials`), applied in the fixed
+            tree of :func:`tree_reduce` over the shard list.
+        state : ShardState, optional
+        shards : list of int, optional
+            Visit only these shards, reducing in this order.
+
+        Returns
+        -------
+        The reduced partial (``None`` when there are no shards).
+        """
+
+    def map_state(
+        self,
+        store,
+        fn: Callable,
+        broadcast: Any = None,
+        state: ShardState | None = None,
+        reduce: Callable[[Any, Any], Any] | None = None,
+        shards: list[int] | None = None,
+    ) -> Any:
+        """Like :meth:`map_reduce` but ``fn`` gets a :class:`ShardStub` (no data is read).
+
+        For updates of per-shard state that need only the rows' positions (e.g. setting
+        α of given global rows). Counts as a partial pass.
+        """
+        raise NotImplementedError
 
     def init_state(self, store, init: Callable[[Any, int], Any], shards=None) -> ShardState:
         """Create per-shard state with ``init(shard_info, shard_index)`` (no data is read)."""
-        ids = list(range(store.n_shards)) if shards is None else list(shards)
+        ids = list(range(store.n_shards)) if shards is None else [int(i) for i in shards]
         items = [init(store.meta.shards[i], i) for i in ids]
-        return ShardState(self, store.n_shards, items)
+        return ShardState(self, store.n_shards, items, ids)
 
-    def set_state(self, store, items: list[Any]) -> ShardState:
+    def set_state(self, store, items: list[Any], shards=None) -> ShardState:
         """Create per-shard state from explicit values (e.g. loaded from a checkpoint)."""
-        return ShardState(self, store.n_shards, list(items))
+        items = list(items)
+        ids = list(range(len(items))) if shards is None else [int(i) for i in shards]
+        return ShardState(self, store.n_shards, items, ids)
 
     def gather_state(self, state: ShardState) -> list[Any]:
-        """Return the per-shard states, in shard order, to the caller."""
+        """Return the per-shard states, in the order of ``state.ids``, to the caller."""
         return list(state.items)
 
     def close(self) -> None:

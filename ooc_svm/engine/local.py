@@ -1,20 +1,32 @@
-"""In-process engine: a thread pool reads/decodes the next shards while others compute.
+"""In-process engine: reader threads decode the next shards while compute threads run kernels.
 
-Numba kernels run with ``nogil=True``, so ``n_threads`` shards are processed truly in
-parallel; at most ``n_threads + prefetch`` decoded shards are in memory at once. Partials are
-folded in shard order as they become available (out-of-order results wait in a small buffer),
-so the result is independent of thread timing.
+Pipeline of one pass (``map_reduce``):
+
+- ``io_threads`` reader threads read / decompress shards ahead (the Zarr fast path of
+  :mod:`ooc_svm.engine.reader`: memory-mapped for uncompressed stores, GIL-free decoding
+  otherwise), at most ``n_threads + prefetch`` shards being read or computed at a time;
+- ``n_threads`` compute threads run ``fn`` (numba kernels release the GIL, so the shards are
+  processed truly in parallel);
+- partials are folded in the order of the shard list by a streaming version of the fixed
+  binary tree of :func:`~ooc_svm.engine.base.tree_reduce` — the same tree the Dask engine
+  uses — so the result is independent of thread timing and identical across engines.
+
+Memory: at most ``n_threads + prefetch`` decoded shards, plus the optional byte-bounded shard
+cache (``cache_mb``), plus O(log n_shards) partials in the fold and a bounded number of
+partials of shards finished out of order.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from .base import Engine, ShardState, add_partials
+from .base import Engine, ShardState, StreamingTreeReduce, add_partials, shard_stub
+from .reader import ShardCache, shard_reader, store_token
 
 log = logging.getLogger("ooc_svm")
 
@@ -32,16 +44,49 @@ class LocalEngine(Engine):
     Parameters
     ----------
     n_threads : int or None
-        Worker threads (default: the CPUs this process may use).
+        Compute threads (default: the CPUs this process may use).
     prefetch : int
         Shards read ahead beyond the ones being computed.
+    cache_mb : float
+        Budget of the decoded-shard cache in MiB (0 = no cache). A store that fits is read
+        and decoded once; repeated passes then touch no file.
+    io_threads : int or None
+        Reader threads (default ``max(1, min(prefetch, 4))``).
+    fast_read : bool
+        Use the direct Zarr chunk reader (see :mod:`ooc_svm.engine.reader`).
     """
 
-    def __init__(self, n_threads: int | None = None, prefetch: int = 2):
-        self.n_threads = n_threads or _default_threads()
+    def __init__(
+        self,
+        n_threads: int | None = None,
+        prefetch: int = 2,
+        cache_mb: float = 0.0,
+        io_threads: int | None = None,
+        fast_read: bool = True,
+    ):
+        self.n_threads = int(n_threads or _default_threads())
         self.prefetch = max(0, int(prefetch))
+        self.io_threads = int(io_threads or max(1, min(self.prefetch, 4)))
+        self.fast_read = bool(fast_read)
+        self.cache = ShardCache(int(float(cache_mb or 0) * 2**20))
         self.passes = 0
-        self._pool = ThreadPoolExecutor(max_workers=self.n_threads, thread_name_prefix="ooc-svm")
+        self.partial_passes = 0
+        self.shards_read = 0
+        self._pool = ThreadPoolExecutor(self.n_threads, thread_name_prefix="ooc-svm")
+        self._io = ThreadPoolExecutor(self.io_threads, thread_name_prefix="ooc-svm-io")
+        self._readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def _reader(self, store) -> Callable:
+        try:
+            return self._readers[store]
+        except (KeyError, TypeError):
+            pass
+        rd = shard_reader(store, fast=self.fast_read)
+        try:
+            self._readers[store] = rd
+        except TypeError:
+            pass
+        return rd
 
     def map_reduce(
         self,
@@ -52,51 +97,98 @@ class LocalEngine(Engine):
         state: ShardState | None = None,
         shards: list[int] | None = None,
     ) -> Any:
+        return self._run(store, fn, broadcast, reduce, state, shards, read=True)
+
+    def map_state(
+        self,
+        store,
+        fn: Callable,
+        broadcast: Any = None,
+        state: ShardState | None = None,
+        reduce: Callable[[Any, Any], Any] | None = None,
+        shards: list[int] | None = None,
+    ) -> Any:
+        return self._run(store, fn, broadcast, reduce, state, shards, read=False)
+
+    def _run(self, store, fn, broadcast, reduce, state, shards, read: bool) -> Any:
         reduce = reduce or add_partials
-        ids = list(range(store.n_shards)) if shards is None else list(shards)
-        window = self.n_threads + self.prefetch
-        pos = {sid: k for k, sid in enumerate(ids)}
+        full = shards is None
+        ids = list(range(store.n_shards)) if full else [int(s) for s in shards]
+        n = len(ids)
         if state is not None:
-            state_index = {sid: k for k, sid in enumerate(range(state.n_shards))}
+            state.check(ids)
+        token = store_token(store) if read else None
+        reader = self._reader(store) if read else None
+        cache = self.cache
+        window = self.n_threads + self.prefetch
+        max_ahead = 2 * window + 2  # bound on partials waiting for an earlier shard
 
-        def task(sid: int):
-            shard = store.read_shard(sid)
+        def load(k: int):
+            sid = ids[k]
+            if not read:
+                return shard_stub(store, sid)
+            shard = cache.get(token, sid)
+            if shard is None:
+                shard = cache.put(token, sid, reader(sid))
+                self.shards_read += 1
+            return shard
+
+        def compute(k: int, shard):
             if state is None:
-                return fn(shard, broadcast)
-            part, new = fn(shard, broadcast, state.items[state_index[sid]])
-            state.items[state_index[sid]] = new
-            return part
+                return fn(shard, broadcast), None
+            return fn(shard, broadcast, state.get(ids[k]))
 
-        acc = None
-        have_acc = False
+        fold = StreamingTreeReduce(reduce)
         pending: dict[int, Any] = {}
-        next_k = 0
-        it = iter(ids)
-        running = {}
+        new_states: dict[int, Any] = {}
+        reads: dict[Future, int] = {}
+        computes: dict[Future, int] = {}
+        next_submit = 0
+        next_fold = 0
         try:
-            for sid in it:
-                running[self._pool.submit(task, sid)] = sid
-                if len(running) >= window:
-                    break
-            while running:
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+            while next_fold < n:
+                while (
+                    next_submit < n
+                    and len(reads) + len(computes) < window
+                    and next_submit - next_fold < max_ahead
+                ):
+                    k = next_submit
+                    next_submit += 1
+                    hit = cache.get(token, ids[k]) if read else shard_stub(store, ids[k])
+                    if hit is not None:
+                        computes[self._pool.submit(compute, k, hit)] = k
+                    else:
+                        reads[self._io.submit(load, k)] = k
+                done, _ = wait(list(reads) + list(computes), return_when=FIRST_COMPLETED)
                 for fut in done:
-                    sid = running.pop(fut)
-                    pending[pos[sid]] = fut.result()
-                    nxt = next(it, None)
-                    if nxt is not None:
-                        running[self._pool.submit(task, nxt)] = nxt
-                while next_k in pending:
-                    part = pending.pop(next_k)
-                    acc = part if not have_acc else reduce(acc, part)
-                    have_acc = True
-                    next_k += 1
+                    if fut in reads:
+                        k = reads.pop(fut)
+                        computes[self._pool.submit(compute, k, fut.result())] = k
+                    else:
+                        k = computes.pop(fut)
+                        part, st = fut.result()
+                        pending[k] = part
+                        if state is not None:
+                            new_states[k] = st
+                while next_fold in pending:
+                    fold.push(pending.pop(next_fold))
+                    next_fold += 1
         except BaseException:
+            running = list(reads) + list(computes)
             for fut in running:
                 fut.cancel()
+            wait(running)
             raise
-        self.passes += 1
-        return acc
+        if state is not None:
+            for k, st in new_states.items():
+                state.set(ids[k], st)
+        if full:
+            self.passes += 1
+        else:
+            self.partial_passes += 1
+        return fold.result()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._io.shutdown(wait=True, cancel_futures=True)
+        self.cache.clear()

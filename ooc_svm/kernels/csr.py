@@ -1,8 +1,17 @@
-"""Basic CSR kernels: X·w, Xᵀ·v, and the fused hinge-violation pass.
+"""CSR kernels for streamed passes: X·w, Xᵀ·v, fused hinge passes, row norms, row·row dots.
 
-All kernels take raw arrays. ``indices`` are passed as a **uint32 view** of the stored int32
-(``indices.view(np.uint32)``), which lets numba drop the negative-index wrap-around check in
-the inner loop (about 2x faster measured on this machine, see DESIGN.md).
+All kernels are ``@njit(cache=True, nogil=True)`` functions on raw arrays, so the engines
+run them on several shards at once without the GIL. Conventions:
+
+- ``indptr`` is int64, ``data`` float32 (or float64), dense vectors are float64;
+- ``indices`` are passed as a **uint32 view** of the stored int32 (:func:`u32`), which lets
+  numba drop the negative-index wrap-around check in the inner loop (about 2x faster
+  measured on this machine, see DESIGN.md);
+- outputs are written into caller-provided arrays (``out``, ``g``, ...) and also returned;
+- accumulation is always in float64 and in row order, so a kernel gives bit-identical
+  results for the same rows whatever engine or thread runs it.
+
+Shard arrays handed out by the engines are read-only; kernels only read them.
 """
 
 from __future__ import annotations
@@ -10,10 +19,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+# ------------------------------------------------------------------------------------------
+# X·w and friends
+# ------------------------------------------------------------------------------------------
+
 
 @njit(cache=True, nogil=True)
 def csr_matvec(indptr, indices, data, w, bias, out):
-    """out[i] = x_i · w + bias."""
+    """out[i] = x_i · w + bias for every row i."""
     n = indptr.shape[0] - 1
     for i in range(n):
         s = 0.0
@@ -21,6 +34,46 @@ def csr_matvec(indptr, indices, data, w, bias, out):
             s += data[k] * w[indices[k]]
         out[i] = s + bias
     return out
+
+
+@njit(cache=True, nogil=True)
+def csr_matvec_rows(indptr, indices, data, rows, w, bias, out):
+    """out[r] = x_{rows[r]} · w + bias for the listed rows (local row numbers)."""
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        s = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            s += data[k] * w[indices[k]]
+        out[r] = s + bias
+    return out
+
+
+@njit(cache=True, nogil=True)
+def csr_matmat(indptr, indices, data, W, bias, out):
+    """out[i, c] = x_i · W[:, c] + bias[c]: margins of several linear models in one pass.
+
+    ``W`` is a C-contiguous (n_features, n_models) array, ``bias`` has length n_models and
+    ``out`` is (n_rows, n_models).
+    """
+    n = indptr.shape[0] - 1
+    m = W.shape[1]
+    acc = np.empty(m, dtype=np.float64)
+    for i in range(n):
+        for c in range(m):
+            acc[c] = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            v = data[k]
+            j = indices[k]
+            for c in range(m):
+                acc[c] += v * W[j, c]
+        for c in range(m):
+            out[i, c] = acc[c] + bias[c]
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Xᵀ·v and masked / weighted variants
+# ------------------------------------------------------------------------------------------
 
 
 @njit(cache=True, nogil=True)
@@ -36,32 +89,245 @@ def csr_rmatvec_add(indptr, indices, data, v, out):
 
 
 @njit(cache=True, nogil=True)
+def csr_rmatvec_masked_add(indptr, indices, data, v, mask, out):
+    """out += Σ_{i : mask[i]} v[i] · x_i; returns the number of rows in the mask.
+
+    ``mask`` is a boolean (or 0/1 integer) array with one entry per row.
+    """
+    n = indptr.shape[0] - 1
+    cnt = 0
+    for i in range(n):
+        if mask[i]:
+            cnt += 1
+            vi = v[i]
+            for k in range(indptr[i], indptr[i + 1]):
+                out[indices[k]] += vi * data[k]
+    return cnt
+
+
+@njit(cache=True, nogil=True)
+def csr_rmatvec_rows_add(indptr, indices, data, rows, v, out):
+    """out += Σ_r v[r] · x_{rows[r]} (``v`` has one weight per listed row)."""
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        vr = v[r]
+        if vr != 0.0:
+            for k in range(indptr[i], indptr[i + 1]):
+                out[indices[k]] += vr * data[k]
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Fused hinge passes (cutting-plane oracle)
+# ------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
 def hinge_violated(indptr, indices, data, y, w, bias_value, w_bias, g, margins):
     """Fused pass for the 1-slack cutting plane (Joachims 2006, Alg. 1 line 5).
 
     For every row computes m_i = y_i (w·x_i + w_bias*bias_value); rows with m_i < 1 are
     violated (c_i = 1) and contribute y_i x_i to ``g`` (accumulated in place, length
     n_features). Returns (count, hinge_sum, g_bias) where hinge_sum = Σ max(0, 1 - m_i) and
-    g_bias = Σ_violated y_i * bias_value.
+    g_bias = Σ_violated y_i * bias_value. ``margins`` receives m_i (length n_rows).
+
+    The margin of a row is computed exactly as :func:`csr_matvec` computes x_i·w (same
+    order), so ``margins[i] == y_i * (csr_matvec(...)[i] + w_bias*bias_value)`` for bias 0.
     """
     n = indptr.shape[0] - 1
     count = 0
     hinge = 0.0
     gb = 0.0
+    b = w_bias * bias_value
     for i in range(n):
+        lo = indptr[i]
+        hi = indptr[i + 1]
         s = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
+        for k in range(lo, hi):
             s += data[k] * w[indices[k]]
-        m = y[i] * (s + w_bias * bias_value)
+        yi = y[i]
+        m = yi * (s + b)
         margins[i] = m
         if m < 1.0:
             count += 1
             hinge += 1.0 - m
-            yi = y[i]
-            gb += yi * bias_value
-            for k in range(indptr[i], indptr[i + 1]):
+            gb += yi
+            for k in range(lo, hi):
                 g[indices[k]] += yi * data[k]
-    return count, hinge, gb
+    return count, hinge, gb * bias_value
+
+
+@njit(cache=True, nogil=True)
+def hinge_violated_weighted(indptr, indices, data, y, cost, w, bias_value, w_bias, g, margins):
+    """:func:`hinge_violated` with a non-negative weight ``cost[i]`` per row.
+
+    Rows with m_i < 1 contribute cost_i y_i x_i to ``g``. Returns (Σ_violated cost_i,
+    Σ cost_i max(0, 1 - m_i), Σ_violated cost_i y_i * bias_value, count). Rows with
+    cost 0 are skipped in the accumulation (their margin is still written).
+    """
+    n = indptr.shape[0] - 1
+    count = 0
+    csum = 0.0
+    hinge = 0.0
+    gb = 0.0
+    b = w_bias * bias_value
+    for i in range(n):
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        s = 0.0
+        for k in range(lo, hi):
+            s += data[k] * w[indices[k]]
+        yi = y[i]
+        m = yi * (s + b)
+        margins[i] = m
+        ci = cost[i]
+        if m < 1.0 and ci != 0.0:
+            count += 1
+            csum += ci
+            hinge += ci * (1.0 - m)
+            cy = ci * yi
+            gb += cy
+            for k in range(lo, hi):
+                g[indices[k]] += cy * data[k]
+    return csum, hinge, gb * bias_value, count
+
+
+# ------------------------------------------------------------------------------------------
+# Row norms, row gathering, sparse·sparse row dots (kernel-row building blocks)
+# ------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def csr_row_sqnorms(indptr, data, out):
+    """out[i] = ‖x_i‖² (float64 accumulation)."""
+    n = indptr.shape[0] - 1
+    for i in range(n):
+        s = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            v = np.float64(data[k])
+            s += v * v
+        out[i] = s
+    return out
+
+
+@njit(cache=True, nogil=True)
+def csr_take_rows(indptr, indices, data, rows):
+    """Gather the listed rows into a new CSR: returns (indptr, indices, data).
+
+    The outputs have the dtypes of the inputs (pass int32 or uint32 ``indices``).
+    """
+    m = rows.shape[0]
+    new_ptr = np.empty(m + 1, dtype=np.int64)
+    new_ptr[0] = 0
+    for r in range(m):
+        i = rows[r]
+        new_ptr[r + 1] = new_ptr[r] + (indptr[i + 1] - indptr[i])
+    nnz = new_ptr[m]
+    new_idx = np.empty(nnz, dtype=indices.dtype)
+    new_dat = np.empty(nnz, dtype=data.dtype)
+    for r in range(m):
+        i = rows[r]
+        p = new_ptr[r]
+        for k in range(indptr[i], indptr[i + 1]):
+            new_idx[p] = indices[k]
+            new_dat[p] = data[k]
+            p += 1
+    return new_ptr, new_idx, new_dat
+
+
+@njit(cache=True, nogil=True)
+def sparse_dot_sorted(ia, da, ib, db):
+    """Dot product of two sparse vectors with strictly increasing indices (sorted merge)."""
+    na = ia.shape[0]
+    nb = ib.shape[0]
+    p = 0
+    q = 0
+    s = 0.0
+    while p < na and q < nb:
+        a = ia[p]
+        b = ib[q]
+        if a == b:
+            s += np.float64(da[p]) * np.float64(db[q])
+            p += 1
+            q += 1
+        elif a < b:
+            p += 1
+        else:
+            q += 1
+    return s
+
+
+@njit(cache=True, nogil=True)
+def csr_rows_dot(indptr_a, indices_a, data_a, rows_a, indptr_b, indices_b, data_b, out, work):
+    """out[r, j] = x^A_{rows_a[r]} · x^B_j for every listed row of A and every row of B.
+
+    Parameters
+    ----------
+    indptr_a, indices_a, data_a : CSR arrays of A (e.g. a shard or a working set)
+    rows_a : int64 array of local row numbers in A
+    indptr_b, indices_b, data_b : CSR arrays of B (all its rows are used; gather a subset
+        with :func:`csr_take_rows`)
+    out : float64 array (len(rows_a), n_rows_B)
+    work : float64 array
+        Either a zero-filled scratch vector of length ≥ n_features (dense scatter: each row
+        of A is scattered into ``work``, every row of B gathers from it — O(nnz(B)) per row
+        of A; ``work`` is left zero-filled), or an empty array to use a sorted merge of the
+        two rows (no O(n_features) memory; O(nnz(a) + nnz(b)) per pair) — use that when
+        n_features is huge. See :func:`dot_work`.
+
+    Both strategies add the same products in the order of B's indices, so they give
+    identical results.
+    """
+    nb = indptr_b.shape[0] - 1
+    dense = work.shape[0] > 0
+    for r in range(rows_a.shape[0]):
+        i = rows_a[r]
+        lo = indptr_a[i]
+        hi = indptr_a[i + 1]
+        if dense:
+            for k in range(lo, hi):
+                work[indices_a[k]] = data_a[k]
+            for j in range(nb):
+                s = 0.0
+                for k in range(indptr_b[j], indptr_b[j + 1]):
+                    s += work[indices_b[k]] * np.float64(data_b[k])
+                out[r, j] = s
+            for k in range(lo, hi):
+                work[indices_a[k]] = 0.0
+        else:
+            for j in range(nb):
+                p = lo
+                q = indptr_b[j]
+                qe = indptr_b[j + 1]
+                s = 0.0
+                while p < hi and q < qe:
+                    a = indices_a[p]
+                    b = indices_b[q]
+                    if a == b:
+                        s += np.float64(data_a[p]) * np.float64(data_b[q])
+                        p += 1
+                        q += 1
+                    elif a < b:
+                        p += 1
+                    else:
+                        q += 1
+                out[r, j] = s
+    return out
+
+
+#: Above this many features :func:`dot_work` chooses the sorted merge (no dense scratch).
+DENSE_WORK_MAX_FEATURES = 1 << 24
+
+
+def dot_work(n_features: int, dense: bool | None = None) -> np.ndarray:
+    """Scratch vector for :func:`csr_rows_dot`: zeros(n_features) or an empty array (merge).
+
+    ``dense=None`` picks the dense scatter up to :data:`DENSE_WORK_MAX_FEATURES` features
+    (128 MiB of float64). One scratch vector per thread: it is written during the call.
+    """
+    if dense is None:
+        dense = n_features <= DENSE_WORK_MAX_FEATURES
+    return np.zeros(n_features if dense else 0, dtype=np.float64)
 
 
 def u32(indices: np.ndarray) -> np.ndarray:
