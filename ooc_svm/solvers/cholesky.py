@@ -1,0 +1,489 @@
+"""Updatable Cholesky factor of the free-variable block Q_ss (Scheinberg 2006, §2.1–2.2).
+
+The active-set solver keeps the free set I_s and needs, at every step, the solution of the
+equality-constrained reduced problem (4) through the Cholesky factor of Q_ss and the Schur
+complement for the multiplier β (system (5)). I_s changes by one index per step, so the factor
+is *updated*, never recomputed:
+
+- **append** a row / column in O(n_s²): one forward substitution ``l = L⁻¹ q``, new pivot
+  ``δ² = q_kk − ‖l‖²`` (§2.2, "Increasing I_s");
+- **delete** a row / column in O(n_s²) by Givens rotations that restore the triangular shape
+  (§2.2, "Decreasing I_s").
+
+Q_ss may be singular (two identical points with opposite labels, a linear kernel with more
+free variables than features, a warm start). The factor therefore splits I_s into a *basis*
+B, whose block Q_BB = L Lᵀ is positive definite, and a few *dependent* indices D whose pivot
+was (numerically) zero; for each j ∈ D it keeps ``l_j = L⁻¹ Q_Bj`` so that
+Q_ss = F Fᵀ with F = [L; Λᵀ] (the "permute the dependent rows to the end" form of §2.1).
+:meth:`ActiveFactor.direction` then solves system (5) when it has a unique solution (D = ∅,
+or |D| = 1 with y not in the range, Case 1(a)) and otherwise returns an *infinite descent
+direction* with Q_ss d = 0 and y_sᵀd = 0 (Cases 1(b), 2(a), 2(b) and, with more dependent
+indices as after a warm start, Case 3 using the first two of them).
+
+Deleting a basis index can make a dependent index independent again; that index is then
+re-appended to the basis (its residual pivot is tracked exactly by the rotations).
+
+The rotations and substitutions are numba kernels on the raw arrays. ``R = Lᵀ`` is stored
+row-major so every inner loop walks contiguous memory. Accuracy is monitored with a probe
+vector (:meth:`ActiveFactor.probe_error`: ‖F Fᵀ v − Q_ss v‖ / (‖v‖ max diag Q_ss)) and the
+factor is rebuilt from Q_ss with LAPACK's pivoted Cholesky (``dpstrf``) when the updates
+have lost accuracy (:meth:`ActiveFactor.refactor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit
+from scipy.linalg import lapack
+
+#: Pivot δ² ≤ DEP_TOL · q_kk marks a column as linearly dependent on the basis.
+DEP_TOL = 1e-10
+#: |a_j| ≤ A_TOL · (1 + |l_jᵀ r1|) means y_s is orthogonal to the null direction of j.
+A_TOL = 1e-9
+
+
+# ------------------------------------------------------------------------------------------
+# numba kernels on R (upper triangular, R = Lᵀ, row-major) and companion arrays
+# ------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def forward_solve(R, nb, b, out):
+    """Solve Rᵀ x = b (i.e. L x = b) for the leading nb × nb block; returns ``out``."""
+    for k in range(nb):
+        out[k] = b[k]
+    for k in range(nb):
+        xk = out[k] / R[k, k]
+        out[k] = xk
+        if xk != 0.0:
+            for j in range(k + 1, nb):
+                out[j] -= R[k, j] * xk
+    return out
+
+
+@njit(cache=True, nogil=True)
+def back_solve(R, nb, z, out):
+    """Solve R x = z (i.e. Lᵀ x = z) for the leading nb × nb block; returns ``out``."""
+    for k in range(nb - 1, -1, -1):
+        s = z[k]
+        for j in range(k + 1, nb):
+            s -= R[k, j] * out[j]
+        out[k] = s / R[k, k]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def forward_solve_many(R, nb, B, nc, out):
+    """Solve Rᵀ X = B for nc right-hand sides stored as columns of B (nb × nc)."""
+    for k in range(nb):
+        for c in range(nc):
+            out[k, c] = B[k, c]
+    for k in range(nb):
+        inv = 1.0 / R[k, k]
+        for c in range(nc):
+            out[k, c] *= inv
+        for j in range(k + 1, nb):
+            rkj = R[k, j]
+            if rkj != 0.0:
+                for c in range(nc):
+                    out[j, c] -= rkj * out[k, c]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def delete_basis_row(R, nb, p, Lam, nd, r1):
+    """Remove basis position p: delete column p of R and re-triangularise with Givens.
+
+    Deleting row p of L = Rᵀ leaves R (nb × nb−1) upper Hessenberg below row p; rotations
+    of rows (k, k+1), k = p … nb−2, zero the sub-diagonal (the paper's right-multiplication
+    of L by Givens matrices). The same rotations are applied to the rows of ``Lam`` and to
+    ``r1`` (both hold L⁻¹·v vectors), whose last entries become the components outside the
+    new basis. On return the leading (nb−1) × (nb−1) block of R is the new factor and row
+    nb−1 of R is zero. Returns the number of rotations applied.
+    """
+    # shift columns p+1.. one to the left (row i has entries from column i on)
+    for i in range(nb):
+        j0 = p if p > i - 1 else i - 1
+        for j in range(j0, nb - 1):
+            R[i, j] = R[i, j + 1]
+        R[i, nb - 1] = 0.0
+    nrot = 0
+    for k in range(p, nb - 1):
+        a = R[k, k]
+        b = R[k + 1, k]
+        if b == 0.0:
+            if a < 0.0:  # keep the diagonal positive
+                for j in range(k, nb - 1):
+                    R[k, j] = -R[k, j]
+                for c in range(nd):
+                    Lam[k, c] = -Lam[k, c]
+                r1[k] = -r1[k]
+            continue
+        r = np.hypot(a, b)
+        c_ = a / r
+        s_ = b / r
+        R[k, k] = r
+        R[k + 1, k] = 0.0
+        for j in range(k + 1, nb - 1):
+            t1 = R[k, j]
+            t2 = R[k + 1, j]
+            R[k, j] = c_ * t1 + s_ * t2
+            R[k + 1, j] = -s_ * t1 + c_ * t2
+        for c in range(nd):
+            t1 = Lam[k, c]
+            t2 = Lam[k + 1, c]
+            Lam[k, c] = c_ * t1 + s_ * t2
+            Lam[k + 1, c] = -s_ * t1 + c_ * t2
+        t1 = r1[k]
+        t2 = r1[k + 1]
+        r1[k] = c_ * t1 + s_ * t2
+        r1[k + 1] = -s_ * t1 + c_ * t2
+        nrot += 1
+    for j in range(nb):
+        R[nb - 1, j] = 0.0
+    return nrot
+
+
+@njit(cache=True, nogil=True)
+def factor_matvec(R, nb, Lam, nd, vb, vd, outb, outd):
+    """(F Fᵀ) v with F = [Rᵀ; Lamᵀ]: u = R v_B + Lam v_D, out = [Rᵀ u; Lamᵀ u]."""
+    u = np.zeros(nb)
+    for i in range(nb):
+        s = 0.0
+        for j in range(i, nb):
+            s += R[i, j] * vb[j]
+        for c in range(nd):
+            s += Lam[i, c] * vd[c]
+        u[i] = s
+    for j in range(nb):
+        s = 0.0
+        for i in range(j + 1):
+            s += R[i, j] * u[i]
+        outb[j] = s
+    for c in range(nd):
+        s = 0.0
+        for i in range(nb):
+            s += Lam[i, c] * u[i]
+        outd[c] = s
+
+
+# ------------------------------------------------------------------------------------------
+class ActiveFactor:
+    """Cholesky factor of Q_ss for a changing free set, with singular (dependent) columns.
+
+    Members are identified by integer *keys* chosen by the caller (e.g. positions in its
+    working set); vectors passed in (columns of Q, gradients) are indexed by key.
+
+    Parameters
+    ----------
+    capacity : int
+        Initial number of basis rows allocated (grows by half when full).
+    dep_tol : float
+        Relative pivot below which an appended column counts as dependent.
+    """
+
+    def __init__(self, capacity: int = 64, dep_tol: float = DEP_TOL):
+        cap = max(4, int(capacity))
+        self.dep_tol = float(dep_tol)
+        self.R = np.zeros((cap, cap))
+        self.Lam = np.zeros((cap, 4))
+        self.r1 = np.zeros(cap)
+        self.bkeys = np.zeros(cap, dtype=np.int64)
+        self.by = np.zeros(cap)
+        self.dkeys = np.zeros(4, dtype=np.int64)
+        self.dy = np.zeros(4)
+        self.ddiag = np.zeros(4)
+        self.nb = 0
+        self.nd = 0
+        self.updates = 0          # appends + deletions since the last accuracy check
+        self.refactorisations = 0
+        self.promotions = 0
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return self.nb + self.nd
+
+    def keys(self) -> np.ndarray:
+        """Member keys in factor order: basis first, then dependent."""
+        return np.concatenate([self.bkeys[: self.nb], self.dkeys[: self.nd]])
+
+    def basis_keys(self) -> np.ndarray:
+        return self.bkeys[: self.nb].copy()
+
+    def dependent_keys(self) -> np.ndarray:
+        return self.dkeys[: self.nd].copy()
+
+    def nbytes(self) -> int:
+        return self.R.nbytes + self.Lam.nbytes + self.r1.nbytes
+
+    def _grow_basis(self) -> None:
+        cap = self.R.shape[0]
+        new = cap + max(cap // 2, 4)
+        R = np.zeros((new, new))
+        R[: self.nb, : self.nb] = self.R[: self.nb, : self.nb]
+        self.R = R
+        Lam = np.zeros((new, self.Lam.shape[1]))
+        Lam[: self.nb, : self.nd] = self.Lam[: self.nb, : self.nd]
+        self.Lam = Lam
+        for name in ("r1", "by"):
+            a = getattr(self, name)
+            b = np.zeros(new)
+            b[: self.nb] = a[: self.nb]
+            setattr(self, name, b)
+        k = np.zeros(new, dtype=np.int64)
+        k[: self.nb] = self.bkeys[: self.nb]
+        self.bkeys = k
+
+    def _grow_dependent(self) -> None:
+        cap = self.Lam.shape[1]
+        new = cap * 2
+        Lam = np.zeros((self.Lam.shape[0], new))
+        Lam[:, :cap] = self.Lam
+        self.Lam = Lam
+        for name in ("dy", "ddiag"):
+            a = getattr(self, name)
+            b = np.zeros(new)
+            b[:cap] = a
+            setattr(self, name, b)
+        k = np.zeros(new, dtype=np.int64)
+        k[:cap] = self.dkeys
+        self.dkeys = k
+
+    def remap(self, mapping: np.ndarray) -> None:
+        """Rename keys: key k becomes ``mapping[k]`` (when the caller's index space changes)."""
+        self.bkeys[: self.nb] = mapping[self.bkeys[: self.nb]]
+        self.dkeys[: self.nd] = mapping[self.dkeys[: self.nd]]
+
+    def clear(self) -> None:
+        self.nb = 0
+        self.nd = 0
+        self.R[:] = 0.0
+        self.Lam[:] = 0.0
+
+    # -- updates ----------------------------------------------------------------------------
+    def append(self, key: int, y: float, col: np.ndarray) -> bool:
+        """Add member ``key`` with label ``y`` and Q column ``col`` (indexed by key).
+
+        ``col[key]`` is the diagonal entry. Returns True if it joined the basis, False if
+        its column is (numerically) dependent on the basis. O(n_s²).
+        """
+        nb, nd = self.nb, self.nd
+        qkk = float(col[key])
+        qb = np.ascontiguousarray(col[self.bkeys[:nb]], dtype=np.float64)
+        lvec = forward_solve(self.R, nb, qb, np.empty(nb))
+        d2 = qkk - float(lvec @ lvec)
+        self.updates += 1
+        if qkk > 0.0 and d2 > self.dep_tol * qkk:
+            if nb + 1 > self.R.shape[0]:
+                self._grow_basis()
+            delta = np.sqrt(d2)
+            R = self.R
+            R[:nb, nb] = lvec
+            R[nb, nb] = delta
+            self.r1[nb] = (y - float(lvec @ self.r1[:nb])) / delta
+            if nd:
+                qd = np.asarray(col[self.dkeys[:nd]], dtype=np.float64)
+                self.Lam[nb, :nd] = (qd - lvec @ self.Lam[:nb, :nd]) / delta
+            self.bkeys[nb] = key
+            self.by[nb] = y
+            self.nb = nb + 1
+            return True
+        if nd + 1 > self.Lam.shape[1]:
+            self._grow_dependent()
+        self.Lam[:nb, nd] = lvec
+        self.dkeys[nd] = key
+        self.dy[nd] = y
+        self.ddiag[nd] = qkk
+        self.nd = nd + 1
+        return False
+
+    def remove(self, key: int, col_fn: Callable[[int], np.ndarray]) -> None:
+        """Remove member ``key``. O(n_s²) Givens rotations when it is a basis member.
+
+        ``col_fn(k)`` returns the Q column of member k (indexed by key); it is called only
+        when a dependent member becomes independent and is re-appended to the basis.
+        """
+        self.updates += 1
+        nd = self.nd
+        where_d = np.nonzero(self.dkeys[:nd] == key)[0]
+        if where_d.size:
+            c = int(where_d[0])
+            last = nd - 1
+            if c != last:
+                self.Lam[:, c:last] = self.Lam[:, c + 1 : nd].copy()
+                for a in (self.dkeys, self.dy, self.ddiag):
+                    a[c:last] = a[c + 1 : nd].copy()
+            self.Lam[:, last] = 0.0
+            self.nd = last
+            return
+        where_b = np.nonzero(self.bkeys[: self.nb] == key)[0]
+        if not where_b.size:
+            raise KeyError(f"key {key} is not in the factor")
+        p = int(where_b[0])
+        nb = self.nb
+        delete_basis_row(self.R, nb, p, self.Lam, nd, self.r1)
+        self.bkeys[p : nb - 1] = self.bkeys[p + 1 : nb].copy()
+        self.by[p : nb - 1] = self.by[p + 1 : nb].copy()
+        self.nb = nb - 1
+        self.r1[nb - 1] = 0.0
+        self.Lam[nb - 1, :nd] = 0.0
+        # a dependent column may have become independent of the smaller basis
+        if nd:
+            nbn = self.nb
+            lam = self.Lam[:nbn, :nd]
+            resid = self.ddiag[:nd] - np.einsum("ij,ij->j", lam, lam)
+            promote = np.nonzero(resid > self.dep_tol * np.maximum(self.ddiag[:nd], 1e-300))[0]
+            for c in promote[::-1]:
+                k = int(self.dkeys[c])
+                y = float(self.dy[c])
+                self.remove(k, col_fn)
+                self.updates -= 1
+                if self.append(k, y, col_fn(k)):
+                    self.promotions += 1
+                self.updates -= 1
+
+    # -- the reduced problem ----------------------------------------------------------------
+    def direction(self, g: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray, float]:
+        """Step of the reduced problem (4) from gradient ``g`` (indexed by key).
+
+        Returns ``(finite, d_B, d_D, beta)`` in factor order (:meth:`keys`). When system (5)
+        has a unique solution, ``finite`` is True, ``d`` is the Newton step to the reduced
+        optimum (Q_ss d − β y_s = −g_s, y_sᵀd = 0) and ``beta`` its multiplier. Otherwise
+        ``finite`` is False and ``d`` is an infinite direction (Q_ss d = 0, y_sᵀd = 0)
+        oriented so that gᵀd ≤ 0; ``beta`` is NaN.
+        """
+        nb, nd = self.nb, self.nd
+        R = self.R
+        r1 = self.r1[:nb]
+        gb = np.ascontiguousarray(g[self.bkeys[:nb]], dtype=np.float64)
+        if nd == 0:
+            r2 = forward_solve(R, nb, gb, np.empty(nb))
+            beta = float(r1 @ r2) / float(r1 @ r1)
+            db = back_solve(R, nb, beta * r1 - r2, np.empty(nb))
+            return True, db, np.zeros(0), beta
+        gd = np.asarray(g[self.dkeys[:nd]], dtype=np.float64)
+        lam = self.Lam[:nb, :nd]
+        lr1 = lam.T @ r1
+        a = self.dy[:nd] - lr1
+        small = np.abs(a) <= A_TOL * (1.0 + np.abs(lr1))
+        v = None
+        if small.any():
+            v = np.zeros(nd)
+            v[int(np.argmax(small))] = 1.0
+        elif nd >= 2:
+            v = np.zeros(nd)
+            m = max(abs(a[0]), abs(a[1]))
+            v[0] = a[1] / m
+            v[1] = -a[0] / m
+        if v is None:
+            # Case 1(a): one dependent index, y_s not in the range -> unique solution
+            lam0 = lam[:, 0]
+            r2 = forward_solve(R, nb, gb, np.empty(nb))
+            beta = (float(gd[0]) - float(lam0 @ r2)) / float(a[0])
+            u = beta * r1 - r2
+            dd = -float(r1 @ u) / float(a[0])
+            db = back_solve(R, nb, u - lam0 * dd, np.empty(nb))
+            return True, db, np.array([dd]), beta
+        db = -back_solve(R, nb, lam @ v, np.empty(nb))
+        if float(gb @ db) + float(gd @ v) > 0.0:
+            db = -db
+            v = -v
+        return False, db, v, float("nan")
+
+    # -- accuracy ---------------------------------------------------------------------------
+    def matvec(self, v: np.ndarray) -> np.ndarray:
+        """(F Fᵀ) v in factor order (the factor's idea of Q_ss v)."""
+        nb, nd = self.nb, self.nd
+        outb = np.empty(nb)
+        outd = np.empty(nd)
+        factor_matvec(self.R, nb, self.Lam, nd, np.ascontiguousarray(v[:nb]),
+                      np.ascontiguousarray(v[nb:]), outb, outd)
+        return np.concatenate([outb, outd])
+
+    def probe_error(self, qss_matvec: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                    seed: int = 0) -> float:
+        """Relative backward error of the factor on a random probe vector.
+
+        ``qss_matvec(keys, v)`` must return Q_ss v for members ``keys`` (factor order). The
+        value is ‖F Fᵀ v − Q_ss v‖ / (‖v‖ · max diag Q_ss); O(n_s²).
+        """
+        self.updates = 0
+        n = self.n
+        if n == 0:
+            return 0.0
+        rng = np.random.default_rng(seed)
+        v = rng.standard_normal(n)
+        keys = self.keys()
+        exact = qss_matvec(keys, v)
+        approx = self.matvec(v)
+        diag = np.concatenate([
+            np.einsum("ij,ij->j", self.R[: self.nb, : self.nb], self.R[: self.nb, : self.nb]),
+            self.ddiag[: self.nd],
+        ])
+        scale = max(float(diag.max()), 1e-300) * float(np.linalg.norm(v))
+        return float(np.linalg.norm(approx - exact)) / scale
+
+    def refactor(self, keys: np.ndarray, ys: np.ndarray, Q: np.ndarray) -> None:
+        """Rebuild the factor from scratch for members ``keys`` with Q_ss = ``Q``.
+
+        Uses LAPACK's pivoted Cholesky (``dpstrf``): the first ``rank`` pivots form the basis,
+        the rest are dependent. O(n_s³).
+        """
+        keys = np.asarray(keys, dtype=np.int64)
+        ys = np.asarray(ys, dtype=np.float64)
+        n = keys.size
+        self.refactorisations += 1
+        self.updates = 0
+        self.nb = 0
+        self.nd = 0
+        if n == 0:
+            return
+        Q = np.array(Q, dtype=np.float64, order="F", copy=True)
+        dmax = float(np.max(np.diag(Q)))
+        if dmax <= 0.0:
+            rank = 0
+            piv = np.arange(n)
+            U = np.zeros((n, n))
+        else:
+            U, piv, rank, info = lapack.dpstrf(Q, tol=self.dep_tol * dmax, lower=0)
+            if info < 0:
+                raise RuntimeError(f"dpstrf failed (info={info})")
+            piv = piv - 1
+            U = np.triu(U)
+        cap = self.R.shape[0]
+        while cap < rank:
+            cap = cap + max(cap // 2, 4)
+        if cap != self.R.shape[0]:
+            self.R = np.zeros((cap, cap))
+            self.r1 = np.zeros(cap)
+            self.bkeys = np.zeros(cap, dtype=np.int64)
+            self.by = np.zeros(cap)
+        else:
+            self.R[:] = 0.0
+        nd = n - rank
+        dcap = max(4, self.Lam.shape[1])
+        while dcap < nd:
+            dcap *= 2
+        self.Lam = np.zeros((cap, dcap))
+        if dcap != self.dkeys.shape[0]:
+            self.dkeys = np.zeros(dcap, dtype=np.int64)
+            self.dy = np.zeros(dcap)
+            self.ddiag = np.zeros(dcap)
+        self.R[:rank, :rank] = U[:rank, :rank]
+        self.Lam[:rank, :nd] = U[:rank, rank:n]
+        self.bkeys[:rank] = keys[piv[:rank]]
+        self.by[:rank] = ys[piv[:rank]]
+        self.dkeys[:nd] = keys[piv[rank:]]
+        self.dy[:nd] = ys[piv[rank:]]
+        self.ddiag[:nd] = np.diag(Q)[piv[rank:]] if nd else 0.0
+        self.nb = rank
+        self.nd = nd
+        self.r1[:rank] = forward_solve(self.R, rank, np.ascontiguousarray(self.by[:rank]),
+                                       np.empty(rank))
+        self.r1[rank:] = 0.0
+
+    def dense_factor(self) -> np.ndarray:
+        """F = [L; Λᵀ] as a dense (n_s × n_b) array in factor order (for tests)."""
+        nb, nd = self.nb, self.nd
+        return np.vstack([self.R[:nb, :nb].T, self.Lam[:nb, :nd].T])
