@@ -14,9 +14,10 @@ Two flavours with the same policy (least recently used evicted first, hit / miss
 :class:`SlotCache` — numba level, for inner loops that must not return to Python (SMO).
     A fixed pool of ``n_slots`` float32 columns of length ``length`` (n_slots is derived from
     the byte budget); keys are local indices ``0 .. n_keys-1`` of an in-memory row set.
-    Each slot records the *generation* of the active set it was computed for (entries outside
-    the active set may be missing) or ``-1`` when all ``length`` entries are valid. Call
-    :func:`slot_acquire` in numba code; see its docstring.
+    Two validity schemes over the same arrays: :func:`slot_acquire` (each slot records the
+    *generation* of the active set it was computed for, ``-1`` = complete) and
+    :func:`slot_acquire_prefix` (each slot records how many leading positions of the caller's
+    row order it covers, as LIBSVM's cache does; used by SMO). Use one scheme per cache.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ class SlotCache:
     buf : float32 (n_slots, length)
     slot_key : int64 (n_slots,)    key held by each slot, -1 when empty
     slot_of : int64 (n_keys,)      slot holding each key, -1 when absent
-    slot_gen : int64 (n_slots,)    generation the column was computed for, -1 = complete
+    slot_gen : int64 (n_slots,)    generation (slot_acquire) or covered prefix (…_prefix)
     last_used : int64 (n_slots,)   LRU clock stamps
     stats : int64 (4,)             hits, misses, evictions, clock
     """
@@ -246,6 +247,48 @@ def slot_acquire(slot_key, slot_of, slot_gen, last_used, stats, key, gen, need_f
 
 
 @njit(cache=True, nogil=True)
+def slot_acquire_prefix(slot_key, slot_of, slot_len, last_used, stats, key, need):
+    """Prefix-length variant of :func:`slot_acquire` (LIBSVM's cache semantics).
+
+    Here ``slot_len`` (the ``slot_gen`` array of a :class:`SlotCache`) records how many
+    leading positions of the caller's row order the column covers. Returns ``(slot, have)``:
+    positions ``[have, need)`` are missing (none when ``have >= need``, a hit). The caller
+    fills them and sets ``slot_len[slot] = need``. Valid as long as the caller only permutes
+    rows *within* a covered prefix (shrinking) or appends rows after it.
+    """
+    stats[3] += 1
+    s = slot_of[key]
+    if s >= 0:
+        last_used[s] = stats[3]
+        have = slot_len[s]
+        if have >= need:
+            stats[0] += 1
+            return s, have
+        stats[1] += 1
+        return s, max(have, 0)
+    stats[1] += 1
+    n = slot_key.shape[0]
+    best = 0
+    bt = last_used[0]
+    for t in range(n):
+        if slot_key[t] < 0:
+            best = t
+            break
+        if last_used[t] < bt:
+            bt = last_used[t]
+            best = t
+    old = slot_key[best]
+    if old >= 0:
+        slot_of[old] = -1
+        stats[2] += 1
+    slot_key[best] = key
+    slot_of[key] = best
+    slot_len[best] = 0
+    last_used[best] = stats[3]
+    return best, 0
+
+
+@njit(cache=True, nogil=True)
 def slot_filled(slot_gen, slot, gen, full):
     """Record that ``buf[slot]`` now holds the column for generation ``gen`` (or all rows)."""
     slot_gen[slot] = -1 if full else gen
@@ -266,6 +309,7 @@ __all__ = [
     "KernelCache",
     "SlotCache",
     "slot_acquire",
+    "slot_acquire_prefix",
     "slot_filled",
     "slot_invalidate_all",
 ]

@@ -74,7 +74,7 @@ from .dual_common import (
     make_model,
     shard_rows,
 )
-from .kernel_cache import MB, SlotCache, slot_acquire, slot_filled
+from .kernel_cache import MB, SlotCache, slot_acquire_prefix
 
 log = logging.getLogger("ooc_svm")
 
@@ -145,31 +145,33 @@ def _self_kernel(code, sqi, gamma, degree, coef0):
 
 
 @njit(cache=True, nogil=True)
-def _column(i, full, gen, rows, n_rows, X, kp, cache, work, with_y):
-    """Cached column i: (y_i y_k) K(x_i, x_k) for k in rows[:n_rows] (or all k when full)."""
+def _column(i, need, order, X, kp, cache, work, with_y):
+    """Cached column i over the rows order[:need]: (y_i y_k) K(x_i, x_k) (or K without y).
+
+    The cache keeps how many leading positions of ``order`` a column covers and only the
+    missing ones are computed (LIBSVM's semantics; see ``slot_acquire_prefix``).
+    """
     indptr, indices, data, sq, y = X
     code, gamma, degree, coef0 = kp
-    buf, slot_key, slot_of, slot_gen, last_used, stats = cache
-    s, hit = slot_acquire(slot_key, slot_of, slot_gen, last_used, stats, i, gen, full)
+    buf, slot_key, slot_of, slot_len, last_used, stats = cache
+    s, have = slot_acquire_prefix(slot_key, slot_of, slot_len, last_used, stats, i, need)
     col = buf[s]
-    if not hit:
-        m = y.shape[0]
+    if have < need:
         scatter_row(indptr, indices, data, i, work)
         sqi = sq[i]
-        yi = y[i] if with_y else 1.0
-        if full:
-            for k in range(m):
+        if with_y:
+            yi = y[i]
+            for t in range(have, need):
+                k = order[t]
                 d = gather_dot(indptr, indices, data, k, work)
-                v = kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
-                col[k] = yi * y[k] * v if with_y else v
+                col[k] = yi * y[k] * kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
         else:
-            for t in range(n_rows):
-                k = rows[t]
+            for t in range(have, need):
+                k = order[t]
                 d = gather_dot(indptr, indices, data, k, work)
-                v = kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
-                col[k] = yi * y[k] * v if with_y else v
+                col[k] = kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
         clear_row(indptr, indices, i, work)
-        slot_filled(slot_gen, s, gen, full)
+        slot_len[s] = need
     return col
 
 
@@ -177,7 +179,7 @@ def _column(i, full, gen, rows, n_rows, X, kp, cache, work, with_y):
 # numba: WSS2 (Fan, Chen & Lin 2005 / LIBSVM Solver) on an in-memory set
 # ============================================================================================
 @njit(cache=True, nogil=True)
-def _select_wss2(active, n_active, gen, X, kp, cache, work, alpha, G, QD, C):
+def _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C):
     """WSS2: i = argmax_{I_up} −y G; j minimises the second-order decrease. Returns
     (i, j, m − M) with j = −1 when no pair is found."""
     y = X[4]
@@ -197,7 +199,7 @@ def _select_wss2(active, n_active, gen, X, kp, cache, work, alpha, G, QD, C):
     if imax < 0:
         return -1, -1, 0.0
     i = imax
-    qi = _column(i, False, gen, active, n_active, X, kp, cache, work, True)
+    qi = _column(i, n_active, active, X, kp, cache, work, True)
     jmin = -1
     obj_min = np.inf
     yi = y[i]
@@ -229,7 +231,7 @@ def _select_wss2(active, n_active, gen, X, kp, cache, work, alpha, G, QD, C):
 
 
 @njit(cache=True, nogil=True)
-def _reconstruct(active, n_active, gen, X, kp, cache, work, alpha, G, G_bar, p, C):
+def _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C):
     """LIBSVM's reconstruct_gradient: exact G for the shrunk rows active[n_active:]."""
     m = alpha.shape[0]
     if n_active == m:
@@ -245,7 +247,7 @@ def _reconstruct(active, n_active, gen, X, kp, cache, work, alpha, G, G_bar, p, 
     if nr_free * m > 2 * n_active * (m - n_active):
         for t in range(n_active, m):
             i = active[t]
-            qi = _column(i, False, gen, active, n_active, X, kp, cache, work, True)
+            qi = _column(i, n_active, active, X, kp, cache, work, True)
             s = 0.0
             for u in range(n_active):
                 j = active[u]
@@ -256,7 +258,7 @@ def _reconstruct(active, n_active, gen, X, kp, cache, work, alpha, G, G_bar, p, 
         for u in range(n_active):
             i = active[u]
             if 0 < alpha[i] < C:
-                qi = _column(i, True, gen, active, n_active, X, kp, cache, work, True)
+                qi = _column(i, m, active, X, kp, cache, work, True)
                 a = alpha[i]
                 for t in range(n_active, m):
                     j = active[t]
@@ -325,14 +327,13 @@ def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, sh
     m = y.shape[0]
     active = np.arange(m)
     n_active = m
-    gen = 0
     if init_grad:
         for k in range(m):
             G[k] = p[k]
             G_bar[k] = 0.0
         for i in range(m):
             if alpha[i] > 0:
-                qi = _column(i, True, gen, active, m, X, kp, cache, work, True)
+                qi = _column(i, m, active, X, kp, cache, work, True)
                 a = alpha[i]
                 for k in range(m):
                     G[k] += a * qi[k]
@@ -354,23 +355,17 @@ def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, sh
                 if not unshrink and g12 <= 10.0 * tol:
                     unshrink = True
                     # restore everything, reconstruct, then shrink again
-                    _reconstruct(active, n_active, gen, X, kp, cache, work, alpha, G, G_bar,
+                    _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar,
                                  p, C)
-                    for t in range(m):
-                        active[t] = t
                     n_active = m
-                    gen += 1
                     n_new, g12 = _shrink(active, n_active, y, alpha, G, C)
                 n_active = n_new
-        i, j, gap = _select_wss2(active, n_active, gen, X, kp, cache, work, alpha, G, QD, C)
+        i, j, gap = _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C)
         if j < 0 or gap < tol:
             if n_active < m:
-                _reconstruct(active, n_active, gen, X, kp, cache, work, alpha, G, G_bar, p, C)
-                for t in range(m):
-                    active[t] = t
+                _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C)
                 n_active = m
-                gen += 1
-                i, j, gap = _select_wss2(active, n_active, gen, X, kp, cache, work, alpha, G,
+                i, j, gap = _select_wss2(active, n_active, X, kp, cache, work, alpha, G,
                                          QD, C)
                 if j < 0 or gap < tol:
                     status = 0
@@ -380,8 +375,8 @@ def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, sh
                 status = 0
                 break
         it += 1
-        qi = _column(i, False, gen, active, n_active, X, kp, cache, work, True)
-        qj = _column(j, False, gen, active, n_active, X, kp, cache, work, True)
+        qi = _column(i, n_active, active, X, kp, cache, work, True)
+        qj = _column(j, n_active, active, X, kp, cache, work, True)
         ai_old = alpha[i]
         aj_old = alpha[j]
         ai = ai_old
@@ -444,17 +439,17 @@ def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, sh
         ui = ai_old >= C
         uj = aj_old >= C
         if ui != (ai >= C):
-            qf = _column(i, True, gen, active, n_active, X, kp, cache, work, True)
+            qf = _column(i, m, active, X, kp, cache, work, True)
             sgn = -C if ui else C
             for k in range(m):
                 G_bar[k] += sgn * qf[k]
         if uj != (aj >= C):
-            qf = _column(j, True, gen, active, n_active, X, kp, cache, work, True)
+            qf = _column(j, m, active, X, kp, cache, work, True)
             sgn = -C if uj else C
             for k in range(m):
                 G_bar[k] += sgn * qf[k]
     if n_active < m:
-        _reconstruct(active, n_active, gen, X, kp, cache, work, alpha, G, G_bar, p, C)
+        _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C)
     return it, gap, status
 
 
@@ -510,7 +505,8 @@ def _diag(X, kp):
 # ============================================================================================
 # scalars kept in arrays so numba functions can update them:
 #   fs[0] = b (threshold, u = Σ y α K − b)
-#   ist[0] = number of tracked rows, ist[1] = cache generation, ist[2] = successful steps,
+#   ist[0] = number of tracked rows (tlist only grows: cached columns cover a prefix of it),
+#   ist[1] = unused, ist[2] = successful steps,
 #   ist[3] = step limit
 @njit(cache=True, nogil=True)
 def _fresh_error(k, X, kp, work, alpha, fs, w, linear):
@@ -623,11 +619,9 @@ def _take_step(i1, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w,
         E[i2] = E2
         tlist[ist[0]] = i2
         ist[0] += 1
-        ist[1] += 1
     n_t = ist[0]
-    gen = ist[1]
-    c1 = _column(i1, False, gen, tlist, n_t, X, kp, cache, work, False)
-    c2 = _column(i2, False, gen, tlist, n_t, X, kp, cache, work, False)
+    c1 = _column(i1, n_t, tlist, X, kp, cache, work, False)
+    c2 = _column(i2, n_t, tlist, X, kp, cache, work, False)
     for t in range(n_t):
         k = tlist[t]
         E[k] += t1 * c1[k] + t2 * c2[k] - db
