@@ -1,0 +1,121 @@
+"""``ooc-svm ingest INPUT... STORE``: SVMlight / LIBSVM text into a sharded store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "ingest",
+        help="convert SVMlight/LIBSVM text into a store",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Convert SVMlight/LIBSVM text files into one sharded store (Zarr or Parquet),\n"
+            "streaming: memory is bounded by the block and shard sizes, not by the input.\n\n"
+            "Lines are 'LABEL [qid:N] INDEX:VALUE ... [# comment]' with 1-based, strictly\n"
+            "increasing indices (column j of the store is feature j+1; --zero-based for\n"
+            "0-based files). Inputs may be plain, .gz, .bz2 or .xz (detected from the\n"
+            "content) or '-' for stdin; rows of several inputs are stored in input order.\n"
+            "A bad line stops the ingest with the file, line and fix, and leaves nothing at\n"
+            "STORE; --skip-invalid skips such lines instead and reports how many.\n\n"
+            "examples:\n"
+            "  ooc-svm ingest a9a a9a.zarr\n"
+            "  ooc-svm ingest train.txt.xz vali.txt.xz mq2008.parquet\n"
+            "  ooc-svm ingest sector.scale.bz2 sector.zarr --label-kind multiclass\n"
+            "  zcat big.svm.gz | ooc-svm ingest - big.zarr --shard-mb 128"
+        ),
+    )
+    p.add_argument("paths", nargs="+", metavar="INPUT... STORE",
+                   help="input files ('-' for stdin), then the destination store")
+    p.add_argument("--format", choices=["zarr", "parquet"], default=None,
+                   help="store backend (default: parquet for *.parquet / *.pq, else zarr)")
+    p.add_argument("--zero-based", action="store_true",
+                   help="indices in the text start at 0 (default: 1-based)")
+    p.add_argument("--shard-rows", type=int, default=None, metavar="N",
+                   help="at most N rows per shard")
+    p.add_argument("--shard-mb", type=float, default=None, metavar="M",
+                   help="at most M MB of decoded CSR per shard (default 64 unless "
+                        "--shard-rows is given)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--append", action="store_true",
+                   help="add the rows to an existing store (new shards; metadata replaced "
+                        "atomically)")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    p.add_argument("--compression", choices=["zstd", "lz4", "none"], default=None,
+                   help="shard compression (default zstd; --append keeps the store's)")
+    p.add_argument("--label-kind", choices=["auto", "binary", "ordinal", "multiclass", "real"],
+                   default="auto",
+                   help="label kind (auto: 2 values -> binary, integers -> ordinal, else real; "
+                        "integer class ids such as sector's need multiclass)")
+    p.add_argument("--n-features", type=int, default=None, metavar="N",
+                   help="declare the number of features (an index beyond it is an error)")
+    p.add_argument("--skip-invalid", action="store_true",
+                   help="skip invalid lines (reported with a count) instead of failing")
+    p.add_argument("--threads", type=int, default=None,
+                   help="parser threads (default: usable CPUs, at most 4)")
+    p.add_argument("--block-mb", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+    import os
+
+    from tqdm import tqdm
+
+    from ..store.ingest import DEFAULT_BLOCK_MB, ingest_with_stats
+
+    if len(args.paths) < 2:
+        print("ooc-svm ingest: error: give at least one INPUT and the STORE "
+              "(e.g. `ooc-svm ingest data.svm data.zarr`)", file=sys.stderr)
+        return 2
+    *inputs, store = args.paths
+    total = 0
+    for path in inputs:
+        try:
+            if path != "-" and os.path.isfile(path):
+                total += os.path.getsize(path)
+            else:
+                total = None
+                break
+        except OSError:
+            total = None
+            break
+    tty = sys.stderr.isatty()
+    bar = tqdm(total=total or None, unit="B", unit_scale=True, unit_divisor=1024,
+               disable=not tty, dynamic_ncols=True, desc="ingest", leave=False)
+    try:
+        meta, stats = ingest_with_stats(
+            inputs, store,
+            format=args.format,
+            zero_based=args.zero_based,
+            shard_rows=args.shard_rows,
+            shard_mb=args.shard_mb,
+            append=args.append,
+            overwrite=args.overwrite,
+            compression=args.compression,
+            label_kind=args.label_kind,
+            n_features=args.n_features,
+            skip_invalid=args.skip_invalid,
+            block_mb=args.block_mb or DEFAULT_BLOCK_MB,
+            threads=args.threads,
+            progress=bar.update if tty else None,
+        )
+    finally:
+        bar.close()
+    if args.json:
+        print(json.dumps({
+            "store": store, "rows": stats.rows, "nnz": stats.nnz, "shards": stats.shards,
+            "seconds": stats.seconds, "text_bytes": stats.text_bytes,
+            "input_bytes": stats.input_bytes, "skipped": stats.skipped,
+            "skipped_examples": stats.skipped_examples, "n_rows": meta.n_rows,
+            "n_features": meta.n_features, "label_kind": meta.label_kind,
+            "has_qid": meta.has_qid, "format": meta.backend,
+        }))
+    else:
+        print(stats.summary(store))
+    return 0

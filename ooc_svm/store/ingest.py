@@ -1,0 +1,910 @@
+"""Streaming ingest: SVMlight / LIBSVM text (plain, .gz, .bz2, .xz or stdin) into a store.
+
+Pipeline (memory is bounded by the block and shard sizes, never by the input size)::
+
+    reader thread        read + decompress blocks of ``block_mb`` MB, cut at the last newline
+        -> parse pool    one numba call per block (no GIL): CSR arrays + labels (+ qids)
+        -> main thread   checks results in input order, cuts rows into shards
+        -> writer thread compresses and writes each shard (StoreWriter.add)
+
+Everything is written through :class:`~ooc_svm.store.writer.StoreWriter` under a temporary
+name and renamed into place at the end; any error (bad line, truncated file, interrupt)
+removes what was written, so nothing is left at the destination (``--append`` leaves the
+existing store unchanged). See ``docs/FORMAT.md`` for the rules.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import logging
+import lzma
+import os
+import queue
+import stat
+import sys
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import svmlight as sv
+from .format import MAX_FEATURES, Shard, StoreError, StoreMeta
+from .writer import StoreWriter, backend_from_path
+
+log = logging.getLogger("ooc_svm")
+
+#: Default size of a text block handed to the parser (bytes).
+DEFAULT_BLOCK_MB = 8.0
+#: Default shard size in MB of decoded CSR (indices + data + indptr + labels + qids).
+DEFAULT_SHARD_MB = 64.0
+#: Lines listed in the report of ``skip_invalid``.
+MAX_SKIP_EXAMPLES = 5
+
+LABEL_KIND_CHOICES = ("auto", "binary", "ordinal", "multiclass", "real")
+
+
+class IngestError(Exception):
+    """The input cannot be ingested; the message names the file, the line and the fix."""
+
+
+@dataclass
+class IngestStats:
+    """What an ingest did (returned by :func:`ingest_with_stats`)."""
+
+    rows: int = 0
+    nnz: int = 0
+    shards: int = 0
+    seconds: float = 0.0
+    text_bytes: int = 0
+    input_bytes: int = 0
+    skipped: int = 0
+    skipped_examples: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+
+    def summary(self, store: str) -> str:
+        """One line: rows, non-zeros, shards, seconds, throughput."""
+        mb = self.text_bytes / 1e6
+        rate = mb / self.seconds if self.seconds > 0 else float("inf")
+        rows_s = self.rows / self.seconds if self.seconds > 0 else float("inf")
+        s = (
+            f"ingested {self.rows:,} rows, {self.nnz:,} non-zeros into {self.shards} shards "
+            f"from {len(self.inputs)} input{'s' if len(self.inputs) != 1 else ''} "
+            f"({mb:,.1f} MB of text) in {self.seconds:.2f} s ({rate:,.1f} MB/s, "
+            f"{rows_s:,.0f} rows/s) -> {store}"
+        )
+        if self.skipped:
+            s += f"; skipped {self.skipped:,} invalid lines"
+        return s
+
+
+# ------------------------------------------------------------------------------------------
+# Opening inputs
+# ------------------------------------------------------------------------------------------
+_MAGIC = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+)
+_UNSUPPORTED_MAGIC = (
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+)
+
+
+class _CountingReader(io.RawIOBase):
+    """Raw stream over a binary file that first replays ``prefix`` and counts bytes read."""
+
+    def __init__(self, f, prefix: bytes):
+        super().__init__()
+        self._f = f
+        self._prefix = prefix
+        self.count = len(prefix)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self._prefix:
+            n = min(len(b), len(self._prefix))
+            b[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        n = self._f.readinto(b)
+        if n:
+            self.count += n
+        return n or 0
+
+
+def _read_prefix(f, n: int) -> bytes:
+    parts = []
+    got = 0
+    while got < n:
+        chunk = f.read(n - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+@dataclass
+class _Input:
+    name: str  # as shown in messages
+    source: str  # as recorded in the store metadata
+    size: int | None  # bytes on disk (None for pipes / stdin)
+
+
+def _check_input(path: str) -> _Input:
+    if path == "-":
+        return _Input("<stdin>", "<stdin>", None)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise IngestError(f"{path}: no such file (check the path; use '-' for stdin)") from None
+    except OSError as e:
+        raise IngestError(f"{path}: cannot open input ({e.strerror or e})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise IngestError(f"{path}: is a directory, not an SVMlight file")
+    size = st.st_size if stat.S_ISREG(st.st_mode) else None
+    return _Input(path, os.path.abspath(path), size)
+
+
+def _open_stream(inp: _Input, path: str):
+    """Open one input; returns (stream with readinto, counting raw reader, kind, closer)."""
+    if path == "-":
+        f = sys.stdin.buffer
+        own = False
+    else:
+        try:
+            f = open(path, "rb", buffering=0)
+        except FileNotFoundError:
+            raise IngestError(f"{path}: no such file") from None
+        except OSError as e:
+            raise IngestError(f"{path}: cannot open input ({e.strerror or e})") from None
+        own = True
+    try:
+        prefix = _read_prefix(f, 6)
+    except OSError as e:
+        if own:
+            f.close()
+        raise IngestError(f"{inp.name}: cannot read input ({e.strerror or e})") from None
+    for magic, kind in _UNSUPPORTED_MAGIC:
+        if prefix.startswith(magic):
+            if own:
+                f.close()
+            raise IngestError(
+                f"{inp.name}: looks like a {kind} file; ingest reads plain text, .gz, .bz2 and "
+                f".xz; decompress it first (or pipe it in with '-')"
+            )
+    kind = "plain"
+    for magic, k in _MAGIC:
+        if prefix.startswith(magic):
+            kind = k
+            break
+    raw = _CountingReader(f, prefix)
+    if kind == "plain":
+        stream = raw
+    else:
+        buffered = io.BufferedReader(raw, 1 << 20)
+        if kind == "gzip":
+            stream = gzip.GzipFile(fileobj=buffered, mode="rb")
+        elif kind == "bzip2":
+            stream = bz2.BZ2File(buffered, "rb")
+        else:
+            stream = lzma.LZMAFile(buffered, "rb")
+
+    def close() -> None:
+        try:
+            stream.close()
+        finally:
+            if own:
+                f.close()
+
+    return stream, raw, kind, close
+
+
+# ------------------------------------------------------------------------------------------
+# Blocks
+# ------------------------------------------------------------------------------------------
+@dataclass
+class _Block:
+    input_index: int
+    buf: bytearray
+    n: int  # bytes of complete lines in buf
+    offset: int  # byte offset of buf[0] in the (decompressed) input
+    raw_count: int  # input bytes consumed so far (for progress)
+    last: bool  # last block of this input
+
+
+def _read_blocks(idx: int, inp: _Input, path: str, block_bytes: int, stop: threading.Event):
+    """Blocks of complete lines from one input (runs in the reader thread)."""
+    stream, raw, kind, close = _open_stream(inp, path)
+    carry = b""
+    offset = 0
+    try:
+        while not stop.is_set():
+            size = len(carry) + block_bytes
+            buf = bytearray(size)
+            buf[: len(carry)] = carry
+            filled = len(carry)
+            eof = False
+            mv = memoryview(buf)
+            try:
+                while filled < size:
+                    got = stream.readinto(mv[filled:])
+                    if not got:
+                        eof = True
+                        break
+                    filled += got
+            except EOFError:
+                raise IngestError(
+                    f"{inp.name}: the {kind} stream ends early: the compressed file is truncated "
+                    f"(after {offset + filled:,} bytes of text); nothing was written; copy or "
+                    "download the file again"
+                ) from None
+            except (OSError, zlib.error, lzma.LZMAError, ValueError) as e:
+                if kind == "plain":
+                    raise IngestError(f"{inp.name}: read error ({e})") from None
+                raise IngestError(
+                    f"{inp.name}: corrupt {kind} data after {offset + filled:,} bytes of text "
+                    f"({e}); nothing was written; check the file (e.g. with `{_tool(kind)} -t`)"
+                ) from None
+            finally:
+                mv.release()
+            if eof:
+                cut = filled
+            else:
+                cut = buf.rfind(b"\n", 0, filled) + 1
+                if cut == 0:  # a line longer than the block: read on
+                    carry = bytes(buf[:filled])
+                    continue
+            carry = bytes(buf[cut:filled])
+            yield _Block(idx, buf, cut, offset, raw.count, eof)
+            offset += cut
+            if eof:
+                return
+    finally:
+        close()
+
+
+def _tool(kind: str) -> str:
+    return {"gzip": "gzip", "bzip2": "bzip2", "xz": "xz"}.get(kind, "cat")
+
+
+def _background(gen: Iterator, maxsize: int, stop: threading.Event) -> Iterator:
+    """Run a generator in a daemon thread, yield its items here; errors are re-raised here."""
+    q: queue.Queue = queue.Queue(maxsize)
+    done = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in gen:
+                if not put(("item", item)):
+                    return
+            put(("end", done))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put(("error", e))
+        finally:
+            gen.close()
+
+    t = threading.Thread(target=run, name="ooc-svm-ingest-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "item":
+                yield item
+            elif kind == "end":
+                return
+            else:
+                raise item
+    finally:
+        stop.set()
+        while True:
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                break
+        t.join(timeout=30)
+
+
+# ------------------------------------------------------------------------------------------
+# Parsing results
+# ------------------------------------------------------------------------------------------
+@dataclass
+class _Parsed:
+    block: _Block
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    labels: np.ndarray
+    qids: np.ndarray
+    fallback: np.ndarray
+    skips: np.ndarray
+    info: np.ndarray
+    qid_state_in: int
+
+
+def _parse(block: _Block, zero_based: bool, col_limit: int, qid_state: int, skip: bool):
+    arr = np.frombuffer(block.buf, dtype=np.uint8, count=block.n)
+    out = sv.parse_block(
+        arr, block.n, zero_based=zero_based, col_limit=col_limit, qid_state=qid_state,
+        skip_invalid=skip, max_skip_records=MAX_SKIP_EXAMPLES,
+    )
+    return _Parsed(block, *out, qid_state_in=qid_state)
+
+
+def _token(buf, s: int, e: int) -> str:
+    raw = bytes(buf[s:min(e, s + 60)])
+    text = raw.decode("utf-8", errors="replace")
+    return text + ("…" if e - s > 60 else "")
+
+
+def _describe(code: int, tok: str, extra: int, zero_based: bool, n_features: int | None) -> str:
+    """What is wrong and what to do, for an error code of the parser."""
+    base = 0 if zero_based else 1
+    if code == sv.E_VALUE:
+        return (f"feature value in {tok!r} is not a number; write INDEX:VALUE with a decimal "
+                "VALUE such as 0.25, -3 or 1e-4")
+    if code == sv.E_INDEX:
+        return (f"feature index in {tok!r} is not an integer; write INDEX:VALUE with an "
+                "integer INDEX")
+    if code == sv.E_INDEX_ZERO:
+        return (f"feature index 0 in {tok!r}, but SVMlight/LIBSVM indices start at 1; if this "
+                "file is 0-based, pass --zero-based")
+    if code == sv.E_INDEX_NEG:
+        return (f"negative feature index in {tok!r}; indices must be >= {base}"
+                + ("" if zero_based else " (>= 0 with --zero-based)"))
+    if code == sv.E_NOT_INCREASING:
+        return (f"feature indices are not strictly increasing ({extra + base} then {tok!r}); "
+                "sort each line's features by index and remove duplicates")
+    if code == sv.E_VALUE_NAN:
+        return f"feature value in {tok!r} is NaN; replace it by a number or drop the line"
+    if code == sv.E_VALUE_INF:
+        return (f"feature value in {tok!r} is infinite or beyond the float32 range (±3.4e38); "
+                "rescale the feature or drop the line")
+    if code == sv.E_LABEL_MISSING:
+        return (f"missing label: the line starts with {tok!r}; every line must be "
+                "'LABEL [qid:N] INDEX:VALUE ...'")
+    if code == sv.E_LABEL:
+        return (f"label {tok!r} is not a number; the first item of a line must be a numeric "
+                "label such as +1, -1, 0, 2 or 0.5")
+    if code == sv.E_LABEL_NAN:
+        return f"label {tok!r} is NaN; give the line a numeric label or drop it"
+    if code == sv.E_LABEL_INF:
+        return f"label {tok!r} is infinite; give the line a finite label or drop it"
+    if code == sv.E_QID:
+        return f"bad qid {tok!r}; write qid:N with an integer N right after the label"
+    if code == sv.E_QID_POS:
+        return f"{tok!r} must come right after the label, before the features"
+    if code == sv.E_QID_MIXED:
+        if extra == 1:
+            return ("this line has no qid: but earlier lines (or the store appended to) have "
+                    "one; give every line a qid: or none")
+        return ("this line has a qid: but earlier lines (or the store appended to) have none; "
+                "give every line a qid: or none")
+    if code == sv.E_NO_COLON:
+        return f"feature {tok!r} is not INDEX:VALUE"
+    if code == sv.E_INDEX_LIMIT:
+        if n_features is not None and extra < MAX_FEATURES - 1:
+            return (f"feature index in {tok!r} is beyond --n-features {n_features}; raise "
+                    "--n-features or drop it")
+        return (f"feature index in {tok!r} is too large (the largest supported index is "
+                f"{MAX_FEATURES - 1 + base})")
+    return f"invalid line (parser code {code}) near {tok!r}"
+
+
+_HINT = "; fix the line or pass --skip-invalid to skip invalid lines"
+
+
+# ------------------------------------------------------------------------------------------
+# Shards
+# ------------------------------------------------------------------------------------------
+class _ShardBuilder:
+    """Collects parsed rows and cuts them into shards of at most shard_rows / shard_bytes."""
+
+    def __init__(self, shard_rows: int | None, shard_bytes: int | None, has_qid: bool):
+        self.shard_rows = shard_rows
+        self.shard_bytes = shard_bytes
+        self.row_bytes = 16 + (8 if has_qid else 0)  # indptr + label (+ qid) per row
+        self.has_qid = has_qid
+        self.pieces: list[tuple] = []
+        self.rows = 0
+        self.nnz = 0
+        self.max_col = -1
+
+    def _fits(self, indptr: np.ndarray, a: int, b: int) -> int:
+        """How many of rows a..b-1 fit into the current shard (at least 1 for an empty shard)."""
+        m = b - a
+        if self.shard_rows is not None:
+            m = min(m, self.shard_rows - self.rows)
+        if self.shard_bytes is not None and m > 0:
+            budget = self.shard_bytes - (self.rows * self.row_bytes + self.nnz * 8)
+            cost = (
+                np.arange(1, m + 1, dtype=np.int64) * self.row_bytes
+                + (indptr[a + 1 : a + m + 1] - indptr[a]) * 8
+            )
+            m = int(np.searchsorted(cost, budget, side="right"))
+        if m == 0 and self.rows == 0:
+            m = 1
+        return m
+
+    def add(self, indptr, indices, data, labels, qids, n_rows: int, max_col: int):
+        """Add rows; yields every shard completed on the way."""
+        a = 0
+        while a < n_rows:
+            m = self._fits(indptr, a, n_rows)
+            if m > 0:
+                b = a + m
+                k0, k1 = int(indptr[a]), int(indptr[b])
+                self.pieces.append((
+                    indptr[a : b + 1], indices[k0:k1], data[k0:k1], labels[a:b],
+                    qids[a:b] if self.has_qid else None,
+                ))
+                self.rows += m
+                self.nnz += k1 - k0
+                self.max_col = max(self.max_col, max_col)
+                a = b
+            if a < n_rows or self._full():
+                yield self.flush()
+
+    def _full(self) -> bool:
+        if self.shard_rows is not None and self.rows >= self.shard_rows:
+            return True
+        if self.shard_bytes is not None:
+            return self.rows * self.row_bytes + self.nnz * 8 >= self.shard_bytes
+        return False
+
+    def flush(self) -> tuple[Shard, int] | None:
+        if not self.rows:
+            return None
+        indptr = np.empty(self.rows + 1, np.int64)
+        indptr[0] = 0
+        r = 1
+        base = 0
+        for ip, *_ in self.pieces:
+            m = ip.shape[0] - 1
+            indptr[r : r + m] = ip[1:] - ip[0] + base
+            base += int(ip[-1] - ip[0])
+            r += m
+        if len(self.pieces) == 1:
+            _, indices, data, y, q = self.pieces[0]
+            indices, data, y = indices.copy(), data.copy(), y.copy()
+            q = None if q is None else q.copy()
+        else:
+            indices = np.concatenate([p[1] for p in self.pieces])
+            data = np.concatenate([p[2] for p in self.pieces])
+            y = np.concatenate([p[3] for p in self.pieces])
+            q = np.concatenate([p[4] for p in self.pieces]) if self.has_qid else None
+        shard = Shard(indptr, indices, data, y, q)
+        n_features = self.max_col + 1
+        self.pieces = []
+        self.rows = 0
+        self.nnz = 0
+        self.max_col = -1
+        return shard, n_features
+
+
+class _WriterThread:
+    """Writes shards in the background (one queued, one being written)."""
+
+    def __init__(self, writer: StoreWriter):
+        self.writer = writer
+        self.q: queue.Queue = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.shards = 0
+        self.t = threading.Thread(target=self._run, name="ooc-svm-ingest-writer", daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue
+            shard, nf = item
+            try:
+                self.writer.add(shard, n_features=nf)
+                self.shards += 1
+            except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+                self.error = e
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def put(self, item) -> None:
+        self._check()
+        while True:
+            try:
+                self.q.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                self._check()
+                if not self.t.is_alive():
+                    raise StoreError("ingest writer thread stopped unexpectedly") from None
+
+    def close(self) -> None:
+        """Wait for every queued shard; re-raise a write error."""
+        if self.t.is_alive():
+            self.q.put(None)
+            self.t.join()
+        self._check()
+
+    def abandon(self) -> None:
+        """Stop after the shard being written (errors ignored; the store is aborted anyway)."""
+        self.error = self.error or RuntimeError("abandoned")
+        try:
+            while True:
+                self.q.get_nowait()
+        except queue.Empty:
+            pass
+        if self.t.is_alive():
+            self.q.put(None)
+            self.t.join(timeout=60)
+
+
+# ------------------------------------------------------------------------------------------
+# Public API
+# ------------------------------------------------------------------------------------------
+def _default_threads() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(4, n))
+
+
+def ingest(inputs: str | Sequence[str], store: str, **options) -> StoreMeta:
+    """Ingest SVMlight / LIBSVM text files into a store; returns the store's metadata.
+
+    Parameters
+    ----------
+    inputs : str or sequence of str
+        Input paths (plain, .gz, .bz2 or .xz, detected from the content), ``"-"`` for stdin.
+        Rows of several inputs are stored in input order.
+    store : str
+        Destination store (``*.parquet`` / ``*.pq`` → Parquet, else Zarr, unless ``format``).
+    **options
+        See :func:`ingest_with_stats`.
+
+    Raises
+    ------
+    IngestError
+        Bad input (file, line and fix in the message), empty input, truncated compressed
+        file, missing input. Nothing is left at the destination.
+    StoreError
+        Destination exists (without ``overwrite``) or cannot be written.
+    """
+    meta, _ = ingest_with_stats(inputs, store, **options)
+    return meta
+
+
+def ingest_with_stats(
+    inputs: str | Sequence[str],
+    store: str,
+    *,
+    format: str | None = None,
+    zero_based: bool = False,
+    shard_rows: int | None = None,
+    shard_mb: float | None = None,
+    append: bool = False,
+    overwrite: bool = False,
+    compression: str | None = None,
+    label_kind: str = "auto",
+    n_features: int | None = None,
+    skip_invalid: bool = False,
+    block_mb: float = DEFAULT_BLOCK_MB,
+    threads: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[StoreMeta, IngestStats]:
+    """Ingest text into a store; returns ``(metadata, statistics)``.
+
+    Parameters
+    ----------
+    inputs, store
+        As in :func:`ingest`.
+    format : {"zarr", "parquet"}, optional
+        Store backend (default from the suffix of ``store``; with ``append`` the existing
+        store's).
+    zero_based : bool
+        Indices in the text start at 0 (default: at 1; column j = feature j + 1).
+    shard_rows : int, optional
+        At most this many rows per shard.
+    shard_mb : float, optional
+        At most this many MB of decoded CSR per shard (8 bytes per non-zero, 16 or 24 per
+        row). Default 64 when ``shard_rows`` is not given; both limits apply when both are.
+    append, overwrite : bool
+        Add rows to an existing store / replace an existing store.
+    compression : {"zstd", "lz4", "none"}, optional
+        Shard compression (default zstd; with ``append`` the store's).
+    label_kind : {"auto", "binary", "ordinal", "multiclass", "real"}
+        ``auto`` infers it from the distinct labels (two → binary, integers → ordinal, else
+        real); integer class ids that are not ranks need ``multiclass``.
+    n_features : int, optional
+        Declared width; an index beyond it is an error.
+    skip_invalid : bool
+        Skip invalid lines (counted and reported) instead of failing.
+    block_mb : float
+        Text block size handed to the parser.
+    threads : int, optional
+        Parser threads (default: usable CPUs, at most 4).
+    progress : callable, optional
+        Called with the number of input bytes consumed since the last call.
+    """
+    t0 = time.perf_counter()
+    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise IngestError("no input given")
+    if paths.count("-") > 1:
+        raise IngestError("'-' (stdin) can be given only once")
+    if label_kind not in LABEL_KIND_CHOICES:
+        raise IngestError(f"unknown label kind {label_kind!r}; use one of {LABEL_KIND_CHOICES}")
+    if shard_rows is not None and shard_rows < 1:
+        raise IngestError("--shard-rows must be at least 1")
+    if shard_mb is not None and not shard_mb > 0:
+        raise IngestError("--shard-mb must be positive")
+    if n_features is not None and not (1 <= n_features <= MAX_FEATURES):
+        raise IngestError(f"--n-features must be between 1 and {MAX_FEATURES}")
+    if block_mb <= 0:
+        raise IngestError("block size must be positive")
+    if shard_rows is None and shard_mb is None:
+        shard_mb = DEFAULT_SHARD_MB
+    shard_bytes = None if shard_mb is None else max(1, int(shard_mb * 1e6))
+    block_bytes = max(1 << 12, int(block_mb * (1 << 20)))
+    n_threads = max(1, int(threads)) if threads else _default_threads()
+    col_limit = min(n_features, MAX_FEATURES) if n_features is not None else MAX_FEATURES
+
+    store = os.fspath(store)
+    infos = [_check_input(p) for p in paths]  # a missing input fails before anything is written
+    if append:
+        if format is not None or compression is not None:
+            from .writer import open_store
+
+            base = open_store(store).meta if _exists(store) else None
+            if base is not None and format is not None and format != base.backend:
+                raise IngestError(
+                    f"{store}: is a {base.backend} store; --format {format} does not apply to "
+                    "--append (drop --format)"
+                )
+            if base is not None and compression is not None and compression != base.compression:
+                raise IngestError(
+                    f"{store}: uses {base.compression} compression; --compression "
+                    f"{compression} does not apply to --append"
+                )
+    backend = format or backend_from_path(store)
+    stats = IngestStats(inputs=[i.source for i in infos])
+
+    with StoreWriter(
+        store,
+        backend=backend,
+        compression=compression or "zstd",
+        overwrite=overwrite,
+        append=append,
+        label_kind=None if label_kind == "auto" else label_kind,
+        n_features=n_features,
+    ) as writer:
+        qid_state = -1 if writer.has_qid is None else int(bool(writer.has_qid))
+        rows_before = writer.n_rows
+        wt = _WriterThread(writer)
+        stop = threading.Event()
+        pool = ThreadPoolExecutor(n_threads, thread_name_prefix="ooc-svm-ingest-parse")
+        ok = False
+        try:
+            qid_state = _run(
+                paths, infos, block_bytes, stop, pool, n_threads, wt, stats,
+                zero_based=zero_based, col_limit=col_limit, qid_state=qid_state,
+                skip_invalid=skip_invalid, n_features=n_features,
+                shard_rows=shard_rows, shard_bytes=shard_bytes, progress=progress,
+            )
+            wt.close()
+            ok = True
+        finally:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            if not ok:
+                wt.abandon()
+        added = writer.n_rows - rows_before
+        if added == 0:
+            names = ", ".join(i.name for i in infos)
+            if stats.skipped:
+                raise IngestError(
+                    f"{names}: no valid rows: all {stats.skipped:,} data lines were invalid "
+                    f"(first: {'; '.join(stats.skipped_examples[:3])}); nothing was written"
+                )
+            raise IngestError(
+                f"{names}: no data rows (the input is empty or holds only comments and blank "
+                "lines); nothing was written"
+            )
+        meta = writer.commit(sources=stats.inputs)
+    stats.shards = wt.shards
+    stats.seconds = time.perf_counter() - t0
+    if stats.skipped:
+        log.warning(
+            "skipped %d invalid line%s (first: %s)", stats.skipped,
+            "s" if stats.skipped != 1 else "", "; ".join(stats.skipped_examples),
+        )
+    return meta, stats
+
+
+def _exists(path: str) -> bool:
+    from .paths import get_fs
+
+    fs, root = get_fs(path)
+    return fs.exists(root)
+
+
+def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_based,
+         col_limit, qid_state, skip_invalid, n_features, shard_rows, shard_bytes,
+         progress) -> int:
+    """The main loop: blocks in, checked rows to the shard builder, shards to the writer."""
+
+    def blocks():
+        for i, (inp, path) in enumerate(zip(infos, paths, strict=True)):
+            yield from _read_blocks(i, inp, path, block_bytes, stop)
+
+    builder: _ShardBuilder | None = None
+    pending: deque = deque()
+    line0 = [0] * len(paths)  # lines of each input before its current block
+    rows_in = [0] * len(paths)
+    last_raw = 0
+    last_input = -1
+    src = _background(blocks(), maxsize=2, stop=stop)
+
+    def submit(block: _Block) -> None:
+        pending.append(pool.submit(_parse, block, zero_based, col_limit, qid_state,
+                                   skip_invalid))
+
+    try:
+        src_done = False
+        while True:
+            # keep up to n_threads + 1 blocks in flight once the qid state is known
+            limit = n_threads + 1 if qid_state != -1 else 1
+            while not src_done and len(pending) < limit:
+                try:
+                    submit(next(src))
+                except StopIteration:
+                    src_done = True
+            if not pending:
+                break
+            res: _Parsed = pending.popleft().result()
+            blk = res.block
+            inp = infos[blk.input_index]
+            if blk.input_index != last_input:
+                last_input = blk.input_index
+                last_raw = 0
+            if progress is not None:
+                progress(blk.raw_count - last_raw)
+            stats.input_bytes += blk.raw_count - last_raw
+            last_raw = blk.raw_count
+            info = res.info
+            first_line = line0[blk.input_index] + 1
+            code = int(info[sv.I_STATUS])
+            if code:
+                s, e = int(info[sv.I_ERR_START]), int(info[sv.I_ERR_END])
+                if code == sv.E_QID_MIXED:
+                    e = min(e, s + 40)
+                tok = _token(blk.buf, s, e)
+                what = _describe(code, tok, int(info[sv.I_ERR_EXTRA]), zero_based, n_features)
+                raise IngestError(
+                    f"{inp.name}: line {first_line + int(info[sv.I_ERR_LINE]):,} (byte "
+                    f"{blk.offset + s:,}): {what}{_HINT}; nothing was written"
+                )
+            n_rows = int(info[sv.I_ROWS])
+            nnz = int(info[sv.I_NNZ])
+            indptr, indices, data, labels, qids = (
+                res.indptr, res.indices, res.data, res.labels, res.qids,
+            )
+            if info[sv.I_FALLBACK]:
+                bad = sv.resolve_fallbacks(blk.buf, res.fallback, info[sv.I_FALLBACK], data, labels)
+                if bad:
+                    if not skip_invalid:
+                        slot, line, bcode, s, e = bad[0]
+                        tok = _token(blk.buf, s, e)
+                        raise IngestError(
+                            f"{inp.name}: line {first_line + line:,} (byte {blk.offset + s:,}): "
+                            f"{_describe(bcode, tok, 0, zero_based, n_features)}"
+                            f"{_HINT}; nothing was written"
+                        )
+                    drop = set()
+                    for slot, line, bcode, _s, _e in bad:
+                        r = -slot - 1 if slot < 0 else int(
+                            np.searchsorted(indptr[: n_rows + 1], slot, side="right") - 1
+                        )
+                        if r not in drop:
+                            drop.add(r)
+                            _note_skip(stats, inp.name, first_line + line, bcode, "")
+                    indptr, indices, data, labels, qids, n_rows, nnz = _drop_rows(
+                        indptr, indices, data, labels, qids, n_rows, sorted(drop)
+                    )
+            if info[sv.I_SKIPPED]:
+                stats.skipped += int(info[sv.I_SKIPPED])
+                for j in range(int(info[sv.I_SKIP_RECORDED])):
+                    line, scode, off = (int(x) for x in res.skips[j])
+                    _note_skip(stats, inp.name, first_line + line, scode, "", count=False)
+            if qid_state == -1:
+                qid_state = int(info[sv.I_QID_STATE])
+            line0[blk.input_index] += int(info[sv.I_LINES])
+            rows_in[blk.input_index] += n_rows
+            stats.text_bytes += blk.n
+            if n_rows:
+                if builder is None:
+                    builder = _ShardBuilder(shard_rows, shard_bytes, qid_state == 1)
+                stats.rows += n_rows
+                stats.nnz += nnz
+                for item in builder.add(indptr, indices, data, labels, qids, n_rows,
+                                        int(info[sv.I_MAX_COL])):
+                    if item is not None:
+                        wt.put(item)
+            if blk.last and rows_in[blk.input_index] == 0 and len(paths) > 1:
+                log.warning("%s: no data rows", inp.name)
+        if builder is not None:
+            item = builder.flush()
+            if item is not None:
+                wt.put(item)
+    finally:
+        src.close()
+    return qid_state
+
+
+def _note_skip(stats: IngestStats, name: str, line: int, code: int, _tok: str,
+               count: bool = True) -> None:
+    if count:
+        stats.skipped += 1
+    if len(stats.skipped_examples) < MAX_SKIP_EXAMPLES:
+        stats.skipped_examples.append(f"{name} line {line:,}: {_SHORT.get(code, 'invalid')}")
+
+
+_SHORT = {
+    sv.E_VALUE: "non-numeric value",
+    sv.E_INDEX: "non-integer index",
+    sv.E_INDEX_ZERO: "index 0 in a 1-based file",
+    sv.E_INDEX_NEG: "negative index",
+    sv.E_NOT_INCREASING: "indices not increasing",
+    sv.E_VALUE_NAN: "NaN value",
+    sv.E_VALUE_INF: "infinite value",
+    sv.E_LABEL_MISSING: "missing label",
+    sv.E_LABEL: "non-numeric label",
+    sv.E_LABEL_NAN: "NaN label",
+    sv.E_LABEL_INF: "infinite label",
+    sv.E_QID: "bad qid",
+    sv.E_QID_POS: "qid: not after the label",
+    sv.E_QID_MIXED: "qid: on some lines only",
+    sv.E_NO_COLON: "feature not INDEX:VALUE",
+    sv.E_INDEX_LIMIT: "index too large",
+}
+
+
+def _drop_rows(indptr, indices, data, labels, qids, n_rows, drop):
+    """Remove rows (rare path: values only Python could convert turned out infinite)."""
+    keep = np.ones(n_rows, bool)
+    keep[drop] = False
+    counts = np.diff(indptr[: n_rows + 1])
+    entry_keep = np.repeat(keep, counts)
+    nnz = int(indptr[n_rows])
+    new_indices = indices[:nnz][entry_keep]
+    new_data = data[:nnz][entry_keep]
+    new_counts = counts[keep]
+    new_indptr = np.zeros(new_counts.shape[0] + 1, np.int64)
+    np.cumsum(new_counts, out=new_indptr[1:])
+    return (new_indptr, new_indices, new_data, labels[:n_rows][keep], qids[:n_rows][keep],
+            int(keep.sum()), int(new_indptr[-1]))
