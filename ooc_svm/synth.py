@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import bz2
 import lzma
+import math
 import os
-import threading
 import time
 import zlib
 from collections import deque
@@ -133,31 +133,97 @@ def _row_len(st, mean, spread, n_features):
 
 
 @njit(cache=True, nogil=True)
-def _draw_rank(u, cdf, guide):
-    """Smallest r with cdf[r] > u (guide table narrows the binary search)."""
-    g = guide.shape[0] - 1
-    m = np.int64(u * g)
-    lo = np.int64(guide[m])
-    hi = np.int64(guide[m + 1])
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if cdf[mid] > u:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def _draw_rank(u, zp, d):
+    """Popularity rank (0-based) by inversion of the continuous Zipf–Mandelbrot law.
+
+    ``zp = (c, sexp, A, B)``: with density ∝ (x + c)^-zipf on [0, d), sexp = 1 - zipf;
+    x = c·(exp(u·A) - 1) when sexp == 0, else (A + u·B)^(1/sexp) - c.
+    """
+    c = zp[0]
+    sexp = zp[1]
+    if sexp == 0.0:
+        x = c * (np.exp(u * zp[2]) - 1.0)
+    else:
+        x = (zp[2] + u * zp[3]) ** (1.0 / sexp) - c
+    r = np.int64(x)
+    if r >= d:
+        r = d - 1
+    elif r < 0:
+        r = 0
+    return r
+
+
+#: 1 + log(tf) for tf = 0 .. 63 (index 0 unused)
+_TF_TABLE = np.concatenate([[0.0], 1.0 + np.log(np.arange(1, 64, dtype=np.float64))])
 
 
 @njit(cache=True, nogil=True)
-def _gen_block(row0, n, key, mean, spread, log_tf_decay, cdf, guide, perm, idf_col, w,
-               stamp, stamp_base):
+def _tf_weight(st, decay, table):
+    """``1 + log(tf)`` for a geometric term count, P(tf > t) = decay**t (capped at 63)."""
+    u = _uniform(st)
+    tf = 1
+    thr = decay
+    while u < thr and tf < 63:
+        tf += 1
+        thr *= decay
+    return table[tf]
+
+
+@njit(cache=True, nogil=True)
+def _claim(table, shift, tag, j):
+    """Add column ``j`` to row ``tag``'s open-addressing set; False if it is already there.
+
+    Entries are ``tag << 32 | j``; entries of earlier rows count as empty, so the table is
+    never cleared between rows.
+    """
+    mask = table.shape[0] - 1
+    h = np.int64((np.uint64(j) * _GOLDEN) >> np.uint64(shift))
+    want = (tag << 32) | j
+    while True:
+        e = table[h]
+        if e == want:
+            return False
+        if (e >> 32) != tag:
+            table[h] = want
+            return True
+        h = (h + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def _sort_row(src, dst, k, d, counts):
+    """Sort ``src[:k]`` (column << 32 | slot) into ``dst[:k]``: bucket by column, then an
+    insertion sort that only fixes the few inversions left inside buckets (expected O(k),
+    columns are spread uniformly by the random permutation)."""
+    for b in range(k + 1):
+        counts[b] = 0
+    kk = np.uint64(k)
+    dd = np.uint64(d)
+    for t in range(k):
+        b = np.int64(((src[t] >> np.uint64(32)) * kk) // dd)
+        counts[b + 1] += 1
+    for b in range(k):
+        counts[b + 1] += counts[b]
+    for t in range(k):
+        b = np.int64(((src[t] >> np.uint64(32)) * kk) // dd)
+        dst[counts[b]] = src[t]
+        counts[b] += 1
+    for t in range(1, k):
+        v = dst[t]
+        q = t - 1
+        while q >= 0 and dst[q] > v:
+            dst[q + 1] = dst[q]
+            q -= 1
+        dst[q + 1] = v
+
+
+@njit(cache=True, nogil=True)
+def _gen_block(row0, n, key, mean, spread, tf_decay, tf_table, zp, perm, idf_rank, idf_col, w):
     """Generate rows ``row0 .. row0+n-1`` of one stream.
 
     Returns (indptr, indices, data, score); ``score`` is the hidden ``x · w`` of every row.
-    ``stamp`` is a per-thread scratch array (length n_features) whose entries are tagged
-    ``stamp_base + i`` while row ``i`` is drawn, to reject repeated columns in O(1).
+    Repeated columns within a row are rejected with a small per-block hash set.
     """
-    d = cdf.shape[0]
+    d = perm.shape[0]
     st = np.empty(1, np.uint64)
     indptr = np.empty(n + 1, np.int64)
     indptr[0] = 0
@@ -173,39 +239,40 @@ def _gen_block(row0, n, key, mean, spread, log_tf_decay, cdf, guide, perm, idf_c
     data = np.empty(nnz, np.float32)
     score = np.empty(n, np.float64)
     packed = np.empty(kmax, np.uint64)
+    row = np.empty(kmax, np.uint64)
+    counts = np.empty(kmax + 1, np.int64)
     vals = np.empty(kmax, np.float64)
+    bits = 6
+    while (1 << bits) < 2 * kmax:
+        bits += 1
+    table = np.full(1 << bits, -1, np.int64)
+    shift = 64 - bits
     for i in range(n):
         _seed_row(st, key, row0 + i)
         k = _row_len(st, mean, spread, d)
-        tag = stamp_base + i
         cnt = 0
         tries = 0
         limit = 30 * k + 1000
         while cnt < k and tries < limit:
             tries += 1
-            r = _draw_rank(_uniform(st), cdf, guide)
-            j = perm[r]
-            if stamp[j] != tag:
-                stamp[j] = tag
-                tf = 1.0 + np.floor(np.log(_uniform(st)) / log_tf_decay)
-                vals[cnt] = (1.0 + np.log(tf)) * idf_col[j]
+            r = _draw_rank(_uniform(st), zp, d)
+            j = np.int64(perm[r])
+            if _claim(table, shift, i, j):
+                vals[cnt] = _tf_weight(st, tf_decay, tf_table) * idf_rank[r]
                 packed[cnt] = (np.uint64(j) << np.uint64(32)) | np.uint64(cnt)
                 cnt += 1
         if cnt < k:
             # k close to n_features: rejection stalls; take the next free columns instead
             j = np.int64(_uniform(st) * d)
             while cnt < k:
-                if stamp[j] != tag:
-                    stamp[j] = tag
-                    tf = 1.0 + np.floor(np.log(_uniform(st)) / log_tf_decay)
-                    vals[cnt] = (1.0 + np.log(tf)) * idf_col[j]
+                if _claim(table, shift, i, j):
+                    vals[cnt] = _tf_weight(st, tf_decay, tf_table) * idf_col[j]
                     packed[cnt] = (np.uint64(j) << np.uint64(32)) | np.uint64(cnt)
                     cnt += 1
                 j += 1
                 if j == d:
                     j = 0
-        row = packed[:k]
-        row.sort()
+        _sort_row(packed, row, k, d, counts)
         ss = 0.0
         for t in range(k):
             ss += vals[t] * vals[t]
@@ -272,26 +339,64 @@ def _labels(s, u, cuts, n_ranks, noise, qid_size, within_query, y):
                 y[i] = r
 
 
+#: exact integer powers of ten 10**0 .. 10**19 (uint64) for digit counting
+_U10 = np.array([10**k for k in range(20)], dtype=np.uint64)
+#: float64 powers of ten 10**-60 .. 10**60 (correctly rounded), index k + 60
+_F10 = np.array([float(10**k) if k >= 0 else 1.0 / 10**-k for k in range(-60, 61)])
+#: "00" "01" ... "99" for two digits at a time
+_DIG2 = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), dtype=np.uint8).copy()
+
+
+@njit(cache=True, nogil=True)
+def _n_digits(v):
+    """Number of decimal digits of v >= 1 (uint64); branch-free below 10**10."""
+    if v >= _U10[10]:
+        n = 11
+        while n < 20 and v >= _U10[n]:
+            n += 1
+        return n
+    return (1 + np.int64(v >= _U10[1]) + np.int64(v >= _U10[2]) + np.int64(v >= _U10[3])
+            + np.int64(v >= _U10[4]) + np.int64(v >= _U10[5]) + np.int64(v >= _U10[6])
+            + np.int64(v >= _U10[7]) + np.int64(v >= _U10[8]) + np.int64(v >= _U10[9]))
+
+
+@njit(cache=True, nogil=True)
+def _put_digits(buf, end, v, n):
+    """Write the lowest ``n`` decimal digits of ``v`` (uint64) ending before buf[end]."""
+    q = end
+    while n >= 2:
+        r = np.int64(v % np.uint64(100))
+        v //= np.uint64(100)
+        buf[q - 1] = _DIG2[2 * r + 1]
+        buf[q - 2] = _DIG2[2 * r]
+        q -= 2
+        n -= 2
+    if n == 1:
+        buf[q - 1] = 48 + np.int64(v % np.uint64(10))
+        v //= np.uint64(10)
+    return v
+
+
+@njit(cache=True, nogil=True)
+def _put_short(buf, pos, u, n):
+    """Write the ``n``-digit number ``u < 10**10`` at buf[pos:] without data-dependent
+    branches: 10 zero-padded digits, then a fixed 10-byte shift left (uses 20 bytes)."""
+    _put_digits(buf, pos + 10, u, 10)
+    off = 10 - n
+    for q in range(10):
+        buf[pos + q] = buf[pos + off + q]
+    return pos + n
+
+
 @njit(cache=True, nogil=True)
 def _write_uint(buf, pos, v):
     """Decimal digits of v >= 0 at buf[pos:]; returns the new position."""
-    if v == 0:
-        buf[pos] = 48
-        return pos + 1
-    start = pos
-    while v > 0:
-        buf[pos] = 48 + v % 10
-        v //= 10
-        pos += 1
-    a = start
-    b = pos - 1
-    while a < b:
-        c = buf[a]
-        buf[a] = buf[b]
-        buf[b] = c
-        a += 1
-        b -= 1
-    return pos
+    u = np.uint64(v)
+    if u < _U10[10]:
+        return _put_short(buf, pos, u, _n_digits(u) if v > 0 else 1)
+    n = _n_digits(u)
+    _put_digits(buf, pos + n, u, n)
+    return pos + n
 
 
 @njit(cache=True, nogil=True)
@@ -303,21 +408,35 @@ def _write_int(buf, pos, v):
     return _write_uint(buf, pos, v)
 
 
-#: exact powers of ten 10**0 .. 10**22 (all representable in float64)
-_P10 = np.array([float(10**k) for k in range(23)])
-
-
 @njit(cache=True, nogil=True)
-def _pow10(k):
-    return _P10[k]
+def _round_digits(x, x32, p, e):
+    """Nearest ``p``-significant-digit decimal of x: (parses back to x32?, m, k), x ≈ m·10^-k.
+
+    The check is exact: for |k| <= 22 both m and 10^|k| are exact doubles, so ``m / 10^k``
+    is the correctly rounded double of the decimal, as strtod computes it.
+    """
+    k = p - 1 - e
+    if 0 <= k <= 22:
+        pk = _F10[k + 60]
+        m = np.rint(x * pk)
+        return np.float32(m / pk) == x32, np.uint64(m), k
+    if -22 <= k < 0:
+        pk = _F10[-k + 60]
+        m = np.rint(x / pk)
+        return np.float32(m * pk) == x32, np.uint64(m), k
+    return False, np.uint64(np.rint(x * _F10[k + 60])), k
 
 
 @njit(cache=True, nogil=True)
 def _write_f32(buf, pos, x32):
-    """Shortest of 6..9 significant digits that parse (strtod, then float32) back to x32."""
+    """Shortest of 6..9 significant digits that parse (strtod, then float32) back to x32.
+
+    9 significant digits always round-trip a float32 (the decimal is within 5e-9 relative
+    of it, far from the half-way points at >= 3e-8), so that is the fallback.
+    """
     x = np.float64(x32)
     if x != x or x == np.inf or x == -np.inf:
-        buf[pos] = 110  # 'nan' / 'inf' never occur in synth data; kept for completeness
+        buf[pos] = 110  # 'nan' never occurs in synth data; kept for completeness
         buf[pos + 1] = 97
         buf[pos + 2] = 110
         return pos + 3
@@ -329,80 +448,66 @@ def _write_f32(buf, pos, x32):
         pos += 1
         x = -x
         x32 = -x32
-    e = np.int64(np.floor(np.log10(x)))
-    m = np.int64(0)
-    k = np.int64(0)
-    for p in range(6, 10):
-        k = p - 1 - e
-        if 0 <= k <= 22:
-            pk = _pow10(k)
-            m = np.int64(np.rint(x * pk))
-            ok = np.float32(m / pk) == x32
-        elif -22 <= k < 0:
-            pk = _pow10(-k)
-            m = np.int64(np.rint(x / pk))
-            ok = np.float32(m * pk) == x32
-        else:
-            m = np.int64(np.rint(x * 10.0 ** k))
-            ok = False
-        if ok:
-            break
-    # p == 9 is always exact enough: 9 significant digits round-trip any float32
-    while m % 10 == 0 and m != 0:
-        m //= 10
+    # decimal exponent of x: log10(x) is in [(e2-1) log10 2, e2 log10 2) for x = f 2^e2
+    e2 = math.frexp(x)[1]
+    e = np.int64(np.floor((e2 - 1) * 0.30102999566398120))
+    if x >= _F10[e + 61]:
+        e += 1
+    ok, m, k = _round_digits(x, x32, 7, e)
+    if ok:
+        ok6, m6, k6 = _round_digits(x, x32, 6, e)
+        if ok6:
+            m = m6
+            k = k6
+    else:
+        ok, m, k = _round_digits(x, x32, 8, e)
+        if not ok:
+            ok, m, k = _round_digits(x, x32, 9, e)
+    while m % np.uint64(10) == 0:
+        m //= np.uint64(10)
         k -= 1
-    # digits of m, most significant first, into a small scratch area past the output
-    nd = 0
-    t = m
-    while t > 0:
-        nd += 1
-        t //= 10
+    nd = _n_digits(m)
     ex = nd - 1 - k  # decimal exponent of the leading digit
-    scratch = pos + 40
-    _write_uint(buf, scratch, m)
     if -5 <= ex < 0:
         buf[pos] = 48
         buf[pos + 1] = 46
-        pos += 2
-        for _ in range(-ex - 1):
-            buf[pos] = 48
-            pos += 1
-        for q in range(nd):
-            buf[pos] = buf[scratch + q]
-            pos += 1
-    elif 0 <= ex < 9:
-        for q in range(nd):
-            if q == ex + 1:
-                buf[pos] = 46
-                pos += 1
-            buf[pos] = buf[scratch + q]
-            pos += 1
-        for _ in range(ex + 1 - nd):
-            buf[pos] = 48
-            pos += 1
+        for q in range(4):
+            buf[pos + 2 + q] = 48
+        return _put_short(buf, pos + 1 - ex, m, nd)
+    if 0 <= ex < 9:
+        if nd <= ex + 1:
+            _put_digits(buf, pos + nd, m, nd)
+            for q in range(nd, ex + 1):
+                buf[pos + q] = 48
+            return pos + ex + 1
+        end = pos + nd + 1
+        frac = nd - ex - 1
+        m = _put_digits(buf, end, m, frac)
+        buf[end - frac - 1] = 46
+        _put_digits(buf, end - frac - 1, m, ex + 1)
+        return end
+    # scientific: d[.ddd]e[-]x
+    if nd > 1:
+        m = _put_digits(buf, pos + nd + 1, m, nd - 1)
+        buf[pos + 1] = 46
+        buf[pos] = 48 + np.int64(m)
+        pos += nd + 1
     else:
-        buf[pos] = buf[scratch]
+        buf[pos] = 48 + np.int64(m)
         pos += 1
-        if nd > 1:
-            buf[pos] = 46
-            pos += 1
-            for q in range(1, nd):
-                buf[pos] = buf[scratch + q]
-                pos += 1
-        buf[pos] = 101
+    buf[pos] = 101
+    pos += 1
+    if ex < 0:
+        buf[pos] = 45
         pos += 1
-        if ex < 0:
-            buf[pos] = 45
-            pos += 1
-            ex = -ex
-        pos = _write_uint(buf, pos, ex)
-    return pos
+        ex = -ex
+    return _write_uint(buf, pos, ex)
 
 
 #: bytes the formatter may use per row (label, qid, newline) and per non-zero
 _ROW_BYTES = 64
 _NNZ_BYTES = 32
-_SCRATCH_BYTES = 64
+_SCRATCH_BYTES = 32
 
 
 @njit(cache=True, nogil=True)
@@ -555,10 +660,8 @@ class SynthModel:
 
     Attributes
     ----------
-    cdf : ndarray of float64, (D,)
-        Cumulative popularity by rank.
-    guide : ndarray of int64
-        Guide table for sampling ranks from ``cdf``.
+    zp : ndarray of float64, (4,)
+        Parameters of the popularity law for :func:`_draw_rank`.
     perm : ndarray of int32, (D,)
         Column of every popularity rank.
     popularity : ndarray of float64, (D,)
@@ -576,16 +679,21 @@ class SynthModel:
         self.spec = spec
         d = int(spec.features)
         rng = np.random.default_rng(np.random.SeedSequence([int(spec.seed), _MODEL_STREAM]))
-        r = np.arange(1, d + 1, dtype=np.float64)
-        p = (r + spec.zipf_offset) ** (-spec.zipf)
-        p /= p.sum()
-        cdf = np.cumsum(p)
-        cdf /= cdf[-1]
-        cdf[-1] = 1.0
-        g = min(d, 1 << 22)
-        guide = np.empty(g + 1, np.int64)
-        guide[:g] = np.searchsorted(cdf, np.arange(g) / g, side="right")
-        guide[g] = d - 1
+        # continuous law: density ∝ (x + c)^-zipf on [0, d); rank r covers [r, r + 1)
+        c = 1.0 + float(spec.zipf_offset)
+        sexp = 1.0 - float(spec.zipf)
+        if abs(sexp) < 1e-6:  # the power form loses all precision near zipf = 1
+            sexp = 0.0
+        r = np.arange(d, dtype=np.float64)
+        if sexp == 0.0:
+            A = float(np.log1p(d / c))
+            zp = np.array([c, 0.0, A, 0.0])
+            p = np.log1p(1.0 / (r + c)) / A
+        else:
+            A = c**sexp
+            B = (d + c) ** sexp - A
+            zp = np.array([c, sexp, A, B])
+            p = ((r + 1.0 + c) ** sexp - (r + c) ** sexp) / B
         perm = rng.permutation(d).astype(np.int32)
         # probability that a row of mean length holds the feature -> idf = 1 - log(df)
         df = -np.expm1(float(spec.nnz_per_row) * np.log1p(-np.minimum(p, 1 - 1e-12)))
@@ -594,13 +702,14 @@ class SynthModel:
         popularity[perm] = p
         idf = np.empty(d)
         idf[perm] = idf_rank
+        self.idf_rank = idf_rank
         mask = rng.random(d) < spec.w_density
         w = np.where(mask, rng.standard_normal(d), 0.0)
         if not mask.any():
             w[int(rng.integers(d))] = 1.0
-        self.cdf, self.guide, self.perm = cdf, guide, perm
+        self.zp, self.perm = zp, perm
         self.popularity, self.idf, self.w = popularity, idf, w
-        for a in (cdf, guide, perm, popularity, idf, w):
+        for a in (zp, perm, popularity, idf, idf_rank, w):
             a.flags.writeable = False
         self.cuts = self._thresholds()
 
@@ -629,12 +738,10 @@ class SynthModel:
 
     def rows(self, key: np.uint64, row0: int, n: int):
         """Raw rows ``row0 .. row0+n-1`` of a stream: (indptr, indices, data, score)."""
-        stamp, base = _stamp_scratch(self.spec.features, n)
         s = self.spec
         return _gen_block(
             np.int64(row0), np.int64(n), key, float(s.nnz_per_row), float(s.nnz_spread),
-            float(np.log(s.tf_decay)), self.cdf, self.guide, self.perm, self.idf, self.w,
-            stamp, np.int32(base),
+            float(s.tf_decay), _TF_TABLE, self.zp, self.perm, self.idf_rank, self.idf, self.w,
         )
 
     def _thresholds(self) -> np.ndarray:
@@ -670,21 +777,6 @@ class SynthModel:
         if s.qid_size:
             qid = np.arange(row0, row0 + n, dtype=np.int64) // s.qid_size + 1
         return Shard(indptr, indices, data, y, qid, row_start=int(row0))
-
-
-_tls = threading.local()
-
-
-def _stamp_scratch(d: int, n: int) -> tuple[np.ndarray, int]:
-    """Per-thread int32 tag array of length ``d`` and a fresh base tag for ``n`` rows."""
-    st = getattr(_tls, "stamp", None)
-    base = getattr(_tls, "base", 0)
-    if st is None or st.shape[0] != d or base + n >= 2**31 - 1:
-        st = np.full(d, -1, np.int32)
-        base = 0
-    _tls.stamp = st
-    _tls.base = base + n
-    return st, base
 
 
 # ----------------------------------------------------------------------------------------
