@@ -252,6 +252,35 @@ def kernel_scores(a_indptr, a_indices, a_data, a_sq, sv_indptr, sv_indices, sv_d
 
 
 @njit(cache=True, nogil=True)
+def kernel_scores_csc(a_indptr, a_indices, a_data, a_sq, svt_indptr, svt_indices, svt_data,
+                      sv_sq, coef, code, gamma, degree, coef0, acc, out):
+    """Same as :func:`kernel_scores` with the SVs given transposed (CSC: for every feature,
+    the SVs that have it), which is never more dot-product work and much less on sparse data.
+
+    ``svt_indptr`` has n_features_sv + 1 entries (features beyond it have no SV entries);
+    ``acc`` is a float64 scratch vector of length n_sv.
+    """
+    na = a_indptr.shape[0] - 1
+    nsv = sv_sq.shape[0]
+    nft = svt_indptr.shape[0] - 1
+    for i in range(na):
+        for j in range(nsv):
+            acc[j] = 0.0
+        for k in range(a_indptr[i], a_indptr[i + 1]):
+            f = a_indices[k]
+            if f < nft:
+                v = float(a_data[k])
+                for q in range(svt_indptr[f], svt_indptr[f + 1]):
+                    acc[svt_indices[q]] += v * svt_data[q]
+        sqi = a_sq[i]
+        s = 0.0
+        for j in range(nsv):
+            s += coef[j] * kernel_from_dot(code, acc[j], sqi, sv_sq[j], gamma, degree, coef0)
+        out[i] = s
+    return out
+
+
+@njit(cache=True, nogil=True)
 def linear_scores(indptr, indices, data, w, out):
     """out[i] = x_i·w (dense w)."""
     n = indptr.shape[0] - 1
@@ -324,6 +353,7 @@ __all__ = [
     "kernel_row",
     "kernel_row_subset",
     "kernel_scores",
+    "kernel_scores_csc",
     "kernel_value",
     "linear_scores",
     "resolve_gamma",

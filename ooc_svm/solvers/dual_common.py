@@ -39,7 +39,7 @@ from ..engine.base import Engine, ShardState, concat_partials
 from ..kernels.kernel_functions import (
     KernelParams,
     csr_parts,
-    kernel_scores,
+    kernel_scores_csc,
     linear_scores,
     row_sq_norms,
 )
@@ -233,13 +233,29 @@ class Expansion:
     kp: KernelParams
     n_features: int
     w: np.ndarray | None = None
-    sv_indptr: np.ndarray | None = None
-    sv_indices: np.ndarray | None = None
-    sv_data: np.ndarray | None = None
+    #: the SVs transposed (CSC over features: for feature f, the SVs that have it)
+    svt_indptr: np.ndarray | None = None
+    svt_indices: np.ndarray | None = None
+    svt_data: np.ndarray | None = None
     sv_sq: np.ndarray | None = None
     coef: np.ndarray | None = None
 
-    def scores(self, indptr, indices_u32, data, out=None, work=None) -> np.ndarray:
+    @classmethod
+    def from_csr(cls, kp: KernelParams, n_features: int, indptr, indices, data,
+                 coef) -> Expansion:
+        """Kernel expansion from SV rows in CSR form and their coefficients yᵢαᵢ."""
+        n_sv = indptr.shape[0] - 1
+        X = sp.csr_matrix((np.asarray(data, dtype=np.float64), indices, indptr),
+                          shape=(n_sv, n_features))
+        T = X.T.tocsr()  # rows = features
+        T.sort_indices()
+        sq = row_sq_norms(np.asarray(indptr, dtype=np.int64),
+                          np.asarray(indices).view(np.uint32), data, np.empty(n_sv))
+        return cls(kp, n_features, svt_indptr=T.indptr.astype(np.int64),
+                   svt_indices=T.indices.astype(np.int64), svt_data=T.data, sv_sq=sq,
+                   coef=np.asarray(coef, dtype=np.float64).copy())
+
+    def scores(self, indptr, indices_u32, data, out=None) -> np.ndarray:
         """Σ_j coef_j K(sv_j, x_i) for the rows of a CSR block (no intercept)."""
         n = indptr.shape[0] - 1
         out = np.empty(n, dtype=np.float64) if out is None else out
@@ -252,12 +268,11 @@ class Expansion:
         if self.coef is None or self.coef.size == 0:
             out[:] = 0.0
             return out
-        if work is None or work.shape[0] < width:
-            work = np.zeros(width, dtype=np.float64)
         sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
-        return kernel_scores(indptr, indices_u32, data, sq, self.sv_indptr,
-                             self.sv_indices.view(np.uint32), self.sv_data, self.sv_sq,
-                             self.coef, *self.kp.args(), work, out)
+        acc = np.empty(self.coef.shape[0], dtype=np.float64)
+        return kernel_scores_csc(indptr, indices_u32, data, sq, self.svt_indptr,
+                                 self.svt_indices, self.svt_data, self.sv_sq, self.coef,
+                                 *self.kp.args(), acc, out)
 
 
 def _max_col(indices) -> int:
@@ -279,8 +294,7 @@ def make_expansion(kp: KernelParams, n_features: int, rows: WorkingRows | None =
         return Expansion(kp, n_features, w=primal_w(rows, coef, n_features))
     nz = np.flatnonzero(coef != 0.0)
     sv = rows.take(nz) if nz.size != rows.n else rows
-    return Expansion(kp, n_features, sv_indptr=sv.indptr, sv_indices=sv.indices,
-                     sv_data=sv.data, sv_sq=sv.sq_norms(), coef=coef[nz].copy())
+    return Expansion.from_csr(kp, n_features, sv.indptr, sv.indices, sv.data, coef[nz])
 
 
 def primal_w(rows: WorkingRows, coef: np.ndarray, n_features: int) -> np.ndarray:
@@ -441,9 +455,8 @@ def scoring_broadcast(model: Model) -> ScoringBroadcast:
         exp = Expansion(kp, model.n_features, w=np.asarray(model.coef_, dtype=np.float64))
     else:
         ip, ix, dt = csr_parts(model.support_vectors_)
-        exp = Expansion(kp, model.n_features, sv_indptr=ip, sv_indices=ix.view(np.int32),
-                        sv_data=dt, sv_sq=row_sq_norms(ip, ix, dt, np.empty(ip.size - 1)),
-                        coef=np.asarray(model.dual_coef_, dtype=np.float64).ravel())
+        exp = Expansion.from_csr(kp, model.n_features, ip, ix.view(np.int32), dt,
+                                 np.asarray(model.dual_coef_, dtype=np.float64).ravel())
     return ScoringBroadcast(exp, float(model.intercept_))
 
 
