@@ -1,0 +1,328 @@
+"""Numba kernels of the cutting-plane solver (``--solver perf``, Joachims 2006).
+
+All kernels take raw CSR arrays of one shard; ``indices`` is the uint32 view of the stored
+int32 column indices (used to read ``w``), ``gidx`` says where a row's entries are
+*accumulated* — the same array for a dense accumulator, or local positions into a compact
+accumulator that only covers the shard's distinct columns (stores with very many features).
+The bias is an extra constant feature of value ``bias`` whose accumulator slot is
+``bias_slot``.
+
+Classification (OP2):
+
+- :func:`cut_single` — Algorithm 1 lines 5–7 fused with the loss: margins yᵢ(w·xᵢ), the
+  most violated constraint Σ_{yᵢw·xᵢ<1} yᵢxᵢ, its size and the hinge sum, in one sweep.
+- :func:`cut_segment` — the accelerated (OCAS-style) pass: margins at two points w_b and w_c
+  at once, the hinge sum at every point of a grid on the segment w_b + k(w_c − w_b), and the
+  cutting planes at a few grid points, accumulated as difference arrays so that every row
+  touches at most two accumulators whatever the number of grid points.
+
+Ordinal regression / ROC area (OP5):
+
+- :func:`rank_cut` — c⁺ᵢ, c⁻ᵢ of the most violated constraint (Algorithm 2) from scores sorted
+  within groups (queries), with a Fenwick tree over rank indices: O(n log n + n log R), never
+  enumerating pairs; also the pairwise hinge loss Σ_{(i,j)∈P} max(0, 1 − (sᵢ − sⱼ)).
+- :func:`rank_loss` — the same loss alone (line searches).
+- :func:`count_pairs` — m = |P|.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# ------------------------------------------------------------------------------------------
+# classification
+# ------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def cut_single(indptr, indices, gidx, data, y, pos, w, w_bias, bias, g, bias_slot):
+    """One-point pass of Algorithm 1.
+
+    For every row: ``mᵢ = ±1 · (xᵢ·w[:d] + w_bias·bias)`` (+1 where ``y == pos``); rows with
+    ``mᵢ < 1`` add ``±xᵢ`` to ``g`` (at ``gidx``) and ``±bias`` to ``g[bias_slot]``.
+
+    Returns
+    -------
+    (count, hinge) : number of violated rows and Σ max(0, 1 − mᵢ).
+    """
+    n = indptr.shape[0] - 1
+    count = 0
+    hinge = 0.0
+    tb = w_bias * bias
+    for i in range(n):
+        s = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            s += data[k] * w[indices[k]]
+        yi = 1.0 if y[i] == pos else -1.0
+        m = yi * (s + tb)
+        if m < 1.0:
+            count += 1
+            hinge += 1.0 - m
+            for k in range(indptr[i], indptr[i + 1]):
+                g[gidx[k]] += yi * data[k]
+            g[bias_slot] += yi * bias
+    return count, hinge
+
+
+@njit(cache=True, nogil=True)
+def _count_less(a, t):
+    """Number of entries of the sorted array ``a`` below t (searchsorted left)."""
+    lo = 0
+    hi = a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _count_less_eq(a, t):
+    """Number of entries of the sorted array ``a`` at most t (searchsorted right)."""
+    lo = 0
+    hi = a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def cut_segment(
+    indptr, indices, gidx, data, y, pos, w2, tb, tc, kv, kg, hv, D, cnt, bias, bias_slot
+):
+    """Accelerated pass: hinge values along a segment and cutting planes at grid points.
+
+    Parameters
+    ----------
+    w2 : float64 (d, 2)
+        Column 0 is w_b (best point so far), column 1 w_c (cutting-plane solution), feature
+        part only; ``tb``, ``tc`` are their bias terms (bias weight × bias value).
+    kv : float64 (Kv,)
+        Grid of step lengths at which the hinge sum is wanted; ``hv[q] += Σᵢ max(0, 1 − mᵢ(kv[q]))``
+        with mᵢ(k) = (1 − k)·mᵢᵇ + k·mᵢᶜ.
+    kg : float64 (Kg,), increasing
+        Grid of step lengths at which cutting planes are wanted. Row i is violated at k iff
+        mᵢ(k) < 1, a prefix or a suffix of ``kg`` (mᵢ is affine in k); the row is added to
+        ``D[lo]`` and subtracted from ``D[hi]`` (difference arrays), likewise ``cnt``. The
+        cutting plane at ``kg[p]`` is then ``cumsum(D, axis=0)[p]`` and its size ``cumsum(cnt)[p]``.
+    """
+    n = indptr.shape[0] - 1
+    nv = kv.shape[0]
+    ng = kg.shape[0]
+    for i in range(n):
+        sb = 0.0
+        sc = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            v = data[k]
+            sb += v * w2[j, 0]
+            sc += v * w2[j, 1]
+        yi = 1.0 if y[i] == pos else -1.0
+        mb = yi * (sb + tb)
+        mc = yi * (sc + tc)
+        d = mc - mb
+        for q in range(nv):
+            m = mb + kv[q] * d
+            if m < 1.0:
+                hv[q] += 1.0 - m
+        # grid points where the row is violated: [lo, hi)
+        if d > 0.0:
+            lo = 0
+            hi = _count_less(kg, (1.0 - mb) / d)
+        elif d < 0.0:
+            lo = _count_less_eq(kg, (1.0 - mb) / d)
+            hi = ng
+        elif mb < 1.0:
+            lo = 0
+            hi = ng
+        else:
+            lo = 0
+            hi = 0
+        if lo >= hi:
+            continue
+        cnt[lo] += 1
+        for k in range(indptr[i], indptr[i + 1]):
+            D[lo, gidx[k]] += yi * data[k]
+        D[lo, bias_slot] += yi * bias
+        if hi < ng:
+            cnt[hi] -= 1
+            for k in range(indptr[i], indptr[i + 1]):
+                D[hi, gidx[k]] -= yi * data[k]
+            D[hi, bias_slot] -= yi * bias
+
+
+@njit(cache=True, nogil=True)
+def scores_two(indptr, indices, data, w2, tb, tc, out_b, out_c):
+    """out_b[i] = xᵢ·w2[:, 0] + tb and out_c[i] = xᵢ·w2[:, 1] + tc in one sweep."""
+    n = indptr.shape[0] - 1
+    for i in range(n):
+        sb = 0.0
+        sc = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            v = data[k]
+            sb += v * w2[j, 0]
+            sc += v * w2[j, 1]
+        out_b[i] = sb + tb
+        out_c[i] = sc + tc
+
+
+@njit(cache=True, nogil=True)
+def accumulate_rows(indptr, gidx, data, coef, g):
+    """g[gidx] += Σᵢ coefᵢ xᵢ over rows with a non-zero coefficient; returns Σ coefᵢ."""
+    n = indptr.shape[0] - 1
+    tot = 0.0
+    for i in range(n):
+        c = coef[i]
+        if c != 0.0:
+            tot += c
+            for k in range(indptr[i], indptr[i + 1]):
+                g[gidx[k]] += c * data[k]
+    return tot
+
+
+# ------------------------------------------------------------------------------------------
+# ordinal regression / ROC area
+# ------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _fen_add(tree, i, v):
+    i += 1
+    n = tree.shape[0]
+    while i < n:
+        tree[i] += v
+        i += i & (-i)
+
+
+@njit(cache=True, nogil=True)
+def _fen_prefix(tree, i):
+    """Sum of entries 0..i-1."""
+    s = 0
+    while i > 0:
+        s += tree[i]
+        i -= i & (-i)
+    return s
+
+
+@njit(cache=True, nogil=True)
+def rank_cut(order, s, r, starts, n_ranks, cplus, cminus):
+    """Most violated constraint of OP5 (Joachims 2006, Algorithm 2) for given scores.
+
+    Parameters
+    ----------
+    order : int64 (n,)
+        Row indices sorted by group, and within a group by *decreasing* score.
+    s : float64 (n,)
+        Scores w·xᵢ.
+    r : int64 (n,)
+        Rank index of every row (0 = lowest).
+    starts : int64 (G + 1,)
+        Group boundaries in ``order`` (one group = one query; a single group without qids).
+    n_ranks : int
+    cplus, cminus : int64 (n,)
+        Output: c⁺ᵢ = |{j : rⱼ < rᵢ, sᵢ − sⱼ < 1}|, c⁻ᵢ = |{j : rⱼ > rᵢ, sⱼ − sᵢ < 1}| (same group).
+
+    Returns
+    -------
+    (violated_pairs, loss) : Σ c⁺ᵢ and Σ_{(i,j)∈P} max(0, 1 − sᵢ + sⱼ).
+    """
+    tree = np.zeros(n_ranks + 1, dtype=np.int64)
+    n_groups = starts.shape[0] - 1
+    viol = 0
+    loss = 0.0
+    for gi in range(n_groups):
+        a = starts[gi]
+        b = starts[gi + 1]
+        if b - a < 2:
+            for t in range(a, b):
+                cplus[order[t]] = 0
+                cminus[order[t]] = 0
+            continue
+        # c⁺: sweep by decreasing score; items with s > sᵢ − 1 have been added
+        tree[:] = 0
+        p = a
+        for t in range(a, b):
+            i = order[t]
+            thr = s[i] - 1.0
+            while p < b and s[order[p]] > thr:
+                _fen_add(tree, r[order[p]], 1)
+                p += 1
+            c = _fen_prefix(tree, r[i])
+            cplus[i] = c
+            viol += c
+            loss += c * (1.0 - s[i])
+        # c⁻: sweep by increasing score; items with s − 1 < sⱼ have been added (the same
+        # floating-point predicate as above, so Σc⁺ = Σc⁻ exactly)
+        tree[:] = 0
+        p = b - 1
+        added = 0
+        for t in range(b - 1, a - 1, -1):
+            j = order[t]
+            while p >= a and s[order[p]] - 1.0 < s[j]:
+                _fen_add(tree, r[order[p]], 1)
+                added += 1
+                p -= 1
+            c = added - _fen_prefix(tree, r[j] + 1)
+            cminus[j] = c
+            loss += c * s[j]
+    return viol, loss
+
+
+@njit(cache=True, nogil=True)
+def rank_loss(order, s, r, starts, n_ranks):
+    """Σ_{(i,j)∈P} max(0, 1 − sᵢ + sⱼ) and the number of violated pairs (see :func:`rank_cut`)."""
+    tree = np.zeros(n_ranks + 1, dtype=np.int64)
+    n_groups = starts.shape[0] - 1
+    viol = 0
+    loss = 0.0
+    for gi in range(n_groups):
+        a = starts[gi]
+        b = starts[gi + 1]
+        if b - a < 2:
+            continue
+        tree[:] = 0
+        p = a
+        for t in range(a, b):
+            i = order[t]
+            thr = s[i] - 1.0
+            while p < b and s[order[p]] > thr:
+                _fen_add(tree, r[order[p]], 1)
+                p += 1
+            c = _fen_prefix(tree, r[i])
+            viol += c
+            loss += c * (1.0 - s[i])
+        tree[:] = 0
+        p = b - 1
+        added = 0
+        for t in range(b - 1, a - 1, -1):
+            j = order[t]
+            while p >= a and s[order[p]] - 1.0 < s[j]:
+                _fen_add(tree, r[order[p]], 1)
+                added += 1
+                p -= 1
+            loss += (added - _fen_prefix(tree, r[j] + 1)) * s[j]
+    return viol, loss
+
+
+@njit(cache=True, nogil=True)
+def count_pairs(order, r, starts, n_ranks):
+    """m = |{(i, j) : same group, rᵢ > rⱼ}| (``order`` only needs to be grouped)."""
+    counts = np.zeros(n_ranks, dtype=np.int64)
+    m = 0
+    for gi in range(starts.shape[0] - 1):
+        counts[:] = 0
+        for t in range(starts[gi], starts[gi + 1]):
+            counts[r[order[t]]] += 1
+        below = 0
+        for q in range(n_ranks):
+            m += counts[q] * below
+            below += counts[q]
+    return m

@@ -1,0 +1,865 @@
+"""``--solver perf``: Joachims' cutting-plane algorithm for linear SVMs, out of core.
+
+Follows T. Joachims, *Training Linear SVMs in Linear Time*, KDD 2006 (Sections 2–3).
+
+Problems solved (x̃ᵢ = (xᵢ, bias): the bias is an extra constant feature, regularised like
+LIBLINEAR ``-B bias``; ``bias = 0`` means no bias):
+
+- ``loss="error"`` (binary labels) — OP2, the 1-slack form of the soft-margin SVM::
+
+      min_{w, ξ≥0}  ½‖w‖² + C_perf·ξ
+      s.t. ∀c ∈ {0,1}ⁿ:  wᵀ (1/n Σᵢ cᵢyᵢx̃ᵢ) ≥ 1/n Σᵢ cᵢ − ξ
+
+  with C_perf = C·n, so that at the optimum ½‖w‖² + C_perf·ξ = ½‖w‖² + C Σᵢ max(0, 1 − yᵢwᵀx̃ᵢ),
+  LIBLINEAR's primal (Theorem 1). Algorithm 1: each iteration solves the dual OP3 over the
+  working set W, then makes **one streamed pass** computing wᵀxᵢ for every row, the most
+  violated constraint (g = 1/n Σ cᵢyᵢx̃ᵢ, r = 1/n Σ cᵢ, cᵢ = [yᵢwᵀx̃ᵢ < 1]) and the exact loss.
+
+- ``loss="ordinal"`` (rank labels) and ``loss="roc"`` (binary labels, two ranks) — OP5, the
+  1-slack form of the ordinal-regression SVM OP4 (Herbrich et al.; ROC area for two ranks)::
+
+      min_{w, ξ≥0}  ½‖w‖² + C_perf·ξ
+      s.t. ∀c ∈ {0,1}ᵐ:  wᵀ (1/m Σ_{(i,j)∈P} cᵢⱼ(xᵢ − xⱼ)) ≥ 1/m Σ cᵢⱼ − ξ
+
+  over the m pairs P = {(i, j): yᵢ > yⱼ} (with qids: only pairs of the same query), C_perf = C·m,
+  i.e. LIBLINEAR units on the pair differences: ½‖w‖² + C Σ_{(i,j)∈P} max(0, 1 − wᵀ(xᵢ − xⱼ)).
+  Algorithm 2: the most violated constraint, in its condensed form Σᵢ (c⁺ᵢ − c⁻ᵢ) xᵢ, comes from
+  the sorted scores in O(n log n) (:func:`ooc_svm.kernels.perf.rank_cut`). Two passes per
+  iteration: scores of every row (gathered at the driver as float64, 8 bytes per row, plus the
+  rank and query of every row gathered once), then Σᵢ (c⁺ᵢ − c⁻ᵢ) xᵢ with the coefficients as
+  per-shard state. The bias cancels in pair differences and is not used.
+
+The working-set QP (OP3: max Σⱼ αⱼrⱼ − ½ αᵀGα, Σαⱼ ≤ C_perf, α ≥ 0, G the Gram matrix of
+the constraint vectors) is solved by :func:`ooc_svm.solvers.qp.solve_simplex_qp` (primal
+active set, warm-started) to a Frank–Wolfe gap ≤ 1e-4·C_perf·ε. Constraints with αⱼ = 0 for
+``max_inactive`` consecutive iterations are dropped. Constraint vectors are stored dense or
+sparse, float64 while the working set uses less than half of ``dense_limit_mb``, float32
+beyond (see :class:`WorkingSet`).
+
+Variants (``variant``):
+
+- ``paper`` — Algorithm 1 / 2 as published. Stopping rule (line 9 / 26): the most violated
+  constraint at the current w is violated by at most ε, ξ' ≤ ξ_W + ε, where ξ' is the exact
+  average loss at w and ξ_W the slack of w over W. Returned: that w.
+- ``accelerated`` (default) — OCAS-style (Franc & Sonnenburg, *Optimized cutting plane
+  algorithm for support vector machines*, ICML 2008): besides the cutting-plane solution w_c
+  the best point w_b so far is kept; the pass evaluates the primal objective along the segment
+  w_b + k(w_c − w_b) at a grid of step lengths (``line_points`` in (0, 1] plus 1.25, 1.5, 2, 3)
+  and accumulates cutting planes at a few grid points (``cut_points``) at once, in the same
+  single pass; w_b moves to the best grid point and the new cut is the one nearest OCAS's
+  k* + μ(1 − k*) (μ = ``mu``). For ranks, the line search runs at the driver on the gathered
+  scores (golden section) and the cut is taken exactly at that point. Stopping rule:
+  P(w_b) − D(α) ≤ ε·C_perf, with D the dual value of OP3 over W, a lower bound of the optimum;
+  so the returned w_b satisfies P(w_b) ≤ P* + C·n·ε — the same guarantee as Theorem 3.
+
+``C`` is LIBLINEAR's C. ``c_perf`` takes SVMperf's ``-c`` instead: SVMperf measures losses in
+percent, so its objective is ½‖w‖² + c·100·ξ, i.e. C_perf = 100·c and C = 100·c/n (``error``;
+its own help: "c_light = c_perf*100/n for the 'Errorrate' loss") or C = 100·c/m (``roc`` /
+``ordinal``). SVMperf's ``-e`` is likewise in percent: its default 0.1 is our ε = 0.001.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from ..engine import concat_partials
+from ..kernels.csr import csr_matvec, u32
+from ..kernels.perf import (
+    accumulate_rows,
+    count_pairs,
+    cut_segment,
+    cut_single,
+    rank_cut,
+    rank_loss,
+    scores_two,
+)
+from ..model import Model
+from . import Callback, Result, SolverError, binary_classes
+from .qp import solve_simplex_qp
+
+log = logging.getLogger("ooc_svm")
+
+DEFAULTS: dict[str, Any] = {
+    "C": 1.0,
+    "eps": 0.001,
+    "bias": 1.0,
+    "loss": None,
+    "variant": "accelerated",
+    "c_perf": None,
+    "max_iter": 10000,
+    "max_inactive": 50,
+    "dense_limit_mb": 1024.0,
+    "line_points": 32,
+    "cut_points": 5,
+    "mu": 0.1,
+    "kernel": "linear",
+    "seed": 0,
+}
+
+STOPPING_RULE = (
+    "paper: most violated constraint violated by <= eps (xi' <= xi_W + eps, Joachims 2006 "
+    "Alg. 1 line 9); accelerated: P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs "
+    "for roc/ordinal)"
+)
+
+#: stores with more columns than this (and than 2 × a shard's non-zeros) accumulate cutting
+#: planes per shard over the shard's distinct columns only
+COMPACT_MIN_DIM = 1 << 16
+
+LOSSES = ("error", "roc", "ordinal")
+VARIANTS = ("paper", "accelerated")
+
+
+def add_arguments(group) -> None:
+    """Flags of ``--solver perf`` (the common ones are defined by ``ooc-svm train``)."""
+    group.add_argument(
+        "--loss", choices=LOSSES, default=None,
+        help="perf: error (binary, OP2), roc (binary labels, ROC area), ordinal (rank labels, "
+        "OP5; with qids pairs only within a query). Default: error for binary stores, "
+        "ordinal for rank labels",
+    )
+    group.add_argument(
+        "--variant", choices=VARIANTS, default=None,
+        help="perf: paper = Joachims 2006 Algorithms 1/2; accelerated (default) = OCAS-style "
+        "line search to the best point, same single pass per iteration",
+    )
+    group.add_argument(
+        "--c-perf", type=float, default=None, dest="c_perf",
+        help="perf: SVMperf's -c instead of --C: C = 100*c/n (error) or 100*c/m (roc/"
+        "ordinal, m pairs), since SVMperf measures loss in percent (c_light = c_perf*100/n). "
+        "SVMperf's -e is in percent too: -e 0.1 is --eps 0.001",
+    )
+    group.add_argument(
+        "--max-inactive", type=int, default=None, dest="max_inactive",
+        help="perf: drop a cutting plane inactive (alpha=0) this many iterations in a row "
+        "(default 50; 0 = never)",
+    )
+    group.add_argument(
+        "--dense-limit-mb", type=float, default=None, dest="dense_limit_mb",
+        help="perf: memory for the working set of cutting planes (float64 up to half of it, "
+        "float32 beyond; sparse where smaller). Default 1024",
+    )
+    group.add_argument(
+        "--line-points", type=int, default=None, dest="line_points",
+        help="perf accelerated: line-search grid points in (0, 1] (default 32)",
+    )
+    group.add_argument(
+        "--cut-points", type=int, default=None, dest="cut_points",
+        help="perf accelerated: candidate cutting planes accumulated per pass (default 5)",
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# accumulators: dense (K, dim) arrays, or compact ("s", columns, (K, len) values, dim)
+# ------------------------------------------------------------------------------------------
+
+
+def _new_accumulator(shard, dim: int, K: int, with_bias: bool):
+    """(acc, gidx, bias_slot, columns or None) for one shard."""
+    if dim > max(COMPACT_MIN_DIM, 2 * shard.nnz):
+        cols = np.unique(shard.indices).astype(np.int64)
+        gidx = np.searchsorted(cols, shard.indices).astype(np.uint32)
+        if with_bias:
+            cols = np.append(cols, dim - 1)
+        acc = np.zeros((K, cols.shape[0] + (0 if with_bias else 1)))
+        bias_slot = cols.shape[0] - 1 if with_bias else acc.shape[1] - 1
+        return acc, gidx, bias_slot, cols
+    acc = np.zeros((K, dim + (0 if with_bias else 1)))
+    bias_slot = dim - 1 if with_bias else dim
+    return acc, u32(shard.indices), bias_slot, None
+
+
+def _finish_accumulator(acc, cols, dim: int, with_bias: bool):
+    if cols is None:
+        return acc if with_bias else acc[:, :dim]
+    vals = acc if with_bias else acc[:, : cols.shape[0]]
+    return ("s", cols, vals, dim)
+
+
+def merge_acc(a, b):
+    """Sum of two accumulators (dense arrays or compact tuples); densifies when it pays."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    a_dense = isinstance(a, np.ndarray)
+    b_dense = isinstance(b, np.ndarray)
+    if a_dense and b_dense:
+        return a + b
+    if a_dense or b_dense:
+        dense, sparse = (a, b) if a_dense else (b, a)
+        out = dense.copy()
+        out[:, sparse[1]] += sparse[2]
+        return out
+    _, ca, va, dim = a
+    _, cb, vb, _ = b
+    cols = np.union1d(ca, cb)
+    if cols.shape[0] * 4 > dim:
+        out = np.zeros((va.shape[0], dim))
+        out[:, ca] += va
+        out[:, cb] += vb
+        return out
+    vals = np.zeros((va.shape[0], cols.shape[0]))
+    vals[:, np.searchsorted(cols, ca)] += va
+    vals[:, np.searchsorted(cols, cb)] += vb
+    return ("s", cols, vals, dim)
+
+
+def acc_row(acc, p: int | None = None, upto: bool = False) -> np.ndarray:
+    """Dense float64 row ``p`` of an accumulator (``upto``: sum of rows 0..p, a prefix sum)."""
+    if isinstance(acc, np.ndarray):
+        return acc[: p + 1].sum(axis=0) if upto else acc[p].copy()
+    _, cols, vals, dim = acc
+    out = np.zeros(dim)
+    out[cols] = vals[: p + 1].sum(axis=0) if upto else vals[p]
+    return out
+
+
+def reduce_cut(a, b):
+    """Reduce for the pass partials: dicts whose ``"g"`` entry is an accumulator."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    out = {}
+    for k, v in a.items():
+        out[k] = merge_acc(v, b[k]) if k == "g" else v + b[k]
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# pass functions (module level: the Dask engine pickles them)
+# ------------------------------------------------------------------------------------------
+
+
+def pass_single(shard, bc):
+    """Algorithm 1 lines 5–7 at one point w: count, hinge sum and Σ_{violated} yᵢx̃ᵢ."""
+    w, w_bias, bias, pos, dim = bc
+    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, 1, True)
+    cnt, hinge = cut_single(
+        shard.indptr, u32(shard.indices), gidx, shard.data, shard.y, pos, w, w_bias, bias,
+        acc[0], bias_slot,
+    )
+    return {
+        "g": _finish_accumulator(acc, cols, dim, True),
+        "cnt": np.array([float(cnt)]),
+        "hinge": np.array([hinge]),
+    }
+
+
+def pass_segment(shard, bc):
+    """Accelerated pass: hinge sums along w_b + k(w_c − w_b) and cuts at grid points."""
+    w2, tb, tc, bias, pos, dim, kv, kg = bc
+    K = kg.shape[0]
+    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, K, True)
+    hv = np.zeros(kv.shape[0])
+    cnt = np.zeros(K, dtype=np.int64)
+    cut_segment(
+        shard.indptr, u32(shard.indices), gidx, shard.data, shard.y, pos, w2, tb, tc, kv, kg,
+        hv, acc, cnt, bias, bias_slot,
+    )
+    return {
+        "g": _finish_accumulator(acc, cols, dim, True),
+        "cnt": cnt.astype(np.float64),
+        "hinge": hv,
+    }
+
+
+def pass_labels(shard, bc):
+    """Labels (and qids) of a shard, for the ranking losses."""
+    q = shard.qid if shard.qid is not None else np.zeros(0, dtype=np.int64)
+    return [(np.asarray(shard.y, dtype=np.float64).copy(), np.asarray(q, dtype=np.int64).copy())]
+
+
+def pass_scores(shard, bc):
+    """w·xᵢ for every row (one point) or (w_b·xᵢ, w_c·xᵢ) (two points)."""
+    w2, two = bc
+    n = shard.n_rows
+    if not two:
+        out = np.empty(n)
+        csr_matvec(shard.indptr, u32(shard.indices), shard.data, w2, 0.0, out)
+        return [(out,)]
+    ob = np.empty(n)
+    oc = np.empty(n)
+    scores_two(shard.indptr, u32(shard.indices), shard.data, w2, 0.0, 0.0, ob, oc)
+    return [(ob, oc)]
+
+
+def pass_accumulate(shard, bc, st):
+    """Σᵢ coefᵢ xᵢ with the per-row coefficients kept as per-shard state."""
+    (dim,) = bc
+    acc, gidx, _, cols = _new_accumulator(shard, dim, 1, False)
+    accumulate_rows(shard.indptr, gidx, shard.data, st, acc[0])
+    return {"g": _finish_accumulator(acc, cols, dim, False)}, st
+
+
+# ------------------------------------------------------------------------------------------
+# working set of cutting planes
+# ------------------------------------------------------------------------------------------
+
+
+class WorkingSet:
+    """Cutting planes (gⱼ, rⱼ) with their Gram matrix, in bounded memory.
+
+    Each gⱼ is kept in the smaller of a dense and a sparse (int32 indices + values) form,
+    with float64 values while the set uses less than half of ``limit_bytes`` and float32
+    beyond. The Gram matrix is updated with one row per new plane (O(|W|·size) work).
+    """
+
+    def __init__(self, dim: int, limit_bytes: float):
+        self.dim = int(dim)
+        self.limit = float(limit_bytes)
+        self.vecs: list[Any] = []
+        self.r: list[float] = []
+        self.inactive: list[int] = []
+        self.Q = np.zeros((0, 0))
+        self.alpha = np.zeros(0)
+        self.nbytes = 0
+        self.peak = 0
+        self.peak_bytes = 0
+        self.float32 = 0
+
+    def __len__(self) -> int:
+        return len(self.vecs)
+
+    @staticmethod
+    def _dot(v, g: np.ndarray) -> float:
+        if isinstance(v, np.ndarray):
+            return float(np.dot(v, g)) if v.dtype == np.float64 else float(v.astype(np.float64) @ g)
+        idx, vals = v
+        return float(vals.astype(np.float64) @ g[idx])
+
+    def _store(self, g: np.ndarray):
+        nz = np.flatnonzero(g)
+        use32 = self.nbytes > self.limit / 2
+        vb = 4 if use32 else 8
+        dt = np.float32 if use32 else np.float64
+        if nz.size * (4 + vb) < self.dim * vb:
+            v = (nz.astype(np.int32), g[nz].astype(dt))
+            size = nz.size * (4 + vb)
+        else:
+            v = g.astype(dt)
+            size = self.dim * vb
+        if use32:
+            self.float32 += 1
+            if self.nbytes + size > self.limit:
+                log.warning(
+                    "perf: working set of %d cutting planes uses %.0f MB, above "
+                    "dense_limit_mb=%.0f", len(self.vecs) + 1, (self.nbytes + size) / 2**20,
+                    self.limit / 2**20,
+                )
+        return v, size
+
+    def add(self, g: np.ndarray, r: float) -> None:
+        """Add plane (g, r); g is a dense float64 vector of length ``dim``."""
+        v, size = self._store(g)
+        gq = g if isinstance(v, np.ndarray) and v.dtype == np.float64 else self._as_dense(v)
+        row = np.array([self._dot(u, gq) for u in self.vecs] + [float(gq @ gq)])
+        m = len(self.vecs)
+        Q = np.empty((m + 1, m + 1))
+        Q[:m, :m] = self.Q
+        Q[m, :] = row
+        Q[:, m] = row
+        self.Q = Q
+        self.vecs.append(v)
+        self.r.append(float(r))
+        self.inactive.append(0)
+        self.alpha = np.append(self.alpha, 0.0)
+        self.nbytes += size
+        self.peak = max(self.peak, len(self.vecs))
+        self.peak_bytes = max(self.peak_bytes, self.nbytes)
+
+    def _as_dense(self, v) -> np.ndarray:
+        if isinstance(v, np.ndarray):
+            return v.astype(np.float64)
+        out = np.zeros(self.dim)
+        out[v[0]] = v[1]
+        return out
+
+    def combine(self, alpha: np.ndarray) -> np.ndarray:
+        """w = Σⱼ αⱼ gⱼ."""
+        w = np.zeros(self.dim)
+        for a, v in zip(alpha, self.vecs, strict=True):
+            if a == 0.0:
+                continue
+            if isinstance(v, np.ndarray):
+                w += a * v
+            else:
+                w[v[0]] += a * v[1]
+        return w
+
+    def solve(self, C_perf: float, atol: float) -> tuple[np.ndarray, float, float]:
+        """Solve OP3 over W (warm-started); returns (w, dual value, QP gap)."""
+        res = solve_simplex_qp(self.Q, np.asarray(self.r), C_perf, x0=self.alpha, atol=atol)
+        self.alpha = res.x
+        w = self.combine(res.x)
+        dual = float(np.dot(res.x, self.r) - 0.5 * (w @ w))
+        for j, a in enumerate(res.x):
+            self.inactive[j] = 0 if a > 0.0 else self.inactive[j] + 1
+        return w, dual, res.gap
+
+    def slack(self) -> float:
+        """ξ_W = max(0, maxⱼ rⱼ − w·gⱼ) at w = Σ αⱼgⱼ (w·gⱼ = (Qα)ⱼ)."""
+        if not self.vecs:
+            return 0.0
+        return max(0.0, float(np.max(np.asarray(self.r) - self.Q @ self.alpha)))
+
+    def drop_inactive(self, max_inactive: int) -> int:
+        """Remove planes inactive for ``max_inactive`` iterations; returns how many."""
+        if max_inactive <= 0:
+            return 0
+        keep = [j for j, c in enumerate(self.inactive) if c < max_inactive]
+        dropped = len(self.vecs) - len(keep)
+        if dropped:
+            for j in range(len(self.vecs)):
+                if j not in set(keep):
+                    self.nbytes -= self._size(self.vecs[j])
+            self.vecs = [self.vecs[j] for j in keep]
+            self.r = [self.r[j] for j in keep]
+            self.inactive = [self.inactive[j] for j in keep]
+            self.alpha = self.alpha[keep]
+            self.Q = self.Q[np.ix_(keep, keep)]
+        return dropped
+
+    def _size(self, v) -> int:
+        if isinstance(v, np.ndarray):
+            return v.nbytes
+        return v[0].nbytes + v[1].nbytes
+
+
+# ------------------------------------------------------------------------------------------
+# the solver
+# ------------------------------------------------------------------------------------------
+
+
+def _check_params(params: dict, meta) -> tuple[str, str]:
+    kernel = params.get("kernel", "linear")
+    if kernel not in (None, "linear"):
+        raise SolverError(
+            f"--solver perf trains linear SVMs only (got --kernel {kernel}); use smo, "
+            "active-set or irwls for kernels"
+        )
+    variant = params.get("variant") or "accelerated"
+    if variant not in VARIANTS:
+        raise SolverError(f"unknown perf variant {variant!r}; choose {' or '.join(VARIANTS)}")
+    loss = params.get("loss")
+    if loss is None:
+        loss = "ordinal" if meta.label_kind == "ordinal" else "error"
+    if loss not in LOSSES:
+        raise SolverError(f"unknown perf loss {loss!r}; choose one of {', '.join(LOSSES)}")
+    if loss in ("error", "roc") and meta.label_kind != "binary":
+        if loss == "error":
+            binary_classes(meta)  # raises the standard message
+        raise SolverError(
+            f"--loss roc needs binary labels; the store has label kind {meta.label_kind!r} "
+            "(use --loss ordinal for rank labels)"
+        )
+    if loss == "ordinal" and meta.label_kind not in ("ordinal", "binary"):
+        raise SolverError(
+            f"--loss ordinal needs rank labels (integers); the store has label kind "
+            f"{meta.label_kind!r}"
+        )
+    for name in ("eps",):
+        if not float(params[name]) > 0:
+            raise SolverError(f"--{name} must be positive")
+    if params.get("c_perf") is None and not float(params["C"]) > 0:
+        raise SolverError("--C must be positive")
+    if params.get("c_perf") is not None and not float(params["c_perf"]) > 0:
+        raise SolverError("--c-perf must be positive")
+    if float(params.get("bias", 1.0)) < 0:
+        raise SolverError("--bias must be >= 0 (0 = no bias)")
+    return loss, variant
+
+
+def _resolve_C(params: dict, count: int) -> float:
+    if params.get("c_perf") is not None:
+        return 100.0 * float(params["c_perf"]) / count
+    return float(params["C"])
+
+
+def _line_grid(points: int) -> np.ndarray:
+    points = max(1, int(points))
+    return np.concatenate([np.arange(1, points + 1) / points, [1.25, 1.5, 2.0, 3.0]])
+
+
+def _cut_grid(points: int, mu: float) -> np.ndarray:
+    """Step lengths of the candidate cuts: from μ (k* = 0) to 1 (k* = 1), denser near μ."""
+    points = max(1, int(points))
+    if points == 1:
+        return np.array([1.0])
+    t = np.arange(points) / (points - 1)
+    return mu + (1.0 - mu) * t**1.5
+
+
+class _Progress:
+    def __init__(self, engine, callback: Callback | None):
+        self.engine = engine
+        self.callback = callback
+        self.history: list[dict] = []
+        self.t0 = time.perf_counter()
+        self.p0 = engine.passes + getattr(engine, "partial_passes", 0)
+
+    def passes(self) -> int:
+        return self.engine.passes + getattr(self.engine, "partial_passes", 0) - self.p0
+
+    def emit(self, rec: dict) -> None:
+        rec["passes"] = self.passes()
+        rec["seconds"] = time.perf_counter() - self.t0
+        self.history.append(rec)
+        log.debug(
+            "perf it %d: obj %.10g xi %.6g viol %.3g |W| %d pass %.3fs",
+            rec["iteration"], rec["objective"], rec["xi"], rec["violation"],
+            rec["working_set"], rec["pass_seconds"],
+        )
+        if self.callback is not None:
+            self.callback(dict(rec))
+
+
+def solve(store, engine, params: dict, callback: Callback | None = None) -> Result:
+    """Train a linear SVM with the cutting-plane algorithm (see the module docstring)."""
+    params = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+    meta = store.meta
+    if meta.n_rows == 0:
+        raise SolverError("the store has no rows")
+    loss, variant = _check_params(params, meta)
+    if loss == "error":
+        return _solve_error(store, engine, params, variant, callback)
+    return _solve_rank(store, engine, params, loss, variant, callback)
+
+
+def _qp_atol(eps: float) -> float:
+    return 1e-4 * eps
+
+
+def _solve_error(store, engine, params, variant, callback) -> Result:
+    meta = store.meta
+    neg, pos = binary_classes(meta)
+    n = meta.n_rows
+    d = meta.n_features
+    dim = d + 1
+    bias = float(params["bias"])
+    C = _resolve_C(params, n)
+    Cp = C * n
+    eps = float(params["eps"])
+    max_iter = int(params["max_iter"])
+    max_inactive = int(params["max_inactive"])
+    ws = WorkingSet(dim, float(params["dense_limit_mb"]) * 2**20)
+    prog = _Progress(engine, callback)
+    atol = _qp_atol(eps)
+
+    def run_single(w):
+        t = time.perf_counter()
+        part = engine.map_reduce(
+            store, pass_single, (np.ascontiguousarray(w[:d]), float(w[d]), bias, pos, dim),
+            reduce=reduce_cut,
+        )
+        return part, time.perf_counter() - t
+
+    w = np.zeros(dim)
+    it = 0
+    converged = False
+    stop = math.inf
+    dual = -math.inf
+    if variant == "paper":
+        while True:
+            part, pt = run_single(w)
+            hinge = float(part["hinge"][0])
+            cnt = float(part["cnt"][0])
+            obj = 0.5 * float(w @ w) + C * hinge
+            xi_new = hinge / n
+            xi_w = ws.slack() / 1.0
+            stop = xi_new - xi_w
+            prog.emit({
+                "iteration": it, "objective": obj, "xi": xi_new, "violation": stop,
+                "working_set": len(ws), "pass_seconds": pt, "lower_bound": dual,
+            })
+            if stop <= eps:
+                converged = True
+                break
+            if it >= max_iter:
+                break
+            ws.add(acc_row(part["g"], 0) / n, cnt / n)
+            ws.drop_inactive(max_inactive)
+            w, dual, _ = ws.solve(Cp, atol)
+            it += 1
+        w_final, obj_final, xi_final = w, obj, xi_new
+    else:
+        kv = _line_grid(params["line_points"])
+        mu = float(params["mu"])
+        K = max(1, int(params["cut_points"]))
+        # a pass holds a few K-row accumulators (the fold of the reduction): at most
+        # three dense ones within the working-set budget
+        K = int(max(1, min(K, ws.limit / (3 * 8.0 * dim))))
+        kg = _cut_grid(K, mu)
+        part, pt = run_single(w)
+        hinge = float(part["hinge"][0])
+        wb = w.copy()
+        Pb = 0.5 * float(wb @ wb) + C * hinge
+        xib = hinge / n
+        prog.emit({
+            "iteration": 0, "objective": Pb, "xi": xib, "violation": math.inf,
+            "working_set": 0, "pass_seconds": pt, "lower_bound": dual, "step": 0.0,
+        })
+        ws.add(acc_row(part["g"], 0) / n, float(part["cnt"][0]) / n)
+        while True:
+            it += 1
+            wc, dual, _ = ws.solve(Cp, atol)
+            t = time.perf_counter()
+            w2 = np.ascontiguousarray(np.stack([wb[:d], wc[:d]], axis=1))
+            part = engine.map_reduce(
+                store, pass_segment,
+                (w2, float(wb[d]) * bias, float(wc[d]) * bias, bias, pos, dim, kv, kg),
+                reduce=reduce_cut,
+            )
+            pt = time.perf_counter() - t
+            dw = wc - wb
+            a2 = float(dw @ dw)
+            a1 = float(wb @ dw)
+            a0 = float(wb @ wb)
+            vals = 0.5 * (a0 + 2 * kv * a1 + kv * kv * a2) + C * part["hinge"]
+            q = int(np.argmin(vals))
+            kstar = float(kv[q]) if vals[q] < Pb else 0.0
+            if vals[q] < Pb:
+                wb = wb + kstar * dw
+                Pb = float(vals[q])
+                xib = float(part["hinge"][q]) / n
+            stop = (Pb - dual) / Cp
+            prog.emit({
+                "iteration": it, "objective": Pb, "xi": xib, "violation": stop,
+                "working_set": len(ws), "pass_seconds": pt, "lower_bound": dual,
+                "step": kstar,
+            })
+            if stop <= eps:
+                converged = True
+                break
+            if it >= max_iter:
+                break
+            kc = kstar + mu * (1.0 - kstar)
+            p = int(np.argmin(np.abs(kg - kc)))
+            g = acc_row(part["g"], p, upto=True)
+            cnt = float(part["cnt"][: p + 1].sum())
+            ws.add(g / n, cnt / n)
+            ws.drop_inactive(max_inactive)
+        w_final, obj_final, xi_final = wb, Pb, xib
+    if not converged:
+        log.warning("perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
+                    it, stop)
+    info = {
+        "solver": "perf", "loss": "error", "variant": variant, "C": C, "C_perf": Cp,
+        "c_perf_svmperf": Cp / 100.0, "eps": eps, "bias": bias, "objective": obj_final,
+        "iterations": it, "converged": converged,
+    }
+    model = Model(
+        kind="linear", n_features=d, classes=[neg, pos], coef_=w_final[:d].copy(),
+        intercept_=float(w_final[d] * bias), info=info,
+    )
+    return Result(
+        model=model, objective=obj_final, dual_objective=None, iterations=it,
+        passes=prog.passes(), seconds=time.perf_counter() - prog.t0, stop_value=float(stop),
+        history=prog.history,
+        summary={
+            "xi": xi_final, "peak_working_set": ws.peak, "working_set": len(ws),
+            "working_set_mb": ws.peak_bytes / 2**20, "variant": variant, "loss": "error",
+            "lower_bound": dual, "C": C, "converged": converged,
+        },
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# ordinal regression / ROC area
+# ------------------------------------------------------------------------------------------
+
+
+class _Ranking:
+    """Ranks and query groups of all rows (gathered once; O(n) driver memory)."""
+
+    def __init__(self, y: np.ndarray, qid: np.ndarray | None, labels: list[float]):
+        lab = np.asarray(labels, dtype=np.float64)
+        self.n_ranks = lab.shape[0]
+        self.r = np.searchsorted(lab, y).astype(np.int64)
+        self.n = y.shape[0]
+        if qid is not None and qid.shape[0] == self.n:
+            _, self.gid = np.unique(qid, return_inverse=True)
+            self.gid = self.gid.astype(np.int64)
+        else:
+            self.gid = None
+        order = self.order(np.zeros(self.n))
+        self.starts = self._starts(order)
+        self.m = int(count_pairs(order, self.r, self.starts, self.n_ranks))
+
+    def order(self, s: np.ndarray) -> np.ndarray:
+        if self.gid is None:
+            return np.argsort(-s, kind="stable").astype(np.int64)
+        return np.lexsort((-s, self.gid)).astype(np.int64)
+
+    def _starts(self, order: np.ndarray) -> np.ndarray:
+        if self.gid is None:
+            return np.array([0, self.n], dtype=np.int64)
+        g = self.gid[order]
+        return np.concatenate([[0], np.flatnonzero(np.diff(g)) + 1, [self.n]]).astype(np.int64)
+
+    def cut(self, s: np.ndarray):
+        order = self.order(s)
+        cp = np.zeros(self.n, dtype=np.int64)
+        cm = np.zeros(self.n, dtype=np.int64)
+        viol, loss = rank_cut(order, s, self.r, self.starts, self.n_ranks, cp, cm)
+        return int(viol), float(loss), (cp - cm).astype(np.float64)
+
+    def loss(self, s: np.ndarray) -> float:
+        order = self.order(s)
+        return float(rank_loss(order, s, self.r, self.starts, self.n_ranks)[1])
+
+
+def _golden(f, lo: float, hi: float, evals: int) -> tuple[float, float]:
+    """Minimise a convex function on [lo, hi] by golden-section search (``evals`` evaluations)."""
+    gr = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = lo, hi
+    c = b - gr * (b - a)
+    d = a + gr * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(max(0, evals - 2)):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - gr * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + gr * (b - a)
+            fd = f(d)
+    return (c, fc) if fc <= fd else (d, fd)
+
+
+def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
+    meta = store.meta
+    d = meta.n_features
+    dim = d
+    labels = list(meta.labels or [])
+    prog = _Progress(engine, callback)
+    parts = engine.map_reduce(store, pass_labels, None, reduce=concat_partials)
+    y = np.concatenate([p[0] for p in parts])
+    qid = np.concatenate([p[1] for p in parts]) if meta.has_qid else None
+    rk = _Ranking(y, qid, labels)
+    m = rk.m
+    if m == 0:
+        raise SolverError(
+            "no pairs with different ranks" + (" within any query" if meta.has_qid else "")
+            + f"; --loss {loss} needs at least two ranks"
+        )
+    C = _resolve_C(params, m)
+    Cp = C * m
+    eps = float(params["eps"])
+    max_iter = int(params["max_iter"])
+    max_inactive = int(params["max_inactive"])
+    ws = WorkingSet(dim, float(params["dense_limit_mb"]) * 2**20)
+    atol = _qp_atol(eps)
+    shard_rows = [(s.row_start, s.n_rows) for s in meta.shards]
+
+    def accumulate(coef: np.ndarray):
+        st = engine.set_state(store, [coef[a : a + k] for a, k in shard_rows])
+        t = time.perf_counter()
+        part = engine.map_reduce(store, pass_accumulate, (dim,), reduce=reduce_cut, state=st)
+        return acc_row(part["g"], 0), time.perf_counter() - t
+
+    def scores(w, w_other=None):
+        t = time.perf_counter()
+        if w_other is None:
+            bc = (np.ascontiguousarray(w), False)
+        else:
+            bc = (np.ascontiguousarray(np.stack([w, w_other], axis=1)), True)
+        parts = engine.map_reduce(store, pass_scores, bc, reduce=concat_partials)
+        out = tuple(np.concatenate([p[k] for p in parts]) for k in range(len(parts[0])))
+        return out, time.perf_counter() - t
+
+    # iteration 0: w = 0, every pair violated
+    w = np.zeros(dim)
+    s0 = np.zeros(rk.n)
+    viol, lossv, coef = rk.cut(s0)
+    obj = C * lossv
+    g, pt = accumulate(coef)
+    prog.emit({
+        "iteration": 0, "objective": obj, "xi": lossv / m, "violation": math.inf,
+        "working_set": 0, "pass_seconds": pt, "lower_bound": -math.inf,
+    })
+    ws.add(g / m, viol / m)
+    it = 0
+    converged = False
+    stop = math.inf
+    dual = -math.inf
+    wb, Pb, xib = w, obj, lossv / m
+    while True:
+        it += 1
+        wc, dual, _ = ws.solve(Cp, atol)
+        if variant == "paper":
+            (s,), pt = scores(wc)
+            viol, lossv, coef = rk.cut(s)
+            obj = 0.5 * float(wc @ wc) + C * lossv
+            xi_new = lossv / m
+            stop = xi_new - ws.slack()
+            wb, Pb, xib = wc, obj, xi_new
+            step = 1.0
+        else:
+            (sb, sc), pt = scores(wb, wc)
+            dw = wc - wb
+            a2 = float(dw @ dw)
+            a1 = float(wb @ dw)
+            a0 = float(wb @ wb)
+
+            def phi(k, sb=sb, sc=sc, a0=a0, a1=a1, a2=a2):
+                return 0.5 * (a0 + 2 * k * a1 + k * k * a2) + C * rk.loss(sb + k * (sc - sb))
+
+            k1 = phi(1.0)
+            kstar, fk = _golden(phi, 0.0, 2.0, 14)
+            if k1 < fk:
+                kstar, fk = 1.0, k1
+            step = 0.0
+            if fk < Pb:
+                step = kstar
+                wb = wb + kstar * dw
+                Pb = fk
+                xib = (fk - 0.5 * float(wb @ wb)) / C / m
+            stop = (Pb - dual) / Cp
+            obj = Pb
+        prog.emit({
+            "iteration": it, "objective": Pb, "xi": xib, "violation": stop,
+            "working_set": len(ws), "pass_seconds": pt, "lower_bound": dual, "step": step,
+        })
+        if stop <= eps:
+            converged = True
+            break
+        if it >= max_iter:
+            break
+        if variant != "paper":
+            kc = step + float(params["mu"]) * (1.0 - step)
+            viol, lossv, coef = rk.cut(sb + kc * (sc - sb))
+        g, _ = accumulate(coef)
+        ws.add(g / m, viol / m)
+        ws.drop_inactive(max_inactive)
+    if not converged:
+        log.warning("perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
+                    it, stop)
+    classes = labels if loss == "ordinal" else labels[:2]
+    info = {
+        "solver": "perf", "loss": loss, "variant": variant, "C": C, "C_perf": Cp,
+        "c_perf_svmperf": Cp / 100.0, "eps": eps, "bias": 0.0, "objective": Pb,
+        "n_pairs": m, "iterations": it, "converged": converged,
+        "has_qid": bool(meta.has_qid),
+    }
+    model = Model(
+        kind="linear", n_features=d, classes=[float(c) for c in classes],
+        coef_=np.asarray(wb, dtype=np.float64).copy(), intercept_=0.0, info=info,
+    )
+    return Result(
+        model=model, objective=Pb, dual_objective=None, iterations=it,
+        passes=prog.passes(), seconds=time.perf_counter() - prog.t0, stop_value=float(stop),
+        history=prog.history,
+        summary={
+            "xi": xib, "peak_working_set": ws.peak, "working_set": len(ws),
+            "working_set_mb": ws.peak_bytes / 2**20, "variant": variant, "loss": loss,
+            "lower_bound": dual, "n_pairs": m, "C": C, "converged": converged,
+        },
+    )
