@@ -72,6 +72,7 @@ SPLITS = {"train": 0, "test": 1}
 _PILOT_SPLIT = 1000
 _MODEL_STREAM = 0x5EED_F00D
 PILOT_ROWS = 20_000
+PILOT_NNZ = 2_000_000
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -747,7 +748,8 @@ class SynthModel:
     def _thresholds(self) -> np.ndarray:
         s = self.spec
         key, key_labels = self.keys(_PILOT_SPLIT)
-        score = self.rows(key, 0, PILOT_ROWS)[3]
+        n_pilot = int(min(PILOT_ROWS, max(PILOT_ROWS // 4, PILOT_NNZ // s.nnz_per_row)))
+        score = self.rows(key, 0, n_pilot)[3]
         sd = float(np.std(score))
         self.sigma = s.score_noise * (sd if sd > 0 else 1.0)
         score, _ = self.label_scores(key_labels, 0, score)
@@ -1108,9 +1110,9 @@ def _write_store(out, fmt, model, split, rows, step, threads, overwrite, compres
             have += blk.n_rows
             if have == srows or blk.row_start + blk.n_rows == rows:
                 w.add(_concat(parts), n_features=spec.features)
-                if progress:
-                    progress(have)
                 parts, have = [], 0
+            if progress:
+                progress(blk.n_rows)
         w.commit(sources=["synth " + json.dumps(params, sort_keys=True)])
         return w.nnz
 
