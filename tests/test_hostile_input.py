@@ -1,0 +1,278 @@
+"""Hostile input: fuzzed SVMlight bytes, crafted stores and models, disk full, racing ingests.
+
+The fuzz property: ingest either accepts the bytes and the store equals what
+``sklearn.datasets.load_svmlight_file`` reads (when it accepts them too), or it fails with a
+clean :class:`IngestError` that names the line — never another exception, never a partial store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from ooc_svm.model import ModelError, load_model
+from ooc_svm.store import StoreError, open_store
+from ooc_svm.store.ingest import IngestError, ingest
+
+sklearn_datasets = pytest.importorskip("sklearn.datasets")
+
+
+# -- fuzzing ingest -------------------------------------------------------------------------
+
+_good_num = st.one_of(
+    st.integers(-5, 5).map(str),
+    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).map(lambda v: f"{v:.6g}"),
+    st.sampled_from(["1e-3", "2.5E+2", ".5", "-0", "+1", "0.0", "1.000000001"]),
+)
+_bad_num = st.sampled_from(["nan", "inf", "x", "", "1e999", "1..2", "--1", "0x10"])
+
+
+@st.composite
+def _num(draw):
+    return draw(_bad_num if draw(st.integers(0, 149)) == 0 else _good_num)
+
+
+@st.composite
+def _line(draw, with_qid: bool = False):
+    label = draw(st.one_of(st.sampled_from(["+1", "-1", "1", "0", "2", "3.5"]), _num()))
+    n = draw(st.integers(0, 6))
+    idx = sorted(draw(st.sets(st.integers(1, 40), min_size=n, max_size=n)))
+    if draw(st.integers(0, 39)) == 0 and idx:
+        # occasionally break the ordering or use index 0 / negative indices
+        k = draw(st.integers(0, len(idx) - 1))
+        idx[k] = draw(st.sampled_from([0, -3, idx[0], 41]))
+    parts = [label]
+    if with_qid:
+        bad = draw(st.integers(0, 49)) == 0
+        q = st.sampled_from(["x", "-1", "", "1.5"]) if bad else st.sampled_from(["1", "2", "7"])
+        parts.append(f"qid:{draw(q)}")
+    for j in idx:
+        parts.append(f"{j}:{draw(_num())}")
+    line = " ".join(parts)
+    if draw(st.integers(0, 7)) == 0:
+        line += " # comment " + draw(st.text(alphabet="ab:1 #", max_size=8))
+    return line
+
+
+@st.composite
+def _document(draw):
+    with_qid = draw(st.integers(0, 3)) == 0
+    lines = draw(st.lists(_line(with_qid), min_size=0, max_size=12))
+    sep = draw(st.sampled_from(["\n", "\r\n"]))
+    text = sep.join(lines) + draw(st.sampled_from(["", "\n"]))
+    data = bytearray(text.encode())
+    # byte-level mutations
+    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2, 3]))):
+        if not data:
+            break
+        pos = draw(st.integers(0, len(data) - 1))
+        op = draw(st.integers(0, 2))
+        if op == 0:
+            data[pos] = draw(st.integers(0, 255))
+        elif op == 1:
+            del data[pos]
+        else:
+            data[pos:pos] = draw(st.binary(min_size=1, max_size=3))
+    return bytes(data)
+
+
+def _sk_load(path):
+    try:
+        X, y = sklearn_datasets.load_svmlight_file(str(path), zero_based=False)
+    except Exception:  # noqa: BLE001 - whatever sklearn refuses
+        return None
+    return sp.csr_matrix(X), y
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(doc=_document())
+def test_fuzzed_svmlight_bytes(tmp_path, doc):
+    src = tmp_path / "in.svm"
+    src.write_bytes(doc)
+    dest = tmp_path / "out.zarr"
+    import shutil
+
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        meta = ingest([str(src)], str(dest), shard_rows=3)
+    except IngestError as e:
+        msg = str(e)
+        assert str(src) in msg or "in.svm" in msg, msg
+        # an error about a specific line names it; empty input has its own message
+        low = msg.lower()
+        assert re.search(r"line \d+", msg) or "empty" in low or "no rows" in low, msg
+        assert not dest.exists()
+        assert [p.name for p in tmp_path.iterdir()] == ["in.svm"], list(tmp_path.iterdir())
+        event("ingest refused")
+        return
+    ref = _sk_load(src)
+    if ref is None:
+        event("only ingest accepted")
+        return
+    event("both accepted: compared")
+    X_ref, y_ref = ref
+    store = open_store(str(dest))
+    shards = [store.read_shard(i, verify=True) for i in range(store.n_shards)]
+    X = sp.vstack([s.to_scipy(store.meta.n_features) for s in shards]).tocsr()
+    y = np.concatenate([s.y for s in shards])
+    assert meta.n_rows == X_ref.shape[0]
+    np.testing.assert_array_equal(y, y_ref)
+    n = max(X.shape[1], X_ref.shape[1])
+    X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n))
+    X_ref = sp.csr_matrix((X_ref.data, X_ref.indices, X_ref.indptr), shape=(X.shape[0], n))
+    np.testing.assert_array_equal(X.indptr, X_ref.indptr)
+    np.testing.assert_array_equal(X.indices, X_ref.indices)
+    np.testing.assert_array_equal(X.data, X_ref.data.astype(np.float32))
+
+
+# -- crafted stores and models --------------------------------------------------------------
+
+def _small_store(tmp_path, name="s.zarr"):
+    src = tmp_path / "a.svm"
+    src.write_text("1 1:1 3:2\n-1 2:1\n1 1:0.5\n-1 3:1\n")
+    path = tmp_path / name
+    ingest([str(src)], str(path), shard_rows=2)
+    return path
+
+
+@pytest.mark.parametrize("name", ["s.zarr", "s.parquet"])
+def test_crafted_store_metadata_refused_before_reading(tmp_path, name):
+    path = _small_store(tmp_path, name)
+    if name.endswith(".zarr"):
+        meta_file = path / "zarr.json"
+        doc = json.loads(meta_file.read_text())
+        meta = doc["attributes"]["ooc_svm"]
+    else:
+        meta_file = path / "_ooc_svm.json"
+        doc = json.loads(meta_file.read_text())
+        meta = doc
+    good = json.dumps(doc)
+    for mutate, pattern in [
+        (lambda m: m["shards"][0].update(name="../../outside"), "unsafe name"),
+        (lambda m: m["shards"][0].update(name="/etc/passwd"), "unsafe name"),
+        (lambda m: m.update(n_rows=10**15), "shard table|absurd|inconsistent|sums"),
+        (lambda m: m["shards"][0].update(n_rows=-5), "inconsistent"),
+        (lambda m: m.update(n_features=1 << 40), "absurd"),
+        (lambda m: m.update(version=1000), "newer"),
+        (lambda m: m.update(format="something-else"), "not an ooc-svm store"),
+    ]:
+        doc = json.loads(good)
+        target = doc["attributes"]["ooc_svm"] if name.endswith(".zarr") else doc
+        mutate(target)
+        meta_file.write_text(json.dumps(doc))
+        with pytest.raises(StoreError, match=pattern):
+            open_store(str(path))
+    assert meta  # the untouched metadata was a real store's
+
+
+def test_model_file_cannot_execute_code(tmp_path):
+    """A model whose arrays.npz holds a pickled object is refused, and nothing runs."""
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    (model_dir / "model.json").write_text(json.dumps({
+        "format": "ooc-svm-model", "version": 1, "kind": "linear", "n_features": 3,
+        "classes": [-1.0, 1.0], "intercept_is_scalar": True,
+    }))
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    obj = np.empty(1, dtype=object)
+    obj[0] = Evil()
+    np.savez(model_dir / "arrays.npz", coef=obj, intercept=np.zeros(1))
+    with pytest.raises(ModelError):
+        load_model(str(model_dir))
+    assert not marker.exists()
+
+
+# -- disk full and racing ingests -----------------------------------------------------------
+
+def _try_mount_tmpfs(where, size="3m") -> bool:
+    where.mkdir()
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return False
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+def test_disk_full_during_ingest(tmp_path):
+    """ENOSPC while writing shards: clean error, nothing left at the destination."""
+    mnt = tmp_path / "small"
+    if not _try_mount_tmpfs(mnt):
+        pytest.skip("needs root to mount a small tmpfs (simulated full disk)")
+    try:
+        rng = np.random.default_rng(0)
+        src = tmp_path / "big.svm"
+        with open(src, "w") as f:
+            for i in range(60000):
+                cols = np.sort(rng.choice(5000, 10, replace=False)) + 1
+                f.write(f"{1 if i % 2 else -1} " + " ".join(f"{c}:{rng.random():.6f}"
+                                                            for c in cols) + "\n")
+        dest = mnt / "s.zarr"
+        r = subprocess.run(
+            [sys.executable, "-m", "ooc_svm.cli", "ingest", str(src), str(dest),
+             "--shard-rows", "5000", "--compression", "none"],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert r.returncode != 0
+        err = r.stderr.strip().splitlines()
+        assert err and err[-1].startswith("ooc-svm: error:"), r.stderr
+        assert "No space left" in r.stderr or "space" in r.stderr.lower(), r.stderr
+        assert "Traceback" not in r.stderr
+        assert os.listdir(mnt) == [], os.listdir(mnt)
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_racing_ingests_one_wins(tmp_path):
+    rng = np.random.default_rng(1)
+    srcs = []
+    for k in range(2):
+        src = tmp_path / f"in{k}.svm"
+        with open(src, "w") as f:
+            for _ in range(20000):
+                cols = np.sort(rng.choice(300, 8, replace=False)) + 1
+                f.write(f"{k + 1} " + " ".join(f"{c}:{rng.random():.5f}" for c in cols) + "\n")
+        srcs.append(src)
+    dest = tmp_path / "race.zarr"
+    results: list = [None, None]
+    barrier = threading.Barrier(2)
+
+    def run(k):
+        barrier.wait()
+        results[k] = subprocess.run(
+            [sys.executable, "-m", "ooc_svm.cli", "ingest", str(srcs[k]), str(dest),
+             "--shard-rows", "2000"],
+            capture_output=True, text=True, timeout=300,
+        )
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(r.returncode for r in results)
+    assert codes[0] == 0 and codes[1] != 0, [r.stderr for r in results]
+    loser = next(r for r in results if r.returncode != 0)
+    assert "ooc-svm: error:" in loser.stderr and "Traceback" not in loser.stderr
+    winner = results.index(next(r for r in results if r.returncode == 0))
+    store = open_store(str(dest))
+    assert store.meta.n_rows == 20000 and store.meta.labels == [float(winner + 1)]
+    for i in range(store.n_shards):
+        store.read_shard(i, verify=True)
+    # nothing but the inputs and the winning store
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in0.svm", "in1.svm", "race.zarr"]
