@@ -279,8 +279,24 @@ def _be_shrunk(k, y, alpha, G, C, gmax1, gmax2):
 
 
 @njit(cache=True, nogil=True)
-def _shrink(active, n_active, y, alpha, G, C):
+def _drop_short_columns(cache, n_active):
+    """Before shrinking permutes active[:n_active]: a cached column covering a shorter prefix
+    would then cover a different row set, so it is dropped (LIBSVM's swap_index gives up on
+    such columns too)."""
+    buf, slot_key, slot_of, slot_len, last_used, stats = cache
+    for t in range(slot_key.shape[0]):
+        k = slot_key[t]
+        if k >= 0 and slot_len[t] < n_active:
+            slot_of[k] = -1
+            slot_key[t] = -1
+            slot_len[t] = 0
+            last_used[t] = 0
+
+
+@njit(cache=True, nogil=True)
+def _shrink(active, n_active, y, alpha, G, C, cache):
     """Move the rows LIBSVM's be_shrunk selects behind the active prefix; returns n_active."""
+    _drop_short_columns(cache, n_active)
     gmax1 = -np.inf
     gmax2 = -np.inf
     for t in range(n_active):
@@ -351,14 +367,14 @@ def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, sh
             counter = min(m, 1000)
             if shrinking:
                 # do_shrinking: unshrink once when close to optimal
-                n_new, g12 = _shrink(active, n_active, y, alpha, G, C)
+                n_new, g12 = _shrink(active, n_active, y, alpha, G, C, cache)
                 if not unshrink and g12 <= 10.0 * tol:
                     unshrink = True
                     # restore everything, reconstruct, then shrink again
                     _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar,
                                  p, C)
                     n_active = m
-                    n_new, g12 = _shrink(active, n_active, y, alpha, G, C)
+                    n_new, g12 = _shrink(active, n_active, y, alpha, G, C, cache)
                 n_active = n_new
         i, j, gap = _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C)
         if j < 0 or gap < tol:
@@ -1010,8 +1026,15 @@ def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, 
         if gap <= tol or part is None or status != 0 or total_it >= max_iter:
             break
         cand = part[1]
-        # candidates that were bound SVs held outside W leave F
-        if F.n:
+        # candidates that were bound SVs held outside W leave the fixed part
+        if linear:
+            back = np.flatnonzero(cand.alpha > 0)
+            if back.size:
+                from .dual_common import primal_w
+
+                bk = cand.take(back)
+                w_fixed = w_fixed - primal_w(bk, bk.y * bk.alpha, nf)
+        elif F.n:
             keepF = ~np.isin(F.gids, cand.gids)
             F = F.take(np.flatnonzero(keepF))
         Gc = -1.0 + cand.y * exp.scores(*cand.csr())
