@@ -166,7 +166,15 @@ def materialize(shard: Shard) -> Shard:
 
 
 def shard_reader(store, fast: bool = True) -> Callable[[int], Shard]:
-    """Function ``read(i) -> Shard`` (read-only arrays) for this store, fast path if possible."""
+    """Function ``read(i) -> Shard`` (read-only arrays) for this store, fast path if possible.
+
+    A store *view* (an object with ``base`` and ``transform(shard)``, e.g.
+    :class:`~ooc_svm.store.views.BinaryView`) reads through its base store's reader and then
+    applies its transform.
+    """
+    if hasattr(store, "base") and hasattr(store, "transform"):
+        base_read = shard_reader(store.base, fast=fast)
+        return lambda i: readonly(store.transform(base_read(i)))
     root = None
     if fast and getattr(store, "backend", None) == "zarr":
         from ..store.paths import is_local, local_path
@@ -202,6 +210,7 @@ def store_token(store) -> str:
     h = hashlib.blake2b(digest_size=12)
     meta = store.meta
     h.update(str(getattr(store, "path", "")).encode())
+    h.update(repr(getattr(store, "cache_key", "")).encode())  # views differ from their base
     h.update(f"|{meta.n_rows}|{meta.nnz}|{meta.n_features}|".encode())
     for s in meta.shards:
         h.update(f"{s.name}:{s.n_rows}:{s.nnz}:{s.checksum};".encode())

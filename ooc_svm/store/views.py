@@ -35,10 +35,13 @@ class BinaryView:
     def cache_key(self) -> tuple:
         return (getattr(self.base, "cache_key", self.path), "binary", self.positive)
 
-    def read_shard(self, i: int, verify: bool = False) -> Shard:
-        s = self.base.read_shard(i, verify=verify)
+    def transform(self, s: Shard) -> Shard:
+        """The base store's shard with labels 1.0 (class ``positive``) / 0.0 (the rest)."""
         y = (s.y == self.positive).astype(np.float64)
         return Shard(s.indptr, s.indices, s.data, y, s.qid, s.row_start)
+
+    def read_shard(self, i: int, verify: bool = False) -> Shard:
+        return self.transform(self.base.read_shard(i, verify=verify))
 
     def __reduce__(self):
         return (_reopen_binary_view, (self.path, self.positive))
