@@ -49,26 +49,31 @@ A_TOL = 1e-9
 # ------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def forward_solve(R, nb, b, out):
-    """Solve Rᵀ x = b (i.e. L x = b) for the leading nb × nb block; returns ``out``."""
+    """Solve Rᵀ x = b (i.e. L x = b) for the leading nb × nb block; returns ``out``.
+
+    Row-oriented (axpy with row k of R), so the inner loop is contiguous and vectorises.
+    """
     for k in range(nb):
         out[k] = b[k]
     for k in range(nb):
         xk = out[k] / R[k, k]
         out[k] = xk
         if xk != 0.0:
+            row = R[k]
             for j in range(k + 1, nb):
-                out[j] -= R[k, j] * xk
+                out[j] -= row[j] * xk
     return out
 
 
 @njit(cache=True, nogil=True)
 def back_solve(R, nb, z, out):
-    """Solve R x = z (i.e. Lᵀ x = z) for the leading nb × nb block; returns ``out``."""
+    """Solve R x = z (i.e. Lᵀ x = z) for the leading nb × nb block; returns ``out``.
+
+    Each step is a dot product of a contiguous piece of row k with the solved tail (BLAS).
+    """
     for k in range(nb - 1, -1, -1):
-        s = z[k]
-        for j in range(k + 1, nb):
-            s -= R[k, j] * out[j]
-        out[k] = s / R[k, k]
+        s = np.dot(R[k, k + 1 : nb], out[k + 1 : nb]) if k + 1 < nb else 0.0
+        out[k] = (z[k] - s) / R[k, k]
     return out
 
 
@@ -91,22 +96,23 @@ def forward_solve_many(R, nb, B, nc, out):
 
 
 @njit(cache=True, nogil=True)
-def delete_basis_row(R, nb, p, Lam, nd, r1):
+def delete_basis_row(R, nb, p, Lam, nd, T, nt):
     """Remove basis position p: delete column p of R and re-triangularise with Givens.
 
     Deleting row p of L = Rᵀ leaves R (nb × nb−1) upper Hessenberg below row p; rotations
     of rows (k, k+1), k = p … nb−2, zero the sub-diagonal (the paper's right-multiplication
-    of L by Givens matrices). The same rotations are applied to the rows of ``Lam`` and to
-    ``r1`` (both hold L⁻¹·v vectors), whose last entries become the components outside the
-    new basis. On return the leading (nb−1) × (nb−1) block of R is the new factor and row
-    nb−1 of R is zero. Returns the number of rotations applied.
+    of L by Givens matrices). The same rotations are applied to the rows of ``Lam`` and of
+    ``T`` (the first ``nt`` columns; both hold L⁻¹·v vectors), whose last entries become the
+    components outside the new basis. On return the leading (nb−1) × (nb−1) block of R is
+    the new factor and row nb−1 of R is zero. Returns the number of rotations applied.
     """
     # shift columns p+1.. one to the left (row i has entries from column i on)
     for i in range(nb):
         j0 = p if p > i - 1 else i - 1
+        ri = R[i]
         for j in range(j0, nb - 1):
-            R[i, j] = R[i, j + 1]
-        R[i, nb - 1] = 0.0
+            ri[j] = ri[j + 1]
+        ri[nb - 1] = 0.0
     nrot = 0
     for k in range(p, nb - 1):
         a = R[k, k]
@@ -117,27 +123,31 @@ def delete_basis_row(R, nb, p, Lam, nd, r1):
                     R[k, j] = -R[k, j]
                 for c in range(nd):
                     Lam[k, c] = -Lam[k, c]
-                r1[k] = -r1[k]
+                for c in range(nt):
+                    T[k, c] = -T[k, c]
             continue
         r = np.hypot(a, b)
         c_ = a / r
         s_ = b / r
         R[k, k] = r
         R[k + 1, k] = 0.0
+        rk = R[k]
+        rk1 = R[k + 1]
         for j in range(k + 1, nb - 1):
-            t1 = R[k, j]
-            t2 = R[k + 1, j]
-            R[k, j] = c_ * t1 + s_ * t2
-            R[k + 1, j] = -s_ * t1 + c_ * t2
+            t1 = rk[j]
+            t2 = rk1[j]
+            rk[j] = c_ * t1 + s_ * t2
+            rk1[j] = -s_ * t1 + c_ * t2
         for c in range(nd):
             t1 = Lam[k, c]
             t2 = Lam[k + 1, c]
             Lam[k, c] = c_ * t1 + s_ * t2
             Lam[k + 1, c] = -s_ * t1 + c_ * t2
-        t1 = r1[k]
-        t2 = r1[k + 1]
-        r1[k] = c_ * t1 + s_ * t2
-        r1[k + 1] = -s_ * t1 + c_ * t2
+        for c in range(nt):
+            t1 = T[k, c]
+            t2 = T[k + 1, c]
+            T[k, c] = c_ * t1 + s_ * t2
+            T[k + 1, c] = -s_ * t1 + c_ * t2
         nrot += 1
     for j in range(nb):
         R[nb - 1, j] = 0.0
@@ -174,6 +184,13 @@ class ActiveFactor:
     Members are identified by integer *keys* chosen by the caller (e.g. positions in its
     working set); vectors passed in (columns of Q, gradients) are indexed by key.
 
+    Besides L it keeps r1 = L⁻¹y_B and r2 = L⁻¹g_B (the paper's r₁, r₂ of §2.1, updated
+    with the factor as Frangioni's Remark 1 suggests), so a step of the reduced problem
+    costs one back substitution. r2 follows the gradient g only through :meth:`append` /
+    :meth:`remove` with ``g`` given, :meth:`advance` (the exact gradient change of a Newton
+    step) and :meth:`set_gradient`; any other change marks it stale and
+    :meth:`direction` recomputes it.
+
     Parameters
     ----------
     capacity : int
@@ -187,7 +204,8 @@ class ActiveFactor:
         self.dep_tol = float(dep_tol)
         self.R = np.zeros((cap, cap))
         self.Lam = np.zeros((cap, 4))
-        self.r1 = np.zeros(cap)
+        self.T = np.zeros((cap, 2))       # columns: r1 = L⁻¹y_B, r2 = L⁻¹g_B
+        self.r2_valid = True
         self.bkeys = np.zeros(cap, dtype=np.int64)
         self.by = np.zeros(cap)
         self.dkeys = np.zeros(4, dtype=np.int64)
@@ -204,6 +222,10 @@ class ActiveFactor:
     def n(self) -> int:
         return self.nb + self.nd
 
+    @property
+    def r1(self) -> np.ndarray:
+        return self.T[:, 0]
+
     def keys(self) -> np.ndarray:
         """Member keys in factor order: basis first, then dependent."""
         return np.concatenate([self.bkeys[: self.nb], self.dkeys[: self.nd]])
@@ -215,29 +237,34 @@ class ActiveFactor:
         return self.dkeys[: self.nd].copy()
 
     def nbytes(self) -> int:
-        return self.R.nbytes + self.Lam.nbytes + self.r1.nbytes
+        return self.R.nbytes + self.Lam.nbytes + self.T.nbytes
 
-    def _grow_basis(self) -> None:
+    def _grow_basis(self, need: int | None = None) -> None:
         cap = self.R.shape[0]
         new = cap + max(cap // 2, 4)
+        if need is not None:
+            new = max(new, need)
         R = np.zeros((new, new))
         R[: self.nb, : self.nb] = self.R[: self.nb, : self.nb]
         self.R = R
         Lam = np.zeros((new, self.Lam.shape[1]))
         Lam[: self.nb, : self.nd] = self.Lam[: self.nb, : self.nd]
         self.Lam = Lam
-        for name in ("r1", "by"):
-            a = getattr(self, name)
-            b = np.zeros(new)
-            b[: self.nb] = a[: self.nb]
-            setattr(self, name, b)
+        T = np.zeros((new, 2))
+        T[: self.nb] = self.T[: self.nb]
+        self.T = T
+        b = np.zeros(new)
+        b[: self.nb] = self.by[: self.nb]
+        self.by = b
         k = np.zeros(new, dtype=np.int64)
         k[: self.nb] = self.bkeys[: self.nb]
         self.bkeys = k
 
-    def _grow_dependent(self) -> None:
+    def _grow_dependent(self, need: int | None = None) -> None:
         cap = self.Lam.shape[1]
         new = cap * 2
+        if need is not None:
+            new = max(new, need)
         Lam = np.zeros((self.Lam.shape[0], new))
         Lam[:, :cap] = self.Lam
         self.Lam = Lam
@@ -255,15 +282,9 @@ class ActiveFactor:
         self.bkeys[: self.nb] = mapping[self.bkeys[: self.nb]]
         self.dkeys[: self.nd] = mapping[self.dkeys[: self.nd]]
 
-    def clear(self) -> None:
-        self.nb = 0
-        self.nd = 0
-        self.R[:] = 0.0
-        self.Lam[:] = 0.0
-
     # -- updates ----------------------------------------------------------------------------
-    def append(self, key: int, y: float, col: np.ndarray) -> bool:
-        """Add member ``key`` with label ``y`` and Q column ``col`` (indexed by key).
+    def append(self, key: int, y: float, col: np.ndarray, g: float | None = None) -> bool:
+        """Add member ``key`` with label ``y``, Q column ``col`` (indexed by key), gradient g.
 
         ``col[key]`` is the diagonal entry. Returns True if it joined the basis, False if
         its column is (numerically) dependent on the basis. O(n_s²).
@@ -281,7 +302,12 @@ class ActiveFactor:
             R = self.R
             R[:nb, nb] = lvec
             R[nb, nb] = delta
-            self.r1[nb] = (y - float(lvec @ self.r1[:nb])) / delta
+            T = self.T
+            T[nb, 0] = (y - float(lvec @ T[:nb, 0])) / delta
+            if g is None:
+                self.r2_valid = False
+            else:
+                T[nb, 1] = (g - float(lvec @ T[:nb, 1])) / delta
             if nd:
                 qd = np.asarray(col[self.dkeys[:nd]], dtype=np.float64)
                 self.Lam[nb, :nd] = (qd - lvec @ self.Lam[:nb, :nd]) / delta
@@ -298,11 +324,13 @@ class ActiveFactor:
         self.nd = nd + 1
         return False
 
-    def remove(self, key: int, col_fn: Callable[[int], np.ndarray]) -> None:
+    def remove(self, key: int, col_fn: Callable[[int], np.ndarray],
+               g: np.ndarray | None = None) -> None:
         """Remove member ``key``. O(n_s²) Givens rotations when it is a basis member.
 
         ``col_fn(k)`` returns the Q column of member k (indexed by key); it is called only
-        when a dependent member becomes independent and is re-appended to the basis.
+        when a dependent member becomes independent and is re-appended to the basis (then
+        ``g[k]``, the gradient indexed by key, keeps r2 current).
         """
         self.updates += 1
         nd = self.nd
@@ -322,11 +350,11 @@ class ActiveFactor:
             raise KeyError(f"key {key} is not in the factor")
         p = int(where_b[0])
         nb = self.nb
-        delete_basis_row(self.R, nb, p, self.Lam, nd, self.r1)
+        delete_basis_row(self.R, nb, p, self.Lam, nd, self.T, 2)
         self.bkeys[p : nb - 1] = self.bkeys[p + 1 : nb].copy()
         self.by[p : nb - 1] = self.by[p + 1 : nb].copy()
         self.nb = nb - 1
-        self.r1[nb - 1] = 0.0
+        self.T[nb - 1] = 0.0
         self.Lam[nb - 1, :nd] = 0.0
         # a dependent column may have become independent of the smaller basis
         if nd:
@@ -339,9 +367,23 @@ class ActiveFactor:
                 y = float(self.dy[c])
                 self.remove(k, col_fn)
                 self.updates -= 1
-                if self.append(k, y, col_fn(k)):
+                if self.append(k, y, col_fn(k), None if g is None else float(g[k])):
                     self.promotions += 1
                 self.updates -= 1
+
+    def set_gradient(self, g: np.ndarray) -> None:
+        """Recompute r2 = L⁻¹ g_B from the gradient ``g`` (indexed by key). O(n_s²)."""
+        nb = self.nb
+        gb = np.ascontiguousarray(g[self.bkeys[:nb]], dtype=np.float64)
+        forward_solve(self.R, nb, gb, self.T[:nb, 1])
+        self.r2_valid = True
+
+    def advance(self, t: float, beta: float) -> None:
+        """g ← g + t(βy − g) (a finite step of length t) applied to r2. O(n_s)."""
+        nb = self.nb
+        T = self.T
+        T[:nb, 1] *= 1.0 - t
+        T[:nb, 1] += (t * beta) * T[:nb, 0]
 
     # -- the reduced problem ----------------------------------------------------------------
     def direction(self, g: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray, float]:
@@ -355,10 +397,11 @@ class ActiveFactor:
         """
         nb, nd = self.nb, self.nd
         R = self.R
-        r1 = self.r1[:nb]
-        gb = np.ascontiguousarray(g[self.bkeys[:nb]], dtype=np.float64)
+        if not self.r2_valid:
+            self.set_gradient(g)
+        r1 = self.T[:nb, 0]
+        r2 = self.T[:nb, 1]
         if nd == 0:
-            r2 = forward_solve(R, nb, gb, np.empty(nb))
             beta = float(r1 @ r2) / float(r1 @ r1)
             db = back_solve(R, nb, beta * r1 - r2, np.empty(nb))
             return True, db, np.zeros(0), beta
@@ -379,13 +422,13 @@ class ActiveFactor:
         if v is None:
             # Case 1(a): one dependent index, y_s not in the range -> unique solution
             lam0 = lam[:, 0]
-            r2 = forward_solve(R, nb, gb, np.empty(nb))
             beta = (float(gd[0]) - float(lam0 @ r2)) / float(a[0])
             u = beta * r1 - r2
             dd = -float(r1 @ u) / float(a[0])
             db = back_solve(R, nb, u - lam0 * dd, np.empty(nb))
             return True, db, np.array([dd]), beta
         db = -back_solve(R, nb, lam @ v, np.empty(nb))
+        gb = g[self.bkeys[:nb]]
         if float(gb @ db) + float(gd @ v) > 0.0:
             db = -db
             v = -v
@@ -424,11 +467,12 @@ class ActiveFactor:
         scale = max(float(diag.max()), 1e-300) * float(np.linalg.norm(v))
         return float(np.linalg.norm(approx - exact)) / scale
 
-    def refactor(self, keys: np.ndarray, ys: np.ndarray, Q: np.ndarray) -> None:
+    def refactor(self, keys: np.ndarray, ys: np.ndarray, Q: np.ndarray,
+                 g: np.ndarray | None = None) -> None:
         """Rebuild the factor from scratch for members ``keys`` with Q_ss = ``Q``.
 
         Uses LAPACK's pivoted Cholesky (``dpstrf``): the first ``rank`` pivots form the basis,
-        the rest are dependent. O(n_s³).
+        the rest are dependent. ``g`` (indexed by key) refreshes r2. O(n_s³).
         """
         keys = np.asarray(keys, dtype=np.int64)
         ys = np.asarray(ys, dtype=np.float64)
@@ -437,6 +481,7 @@ class ActiveFactor:
         self.updates = 0
         self.nb = 0
         self.nd = 0
+        self.r2_valid = False
         if n == 0:
             return
         Q = np.array(Q, dtype=np.float64, order="F", copy=True)
@@ -451,25 +496,14 @@ class ActiveFactor:
                 raise RuntimeError(f"dpstrf failed (info={info})")
             piv = piv - 1
             U = np.triu(U)
-        cap = self.R.shape[0]
-        while cap < rank:
-            cap = cap + max(cap // 2, 4)
-        if cap != self.R.shape[0]:
-            self.R = np.zeros((cap, cap))
-            self.r1 = np.zeros(cap)
-            self.bkeys = np.zeros(cap, dtype=np.int64)
-            self.by = np.zeros(cap)
-        else:
-            self.R[:] = 0.0
+        if rank > self.R.shape[0]:
+            self._grow_basis(need=rank)
+        self.R[:] = 0.0
+        self.T[:] = 0.0
         nd = n - rank
-        dcap = max(4, self.Lam.shape[1])
-        while dcap < nd:
-            dcap *= 2
-        self.Lam = np.zeros((cap, dcap))
-        if dcap != self.dkeys.shape[0]:
-            self.dkeys = np.zeros(dcap, dtype=np.int64)
-            self.dy = np.zeros(dcap)
-            self.ddiag = np.zeros(dcap)
+        if nd > self.Lam.shape[1]:
+            self._grow_dependent(need=nd)
+        self.Lam[:] = 0.0
         self.R[:rank, :rank] = U[:rank, :rank]
         self.Lam[:rank, :nd] = U[:rank, rank:n]
         self.bkeys[:rank] = keys[piv[:rank]]
@@ -479,9 +513,9 @@ class ActiveFactor:
         self.ddiag[:nd] = np.diag(Q)[piv[rank:]] if nd else 0.0
         self.nb = rank
         self.nd = nd
-        self.r1[:rank] = forward_solve(self.R, rank, np.ascontiguousarray(self.by[:rank]),
-                                       np.empty(rank))
-        self.r1[rank:] = 0.0
+        forward_solve(self.R, rank, np.ascontiguousarray(self.by[:rank]), self.T[:rank, 0])
+        if g is not None:
+            self.set_gradient(g)
 
     def dense_factor(self) -> np.ndarray:
         """F = [L; Λᵀ] as a dense (n_s × n_b) array in factor order (for tests)."""
