@@ -67,6 +67,24 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _return_freed_memory() -> None:
+    """glibc: serve allocations of 1 MB and more with mmap, so the blocks this command
+    allocates and frees by the thousand go back to the OS instead of fragmenting the heap
+    (measured: without it the peak RSS of a long store write creeps up by ~shard size every
+    million rows; with it it stays flat)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_mmap_threshold = -3
+        libc.mallopt(m_mmap_threshold, 1 << 20)
+    except (OSError, AttributeError):
+        pass
+
+
 def run(args) -> int:
     import json
 
@@ -74,6 +92,7 @@ def run(args) -> int:
 
     from ..synth import SynthError, synth
 
+    _return_freed_memory()
     fmt = args.format or ("store" if args.store else None)
     summary_stream = sys.stderr if args.out == "-" else sys.stdout
     bar = tqdm(total=args.rows, unit="row", unit_scale=True, disable=not sys.stderr.isatty(),
