@@ -477,7 +477,8 @@ def _parse_block(buf, n, zero_based, col_limit, qid_state, skip_invalid, max_ski
                 if p >= n or _CLS[buf[p]] != 0:
                     break
                 ts = p
-                # fast path: digits ':' ['-'] digits ['.' digits], then a separator
+                # fast path: up to 12 index digits, ':', ['-'], up to 18 value digits with an
+                # optional '.', then a separator; everything else takes the general path
                 fast = False
                 idx = 0
                 ineg = False
@@ -488,10 +489,9 @@ def _parse_block(buf, n, zero_based, col_limit, qid_state, skip_invalid, max_ski
                     d = np.int64(buf[q]) - 48
                     if d < 0 or d > 9:
                         break
-                    if idx < (1 << 40):
-                        idx = idx * 10 + d
+                    idx = idx * 10 + d
                     q += 1
-                if q > ts and q < n and buf[q] == _COLON:
+                if 0 < q - ts <= 12 and q < n and buf[q] == _COLON:
                     colon = q
                     q += 1
                     vneg = False
@@ -499,53 +499,42 @@ def _parse_block(buf, n, zero_based, col_limit, qid_state, skip_invalid, max_ski
                         vneg = True
                         q += 1
                     man = 0
-                    nsig = 0
-                    ndig = 0
-                    exp10 = 0
-                    trunc = False
+                    q0 = q
                     while q < n:
                         d = np.int64(buf[q]) - 48
                         if d < 0 or d > 9:
                             break
-                        ndig += 1
-                        if nsig == 0 and d == 0:
-                            pass
-                        elif nsig < 18:
-                            man = man * 10 + d
-                            nsig += 1
-                        else:
-                            exp10 += 1
-                            if d != 0:
-                                trunc = True
+                        man = man * 10 + d
                         q += 1
+                    ndig = q - q0
+                    nfrac = 0
                     if q < n and buf[q] == _DOT:
                         q += 1
+                        q0 = q
                         while q < n:
                             d = np.int64(buf[q]) - 48
                             if d < 0 or d > 9:
                                 break
-                            ndig += 1
-                            if nsig == 0 and d == 0:
-                                exp10 -= 1
-                            elif nsig < 18:
-                                man = man * 10 + d
-                                nsig += 1
-                                exp10 -= 1
-                            elif d != 0:
-                                trunc = True
+                            man = man * 10 + d
                             q += 1
-                    if ndig > 0 and (q >= n or _CLS[buf[q]] != 0):
+                        nfrac = q - q0
+                        ndig += nfrac
+                    if 0 < ndig <= 18 and (q >= n or _CLS[buf[q]] != 0):
                         fast = True
                         te = q
                         p = q
                         if man == 0:
                             v = 0.0
-                        elif exp10 == 0 and not trunc:
+                        elif nfrac == 0:
                             v = np.float64(man)
+                        elif man <= _TWO53 and nfrac <= 22:
+                            v = np.float64(man) / EXACT_POW10[nfrac]  # exact: Clinger
                         else:
-                            st, v = _decimal_to_double(man, exp10, trunc, True)
+                            st, v = _decimal_to_double(man, -nfrac, False, True)
                         if vneg:
                             v = -v
+                    else:
+                        idx = 0
                 if not fast:
                     # general path
                     colon = -1
