@@ -107,6 +107,8 @@ def run(args) -> int:
         )
     finally:
         bar.close()
+    if stats.skipped:
+        print(f"ooc-svm: warning: {stats.skip_report()}", file=sys.stderr)
     if args.json:
         print(json.dumps({
             "store": store, "rows": stats.rows, "nnz": stats.nnz, "shards": stats.shards,

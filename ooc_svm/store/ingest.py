@@ -68,6 +68,14 @@ class IngestStats:
     skipped_examples: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
 
+    def skip_report(self) -> str:
+        """``skipped N invalid lines (first: FILE line L: what; ...)``, or "" when none."""
+        if not self.skipped:
+            return ""
+        s = "s" if self.skipped != 1 else ""
+        first = "; ".join(self.skipped_examples)
+        return f"skipped {self.skipped:,} invalid line{s} (first: {first})"
+
     def summary(self, store: str) -> str:
         """One line: rows, non-zeros, shards, seconds, throughput."""
         mb = self.text_bytes / 1e6
@@ -594,7 +602,9 @@ def ingest(inputs: str | Sequence[str], store: str, **options) -> StoreMeta:
     StoreError
         Destination exists (without ``overwrite``) or cannot be written.
     """
-    meta, _ = ingest_with_stats(inputs, store, **options)
+    meta, stats = ingest_with_stats(inputs, store, **options)
+    if stats.skipped:
+        log.warning("%s", stats.skip_report())
     return meta
 
 
@@ -642,7 +652,8 @@ def ingest_with_stats(
     n_features : int, optional
         Declared width; an index beyond it is an error.
     skip_invalid : bool
-        Skip invalid lines (counted and reported) instead of failing.
+        Skip invalid lines instead of failing; ``stats.skipped`` counts them and
+        ``stats.skip_report()`` names the first few (:func:`ingest` logs it as a warning).
     block_mb : float
         Text block size handed to the parser.
     threads : int, optional
@@ -738,11 +749,6 @@ def ingest_with_stats(
         meta = writer.commit(sources=stats.inputs)
     stats.shards = wt.shards
     stats.seconds = time.perf_counter() - t0
-    if stats.skipped:
-        log.warning(
-            "skipped %d invalid line%s (first: %s)", stats.skipped,
-            "s" if stats.skipped != 1 else "", "; ".join(stats.skipped_examples),
-        )
     return meta, stats
 
 
