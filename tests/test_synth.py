@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 import os
 
 import numpy as np
@@ -53,7 +55,7 @@ def test_text_byte_identical_across_runs_threads_and_block_sizes(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temp files left
 
 
-def test_gzip_text_reproducible_and_decompresses_to_plain(tmp_path):
+def test_compressed_text_reproducible_and_decompresses_to_plain(tmp_path):
     synth(str(tmp_path / "p.svm"), **SMALL)
     synth(str(tmp_path / "a.svm.gz"), **SMALL, block_rows=500)
     synth(str(tmp_path / "b.svm.gz"), **SMALL, block_rows=500, threads=1)
@@ -62,6 +64,14 @@ def test_gzip_text_reproducible_and_decompresses_to_plain(tmp_path):
     plain = (tmp_path / "p.svm").read_bytes()
     for n in "abc":
         assert gzip.decompress((tmp_path / f"{n}.svm.gz").read_bytes()) == plain
+    synth(str(tmp_path / "d.svm.bz2"), **SMALL, block_rows=1000)
+    synth(str(tmp_path / "e.svm.xz"), **SMALL, block_rows=1000, compress_level=1)
+    assert bz2.decompress((tmp_path / "d.svm.bz2").read_bytes()) == plain
+    assert lzma.decompress((tmp_path / "e.svm.xz").read_bytes()) == plain
+    # multi-member files are read whole by the usual readers
+    X, y = load_svmlight_file(str(tmp_path / "c.svm.gz"), n_features=2000)
+    Xp, yp = load_svmlight_file(str(tmp_path / "p.svm"), n_features=2000)
+    assert _same_csr(X, Xp) and np.array_equal(y, yp)
 
 
 @pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
