@@ -3,10 +3,11 @@
 What a dataset looks like
 -------------------------
 * **Features** follow a Zipf–Mandelbrot popularity law: the feature of popularity rank ``r``
-  (1-based) is drawn with probability ∝ ``(r + zipf_offset) ** -zipf``; ranks are mapped to
-  column indices by a random permutation, so popular columns are scattered like in real
-  text data. Each row holds distinct column indices drawn without replacement (rejection of
-  repeats), stored sorted.
+  (1-based) is drawn with probability ≈ ∝ ``(r + zipf_offset) ** -zipf`` (exactly: the
+  mass of ``[r - 1, r)`` under the density ∝ ``(x + 1 + zipf_offset) ** -zipf`` on
+  ``[0, features)``, sampled by closed-form inversion). Ranks are mapped to column indices by
+  a random permutation, so popular columns are scattered like in real text data. Each row
+  holds distinct column indices drawn without replacement (repeats are rejected), sorted.
 * **Row lengths** have mean ``nnz_per_row``: ``1 + floor(L + u)`` with ``L`` log-normal of
   mean ``nnz_per_row - 1`` and log-sd ``nnz_spread`` and ``u`` uniform (stochastic rounding
   keeps the mean exact); capped at ``features``.
@@ -668,7 +669,7 @@ class SynthModel:
     popularity : ndarray of float64, (D,)
         Draw probability of every *column*.
     idf : ndarray of float64, (D,)
-        idf of every column.
+        idf of every column (``idf_rank``: the same by popularity rank).
     w : ndarray of float64, (D,)
         Hidden weight vector (by column).
     cuts : ndarray of float64
