@@ -957,6 +957,7 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report):
         for k in cache_stats:
             cache_stats[k] += cs[k]
         extra = {"working_rows": W.n, "outer_iterations": 1, "stop_value": float(m_up - m_low),
+                 "passes": 2,  # reading every row + the independent KKT pass
                  "cache_hits": cache_stats["hits"], "cache_misses": cache_stats["misses"],
                  "cache_evictions": cache_stats["evictions"], "in_memory": True,
                  "status": "optimal" if status == 0 else "max_iter"}
