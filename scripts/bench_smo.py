@@ -50,6 +50,8 @@ def child(spec: dict) -> dict:
         X, y = load_svmlight_file(spec["data"], n_features=123)
         if spec["rows"]:
             X, y = X[: spec["rows"]], y[: spec["rows"]]
+        X.indices = X.indices.astype(np.int32)  # SVC refuses int64 indices
+        X.indptr = X.indptr.astype(np.int32)
         rss0 = _rss_mb()
         t = time.perf_counter()
         clf = SVC(C=spec["C"], kernel="rbf", gamma=spec["gamma"], tol=spec["tol"],
