@@ -1227,16 +1227,18 @@ def _platt_shard(mem: _PlattMemory, shard: WorkingRows | None, kt, kp, fs, rs, C
     if shard is not None:
         in_pool = np.isin(shard.gids, pool.gids)
         new = shard.take(np.flatnonzero(~in_pool))
-        # E for the shard's rows, from the current expansion (error cache for pool rows)
-        exp = _platt_expansion(mem, kp, nf)
-        E_new = exp.scores(*new.csr()) - fs[0] - new.y
         rows = WorkingRows.concat([pool, new])
-        E = np.concatenate([mem.E, E_new])
-        nb_pool = (pool.alpha > 0) & (pool.alpha < C)
-        tracked = np.concatenate([nb_pool, np.ones(new.n, dtype=bool)])
-        a_state = np.concatenate([mem.a_state, new.alpha])
         pos_of = {int(g): k for k, g in enumerate(rows.gids)}
         order = np.array([pos_of[int(g)] for g in shard.gids], dtype=np.int64)
+        # E for every row of the shard from the current expansion (or w); they join the
+        # error cache for the time the shard is in memory
+        exp = _platt_expansion(mem, kp, nf)
+        E = np.concatenate([mem.E, np.zeros(new.n)])
+        E[order] = exp.scores(*shard.csr()) - fs[0] - shard.y
+        tracked = np.concatenate([(pool.alpha > 0) & (pool.alpha < C),
+                                  np.zeros(new.n, dtype=bool)])
+        tracked[order] = True
+        a_state = np.concatenate([mem.a_state, new.alpha])
     else:
         rows = pool
         E = mem.E.copy()
