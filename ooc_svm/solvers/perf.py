@@ -323,6 +323,7 @@ class WorkingSet:
         self.peak = 0
         self.peak_bytes = 0
         self.float32 = 0
+        self._warned = False
 
     def __len__(self) -> int:
         return len(self.vecs)
@@ -347,11 +348,13 @@ class WorkingSet:
             size = self.dim * vb
         if use32:
             self.float32 += 1
-            if self.nbytes + size > self.limit:
+            if self.nbytes + size > self.limit and not self._warned:
+                self._warned = True
                 log.warning(
-                    "perf: working set of %d cutting planes uses %.0f MB, above "
-                    "dense_limit_mb=%.0f", len(self.vecs) + 1, (self.nbytes + size) / 2**20,
-                    self.limit / 2**20,
+                    "perf: the working set of cutting planes exceeds dense_limit_mb=%g "
+                    "(%d planes, %.1f MB); planes inactive for max_inactive iterations are "
+                    "dropped", self.limit / 2**20, len(self.vecs) + 1,
+                    (self.nbytes + size) / 2**20,
                 )
         return v, size
 
@@ -594,7 +597,7 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
         K = max(1, int(params["cut_points"]))
         # a pass holds a few K-row accumulators (the fold of the reduction): at most
         # three dense ones within the working-set budget
-        K = int(max(1, min(K, ws.limit / (3 * 8.0 * dim))))
+        K = int(max(min(K, 2), min(K, ws.limit / (3 * 8.0 * dim))))
         kg = _cut_grid(K, mu)
         part, pt = run_single(w)
         hinge = float(part["hinge"][0])
@@ -626,7 +629,7 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
             kstar = float(kv[q]) if vals[q] < Pb else 0.0
             if vals[q] < Pb:
                 wb = wb + kstar * dw
-                Pb = float(vals[q])
+                Pb = 0.5 * float(wb @ wb) + C * float(part["hinge"][q])
                 xib = float(part["hinge"][q]) / n
             stop = (Pb - dual) / Cp
             prog.emit({
@@ -652,7 +655,7 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
     info = {
         "solver": "perf", "loss": "error", "variant": variant, "C": C, "C_perf": Cp,
         "c_perf_svmperf": Cp / 100.0, "eps": eps, "bias": bias, "objective": obj_final,
-        "iterations": it, "converged": converged,
+        "iterations": it, "converged": converged, "float32_planes": ws.float32,
     }
     model = Model(
         kind="linear", n_features=d, classes=[neg, pos], coef_=w_final[:d].copy(),
@@ -820,8 +823,9 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
             if fk < Pb:
                 step = kstar
                 wb = wb + kstar * dw
-                Pb = fk
-                xib = (fk - 0.5 * float(wb @ wb)) / C / m
+                lk = rk.loss(sb + kstar * (sc - sb))
+                Pb = 0.5 * float(wb @ wb) + C * lk
+                xib = lk / m
             stop = (Pb - dual) / Cp
             obj = Pb
         prog.emit({
@@ -847,7 +851,7 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
         "solver": "perf", "loss": loss, "variant": variant, "C": C, "C_perf": Cp,
         "c_perf_svmperf": Cp / 100.0, "eps": eps, "bias": 0.0, "objective": Pb,
         "n_pairs": m, "iterations": it, "converged": converged,
-        "has_qid": bool(meta.has_qid),
+        "has_qid": bool(meta.has_qid), "float32_planes": ws.float32,
     }
     model = Model(
         kind="linear", n_features=d, classes=[float(c) for c in classes],

@@ -131,6 +131,55 @@ def _smo_simplex(Q, b, x, g, tol, max_iter):
     return it, viol
 
 
+@njit(cache=True, nogil=True)
+def _lu_solve(K, rhs):
+    """Solve K x = rhs by Gaussian elimination with partial pivoting (no BLAS threads).
+
+    Returns (x, ok); ok is False when a pivot is negligible (singular to working precision).
+    """
+    n = K.shape[0]
+    A = K.copy()
+    x = rhs.copy()
+    scale = 0.0
+    for i in range(n):
+        for j in range(n):
+            v = abs(A[i, j])
+            if v > scale:
+                scale = v
+    tiny = 1e-13 * max(scale, 1e-300)
+    for c in range(n):
+        p = c
+        best = abs(A[c, c])
+        for r in range(c + 1, n):
+            v = abs(A[r, c])
+            if v > best:
+                best = v
+                p = r
+        if best <= tiny:
+            return x, False
+        if p != c:
+            for j in range(c, n):
+                t = A[c, j]
+                A[c, j] = A[p, j]
+                A[p, j] = t
+            t = x[c]
+            x[c] = x[p]
+            x[p] = t
+        inv = 1.0 / A[c, c]
+        for r in range(c + 1, n):
+            f = A[r, c] * inv
+            if f != 0.0:
+                for j in range(c + 1, n):
+                    A[r, j] -= f * A[c, j]
+                x[r] -= f * x[c]
+    for c in range(n - 1, -1, -1):
+        s = x[c]
+        for j in range(c + 1, n):
+            s -= A[c, j] * x[j]
+        x[c] = s / A[c, c]
+    return x, True
+
+
 def _augment(Q: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     m = Q.shape[0]
     Qa = np.zeros((m + 1, m + 1))
@@ -161,12 +210,9 @@ def _kkt_step(Qa: np.ndarray, F: np.ndarray, g: np.ndarray) -> tuple[np.ndarray,
     rhs = np.zeros(k + 1)
     rhs[:k] = -g[F]
     rscale = max(1.0, float(np.abs(rhs).max()))
-    try:
-        sol = np.linalg.solve(K, rhs)
-        if np.all(np.isfinite(sol)) and np.abs(K @ sol - rhs).max() <= 1e-10 * rscale:
-            return sol[:k], False
-    except np.linalg.LinAlgError:
-        pass
+    sol, ok = _lu_solve(K, rhs)
+    if ok and np.all(np.isfinite(sol)) and np.abs(K @ sol - rhs).max() <= 1e-10 * rscale:
+        return sol[:k], False
     U, S, Vt = np.linalg.svd(K)
     null = S <= 1e-12 * S[0] * (k + 1)
     if null.any():

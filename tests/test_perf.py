@@ -1,0 +1,452 @@
+"""``--solver perf`` against references: LIBLINEAR's optimum (through scikit-learn) for OP2, OP4
+solved directly on explicit pair differences for ordinal regression / ROC area, and the same
+model from the local and the Dask engine.
+
+The acceptance bound is the paper's guarantee (Theorems 3 and 5): the returned w satisfies
+P(w) ≤ P* + C·n·ε (n rows, or m pairs for the ranking losses), and P(w) ≥ P* always.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import dataset
+from sklearn.datasets import load_svmlight_file
+from sklearn.svm import LinearSVC
+
+from ooc_svm.api import train
+from ooc_svm.engine import LocalEngine, make_engine
+from ooc_svm.metrics import pairwise_objective, primal_objective
+from ooc_svm.model import load_model
+from ooc_svm.solvers import perf
+from ooc_svm.store import csr_to_shards, open_store, write_store
+
+# ------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------
+
+_DATA = {
+    "a9a": ("a9a/a9a", 123),
+    "w8a": ("w8a/w8a.bz2", 300),
+    "ijcnn1": ("ijcnn1/ijcnn1.bz2", 22),
+    "reuters_acq": ("reuters_acq/train.dat", None),
+}
+
+
+def _csr32(X):
+    """CSR with int32 indices and float32-representable values (what a store holds)."""
+    X = sp.csr_matrix(X, dtype=np.float32).astype(np.float64)
+    X.indices = X.indices.astype(np.int32)
+    X.indptr = X.indptr.astype(np.int32)
+    return X
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """name -> (store, X, y): each dataset loaded and written to a store once per module."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            rel, nf = _DATA[name]
+            p = dataset(rel)
+            X, y = load_svmlight_file(str(p), n_features=nf) if nf else load_svmlight_file(str(p))
+            X = _csr32(X)
+            path = str(tmp_path_factory.mktemp(name) / "s.zarr")
+            write_store(path, csr_to_shards(X, y, shard_rows=10_000), n_features=X.shape[1])
+            cache[name] = (open_store(path), X, y)
+        return cache[name]
+
+    return get
+
+
+_REF: dict = {}
+
+
+def liblinear_objective(name, X, y, C):
+    """LIBLINEAR -s 3 -B 1 (LinearSVC, hinge, dual CD, intercept_scaling=1) objective."""
+    key = (name, C)
+    if key not in _REF:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = LinearSVC(C=C, loss="hinge", dual=True, tol=1e-8, max_iter=1_000_000,
+                          intercept_scaling=1.0, random_state=0).fit(X, y)
+        _REF[key] = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), C,
+                                     bias=1.0, positive=float(np.max(y)))
+    return _REF[key]
+
+
+def check_guarantee(res, p_ref, C, count, eps, lower=None):
+    """P(w) ≤ P_ref + C·count·ε with P_ref ≥ P* a reference objective; the solver's lower
+    bound is below P_ref and its objective above it. With a certified ``lower`` bound of P*
+    (tiny problems), also P(w) ≥ lower."""
+    assert res.objective <= p_ref + C * count * eps
+    lb = res.summary["lower_bound"]
+    assert lb <= p_ref + 1e-9 * abs(p_ref)
+    assert res.objective >= lb
+    if lower is not None:
+        assert res.objective >= lower - 1e-9 * abs(lower)
+
+
+# ------------------------------------------------------------------------------------------
+# OP2 on real data vs LIBLINEAR
+# ------------------------------------------------------------------------------------------
+
+_FAST = {("reuters_acq", c) for c in (0.1, 1.0, 10.0)} | {
+    ("a9a", 1.0), ("ijcnn1", 0.1), ("w8a", 0.1), ("ijcnn1", 1.0),
+}
+
+
+def _cases():
+    out = []
+    for name in _DATA:
+        for C in (0.1, 1.0, 10.0):
+            for variant in ("accelerated", "paper"):
+                fast = (name, C) in _FAST and (
+                    variant == "accelerated" or name == "reuters_acq" or (name, C) == (
+                        "ijcnn1", 0.1)
+                )
+                marks = [] if fast else [pytest.mark.slow]
+                out.append(pytest.param(name, C, variant, marks=marks,
+                                        id=f"{name}-C{C}-{variant}"))
+    return out
+
+
+@pytest.mark.parametrize("name,C,variant", _cases())
+def test_objective_within_guarantee_of_liblinear(real, name, C, variant):
+    store, X, y = real(name)
+    eps = 1e-3
+    res = train(store, "perf", C=C, eps=eps, variant=variant)
+    n = X.shape[0]
+    p_ref = liblinear_objective(name, X, y, C)
+    check_guarantee(res, p_ref, C, n, eps)
+    # the reported objective is the model's true primal objective
+    m = res.model
+    assert res.objective == pytest.approx(
+        primal_objective(X, y, m.coef_, m.intercept_, C, bias=1.0, positive=m.classes[1]),
+        rel=1e-9,
+    )
+    assert res.summary["converged"] and res.stop_value <= eps
+    assert res.passes == res.iterations + 1  # exactly one pass per iteration (+ the first)
+
+
+def test_accelerated_needs_at_most_half_the_passes(real):
+    store, X, y = real("ijcnn1")
+    paper = train(store, "perf", C=0.1, variant="paper")
+    acc = train(store, "perf", C=0.1, variant="accelerated")
+    assert acc.passes * 2 <= paper.passes
+    # both keep the working set bounded and report it
+    assert paper.summary["peak_working_set"] <= paper.iterations + 1
+
+
+# ------------------------------------------------------------------------------------------
+# small synthetic problems
+# ------------------------------------------------------------------------------------------
+
+
+def _tiny_binary(seed=0, n=400, d=30, bias_shift=0.7):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=0.3, random_state=seed, format="csr", dtype=np.float64)
+    w = rng.normal(size=d)
+    y = np.where(X @ w + bias_shift + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
+    return _csr32(X), y
+
+
+def _store(tmp_path, X, y, qid=None, shard_rows=97, name="s.zarr"):
+    path = str(tmp_path / name)
+    write_store(path, csr_to_shards(X, y, qid=qid, shard_rows=shard_rows), n_features=X.shape[1])
+    return open_store(path)
+
+
+@pytest.mark.parametrize("bias", [1.0, 0.0, 3.0])
+def test_bias_feature(tmp_path, bias):
+    X, y = _tiny_binary(1)
+    st = _store(tmp_path, X, y)
+    res = train(st, "perf", C=1.0, eps=1e-6, bias=bias)
+    if bias == 0.0:
+        assert res.model.intercept_ == 0.0
+        m = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0,
+                      fit_intercept=False)
+        m.fit(X, y)
+        p_ref = primal_objective(X, y, m.coef_.ravel(), 0.0, 1.0, bias=0.0)
+    else:
+        m = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0,
+                      intercept_scaling=bias)
+        m.fit(X, y)
+        p_ref = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), 1.0, bias=bias)
+    check_guarantee(res, p_ref, 1.0, X.shape[0], 1e-6)
+    assert res.objective == pytest.approx(p_ref, rel=1e-5)
+
+
+def test_c_perf_is_svmperf_scale(tmp_path):
+    X, y = _tiny_binary(2)
+    st = _store(tmp_path, X, y)
+    n = X.shape[0]
+    a = train(st, "perf", C=0.5, eps=1e-5)
+    b = train(st, "perf", c_perf=0.5 * n / 100.0, eps=1e-5)
+    assert b.summary["C"] == pytest.approx(0.5)
+    assert b.objective == pytest.approx(a.objective, rel=1e-12)
+    assert b.model.info["c_perf_svmperf"] == pytest.approx(0.5 * n / 100.0)
+
+
+def test_labels_other_than_pm1_and_shards(tmp_path):
+    X, y = _tiny_binary(3)
+    y12 = np.where(y > 0, 2.0, 1.0)
+    st = _store(tmp_path, X, y12, shard_rows=33)
+    res = train(st, "perf", C=1.0, eps=1e-4)
+    assert res.model.classes == [1.0, 2.0]
+    ref = train(_store(tmp_path, X, y, shard_rows=1000, name="t.zarr"), "perf", C=1.0, eps=1e-4)
+    np.testing.assert_allclose(res.model.coef_, ref.model.coef_, rtol=1e-9, atol=1e-12)
+    pred = res.model.predict(X)
+    assert set(np.unique(pred)) <= {1.0, 2.0}
+
+
+def test_compact_accumulators_and_float32_working_set(tmp_path, monkeypatch):
+    """Many-feature path (per-shard accumulators over the shard's own columns) and the
+    float32 / sparse working-set storage give the same solution within the guarantee."""
+    rng = np.random.default_rng(4)
+    n, d = 600, 5000
+    X = _csr32(sp.random(n, d, density=0.004, random_state=4, format="csr"))
+    y = np.where(rng.random(n) < 0.4, 1.0, -1.0)
+    st = _store(tmp_path, X, y, shard_rows=128)
+    ref = train(st, "perf", C=1.0, eps=1e-4)
+    monkeypatch.setattr(perf, "COMPACT_MIN_DIM", 16)
+    res = train(st, "perf", C=1.0, eps=1e-4, dense_limit_mb=0.5)
+    assert res.model.info["float32_planes"] > 0
+    assert res.summary["working_set_mb"] > 0
+    C_n_eps = 1.0 * n * 1e-4
+    assert abs(res.objective - ref.objective) <= C_n_eps
+    m = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
+    p_ref = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), 1.0)
+    check_guarantee(res, p_ref, 1.0, n, 1e-4)
+    # merging compact partials, dense and compact mixed
+    a = ("s", np.array([1, 5]), np.array([[1.0, 2.0]]), 8)
+    b = ("s", np.array([5, 7]), np.array([[3.0, 4.0]]), 8)
+    dense = np.arange(8.0)[None, :]
+    np.testing.assert_allclose(perf.acc_row(perf.merge_acc(a, b), 0),
+                               [0, 1, 0, 0, 0, 5, 0, 4])
+    np.testing.assert_allclose(perf.merge_acc(dense, a)[0], np.arange(8.0) + [0, 1, 0, 0, 0,
+                                                                               2, 0, 0])
+
+
+def test_drop_inactive_bounds_working_set(tmp_path):
+    X, y = _tiny_binary(5, n=2000, d=40)
+    st = _store(tmp_path, X, y, shard_rows=500)
+    res = train(st, "perf", C=10.0, variant="paper", max_inactive=3, eps=1e-3)
+    keep = train(st, "perf", C=10.0, variant="paper", max_inactive=0, eps=1e-3)
+    assert res.summary["peak_working_set"] < keep.summary["peak_working_set"]
+    m = LinearSVC(C=10.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
+    p_ref = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), 10.0)
+    check_guarantee(res, p_ref, 10.0, X.shape[0], 1e-3)
+
+
+def test_progress_records_and_errors(tmp_path):
+    X, y = _tiny_binary(6)
+    st = _store(tmp_path, X, y)
+    recs = []
+    res = train(st, "perf", C=1.0, callback=recs.append)
+    keys = {"iteration", "objective", "xi", "violation", "working_set", "pass_seconds",
+            "passes", "seconds"}
+    assert recs and all(keys <= set(r) for r in recs)
+    assert [r["iteration"] for r in recs] == list(range(len(recs)))
+    assert recs[-1]["violation"] == res.stop_value
+    # the accelerated objective never increases
+    objs = [r["objective"] for r in recs]
+    assert all(b <= a for a, b in zip(objs, objs[1:], strict=False))
+    from ooc_svm.solvers import SolverError
+
+    with pytest.raises(SolverError, match="linear"):
+        train(st, "perf", kernel="rbf")
+    with pytest.raises(SolverError, match="variant"):
+        train(st, "perf", variant="fast")
+    with pytest.raises(SolverError, match="rank"):
+        Xr, yr = X, np.linspace(0, 1, X.shape[0])
+        train(_store(tmp_path, Xr, yr, name="r.zarr"), "perf", loss="ordinal")
+
+
+# ------------------------------------------------------------------------------------------
+# OP5 (ordinal regression, ROC area) vs OP4 on explicit pairs
+# ------------------------------------------------------------------------------------------
+
+
+_OP4: dict = {}
+
+
+def op4_reference(X, y, C, qid=None):
+    key = (X.shape, float(X.sum()), y.tobytes(), C, None if qid is None else qid.tobytes())
+    if key not in _OP4:
+        _OP4[key] = _op4_reference(X, y, C, qid)
+    return _OP4[key]
+
+
+def _op4_reference(X, y, C, qid=None):
+    """OP4 solved directly on the explicit pair differences dᵢⱼ = xᵢ − xⱼ.
+
+    Its dual max Σα − ½‖Σαₖdₖ‖², 0 ≤ α ≤ C (no intercept: no equality constraint) is solved
+    by L-BFGS-B to high precision. Returns (P(w), D(α), m): P* lies in [D, P].
+    """
+    from scipy.optimize import minimize
+
+    Xd = X.toarray()
+    rows = [
+        Xd[i] - Xd[j]
+        for i in range(len(y))
+        for j in range(len(y))
+        if y[i] > y[j] and (qid is None or qid[i] == qid[j])
+    ]
+    D = np.array(rows)
+
+    def f(a):
+        w = D.T @ a
+        return 0.5 * w @ w - a.sum(), D @ w - 1.0
+
+    a0 = np.zeros(len(rows))
+    res = minimize(f, a0, jac=True, method="L-BFGS-B", bounds=[(0, C)] * len(rows),
+                   options={"maxiter": 100000, "maxfun": 200000, "ftol": 1e-16, "gtol": 1e-13})
+    w = D.T @ res.x
+    primal = 0.5 * w @ w + C * np.maximum(0.0, 1.0 - D @ w).sum()
+    dual = -res.fun
+    return primal, dual, len(rows)
+
+
+def _tiny_ranks(seed, n=80, d=6, R=3, qids=False):
+    rng = np.random.default_rng(seed)
+    X = _csr32(sp.random(n, d, density=0.6, random_state=seed, format="csr"))
+    s = X @ rng.normal(size=d) + 0.7 * rng.normal(size=n)
+    y = np.digitize(s, np.quantile(s, np.linspace(0, 1, R + 1)[1:-1])).astype(float)
+    qid = np.sort(rng.integers(0, 4, n)) if qids else None
+    return X, y, qid
+
+
+@pytest.mark.parametrize("variant", ["paper", "accelerated"])
+@pytest.mark.parametrize("qids", [False, True])
+def test_ordinal_matches_op4(tmp_path, variant, qids):
+    X, y, qid = _tiny_ranks(7 + qids, qids=qids)
+    st = _store(tmp_path, X, y, qid=qid, shard_rows=23)  # queries span shards
+    assert st.meta.label_kind == "ordinal" and st.meta.has_qid == qids
+    C = 0.05
+    p_ref, d_ref, m = op4_reference(X, y, C, qid)
+    assert p_ref - d_ref <= 1e-3 * C * m * 1e-6  # the reference is certified
+    for eps in (1e-3, 1e-6):
+        res = train(st, "perf", C=C, eps=eps, variant=variant)  # loss: ordinal by default
+        assert res.summary["loss"] == "ordinal" and res.summary["n_pairs"] == m
+        check_guarantee(res, p_ref, C, m, eps, d_ref)
+        obj, mm = pairwise_objective(X, y, res.model.coef_, C, qid)
+        assert mm == m and res.objective == pytest.approx(obj, rel=1e-9)
+    assert abs(res.objective - p_ref) <= C * m * 1e-6
+
+
+@pytest.mark.parametrize("variant", ["paper", "accelerated"])
+def test_roc_area_matches_op4(tmp_path, variant):
+    X, y, _ = _tiny_ranks(9, R=2)
+    yb = np.where(y > 0, 1.0, -1.0)
+    st = _store(tmp_path, X, yb, shard_rows=30)
+    C = 0.1
+    p_ref, d_ref, m = op4_reference(X, yb, C)
+    assert p_ref - d_ref <= 1e-3 * C * m * 1e-6
+    assert m == int((yb > 0).sum() * (yb < 0).sum())
+    res = train(st, "perf", C=C, eps=1e-6, loss="roc", variant=variant)
+    check_guarantee(res, p_ref, C, m, 1e-6, d_ref)
+    assert res.model.intercept_ == 0.0 and res.model.classes == [-1.0, 1.0]
+
+
+@pytest.mark.slow
+def test_abalone_and_mq2008_report(tmp_path):
+    """Pairwise accuracy / NDCG on the real ranking data (reported, loosely checked)."""
+    from ooc_svm.metrics import ndcg_at_k, pairwise_accuracy
+
+    X, y = load_svmlight_file(str(dataset("abalone/abalone_scale")), n_features=8)
+    X = _csr32(X)
+    st = _store(tmp_path, X, y, shard_rows=1000, name="ab.zarr")
+    res = train(st, "perf", C=0.001)
+    acc = pairwise_accuracy(y, X @ res.model.coef_)
+    assert acc > 0.75
+    p = dataset("mq2008/train.txt.xz")
+    import lzma
+
+    with lzma.open(p) as f:
+        X, y, qid = load_svmlight_file(f, n_features=46, query_id=True)
+    X = _csr32(X)
+    st = _store(tmp_path, X, y, qid=qid, shard_rows=3000, name="mq.zarr")
+    res = train(st, "perf", C=0.01)
+    s = X @ res.model.coef_
+    assert ndcg_at_k(y, s, qid, 10) > 0.3
+    assert pairwise_accuracy(y, s, qid) > 0.6
+
+
+# ------------------------------------------------------------------------------------------
+# engines
+# ------------------------------------------------------------------------------------------
+
+
+def test_same_model_with_one_or_two_threads(tmp_path):
+    X, y = _tiny_binary(10, n=3000)
+    st = _store(tmp_path, X, y, shard_rows=300)
+    with LocalEngine(n_threads=1, prefetch=0) as e1, LocalEngine(n_threads=2) as e2:
+        a = train(st, "perf", engine=e1, C=1.0)
+        b = train(st, "perf", engine=e2, C=1.0)
+    np.testing.assert_array_equal(a.model.coef_, b.model.coef_)
+    assert a.objective == b.objective
+
+
+@pytest.mark.cluster
+def test_local_and_dask_engines_agree(tmp_path):
+    """Binary (OP2) and ordinal with qids (OP5, per-shard state) on a 2-worker LocalCluster."""
+    if importlib.util.find_spec("ooc_svm.engine.dask_engine") is None:
+        pytest.skip("the Dask engine (ooc_svm/engine/dask_engine.py) is not there yet")
+    pytest.importorskip("distributed")
+    X, y = _tiny_binary(11, n=3000)
+    Xr, yr, qr = _tiny_ranks(12, n=300, qids=True)
+    stores = [_store(tmp_path, X, y, shard_rows=250, name="b.zarr"),
+              _store(tmp_path, Xr, yr, qid=qr, shard_rows=110, name="r.zarr")]
+    with LocalEngine() as le:
+        local = [train(st, "perf", engine=le, C=0.5, eps=0.01) for st in stores]
+    with make_engine("processes", n_workers=2, threads_per_worker=1) as de:
+        dask = [train(st, "perf", engine=de, C=0.5, eps=0.01) for st in stores]
+    for a, b in zip(local, dask, strict=True):
+        assert b.iterations == a.iterations and b.passes == a.passes
+        np.testing.assert_allclose(b.model.coef_, a.model.coef_, rtol=1e-6,
+                                   atol=1e-6 * np.abs(a.model.coef_).max())
+        assert b.objective == pytest.approx(a.objective, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------
+
+
+def test_cli_train_json(tmp_path, capsys):
+    from ooc_svm.cli import main
+
+    X, y = _tiny_binary(13)
+    st = _store(tmp_path, X, y)
+    out = tmp_path / "model"
+    rc = main(["train", "--solver", "perf", st.path, "-o", str(out), "--C", "2", "--json",
+               "--variant", "paper", "--max-inactive", "20"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for k in ("solver", "objective", "xi", "iterations", "passes", "seconds",
+              "peak_working_set", "variant", "loss"):
+        assert k in summary
+    assert summary["variant"] == "paper" and summary["loss"] == "error"
+    model = load_model(str(out))
+    assert model.info["C"] == 2.0
+    p = primal_objective(X, y, model.coef_, model.intercept_, 2.0)
+    assert summary["objective"] == pytest.approx(p, rel=1e-9)
+
+
+def test_conf_file_matches_defaults():
+    import tomllib
+    from pathlib import Path
+
+    conf = Path(__file__).resolve().parents[1] / "conf" / "perf.toml"
+    with open(conf, "rb") as f:
+        doc = tomllib.load(f)
+    for k, v in doc.items():
+        assert k in perf.DEFAULTS, k
+        assert perf.DEFAULTS[k] == v, k
