@@ -17,6 +17,7 @@ n, accuracy. See :mod:`ooc_svm.metrics` for the definitions.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 
@@ -28,7 +29,8 @@ def add_parser(sub) -> None:
         "evaluate",
         help="accuracy, precision/recall/F1, PRBEP, ROC AUC (binary) or pairwise accuracy, "
         "Kendall tau, NDCG@10 (ranks) of a model on a store",
-        description=__doc__.split("\n\n", 1)[1],
+        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", help="model directory written by `ooc-svm train`")
     p.add_argument("store", help="store with true labels")

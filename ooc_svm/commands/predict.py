@@ -17,6 +17,7 @@ expansion of :mod:`ooc_svm.solvers.dual_common` (binary models).
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from typing import Any
@@ -32,7 +33,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "predict",
         help="score a store with a model (streamed); write scores and labels",
-        description=__doc__.split("\n\n", 1)[1],
+        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", help="model directory written by `ooc-svm train`")
     p.add_argument("store", help="store to score")
