@@ -55,11 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _known_errors():
     from .checkpoint import CheckpointError
+    from .engine.base import EngineError
     from .model import ModelError
     from .solvers import SolverError
     from .store.format import StoreError
 
-    errs = [StoreError, SolverError, ModelError, CheckpointError]
+    errs = [StoreError, SolverError, ModelError, CheckpointError, EngineError]
     try:
         from .store.ingest import IngestError
 

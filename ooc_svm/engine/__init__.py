@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import os
 
-from .base import Engine, ShardState, add_partials, concat_partials, tree_reduce
+from .base import (
+    Engine,
+    EngineError,
+    ShardState,
+    ShardStub,
+    StreamingTreeReduce,
+    add_partials,
+    concat_partials,
+    tree_reduce,
+)
 from .local import LocalEngine
 
 
@@ -25,6 +34,9 @@ def make_engine(scheduler: str | None = None, **kwargs) -> Engine:
 
 __all__ = [
     "Engine",
+    "EngineError",
+    "ShardStub",
+    "StreamingTreeReduce",
     "LocalEngine",
     "ShardState",
     "add_partials",

@@ -1,0 +1,592 @@
+"""Dask engine: passes as tasks over shard ids on a ``distributed`` cluster.
+
+``DaskEngine(scheduler)`` with ``scheduler`` one of
+
+- ``"threads"``: a ``LocalCluster(processes=False)``, one worker with a thread per core;
+- ``"processes"``: a ``LocalCluster`` with one single-threaded worker process per core;
+- ``"tcp://HOST:PORT"`` (or any address ``distributed.Client`` accepts): an existing cluster;
+- ``"PATH.json"``: the scheduler file of an existing cluster (``dask scheduler
+  --scheduler-file``).
+
+An unreachable scheduler raises :class:`~ooc_svm.engine.base.EngineError` after
+``connect_timeout`` seconds (a missing scheduler file at once) instead of hanging.
+
+One pass (``map_reduce``):
+
+1. the broadcast is scattered once to every worker;
+2. one task per shard id runs ``fn`` on the workers. Workers open the store from its path
+   themselves (``open_store`` is cached per worker process, keyed by path and a token of the
+   shard table, so a store rewritten on disk is never confused with the old one) and may
+   keep decoded shards in a byte-bounded per-process cache (``cache_mb`` per worker).
+   Shard *j* is preferably placed on the same worker in every pass (a loose restriction,
+   work stealing still balances), so caches and per-shard state stay where they are;
+3. partials are reduced on the cluster in the fixed binary tree of
+   :func:`~ooc_svm.engine.base.tree_reduce` over the shard list — the tree the local engine
+   builds too — so results are bit-identical across engines and worker counts;
+4. only the root of the tree travels to the client.
+
+Per-shard state lives on the workers. A state pass runs ``fn(shard, bc, st)`` as one task
+and splits its ``(partial, new_state)`` result into a partial future and a state future.
+
+Worker failures. Tasks lost with a worker are recomputed by the scheduler from their inputs
+(the shard is re-read from the store path, the broadcast is replicated on every worker and
+re-scattered by the client if all copies are gone). Per-shard states cannot be recomputed
+from lineage without keeping every past broadcast, so they are **kept replicated**: after
+each state pass every new state gets a copy under a second key on another worker
+(``state_replicas=2``; two keys, so Dask's active memory manager does not merge them). If a
+worker dies mid-pass, the pass is retried for the shards whose results were lost, from the
+surviving copy of their state; the partials of a shard are a deterministic function of
+(shard, broadcast, state), so the result is the same as without the failure. Losing both
+copies of a state (two workers dying within one pass) raises :class:`EngineError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import operator
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from .base import Engine, EngineError, ShardState, add_partials, shard_stub, tree_reduce
+from .reader import ShardCache, shard_reader, store_token
+
+log = logging.getLogger("ooc_svm")
+
+# ------------------------------------------------------------------------------------------
+# worker side (module level: pickled by reference)
+# ------------------------------------------------------------------------------------------
+
+_W_LOCK = threading.Lock()
+_W_STORES: dict[tuple[str, str], tuple[Any, Callable]] = {}
+_W_CACHE = ShardCache(0)
+
+
+def _worker_reader(path: str, token: str, fast: bool) -> Callable:
+    key = (path, token)
+    entry = _W_STORES.get(key)
+    if entry is None:
+        from ..store import open_store
+
+        with _W_LOCK:
+            entry = _W_STORES.get(key)
+            if entry is None:
+                store = open_store(path)
+                if store_token(store) != token:
+                    raise EngineError(
+                        f"{path}: the store a worker opened differs from the client's (it was "
+                        "rewritten, or the worker sees another file system); workers must "
+                        "read the same store path as the client"
+                    )
+                for k in [k for k in _W_STORES if k[0] == path]:
+                    del _W_STORES[k]
+                entry = (store, shard_reader(store, fast=fast))
+                _W_STORES[key] = entry
+    return entry[1]
+
+
+def _worker_shard(spec: tuple, sid: int):
+    path, token, cache_bytes, fast = spec
+    if cache_bytes != _W_CACHE.budget:
+        _W_CACHE.resize(max(cache_bytes, 0))
+    shard = _W_CACHE.get(token, sid)
+    if shard is None:
+        shard = _W_CACHE.put(token, sid, _worker_reader(path, token, fast)(sid))
+    return shard
+
+
+def _task(fn, spec, sid, bc):
+    return fn(_worker_shard(spec, sid), bc)
+
+
+def _state_task(fn, spec, sid, bc, st):
+    out = fn(_worker_shard(spec, sid), bc, st)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise EngineError(
+            f"{getattr(fn, '__name__', fn)} must return (partial, new_state) when called with "
+            "state"
+        )
+    return out
+
+
+def _stub_state_task(fn, stub, bc, st):
+    out = fn(stub, bc, st)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise EngineError(f"{getattr(fn, '__name__', fn)} must return (partial, new_state)")
+    return out
+
+
+def _stub_task(fn, stub, bc):
+    return fn(stub, bc)
+
+
+def _call_init(init, info, i):
+    return init(info, i)
+
+
+def _worker_rss_kb() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+# ------------------------------------------------------------------------------------------
+# client side
+# ------------------------------------------------------------------------------------------
+
+
+class _StateRef:
+    """A per-shard state on the cluster: a primary future and (usually) a backup copy."""
+
+    __slots__ = ("primary", "backup")
+
+    def __init__(self, primary, backup=None):
+        self.primary = primary
+        self.backup = backup
+
+    def alive(self):
+        for f in (self.primary, self.backup):
+            if f is not None and f.status in ("finished", "pending"):
+                return f
+        return None
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover
+        return max(1, os.cpu_count() or 1)
+
+
+def _is_lost_error(e: BaseException) -> bool:
+    from asyncio import CancelledError as AioCancelled
+    from concurrent.futures import CancelledError as CfCancelled
+
+    from distributed.scheduler import KilledWorker
+    from distributed.utils import CancelledError as DCancelled
+
+    if isinstance(e, KilledWorker):
+        return False
+    if isinstance(e, CfCancelled | AioCancelled | DCancelled):
+        return True
+    name = type(e).__name__
+    return name in ("FutureCancelledError", "CancelledError", "FuturesCancelledError")
+
+
+class DaskEngine(Engine):
+    """Streamed passes on a Dask ``distributed`` cluster.
+
+    Parameters
+    ----------
+    scheduler : str
+        ``threads``, ``processes``, a scheduler address or a scheduler-file path (``*.json``).
+    n_workers : int, optional
+        Workers of a ``processes`` cluster (default: one per core).
+    threads_per_worker : int, optional
+        Default 1 for ``processes``, the number of cores for ``threads``.
+    cache_mb : float
+        Decoded-shard cache per worker process, MiB (0 = none).
+    connect_timeout : float
+        Seconds to wait for an existing scheduler before raising :class:`EngineError`.
+    state_replicas : int
+        Copies of every per-shard state kept on distinct workers (1 or 2).
+    max_attempts : int
+        Attempts of a pass whose results were lost with a worker before giving up.
+    fast_read : bool
+        Workers use the direct Zarr reader (see :mod:`ooc_svm.engine.reader`).
+    memory_limit : str or float, optional
+        Per-worker memory limit of a local cluster (Dask's ``memory_limit``).
+    """
+
+    def __init__(
+        self,
+        scheduler: str = "processes",
+        n_workers: int | None = None,
+        threads_per_worker: int | None = None,
+        cache_mb: float = 0.0,
+        connect_timeout: float = 15.0,
+        state_replicas: int = 2,
+        max_attempts: int = 4,
+        fast_read: bool = True,
+        memory_limit: str | float | None = None,
+        prefetch: int | None = None,
+        n_threads: int | None = None,
+        **cluster_kwargs: Any,
+    ):
+        self.scheduler = str(scheduler)
+        self.cache_bytes = int(float(cache_mb or 0) * 2**20)
+        self.state_replicas = max(1, min(2, int(state_replicas)))
+        self.max_attempts = max(1, int(max_attempts))
+        self.fast_read = bool(fast_read)
+        self.passes = 0
+        self.partial_passes = 0
+        self.retried_shards = 0
+        self._amm: bool | None = None
+        self._amm_warned = False
+        self._cluster = None
+        self._client = None
+        self._npass = 0
+        try:
+            import distributed  # noqa: F401
+        except ImportError:  # pragma: no cover
+            raise EngineError(
+                "the Dask engine needs the 'distributed' package: pip install 'dask[distributed]'"
+            ) from None
+        if n_threads is not None and threads_per_worker is None:
+            threads_per_worker = n_threads
+        self._connect(n_workers, threads_per_worker, connect_timeout, memory_limit,
+                      cluster_kwargs)
+
+    # -- connection ----------------------------------------------------------------------
+    def _connect(self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs):
+        from distributed import Client, LocalCluster
+
+        s = self.scheduler
+        if s in ("threads", "processes"):
+            procs = s == "processes"
+            cores = _cores()
+            kw = dict(
+                processes=procs,
+                n_workers=n_workers or (cores if procs else 1),
+                threads_per_worker=threads_per_worker or (1 if procs else cores),
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
+            if memory_limit is not None:
+                kw["memory_limit"] = memory_limit
+            kw.update(cluster_kwargs)
+            try:
+                import dask
+
+                # Our placement keeps shard j (its cache and state) on one worker; stealing
+                # would move tasks away from their data for little gain on equal shards.
+                # The AMM would drop the replicas that protect per-shard state.
+                with dask.config.set({
+                    "distributed.scheduler.work-stealing": False,
+                    "distributed.scheduler.active-memory-manager.start": False,
+                }), warnings.catch_warnings():
+                    # the scheduler's HTTP endpoint falls back to a free port: not our concern
+                    warnings.filterwarnings("ignore", message="Port .* is already in use")
+                    self._cluster = LocalCluster(**kw)
+                self._client = Client(self._cluster, timeout=timeout)
+            except Exception as e:  # noqa: BLE001
+                self.close()
+                raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
+            return
+        address = s
+        if s.endswith(".json"):
+            if not os.path.exists(s):
+                raise EngineError(
+                    f"scheduler file {s} does not exist; start a scheduler with "
+                    f"`dask scheduler --scheduler-file {s}` or pass its tcp:// address"
+                )
+            try:
+                with open(s) as f:
+                    address = json.load(f)["address"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise EngineError(f"scheduler file {s} is unreadable ({e!r})") from None
+        elif "://" not in s:
+            raise EngineError(
+                f"unknown scheduler {s!r}: use local, threads, processes, a scheduler "
+                "address tcp://HOST:PORT or a scheduler file *.json"
+            )
+        t0 = time.monotonic()
+        try:
+            self._client = Client(address, timeout=timeout)
+        except Exception as e:  # noqa: BLE001 - any failure to connect is reported the same way
+            raise EngineError(
+                f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
+                f"({type(e).__name__}: {str(e)[:200]}); check the address and that the "
+                "scheduler is running, or use --scheduler local"
+            ) from None
+        log.debug("connected to %s in %.2fs", address, time.monotonic() - t0)
+
+    @property
+    def client(self):
+        return self._client
+
+    def worker_addresses(self) -> list[str]:
+        return sorted(self._client.nthreads())
+
+    def worker_peak_rss_kb(self) -> dict[str, int]:
+        """Peak RSS (ru_maxrss, KiB) of every worker process."""
+        return self._client.run(_worker_rss_kb)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _spec(self, store) -> tuple:
+        from ..store.paths import is_local, local_path
+
+        path = str(store.path)
+        if is_local(path):
+            path = local_path(path)
+        return (path, store_token(store), self.cache_bytes, self.fast_read)
+
+    def _placement(self, ids: list[int]) -> dict[int, str]:
+        """Preferred worker of every shard: contiguous blocks of the shard order."""
+        workers = self.worker_addresses()
+        if not workers:
+            return {}
+        nt = self._client.nthreads()
+        slots = [w for w in workers for _ in range(max(1, nt.get(w, 1)))]
+        order = sorted(set(ids))
+        return {sid: slots[(k * len(slots)) // len(order)] for k, sid in enumerate(order)}
+
+    def _scatter_bc(self, broadcast):
+        # Always scattered (even None): forgetting this key at the end of the pass is what
+        # cuts the lineage of the new per-shard states, so the scheduler's graph does not
+        # grow with the number of passes.
+        [fut] = self._client.scatter([broadcast], broadcast=True, hash=False)
+        return fut
+
+    def _protect(self, futs: list) -> list:
+        """Replicate state futures onto ``state_replicas`` distinct workers (same key).
+
+        With Dask's active memory manager (AMM) running, its ReduceReplicas policy would
+        drop the extra replicas again within seconds; clusters this engine starts run
+        without the AMM. On an external cluster with the AMM on, states are not protected
+        against worker loss (a warning says so once). Returns the futures of the backups
+        (None: the replicas are of the same key).
+        """
+        if self.state_replicas < 2 or not futs:
+            return [None] * len(futs)
+        from distributed import wait
+
+        client = self._client
+        wait(futs)
+        if len(client.nthreads()) < 2:
+            return [None] * len(futs)
+        if self._amm_running() and not self._amm_warned:
+            self._amm_warned = True
+            log.warning(
+                "the Dask cluster runs the active memory manager, which drops state replicas: "
+                "per-shard state is not protected against worker loss; start the scheduler "
+                "with DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START=False"
+            )
+        client.replicate(futs, n=self.state_replicas)
+        return [None] * len(futs)
+
+    def _amm_running(self) -> bool:
+        if self._amm is None:
+            try:
+                self._amm = bool(self._client.amm.running())
+            except Exception:  # noqa: BLE001 - no AMM extension: nothing drops replicas
+                self._amm = False
+        return self._amm
+
+    # -- passes ----------------------------------------------------------------------------
+    def map_reduce(
+        self,
+        store,
+        fn: Callable,
+        broadcast: Any = None,
+        reduce: Callable[[Any, Any], Any] | None = None,
+        state: ShardState | None = None,
+        shards: list[int] | None = None,
+    ) -> Any:
+        return self._run(store, fn, broadcast, reduce, state, shards, read=True)
+
+    def map_state(
+        self,
+        store,
+        fn: Callable,
+        broadcast: Any = None,
+        state: ShardState | None = None,
+        reduce: Callable[[Any, Any], Any] | None = None,
+        shards: list[int] | None = None,
+    ) -> Any:
+        return self._run(store, fn, broadcast, reduce, state, shards, read=False)
+
+    def _run(self, store, fn, broadcast, reduce, state, shards, read: bool) -> Any:
+        from distributed import wait
+
+        reduce = reduce or add_partials
+        full = shards is None
+        ids = list(range(store.n_shards)) if full else [int(s) for s in shards]
+        if state is not None:
+            if state.engine is not self:
+                raise EngineError("this ShardState belongs to another engine")
+            state.check(ids)
+        if not ids:
+            self._count(full)
+            return None
+        self._npass += 1
+        tag = f"ooc-p{self._npass}-{os.getpid()}-{id(self) & 0xFFFF:x}"
+        spec = self._spec(store) if read else None
+        client = self._client
+        n = len(ids)
+        parts: list = [None] * n
+        news: list = [None] * n
+        bc_f = None
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                if bc_f is None or bc_f.status not in ("finished", "pending"):
+                    bc_f = self._scatter_bc(broadcast)
+                place = self._placement(ids)
+                redo = [
+                    k for k in range(n)
+                    if parts[k] is None or parts[k].status not in ("finished", "pending")
+                    or (state is not None and news[k].status not in ("finished", "pending"))
+                ]
+                if attempt > 1:
+                    self.retried_shards += len(redo)
+                    log.info("pass %s: recomputing %d shard(s) lost with a worker", tag, len(redo))
+                for k in redo:
+                    sid = ids[k]
+                    key = f"{tag}-a{attempt}-s{sid}-k{k}"
+                    where = {"workers": [place[sid]], "allow_other_workers": True} if (
+                        sid in place) else {}
+                    if state is None:
+                        if read:
+                            parts[k] = client.submit(_task, fn, spec, sid, bc_f, key=key,
+                                                     pure=False, **where)
+                        else:
+                            parts[k] = client.submit(_stub_task, fn, shard_stub(store, sid),
+                                                     bc_f, key=key, pure=False, **where)
+                        continue
+                    src = state.get(sid).alive()
+                    if src is None:
+                        raise EngineError(
+                            f"the per-shard state of shard {sid} was lost with the workers "
+                            "holding both of its copies; restart from a checkpoint"
+                        )
+                    if read:
+                        r = client.submit(_state_task, fn, spec, sid, bc_f, src, key=key,
+                                          pure=False, **where)
+                    else:
+                        r = client.submit(_stub_state_task, fn, shard_stub(store, sid), bc_f,
+                                          src, key=key, pure=False, **where)
+                    parts[k] = client.submit(operator.getitem, r, 0, key=key + "-part",
+                                             pure=False)
+                    news[k] = client.submit(operator.getitem, r, 1, key=key + "-state",
+                                            pure=False)
+                counter = [0]
+
+                def red(a, b, _c=counter, _t=f"{tag}-a{attempt}"):
+                    _c[0] += 1
+                    return client.submit(reduce, a, b, key=f"{_t}-r{_c[0]}", pure=False)
+
+                root = tree_reduce(list(parts), red)
+                try:
+                    result = root.result()
+                    if state is not None:
+                        wait(news)
+                        if any(f.status != "finished" for f in news):
+                            raise _Lost()
+                        try:
+                            backups = self._protect(news)
+                        except Exception as e:  # noqa: BLE001 - a worker died while copying
+                            log.info("pass %s: replicating states failed (%r); retrying", tag, e)
+                            raise _Lost() from e
+                        if any(f.status != "finished" for f in news):
+                            raise _Lost()
+                    break
+                except BaseException as e:  # noqa: BLE001
+                    if not (isinstance(e, _Lost) or _is_lost_error(e)):
+                        raise self._explain(e) from e
+                    if attempt >= self.max_attempts:
+                        raise EngineError(
+                            f"pass lost results to failing workers {attempt} times; giving up "
+                            f"({type(e).__name__}: {e})"
+                        ) from None
+                    time.sleep(0.2 * attempt)
+        finally:
+            del bc_f
+        if state is not None:
+            for k, sid in enumerate(ids):
+                state.set(sid, _StateRef(news[k], backups[k]))
+        self._count(full)
+        return result
+
+    def _explain(self, e: BaseException) -> BaseException:
+        from distributed.scheduler import KilledWorker
+
+        if isinstance(e, KilledWorker):
+            return EngineError(
+                f"a task kept killing Dask workers ({e}); the pass function crashes its worker "
+                "process (out of memory?)"
+            )
+        return e
+
+    def _count(self, full: bool) -> None:
+        if full:
+            self.passes += 1
+        else:
+            self.partial_passes += 1
+
+    # -- state ----------------------------------------------------------------------------
+    def init_state(self, store, init: Callable[[Any, int], Any], shards=None) -> ShardState:
+        """Per-shard state computed on the workers by ``init(shard_info, shard_index)``.
+
+        The state futures have their ``init`` call as lineage, so Dask recomputes them if a
+        worker dies before the first pass.
+        """
+        ids = list(range(store.n_shards)) if shards is None else [int(i) for i in shards]
+        place = self._placement(ids) if ids else {}
+        self._npass += 1
+        items = []
+        for sid in ids:
+            where = {"workers": [place[sid]], "allow_other_workers": True} if sid in place else {}
+            f = self._client.submit(_call_init, init, store.meta.shards[sid], sid,
+                                    key=f"ooc-init{self._npass}-{os.getpid()}-s{sid}",
+                                    pure=False, **where)
+            items.append(_StateRef(f))
+        return ShardState(self, store.n_shards, items, ids)
+
+    def set_state(self, store, items: list[Any], shards=None) -> ShardState:
+        """Per-shard state from values on the client (e.g. a checkpoint), sent to workers."""
+        items = list(items)
+        ids = list(range(len(items))) if shards is None else [int(i) for i in shards]
+        if len(ids) != len(items):
+            raise ValueError("set_state: one item per shard is needed")
+        if not items:
+            return ShardState(self, store.n_shards, [], [])
+        place = self._placement(ids)
+        futs = []
+        for sid, v in zip(ids, items, strict=True):
+            w = [place[sid]] if sid in place else None
+            [f] = self._client.scatter([v], workers=w, hash=False)
+            futs.append(f)
+        backups = self._protect(futs)
+        refs = [_StateRef(f, b) for f, b in zip(futs, backups, strict=True)]
+        return ShardState(self, store.n_shards, refs, ids)
+
+    def gather_state(self, state: ShardState) -> list[Any]:
+        """Bring the per-shard states to the client, in the order of ``state.ids``."""
+        futs = []
+        for sid, ref in zip(state.ids, state.items, strict=True):
+            f = ref.alive()
+            if f is None:
+                raise EngineError(f"the per-shard state of shard {sid} was lost with its workers")
+            futs.append(f)
+        return self._client.gather(futs)
+
+    # -- teardown --------------------------------------------------------------------------
+    def close(self) -> None:
+        client, cluster = self._client, self._cluster
+        self._client = self._cluster = None
+        if client is not None:
+            try:
+                client.close(timeout=10)
+            except Exception:  # noqa: BLE001  # pragma: no cover
+                pass
+        if cluster is not None:
+            try:
+                cluster.close(timeout=10)
+            except Exception:  # noqa: BLE001  # pragma: no cover
+                pass
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class _Lost(Exception):
+    """Some results of a pass were lost with a worker."""

@@ -1,0 +1,364 @@
+#!/usr/bin/env python
+"""Benchmark one streamed pass (margins + violated-constraint sum) against the in-memory floor.
+
+What it measures (each configuration in its own child process, so peak RSS is its own):
+
+- ``memory``: the reference — the same numba pass function (``ooc_svm.engine.passes.
+  hinge_pass``: w·xᵢ for every row, Σ over rows with yᵢ(w·xᵢ+b) < 1 of yᵢxᵢ, the count and
+  the hinge sum) over the same shards already decoded in memory, 2 threads, partials reduced
+  in the same fixed tree;
+- ``local``: ``LocalEngine(n_threads=2)`` streaming the store;
+- ``processes``: ``DaskEngine("processes", n_workers=2, threads_per_worker=1)``.
+
+The store (1,000,000 × 50,000, ~80 non-zeros per row by default) is made once with
+``ooc_svm.synth`` (the ``ooc-svm synth`` generator) per format and codec and cached in
+``--dir`` (default /tmp/bench). Warm numbers: the store was just read (page cache) and each
+child first makes one untimed pass; the figure is the best of ``--repeat`` passes (median
+also printed). ``--cold`` drops the page cache (``echo 3 > /proc/sys/vm/drop_caches``, needs
+root) right before a single timed pass. ``--memtest`` runs the local engine with a shard
+cache 4x smaller than the decoded store and checks peak RSS against
+shard size × (threads + prefetch) + cache + O(features).
+
+Usage::
+
+    python scripts/bench_pass.py                       # zarr lz4/zstd/none + parquet lz4
+    python scripts/bench_pass.py --codecs lz4 --formats zarr --cold --memtest
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ------------------------------------------------------------------------------------------
+# child side
+# ------------------------------------------------------------------------------------------
+
+
+def _bc(n_features: int, seed: int):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=n_features) * 0.1, 1.0, 0.05)
+
+
+def _digest(res) -> str:
+    import hashlib
+
+    g, cnt, hinge, gb = res
+    h = hashlib.blake2b(np.ascontiguousarray(g).view(np.uint8), digest_size=8)
+    h.update(np.array([cnt, hinge, gb]).view(np.uint8))
+    return h.hexdigest()
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _current_rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _wait_go() -> None:
+    print("READY", flush=True)
+    line = sys.stdin.readline()
+    if line.strip() != "GO":
+        raise SystemExit("parent went away")
+
+
+def _warm_kernels() -> None:
+    """Compile / load the numba kernels on tiny arrays (no store pages touched)."""
+    from ooc_svm.engine.passes import hinge_pass
+    from ooc_svm.store import Shard
+
+    ip = np.array([0, 2, 3], np.int64)
+    ix = np.array([0, 3, 1], np.int32)
+    da = np.array([1.0, 2.0, 3.0], np.float32)
+    y = np.array([1.0, -1.0])
+    for a in (ip, ix, da, y):
+        a.flags.writeable = False
+    hinge_pass(Shard(ip, ix, da, y), (np.zeros(4), 1.0, 0.0))
+
+
+def child(args) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ooc_svm.engine import LocalEngine, StreamingTreeReduce, add_partials
+    from ooc_svm.engine.passes import hinge_pass
+    from ooc_svm.engine.reader import materialize
+    from ooc_svm.store import open_store
+
+    store = open_store(args.store)
+    meta = store.meta
+    bc = _bc(meta.n_features, 7)
+    out: dict = {"mode": args.child, "store": args.store}
+    _warm_kernels()
+    times: list[float] = []
+    res = None
+    if args.child == "memory":
+        shards = [materialize(store.read_shard(i)) for i in range(store.n_shards)]
+        out["rss_loaded_mb"] = _current_rss_mb()
+        with ThreadPoolExecutor(args.threads) as pool:
+
+            def one():
+                fold = StreamingTreeReduce(add_partials)
+                for part in pool.map(lambda s: hinge_pass(s, bc), shards):
+                    fold.push(part)
+                return fold.result()
+
+            res = one()
+            for _ in range(args.repeat):
+                t = time.perf_counter()
+                res = one()
+                times.append(time.perf_counter() - t)
+    elif args.child in ("local", "memtest"):
+        cache_mb = args.cache_mb if args.child == "memtest" else 0.0
+        eng = LocalEngine(n_threads=args.threads, prefetch=args.prefetch, cache_mb=cache_mb)
+        out["rss_before_mb"] = _current_rss_mb()
+        if args.cold:
+            _wait_go()
+            t = time.perf_counter()
+            res = eng.map_reduce(store, hinge_pass, bc)
+            times.append(time.perf_counter() - t)
+        else:
+            res = eng.map_reduce(store, hinge_pass, bc)
+            for _ in range(args.repeat):
+                t = time.perf_counter()
+                res = eng.map_reduce(store, hinge_pass, bc)
+                times.append(time.perf_counter() - t)
+        out["cache_hits"] = eng.cache.hits
+        out["cache_used_mb"] = eng.cache.used / 2**20
+        eng.close()
+    elif args.child == "processes":
+        from ooc_svm.engine.dask_engine import DaskEngine
+
+        eng = DaskEngine("processes", n_workers=args.threads, threads_per_worker=1)
+        if args.cold:
+            # warm the workers' imports and kernels on a tiny store first
+            warm = open_store(args.warm_store)
+            eng.map_reduce(warm, hinge_pass, _bc(warm.meta.n_features, 7))
+            _wait_go()
+            t = time.perf_counter()
+            res = eng.map_reduce(store, hinge_pass, bc)
+            times.append(time.perf_counter() - t)
+        else:
+            res = eng.map_reduce(store, hinge_pass, bc)
+            for _ in range(args.repeat):
+                t = time.perf_counter()
+                res = eng.map_reduce(store, hinge_pass, bc)
+                times.append(time.perf_counter() - t)
+        out["worker_peak_rss_mb"] = {
+            k: v / 1024.0 for k, v in eng.worker_peak_rss_kb().items()
+        }
+        eng.close()
+    else:
+        raise SystemExit(f"unknown child mode {args.child}")
+    out.update(
+        times=times,
+        best=min(times),
+        median=statistics.median(times),
+        nnz=meta.nnz,
+        n_rows=meta.n_rows,
+        violated=float(res[1]),
+        digest=_digest(res),
+        peak_rss_mb=_peak_rss_mb(),
+    )
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+# parent side
+# ------------------------------------------------------------------------------------------
+
+
+def store_path(a, fmt: str, codec: str) -> str:
+    name = f"pass_{a.rows}x{a.features}x{a.nnz:g}_s{a.seed}_{codec}.{fmt}"
+    return os.path.join(a.dir, name)
+
+
+def ensure_store(a, fmt: str, codec: str, rows: int | None = None) -> str:
+    from ooc_svm.synth import synth
+
+    rows = rows or a.rows
+    path = store_path(a, fmt, codec) if rows == a.rows else os.path.join(
+        a.dir, f"pass_warm_{rows}x{a.features}_{codec}.{fmt}")
+    if not os.path.exists(path):
+        t = time.perf_counter()
+        synth(path, rows, a.features, a.nnz, a.seed, format=fmt, compression=codec)
+        print(f"# built {path} in {time.perf_counter() - t:.1f}s", flush=True)
+    return path
+
+
+def du_mb(path: str) -> float:
+    tot = 0
+    for dp, _, fs in os.walk(path):
+        for f in fs:
+            tot += os.path.getsize(os.path.join(dp, f))
+    return tot / 2**20
+
+
+def read_all(path: str) -> None:
+    """Bring a store into the page cache (warm runs)."""
+    for dp, _, fs in os.walk(path):
+        for f in fs:
+            with open(os.path.join(dp, f), "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+
+
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError as e:
+        print(f"# cannot drop the page cache ({e}); cold numbers are not cold", flush=True)
+        return False
+
+
+def run_child(a, mode: str, store: str, cold: bool = False, extra=()) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--store", store,
+           "--threads", str(a.threads), "--prefetch", str(a.prefetch), "--repeat",
+           str(a.repeat), *extra]
+    if cold:
+        cmd.append("--cold")
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    result = None
+    for line in p.stdout:
+        if line.startswith("READY"):
+            if cold:
+                drop_caches()
+            p.stdin.write("GO\n")
+            p.stdin.flush()
+        elif line.startswith("RESULT "):
+            result = json.loads(line[7:])
+        else:
+            sys.stdout.write(line)
+    rc = p.wait()
+    if rc or result is None:
+        raise SystemExit(f"child {mode} on {store} failed (exit {rc})")
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--features", type=int, default=50_000)
+    ap.add_argument("--nnz", type=float, default=80)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dir", default="/tmp/bench")
+    ap.add_argument("--formats", default="zarr,parquet")
+    ap.add_argument("--codecs", default="lz4,zstd,none")
+    ap.add_argument("--parquet-codecs", default="lz4")
+    ap.add_argument("--engines", default="local,processes")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prefetch", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--cold", action="store_true", help="also time one pass after drop_caches")
+    ap.add_argument("--memtest", action="store_true",
+                    help="peak RSS of the local engine with a cache 4x smaller than the store")
+    ap.add_argument("--json", default=None, help="write all results to this file")
+    # child-only options
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--store", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--cache-mb", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--warm-store", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        return child(a)
+
+    os.makedirs(a.dir, exist_ok=True)
+    combos = []
+    for fmt in a.formats.split(","):
+        codecs = a.codecs if fmt == "zarr" else a.parquet_codecs
+        for codec in codecs.split(","):
+            if codec:
+                combos.append((fmt, codec))
+    stores = {c: ensure_store(a, *c) for c in combos}
+    engines = [e for e in a.engines.split(",") if e]
+    all_results = []
+    print(f"# {a.rows:,} x {a.features:,}, ~{a.nnz:g} nnz/row, threads={a.threads}, "
+          f"prefetch={a.prefetch}, best of {a.repeat} warm passes (page cache)", flush=True)
+    hdr = (f"{'store':<14}{'disk MB':>9}  {'engine':<10}{'best s':>8}{'median s':>9}"
+           f"{'G nnz/s':>9}{'ratio':>7}{'peak RSS MB':>13}  workers' peak RSS MB")
+    print(hdr)
+    digests = set()
+    for (fmt, codec), path in stores.items():
+        read_all(path)
+        ref = run_child(a, "memory", path)
+        rows = [("memory", ref)]
+        for eng in engines:
+            read_all(path)
+            rows.append((eng, run_child(a, eng, path)))
+        ref2 = run_child(a, "memory", path)  # the floor again: contention drift check
+        floor = min(ref["best"], ref2["best"])
+        for name, r in rows:
+            digests.add(r["digest"])
+            wk = r.get("worker_peak_rss_mb")
+            wks = " ".join(f"{v:.0f}" for v in wk.values()) if wk else ""
+            print(f"{fmt + '/' + codec:<14}{du_mb(path):>9.0f}  {name:<10}{r['best']:>8.3f}"
+                  f"{r['median']:>9.3f}{r['nnz'] / r['best'] / 1e9:>9.2f}"
+                  f"{r['best'] / floor:>7.2f}{r['peak_rss_mb']:>13.0f}  {wks}", flush=True)
+            all_results.append({"format": fmt, "codec": codec, "engine": name, "floor": floor,
+                                **r})
+        print(f"#   violated rows: {ref['violated']:.0f} of {ref['n_rows']}; in-memory floor "
+              f"{ref['best']:.3f}s / {ref2['best']:.3f}s (before / after)", flush=True)
+    print(f"# results identical across engines and stores: {len(digests) == 1}")
+
+    if a.cold:
+        print("\n# cold: page cache dropped right before one timed pass")
+        can = drop_caches()
+        for (fmt, codec), path in stores.items():
+            for eng in engines:
+                extra = []
+                if eng == "processes":
+                    extra = ["--warm-store", ensure_store(a, fmt, codec, rows=2000)]
+                r = run_child(a, eng, path, cold=can, extra=extra)
+                mb = du_mb(path)
+                print(f"{fmt + '/' + codec:<14}{mb:>9.0f}  {eng:<10}{r['best']:>8.3f}s "
+                      f"{r['nnz'] / r['best'] / 1e9:>6.2f} G nnz/s  {mb / r['best']:>7.0f} MB/s "
+                      f"from disk  peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+                all_results.append({"format": fmt, "codec": codec, "engine": eng + "-cold",
+                                    "cold": can, **r})
+
+    if a.memtest:
+        fmt, codec = combos[0]
+        path = stores[(fmt, codec)]
+        from ooc_svm.store import open_store
+
+        st = open_store(path)
+        decoded = st.meta.nnz * 8 + st.meta.n_rows * 16
+        max_shard = max(s.nnz * 8 + s.n_rows * 16 + 8 for s in st.meta.shards)
+        cache_mb = decoded / 4 / 2**20
+        read_all(path)
+        r = run_child(a, "memtest", path, extra=["--cache-mb", f"{cache_mb:.1f}"])
+        window = a.threads + a.prefetch
+        feat_mb = st.meta.n_features * 8 * (window + 2 * 10) / 2**20  # partials in flight
+        bound = r["rss_before_mb"] + (max_shard * window) / 2**20 + cache_mb + feat_mb
+        print(f"\n# memtest ({fmt}/{codec}): decoded store {decoded / 2**20:.0f} MB, "
+              f"cache_mb {cache_mb:.0f} (store = {decoded / 2**20 / cache_mb:.1f} x cache), "
+              f"largest shard {max_shard / 2**20:.0f} MB, window {window} shards")
+        print(f"#   RSS before the passes {r['rss_before_mb']:.0f} MB; peak {r['peak_rss_mb']:.0f} "
+              f"MB; bound = before + shard x window + cache + O(features) = {bound:.0f} MB -> "
+              f"{'within' if r['peak_rss_mb'] <= bound else 'EXCEEDED'}; cache used "
+              f"{r['cache_used_mb']:.0f} MB, hits {r['cache_hits']}, best pass {r['best']:.3f}s")
+        all_results.append({"format": fmt, "codec": codec, "engine": "memtest",
+                            "bound_mb": bound, "cache_mb": cache_mb, **r})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(all_results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""Dask engine on a real 2-process LocalCluster: same results as the local engine, faults.
+
+One cluster is shared by the module (``DaskEngine("processes", n_workers=2,
+threads_per_worker=1)`` is a ``distributed.LocalCluster(n_workers=2, processes=True,
+threads_per_worker=1)``). The worker-killing tests run last.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from ooc_svm.engine import LocalEngine, concat_partials, make_engine
+from ooc_svm.engine.base import EngineError
+from ooc_svm.engine.passes import hinge_pass, hinge_state_pass, margins_pass
+from ooc_svm.store import csr_to_shards, open_store, write_store
+
+pytestmark = pytest.mark.cluster
+
+N, D = 6000, 300
+
+
+def _data():
+    X = sp.random(N, D, density=0.04, format="csr", random_state=11, dtype=np.float32)
+    y = np.random.default_rng(11).choice([-1.0, 1.0], N)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    X, y = _data()
+    root = tmp_path_factory.mktemp("dask")
+    out = {}
+    for name, comp in (("zarr", "zstd"), ("zarr-none", "none"), ("parquet", "zstd")):
+        path = str(root / (f"s-{name}." + ("parquet" if name == "parquet" else "zarr")))
+        write_store(path, csr_to_shards(X, y, shard_rows=550), compression=comp)
+        out[name] = open_store(path)
+    assert out["zarr"].n_shards == 11
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = make_engine("processes", n_workers=2, threads_per_worker=1)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def local():
+    with LocalEngine(n_threads=2, prefetch=1) as eng:
+        yield eng
+
+
+def _w(seed=0, scale=1.0):
+    return np.random.default_rng(seed).normal(size=D) * scale
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return float(np.max(np.abs(a - b)) / max(1e-300, float(np.max(np.abs(b)))))
+
+
+@pytest.mark.parametrize("kind", ["zarr", "zarr-none", "parquet"])
+def test_pass_equals_local(engine, local, stores, kind):
+    st = stores[kind]
+    w = _w(1)
+    m_d = np.concatenate(engine.map_reduce(st, margins_pass, (w, 0.5), reduce=concat_partials))
+    m_l = np.concatenate(local.map_reduce(st, margins_pass, (w, 0.5), reduce=concat_partials))
+    X, _ = _data()
+    assert _rel(m_d, X.astype(np.float64) @ w + 0.5) < 1e-12
+    np.testing.assert_array_equal(m_d, m_l)
+    bc = (w, 1.0, 0.2)
+    g_d, c_d, h_d, b_d = engine.map_reduce(st, hinge_pass, bc)
+    g_l, c_l, h_l, b_l = local.map_reduce(st, hinge_pass, bc)
+    assert 0 < c_d < N and c_d == c_l
+    assert _rel(g_d, g_l) < 1e-6 and abs(h_d - h_l) <= 1e-6 * abs(h_l)
+    # same fixed reduction tree on both engines: identical bits
+    np.testing.assert_array_equal(g_d, g_l)
+    assert (h_d, b_d) == (h_l, b_l)
+
+
+def test_shard_subset_order_and_counters(engine, local, stores):
+    st = stores["zarr"]
+    bc = (_w(2), 1.0, 0.0)
+    p0, q0 = engine.passes, engine.partial_passes
+    sub = [7, 2, 9, 0]
+    a = engine.map_reduce(st, hinge_pass, bc, shards=sub)
+    b = local.map_reduce(st, hinge_pass, bc, shards=sub)
+    np.testing.assert_array_equal(a[0], b[0])
+    c = engine.map_reduce(st, hinge_pass, bc, shards=sorted(sub))
+    np.testing.assert_allclose(c[0], a[0], rtol=1e-12, atol=1e-12)  # order: fp only
+    assert c[1] == a[1]
+    assert engine.map_reduce(st, hinge_pass, bc, shards=[]) is None
+    assert (engine.passes, engine.partial_passes) == (p0, q0 + 3)
+
+
+def _zeros(info, i):
+    return np.zeros(info.n_rows)
+
+
+def _bump(stub, bc, st):
+    return float(st.sum()), st + bc
+
+
+def test_state_lives_on_workers(engine, local, stores):
+    st = stores["zarr"]
+    hd = engine.init_state(st, _zeros)
+    hl = local.init_state(st, _zeros)
+    for k in range(3):
+        bc = (_w(3, 0.3 * (k + 1)), 1.0, 0.1)
+        rd = engine.map_reduce(st, hinge_state_pass, bc, state=hd)
+        rl = local.map_reduce(st, hinge_state_pass, bc, state=hl)
+        np.testing.assert_array_equal(rd[0], rl[0])
+        assert rd[1:] == rl[1:]
+        if k:
+            assert rd[4] > 0  # the state (previous margins) was there
+    sd, sl = engine.gather_state(hd), local.gather_state(hl)
+    assert len(sd) == st.n_shards
+    for a, b in zip(sd, sl, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # map_state: no data read, only positions and state
+    h2 = engine.init_state(st, _zeros, shards=[1, 4])
+    assert engine.map_state(st, _bump, 2.0, state=h2, shards=[1, 4]) == 0.0
+    assert engine.map_state(st, _bump, 2.0, state=h2, shards=[4]) == 2.0 * 550
+    got = engine.gather_state(h2)
+    assert got[0].tolist() == [2.0] * 550 and got[1].tolist() == [4.0] * 550
+    with pytest.raises(EngineError, match="no per-shard state"):
+        engine.map_state(st, _bump, 1.0, state=h2, shards=[0])
+    # state from client values (checkpoint) round-trips
+    h3 = engine.set_state(st, sl)
+    for a, b in zip(engine.gather_state(h3), sl, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_second_client_by_address(engine, stores):
+    addr = engine.client.scheduler.address
+    with make_engine(addr, connect_timeout=10) as other:
+        r = other.map_reduce(stores["zarr"], hinge_pass, (_w(4), 1.0, 0.0))
+    ref = engine.map_reduce(stores["zarr"], hinge_pass, (_w(4), 1.0, 0.0))
+    np.testing.assert_array_equal(r[0], ref[0])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_scheduler_fails_fast(tmp_path, monkeypatch):
+    t0 = time.monotonic()
+    with pytest.raises(EngineError, match="cannot reach the Dask scheduler"):
+        make_engine(f"tcp://127.0.0.1:{_free_port()}", connect_timeout=2)
+    assert time.monotonic() - t0 < 20
+    with pytest.raises(EngineError, match="does not exist"):
+        make_engine(str(tmp_path / "nope.json"))
+    monkeypatch.setenv("OOC_SVM_SCHEDULER", f"tcp://127.0.0.1:{_free_port()}")
+    t0 = time.monotonic()
+    with pytest.raises(EngineError):
+        make_engine(None, connect_timeout=1)
+    assert time.monotonic() - t0 < 20
+    from ooc_svm.cli import _known_errors
+
+    assert EngineError in _known_errors()
+
+
+# ------------------------------------------------------------------------------------------
+# faults (last: they restart a worker)
+# ------------------------------------------------------------------------------------------
+
+
+def _slow_hinge(shard, bc):
+    time.sleep(bc[3])
+    return hinge_pass(shard, bc[:3])
+
+
+def _slow_hinge_state(shard, bc, st):
+    time.sleep(bc[3])
+    return hinge_state_pass(shard, bc[:3], st)
+
+
+class _Killer(threading.Thread):
+    """SIGKILLs one worker process ``delay`` seconds after start; records when."""
+
+    def __init__(self, engine, delay):
+        super().__init__(daemon=True)
+        pids = engine.client.run(os.getpid)
+        self.pid = pids[sorted(pids)[0]]
+        self.delay = delay
+        self.killed_at = None
+
+    def run(self):
+        time.sleep(self.delay)
+        os.kill(self.pid, signal.SIGKILL)
+        self.killed_at = time.monotonic()
+
+
+def _kill_one_worker_soon(engine, delay):
+    k = _Killer(engine, delay)
+    k.start()
+    return k
+
+
+def _wait_workers(engine, n=2, timeout=30):
+    engine.client.wait_for_workers(n, timeout=timeout)
+
+
+def test_worker_killed_mid_pass(engine, local, stores):
+    st = stores["zarr"]
+    bc = (_w(5), 1.0, 0.3)
+    ref = local.map_reduce(st, hinge_pass, bc)
+    _wait_workers(engine)
+    killer = _kill_one_worker_soon(engine, 0.4)
+    got = engine.map_reduce(st, _slow_hinge, bc + (0.12,))
+    done = time.monotonic()
+    killer.join()
+    assert killer.killed_at is not None and killer.killed_at < done  # killed mid-pass
+    np.testing.assert_array_equal(got[0], ref[0])
+    assert got[1:] == ref[1:]
+
+
+def test_worker_killed_mid_state_pass(engine, local, stores):
+    st = stores["parquet"]
+    _wait_workers(engine)
+    hd = engine.init_state(st, _zeros)
+    hl = local.init_state(st, _zeros)
+    bc1 = (_w(6), 1.0, 0.0)
+    engine.map_reduce(st, hinge_state_pass, bc1, state=hd)
+    local.map_reduce(st, hinge_state_pass, bc1, state=hl)
+    bc2 = (_w(7), 1.0, 0.0)
+    ref = local.map_reduce(st, hinge_state_pass, bc2, state=hl)
+    killer = _kill_one_worker_soon(engine, 0.4)
+    got = engine.map_reduce(st, _slow_hinge_state, bc2 + (0.12,), state=hd)
+    done = time.monotonic()
+    killer.join()
+    assert killer.killed_at is not None and killer.killed_at < done  # killed mid-pass
+    np.testing.assert_array_equal(got[0], ref[0])
+    assert got[1:] == ref[1:]  # includes Σ|m - previous m|: the states survived the kill
+    for a, b in zip(engine.gather_state(hd), local.gather_state(hl), strict=True):
+        np.testing.assert_array_equal(a, b)
