@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from ooc_svm.engine import LocalEngine
+from ooc_svm.engine import LocalEngine, concat_partials
 from ooc_svm.kernels.csr import csr_matvec, hinge_violated, u32
 from ooc_svm.store import csr_to_shards, open_store, write_store
 
@@ -42,8 +42,6 @@ def test_pass_matches_in_memory(store, threads, prefetch):
     st, X, y = store
     w = np.random.default_rng(0).normal(size=200)
     with LocalEngine(n_threads=threads, prefetch=prefetch) as eng:
-        from ooc_svm.engine import concat_partials
-
         parts = eng.map_reduce(st, _margins, w, reduce=concat_partials)
         g, cnt, hinge, gb = eng.map_reduce(st, _violated, (w, 200))
         assert eng.passes == 2
@@ -67,3 +65,112 @@ def test_shard_state_persists(store):
         assert eng.map_reduce(st, _count_state, None, state=h) == 0.0
         assert eng.map_reduce(st, _count_state, None, state=h) == 5000.0
         assert eng.gather_state(h) == [2 * s.n_rows for s in st.meta.shards]
+
+
+# ------------------------------------------------------------------------------------------
+# reduction tree, counters, cache, reader fast path, errors
+# ------------------------------------------------------------------------------------------
+
+
+def test_streaming_tree_equals_tree_reduce():
+    from ooc_svm.engine import StreamingTreeReduce, tree_reduce
+
+    def join(a, b):  # not associative: exposes the tree shape
+        return f"({a}+{b})"
+
+    for n in range(0, 40):
+        parts = [str(i) for i in range(n)]
+        f = StreamingTreeReduce(join)
+        for p in parts:
+            f.push(p)
+        assert f.result() == tree_reduce(list(parts), join), n
+
+
+def _fail_on_3(shard, bc, st):
+    if shard.row_start == 3 * 700:
+        raise ValueError("boom")
+    return 0.0, st + 1
+
+
+def _try_write(shard, bc):
+    shard.data[0] = 1.0
+
+
+def test_counters_errors_and_readonly(store):
+    st, _, _ = store
+    with LocalEngine(n_threads=2, prefetch=1) as eng:
+        eng.map_reduce(st, _margins, np.zeros(200), reduce=concat_partials)
+        eng.map_reduce(st, _margins, np.zeros(200), reduce=concat_partials, shards=[2, 0])
+        assert (eng.passes, eng.partial_passes) == (1, 1)
+        assert eng.map_reduce(st, _margins, np.zeros(200), shards=[]) is None
+        h = eng.init_state(st, lambda info, i: 0)
+        with pytest.raises(ValueError, match="boom"):
+            eng.map_reduce(st, _fail_on_3, None, state=h)
+        assert eng.gather_state(h) == [0] * st.n_shards  # a failed pass changes no state
+        assert (eng.passes, eng.partial_passes) == (1, 2)
+        with pytest.raises(ValueError, match="read-only"):
+            eng.map_reduce(st, _try_write, None)
+
+
+def test_subset_state_and_map_state(store):
+    st, _, _ = store
+    with LocalEngine(n_threads=2) as eng:
+        h = eng.init_state(st, lambda info, i: np.zeros(info.n_rows), shards=[1, 5])
+        assert h.ids == [1, 5]
+        from ooc_svm.engine import EngineError
+
+        with pytest.raises(EngineError, match="no per-shard state"):
+            eng.map_reduce(st, _count_state, None, state=h)
+        read0 = eng.shards_read
+        tot = eng.map_state(st, _bump, 1.5, state=h, shards=[5, 1])
+        assert eng.shards_read == read0  # map_state reads no shard data
+        assert tot == 0.0
+        got = eng.gather_state(h)
+        assert got[0].tolist() == [1.5] * 700 and got[1].shape == (700,)
+
+
+def _bump(stub, bc, st):
+    assert not hasattr(stub, "data")
+    return float(st.sum()), st + bc
+
+
+@pytest.mark.parametrize("comp", ["zstd", "lz4", "none"])
+def test_fast_reader_matches_store(tmp_path, comp):
+    from ooc_svm.engine.reader import shard_reader
+
+    rng = np.random.default_rng(5)
+    X = sp.random(900, 70, density=0.1, format="csr", random_state=5, dtype=np.float32)
+    y = rng.choice([-1.0, 1.0], 900)
+    qid = np.repeat(np.arange(90), 10)
+    for fmt in ("zarr", "parquet"):
+        path = str(tmp_path / f"s-{comp}.{fmt}")
+        write_store(path, csr_to_shards(X, y, qid=qid, shard_rows=400), compression=comp)
+        s = open_store(path)
+        fast, slow = shard_reader(s), shard_reader(s, fast=False)
+        for i in range(s.n_shards):
+            a, b, c = fast(i), slow(i), s.read_shard(i)
+            for k in ("indptr", "indices", "data", "y", "qid"):
+                np.testing.assert_array_equal(getattr(a, k), getattr(c, k))
+                np.testing.assert_array_equal(getattr(b, k), getattr(c, k))
+                assert not getattr(a, k).flags.writeable
+            assert a.row_start == c.row_start and a.indices.dtype == np.int32
+
+
+def test_shard_cache_avoids_rereads(store):
+    st, X, _ = store
+    w = np.random.default_rng(1).normal(size=200)
+    with LocalEngine(n_threads=2, cache_mb=64) as eng:
+        a = eng.map_reduce(st, _violated, (w, 200))
+        assert eng.shards_read == st.n_shards
+        b = eng.map_reduce(st, _violated, (w, 200))
+        assert eng.shards_read == st.n_shards  # second pass: all from the cache
+        assert eng.cache.hits >= st.n_shards
+        np.testing.assert_array_equal(a[0], b[0])
+    one = st.read_shard(0).nbytes
+    with LocalEngine(n_threads=1, cache_mb=2.5 * one / 2**20) as eng:
+        eng.map_reduce(st, _violated, (w, 200))
+        eng.map_reduce(st, _violated, (w, 200))
+        # fill-until-full: the shards that fit stay cached and hit on every later pass
+        cached = len(eng.cache._d)
+        assert 2 <= cached < st.n_shards and eng.cache.used <= 2.5 * one
+        assert eng.cache.hits == cached and eng.shards_read == 2 * st.n_shards - cached

@@ -124,13 +124,10 @@ class LocalEngine(Engine):
         max_ahead = 2 * window + 2  # bound on partials waiting for an earlier shard
 
         def load(k: int):
+            # only called after a cache miss in this pass
             sid = ids[k]
-            if not read:
-                return shard_stub(store, sid)
-            shard = cache.get(token, sid)
-            if shard is None:
-                shard = cache.put(token, sid, reader(sid))
-                self.shards_read += 1
+            shard = cache.put(token, sid, reader(sid))
+            self.shards_read += 1
             return shard
 
         def compute(k: int, shard):
