@@ -16,6 +16,13 @@ from .base import (
 )
 from .local import LocalEngine
 
+#: options of one engine that the other ignores (see make_engine)
+_DASK_ONLY = frozenset(
+    {"n_workers", "threads_per_worker", "connect_timeout", "state_replicas", "max_attempts",
+     "memory_limit"}
+)
+_LOCAL_ONLY = frozenset({"io_threads"})
+
 
 def make_engine(scheduler: str | None = None, **kwargs) -> Engine:
     """Engine for a ``--scheduler`` value.
@@ -23,13 +30,31 @@ def make_engine(scheduler: str | None = None, **kwargs) -> Engine:
     ``local`` (default; also from ``$OOC_SVM_SCHEDULER``): threads in this process, no Dask.
     ``threads``, ``processes`` (a ``distributed.LocalCluster``), a scheduler address
     (``tcp://host:port``) or a scheduler file (``*.json``): the Dask engine.
+
+    Keyword arguments go to :class:`LocalEngine` or :class:`~.dask_engine.DaskEngine`;
+    options only the other engine knows (e.g. ``n_workers`` for a local run) are ignored, so
+    callers can pass one set of options (``cache_mb``, ``prefetch``, ``n_threads``, ...)
+    whatever the scheduler.
     """
+    import inspect
+
     scheduler = scheduler or os.environ.get("OOC_SVM_SCHEDULER") or "local"
     if scheduler == "local":
-        return LocalEngine(**kwargs)
-    from .dask_engine import DaskEngine
+        cls = LocalEngine
+    else:
+        from .dask_engine import DaskEngine
 
-    return DaskEngine(scheduler, **kwargs)
+        cls = DaskEngine
+    params = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    other_only = _DASK_ONLY if cls is LocalEngine else _LOCAL_ONLY
+    unknown = [k for k in kwargs if k not in params and k not in other_only and not takes_any]
+    if unknown:
+        raise TypeError(f"make_engine: unknown option(s) {', '.join(sorted(unknown))}")
+    kw = {k: v for k, v in kwargs.items() if k in params or (takes_any and k not in other_only)}
+    if cls is LocalEngine:
+        return cls(**kw)
+    return cls(scheduler, **kw)
 
 
 __all__ = [

@@ -113,14 +113,14 @@ def _state_task(fn, spec, sid, bc, st):
     return out
 
 
-def _stub_state_task(fn, stub, bc, st):
+def _stub_state_task(fn, stub, sid, bc, st):
     out = fn(stub, bc, st)
     if not (isinstance(out, tuple) and len(out) == 2):
         raise EngineError(f"{getattr(fn, '__name__', fn)} must return (partial, new_state)")
     return out
 
 
-def _stub_task(fn, stub, bc):
+def _stub_task(fn, stub, sid, bc):
     return fn(stub, bc)
 
 
@@ -226,6 +226,7 @@ class DaskEngine(Engine):
         self.partial_passes = 0
         self.retried_shards = 0
         self._amm: bool | None = None
+        self._slots: tuple[float, list[str]] | None = None
         self._amm_warned = False
         self._cluster = None
         self._client = None
@@ -325,13 +326,20 @@ class DaskEngine(Engine):
             path = local_path(path)
         return (path, store_token(store), self.cache_bytes, self.fast_read)
 
-    def _placement(self, ids: list[int]) -> dict[int, str]:
-        """Preferred worker of every shard: contiguous blocks of the shard order."""
-        workers = self.worker_addresses()
-        if not workers:
+    def _placement(self, ids: list[int], refresh: bool = False) -> dict[int, str]:
+        """Preferred worker of every shard: contiguous blocks of the shard order.
+
+        The worker list is cached for a few seconds (a stale entry is harmless: restrictions
+        are loose, a task whose worker is gone runs elsewhere).
+        """
+        now = time.monotonic()
+        if refresh or self._slots is None or now - self._slots[0] > 5.0:
+            nt = self._client.nthreads()
+            slots = [w for w in sorted(nt) for _ in range(max(1, int(nt[w] or 1)))]
+            self._slots = (now, slots)
+        slots = self._slots[1]
+        if not slots:
             return {}
-        nt = self._client.nthreads()
-        slots = [w for w in workers for _ in range(max(1, nt.get(w, 1)))]
         order = sorted(set(ids))
         return {sid: slots[(k * len(slots)) // len(order)] for k, sid in enumerate(order)}
 
@@ -427,7 +435,7 @@ class DaskEngine(Engine):
                 attempt += 1
                 if bc_f is None or bc_f.status not in ("finished", "pending"):
                     bc_f = self._scatter_bc(broadcast)
-                place = self._placement(ids)
+                place = self._placement(ids, refresh=attempt > 1)
                 redo = [
                     k for k in range(n)
                     if parts[k] is None or parts[k].status not in ("finished", "pending")
@@ -436,42 +444,50 @@ class DaskEngine(Engine):
                 if attempt > 1:
                     self.retried_shards += len(redo)
                     log.info("pass %s: recomputing %d shard(s) lost with a worker", tag, len(redo))
+                # one graph per preferred worker: a single scheduler message per group
+                groups: dict[Any, list[int]] = {}
                 for k in redo:
-                    sid = ids[k]
-                    key = f"{tag}-a{attempt}-s{sid}-k{k}"
-                    where = {"workers": [place[sid]], "allow_other_workers": True} if (
-                        sid in place) else {}
+                    groups.setdefault(place.get(ids[k]), []).append(k)
+                for worker, ks in groups.items():
+                    dsk: dict = {}
+                    want: list = []
+                    for k in ks:
+                        sid = ids[k]
+                        key = f"{tag}-a{attempt}-s{sid}-k{k}"
+                        arg = spec if read else shard_stub(store, sid)
+                        if state is None:
+                            dsk[key] = (_task if read else _stub_task, fn, arg, sid, bc_f)
+                            want.append(key)
+                            continue
+                        src = state.get(sid).alive()
+                        if src is None:
+                            raise EngineError(
+                                f"the per-shard state of shard {sid} was lost with the workers "
+                                "holding its copies; restart from a checkpoint"
+                            )
+                        dsk[key] = (_state_task if read else _stub_state_task, fn, arg, sid,
+                                    bc_f, src)
+                        dsk[key + "-part"] = (operator.getitem, key, 0)
+                        dsk[key + "-state"] = (operator.getitem, key, 1)
+                        want += [key + "-part", key + "-state"]
+                    where = {"workers": [worker], "allow_other_workers": True} if worker else {}
+                    futs = client.get(dsk, want, sync=False, **where)
                     if state is None:
-                        if read:
-                            parts[k] = client.submit(_task, fn, spec, sid, bc_f, key=key,
-                                                     pure=False, **where)
-                        else:
-                            parts[k] = client.submit(_stub_task, fn, shard_stub(store, sid),
-                                                     bc_f, key=key, pure=False, **where)
-                        continue
-                    src = state.get(sid).alive()
-                    if src is None:
-                        raise EngineError(
-                            f"the per-shard state of shard {sid} was lost with the workers "
-                            "holding both of its copies; restart from a checkpoint"
-                        )
-                    if read:
-                        r = client.submit(_state_task, fn, spec, sid, bc_f, src, key=key,
-                                          pure=False, **where)
+                        for k, f in zip(ks, futs, strict=True):
+                            parts[k] = f
                     else:
-                        r = client.submit(_stub_state_task, fn, shard_stub(store, sid), bc_f,
-                                          src, key=key, pure=False, **where)
-                    parts[k] = client.submit(operator.getitem, r, 0, key=key + "-part",
-                                             pure=False)
-                    news[k] = client.submit(operator.getitem, r, 1, key=key + "-state",
-                                            pure=False)
-                counter = [0]
+                        for j, k in enumerate(ks):
+                            parts[k], news[k] = futs[2 * j], futs[2 * j + 1]
+                # the reduction tree over the shard list, as one graph
+                rdsk: dict = {}
 
-                def red(a, b, _c=counter, _t=f"{tag}-a{attempt}"):
-                    _c[0] += 1
-                    return client.submit(reduce, a, b, key=f"{_t}-r{_c[0]}", pure=False)
+                def red(a, b, _d=rdsk, _t=f"{tag}-a{attempt}-r"):
+                    key = f"{_t}{len(_d)}"
+                    _d[key] = (reduce, a, b)
+                    return key
 
-                root = tree_reduce(list(parts), red)
+                root_key = tree_reduce(list(parts), red)
+                root = client.get(rdsk, root_key, sync=False) if rdsk else root_key
                 try:
                     result = root.result()
                     if state is not None:
