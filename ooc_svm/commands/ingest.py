@@ -62,6 +62,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    import gc
     import json
     import os
 
@@ -85,6 +86,10 @@ def run(args) -> int:
         except OSError:
             total = None
             break
+    # Everything imported so far lives until exit: keep it out of the cyclic GC, whose full
+    # collections (triggered by the store writer's many small objects) would otherwise walk
+    # every module object again and again.
+    gc.freeze()
     tty = sys.stderr.isatty()
     bar = tqdm(total=total or None, unit="B", unit_scale=True, unit_divisor=1024,
                disable=not tty, dynamic_ncols=True, desc="ingest", leave=False)

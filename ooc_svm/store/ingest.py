@@ -225,14 +225,37 @@ def _open_stream(inp: _Input, path: str):
 @dataclass
 class _Block:
     input_index: int
-    buf: bytearray
+    buf: np.ndarray  # uint8, with sv.PAD spare bytes after n
     n: int  # bytes of complete lines in buf
     offset: int  # byte offset of buf[0] in the (decompressed) input
     raw_count: int  # input bytes consumed so far (for progress)
     last: bool  # last block of this input
 
 
-def _read_blocks(idx: int, inp: _Input, path: str, block_bytes: int, stop: threading.Event):
+class _BufferPool:
+    """Recycles text buffers (8-byte aligned numpy arrays with parser padding), so steady
+    state reading neither zero-fills nor page-faults fresh memory."""
+
+    def __init__(self):
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
+
+    def get(self, size: int) -> np.ndarray:
+        need = size + sv.PAD + 8
+        while True:
+            try:
+                buf = self._free.get_nowait()
+            except queue.Empty:
+                return np.empty(need, np.uint8)
+            if buf.shape[0] >= need:
+                return buf
+            # too small (after a very long line): drop it
+
+    def put(self, buf: np.ndarray) -> None:
+        self._free.put(buf)
+
+
+def _read_blocks(idx: int, inp: _Input, path: str, block_bytes: int, stop: threading.Event,
+                 pool: _BufferPool):
     """Blocks of complete lines from one input (runs in the reader thread)."""
     stream, raw, kind, close = _open_stream(inp, path)
     carry = b""
@@ -240,14 +263,14 @@ def _read_blocks(idx: int, inp: _Input, path: str, block_bytes: int, stop: threa
     try:
         while not stop.is_set():
             size = len(carry) + block_bytes
-            buf = bytearray(size)
-            buf[: len(carry)] = carry
+            buf = pool.get(size)
+            buf[: len(carry)] = np.frombuffer(carry, np.uint8)
             filled = len(carry)
             eof = False
             mv = memoryview(buf)
             try:
                 while filled < size:
-                    got = stream.readinto(mv[filled:])
+                    got = stream.readinto(mv[filled:size])
                     if not got:
                         eof = True
                         break
@@ -270,11 +293,11 @@ def _read_blocks(idx: int, inp: _Input, path: str, block_bytes: int, stop: threa
             if eof:
                 cut = filled
             else:
-                cut = buf.rfind(b"\n", 0, filled) + 1
+                cut = sv.rfind_newline(buf, filled) + 1
                 if cut == 0:  # a line longer than the block: read on
-                    carry = bytes(buf[:filled])
+                    carry = buf[:filled].tobytes()
                     continue
-            carry = bytes(buf[cut:filled])
+            carry = buf[cut:filled].tobytes()
             yield _Block(idx, buf, cut, offset, raw.count, eof)
             offset += cut
             if eof:
@@ -351,10 +374,9 @@ class _Parsed:
 
 
 def _parse(block: _Block, zero_based: bool, col_limit: int, qid_state: int, skip: bool):
-    arr = np.frombuffer(block.buf, dtype=np.uint8, count=block.n)
     out = sv.parse_block(
-        arr, block.n, zero_based=zero_based, col_limit=col_limit, qid_state=qid_state,
-        skip_invalid=skip, max_skip_records=MAX_SKIP_EXAMPLES,
+        block.buf, block.n, zero_based=zero_based, col_limit=col_limit, qid_state=qid_state,
+        skip_invalid=skip, max_skip_records=MAX_SKIP_EXAMPLES, padded=True,
     )
     return _Parsed(block, *out, qid_state_in=qid_state)
 
@@ -764,9 +786,11 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
          progress) -> int:
     """The main loop: blocks in, checked rows to the shard builder, shards to the writer."""
 
+    buffers = _BufferPool()
+
     def blocks():
         for i, (inp, path) in enumerate(zip(infos, paths, strict=True)):
-            yield from _read_blocks(i, inp, path, block_bytes, stop)
+            yield from _read_blocks(i, inp, path, block_bytes, stop, buffers)
 
     builder: _ShardBuilder | None = None
     pending: deque = deque()
@@ -863,6 +887,7 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
                         wt.put(item)
             if blk.last and rows_in[blk.input_index] == 0 and len(paths) > 1:
                 log.warning("%s: no data rows", inp.name)
+            buffers.put(blk.buf)
         if builder is not None:
             item = builder.flush()
             if item is not None:

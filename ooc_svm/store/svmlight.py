@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 # ------------------------------------------------------------------------------------------
 # Error codes (info[I_STATUS]); 0 = OK.
@@ -382,8 +383,59 @@ _CLS[_HASH] = 2
 _CLS[_NL] = 3
 
 
+#: padding the parser may read past the end of the text (set to newlines by the caller)
+PAD = 16
+
+_M7F = np.uint64(0x7F7F7F7F7F7F7F7F)
+_M80 = np.uint64(0x8080808080808080)
+_C46 = np.uint64(0x4646464646464646)
+_C50 = np.uint64(0x5050505050505050)
+_M0F = np.uint64(0x0F0F0F0F0F0F0F0F)
+_M00FF = np.uint64(0x00FF00FF00FF00FF)
+_M0000FFFF = np.uint64(0x0000FFFF0000FFFF)
+_MUL1 = np.uint64(2561)
+_MUL2 = np.uint64(6553601)
+_MUL3 = np.uint64(42949672960001)
+_U7 = np.uint64(7)
+_U8 = np.uint64(8)
+_U16 = np.uint64(16)
+_U56 = np.uint64(56)
+_UFF = np.uint64(0xFF)
+#: 10**k as int64, k = 0..18
+POW10_INT = np.array([10**k for k in range(19)], dtype=np.int64)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _load8(b64, q):
+    """The 8 bytes buf[q:q+8] as a little-endian uint64 (from two aligned words)."""
+    i = q >> 3
+    sh = np.uint64(q & 7) << np.uint64(3)
+    lo = b64[i]
+    hi = b64[i + 1]
+    return (lo >> sh) | ((hi << (_U56 + _U7 - sh)) << _U1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _digit_run(w):
+    """Number of leading ASCII digits (0..8) in the 8 bytes of w."""
+    w7 = w & _M7F
+    nd = ((w7 + _C46) | ~(w7 + _C50) | w) & _M80
+    return np.int64(trailing_zeros(nd)) >> 3
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _digits_value(w, k):
+    """Integer value of the first k (1..8) ASCII digits of w, 8 digits at once (SWAR)."""
+    v = w << (np.uint64(8 - k) << np.uint64(3))
+    v = ((v & _M0F) * _MUL1) >> _U8
+    v = ((v & _M00FF) * _MUL2) >> _U16
+    v = ((v & _M0000FFFF) * _MUL3) >> _U32
+    return np.int64(v)
+
+
 @njit(cache=True, nogil=True)
-def _parse_block(buf, n, zero_based, col_limit, qid_state, skip_invalid, max_skip_records):
+def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
+                 max_skip_records):
     """See :func:`parse_block`.
 
     One fused pass over the bytes. Feature tokens of the common shape ``123:-0.456`` are
@@ -477,49 +529,50 @@ def _parse_block(buf, n, zero_based, col_limit, qid_state, skip_invalid, max_ski
                 if p >= n or _CLS[buf[p]] != 0:
                     break
                 ts = p
-                # fast path: up to 12 index digits, ':', ['-'], up to 18 value digits with an
-                # optional '.', then a separator; everything else takes the general path
+                # fast path, 8 bytes at a time (SWAR): up to 7 index digits, ':', ['-'], up
+                # to 18 value digits with an optional '.', then a separator; anything
+                # else (signs on indices, exponents, qid:, errors) takes the general path
                 fast = False
                 idx = 0
                 ineg = False
                 st = _NUM_OK
                 v = 0.0
-                q = p
-                while q < n:
-                    d = np.int64(buf[q]) - 48
-                    if d < 0 or d > 9:
-                        break
-                    idx = idx * 10 + d
-                    q += 1
-                if 0 < q - ts <= 12 and q < n and buf[q] == _COLON:
-                    colon = q
-                    q += 1
+                w = _load8(b64, p)
+                kd = _digit_run(w)
+                if 0 < kd < 8 and ((w >> np.uint64(8 * kd)) & _UFF) == _COLON:
+                    idx = _digits_value(w, kd)
+                    colon = p + kd
+                    q = colon + 1
                     vneg = False
-                    if q < n and buf[q] == _MINUS:
+                    if buf[q] == _MINUS:
                         vneg = True
                         q += 1
+                    w = _load8(b64, q)
+                    kd = _digit_run(w)
                     man = 0
-                    q0 = q
-                    while q < n:
-                        d = np.int64(buf[q]) - 48
-                        if d < 0 or d > 9:
-                            break
-                        man = man * 10 + d
-                        q += 1
-                    ndig = q - q0
+                    if 0 < kd:
+                        man = _digits_value(w, kd)
+                    ndig = kd
                     nfrac = 0
-                    if q < n and buf[q] == _DOT:
+                    c = (w >> np.uint64(8 * kd)) & _UFF if kd < 8 else np.uint64(buf[q + 8])
+                    q += kd
+                    if kd < 8 and c == _DOT:
                         q += 1
-                        q0 = q
-                        while q < n:
-                            d = np.int64(buf[q]) - 48
-                            if d < 0 or d > 9:
-                                break
-                            man = man * 10 + d
-                            q += 1
-                        nfrac = q - q0
+                        w = _load8(b64, q)
+                        kd = _digit_run(w)
+                        if kd > 0:
+                            man = man * POW10_INT[kd] + _digits_value(w, kd)
+                        nfrac = kd
+                        q += kd
+                        while kd == 8 and nfrac <= 16:
+                            w = _load8(b64, q)
+                            kd = _digit_run(w)
+                            if kd > 0:
+                                man = man * POW10_INT[kd] + _digits_value(w, kd)
+                            nfrac += kd
+                            q += kd
                         ndig += nfrac
-                    if 0 < ndig <= 18 and (q >= n or _CLS[buf[q]] != 0):
+                    if 0 < ndig <= 18 and _CLS[buf[q]] != 0:
                         fast = True
                         te = q
                         p = q
@@ -710,6 +763,7 @@ def parse_block(
     qid_state: int = -1,
     skip_invalid: bool = False,
     max_skip_records: int = 8,
+    padded: bool = False,
 ):
     """Parse complete lines of SVMlight text into CSR arrays (one numba call, no GIL).
 
@@ -731,6 +785,10 @@ def parse_block(
         stopping at the first one.
     max_skip_records : int
         Size of the table of skipped lines.
+    padded : bool
+        ``buf`` is 8-byte aligned and has at least :data:`PAD` spare bytes after ``n`` that
+        the parser may overwrite (the fast path reads 8 bytes at a time); otherwise the text
+        is copied into such a buffer first.
 
     Returns
     -------
@@ -748,10 +806,29 @@ def parse_block(
     """
     if n is None:
         n = int(buf.shape[0])
+    n = int(n)
+    if not padded:
+        tmp = np.empty(n + PAD + 8, np.uint8)
+        tmp[:n] = buf[:n]
+        buf = tmp
+    m = (buf.shape[0] // 8) * 8
+    if m < n + PAD or buf.ctypes.data % 8:
+        raise ValueError("parse_block needs PAD spare bytes after the text and an 8-byte "
+                         "aligned buffer (or padded=False)")
+    buf[n : n + PAD] = _NL
     return _parse_block(
-        buf, int(n), bool(zero_based), int(col_limit), int(qid_state), bool(skip_invalid),
-        int(max(1, max_skip_records)),
+        buf, buf[:m].view(np.uint64), n, bool(zero_based), int(col_limit), int(qid_state),
+        bool(skip_invalid), int(max(1, max_skip_records)),
     )
+
+
+@njit(cache=True, nogil=True)
+def rfind_newline(buf, end):
+    """Index of the last newline in buf[:end], or -1."""
+    for i in range(end - 1, -1, -1):
+        if buf[i] == _NL:
+            return i
+    return -1
 
 
 def parse_float(text: bytes | str, f32: bool = False) -> tuple[int, float]:
