@@ -274,9 +274,9 @@ class MajorPartial:
 
 
 # stats vector layout
-_S_MAXV, _S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_LO, _S_HI, _S_BAD = \
-    range(11)
-_N_STATS = 11
+_S_MAXV, _S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_LO, _S_HI, _S_BAD, \
+    _S_FREEV = range(12)
+_N_STATS = 12
 
 
 def _tiebreak(gids: np.ndarray, seed: int) -> np.ndarray:
@@ -363,6 +363,8 @@ def _major_fn(shard, bc: MajorBroadcast, st):
     stats[_S_HI] = float(hi_c.min()) if hi_c.size else np.inf
     if bc.check_labels:
         stats[_S_BAD] = float(((alpha < 0) | (alpha > C * (1 + 1e-12))).sum())
+    # free rows (I_s of the driver) must solve the reduced problem: G − βy = 0
+    stats[_S_FREEV] = float(np.abs(rho[keep_local]).max()) if keep_local.size else 0.0
     # 4. candidates: the k smallest reduced costs
     cidx = np.flatnonzero(finite)
     tie = _tiebreak(gids[cidx], bc.seed)
@@ -387,6 +389,7 @@ def _major_reduce(a: MajorPartial | None, b: MajorPartial | None) -> MajorPartia
     for i in (_S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_BAD):
         s[i] = a.stats[i] + b.stats[i]
     s[_S_MAXV] = max(a.stats[_S_MAXV], b.stats[_S_MAXV])
+    s[_S_FREEV] = max(a.stats[_S_FREEV], b.stats[_S_FREEV])
     s[_S_LO] = max(a.stats[_S_LO], b.stats[_S_LO])
     s[_S_HI] = min(a.stats[_S_HI], b.stats[_S_HI])
     val = np.concatenate([a.cand_val, b.cand_val])
@@ -748,6 +751,7 @@ class Counters:
     refactorisations: int = 0
     probe_checks: int = 0
     shrunk: int = 0
+    max_dependent: int = 0
     extra: dict = field(default_factory=dict)
 
 
@@ -797,6 +801,9 @@ class WorkingSet:
         self.alpha0 = self.alpha.copy()
         self._dropped: list[tuple[WorkingRows, np.ndarray]] = []
         self._since_full = 0
+        self._entered = -1
+        self._last_move = counters.iterations
+        self.cycling = False
 
     # -- helpers ----------------------------------------------------------------------------
     def _col_fn(self, key: int) -> np.ndarray:
@@ -837,12 +844,25 @@ class WorkingSet:
         C = self.C
         f = self.factor
         while f.n > 0:
+            if f.nd > self.c.max_dependent:
+                self.c.max_dependent = f.nd
             finite, db, dd, beta_new = f.direction(self.G)
             keys = np.concatenate([f.bkeys[: f.nb], f.dkeys[: f.nd]])
             d = np.concatenate([db, dd])
             a = self.alpha[keys]
             dmax = float(np.abs(d).max()) if d.size else 0.0
-            eps = 1e-13 * dmax
+            if not finite and self._entered >= 0:
+                # a flat infinite direction (gᵀd = 0) may be taken either way: move the
+                # variable that just entered inwards, or it would leave at once and cycle
+                gd = float(self.G[keys] @ d)
+                if abs(gd) <= 1e-12 * dmax * (1.0 + float(np.abs(self.G[keys]).max())):
+                    pos = np.flatnonzero(keys == self._entered)
+                    if pos.size:
+                        inward = 1.0 if self.alpha[self._entered] < 0.5 * C else -1.0
+                        if d[pos[0]] * inward < 0:
+                            d = -d
+            # components below rounding level (relative to the step and to C) do not block
+            eps = max(1e-13 * dmax, 1e-14 * C)
             up = d > eps
             dn = d < -eps
             t_max = np.inf
@@ -869,6 +889,7 @@ class WorkingSet:
                 else:
                     t = t_max
             if t > 0.0:
+                self._last_move = self.c.iterations
                 an = a + t * d
                 np.clip(an, 0.0, C, out=an)
                 self.alpha[keys] = an
@@ -881,6 +902,7 @@ class WorkingSet:
                 self.c.degenerate_steps += 1
             if finite:
                 self.beta = beta_new
+            self._entered = -1
             if j < 0:
                 return hits
             kj = int(keys[j])
@@ -901,6 +923,7 @@ class WorkingSet:
         self.cols.add(key, float(self.alpha[key]))
         self.factor.append(key, float(self.y[key]), self.cols.col(key), g=float(self.G[key]))
         self.status[key] = S_FREE
+        self._entered = key
         self.c.entered += 1
         self.c.iterations += 1
 
@@ -995,6 +1018,12 @@ class WorkingSet:
                     if v < -tol_enter:
                         self._enter(i)
                         continue
+                return True
+            if self.c.iterations - self._last_move > 2 * self.rows.n + 100:
+                # only zero-length (degenerate) steps for too long: stop this major iteration
+                log.warning("active-set: %d degenerate steps in a row; leaving the minor loop",
+                            self.c.iterations - self._last_move)
+                self.cycling = True
                 return True
             self._enter(i)
         return False
@@ -1242,7 +1271,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         stats = res.stats
         if linear and res.w is not None:
             w = res.w.copy()
-        stop_value = float(stats[_S_MAXV])
+        stop_value = max(float(stats[_S_MAXV]), float(stats[_S_FREEV]))
         aqa = float(stats[_S_AQA])
         dual = 0.5 * aqa - float(stats[_S_SUMA])
         primal = 0.5 * aqa + C * float(stats[_S_HINGE])
@@ -1382,6 +1411,9 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         "infinite_steps": counters.infinite_steps,
         "degenerate_steps": counters.degenerate_steps,
         "refactorisations": counters.refactorisations,
+        "probe_checks": counters.probe_checks,
+        "max_dependent": counters.max_dependent,
+        "pricings": counters.pricings,
         "shrunk": counters.shrunk,
         "pricing": p["pricing"],
         "converged": converged,
