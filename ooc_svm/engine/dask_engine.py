@@ -90,13 +90,14 @@ def _worker_reader(path: str, token: str, fast: bool) -> Callable:
 
 
 def _worker_shard(spec: tuple, sid: int):
-    path, token, cache_bytes, fast = spec
+    path, token, cache_bytes, fast, transform = spec
     if cache_bytes != _W_CACHE.budget:
         _W_CACHE.resize(max(cache_bytes, 0))
     shard = _W_CACHE.get(token, sid)
     if shard is None:
         shard = _W_CACHE.put(token, sid, _worker_reader(path, token, fast)(sid))
-    return shard
+    # a store view (e.g. one-vs-rest labels) transforms the cached base shard
+    return shard if transform is None else transform(shard)
 
 
 def _task(fn, spec, sid, bc):
@@ -321,10 +322,14 @@ class DaskEngine(Engine):
     def _spec(self, store) -> tuple:
         from ..store.paths import is_local, local_path
 
+        transform = None
+        if hasattr(store, "base") and hasattr(store, "transform"):
+            # views travel as their (small, picklable) transform; workers open the base store
+            store, transform = store.base, store.transform
         path = str(store.path)
         if is_local(path):
             path = local_path(path)
-        return (path, store_token(store), self.cache_bytes, self.fast_read)
+        return (path, store_token(store), self.cache_bytes, self.fast_read, transform)
 
     def _placement(self, ids: list[int], refresh: bool = False) -> dict[int, str]:
         """Preferred worker of every shard: contiguous blocks of the shard order.

@@ -14,12 +14,28 @@ import numpy as np
 from .format import Shard
 
 
+class LabelIsClass:
+    """Shard transform: labels become 1.0 where ``y == positive``, 0.0 elsewhere (picklable)."""
+
+    def __init__(self, positive: float):
+        self.positive = float(positive)
+
+    def __call__(self, s: Shard) -> Shard:
+        y = (s.y == self.positive).astype(np.float64)
+        return Shard(s.indptr, s.indices, s.data, y, s.qid, s.row_start)
+
+
 class BinaryView:
-    """Store view whose labels are 1.0 where ``y == positive`` and 0.0 elsewhere."""
+    """Store view whose labels are 1.0 where ``y == positive`` and 0.0 elsewhere.
+
+    Engines read views through the base store (``base``) and apply ``transform`` to each
+    shard, so the base store's fast read path and shard caches are shared by all views.
+    """
 
     def __init__(self, base, positive: float):
         self.base = base
         self.positive = float(positive)
+        self.transform = LabelIsClass(self.positive)
         self.path = base.path
         self.backend = base.backend
         meta = copy.copy(base.meta)
@@ -34,11 +50,6 @@ class BinaryView:
     @property
     def cache_key(self) -> tuple:
         return (getattr(self.base, "cache_key", self.path), "binary", self.positive)
-
-    def transform(self, s: Shard) -> Shard:
-        """The base store's shard with labels 1.0 (class ``positive``) / 0.0 (the rest)."""
-        y = (s.y == self.positive).astype(np.float64)
-        return Shard(s.indptr, s.indices, s.data, y, s.qid, s.row_start)
 
     def read_shard(self, i: int, verify: bool = False) -> Shard:
         return self.transform(self.base.read_shard(i, verify=verify))
