@@ -1,0 +1,275 @@
+"""scikit-learn compatible estimators over the same solvers as the CLI.
+
+``fit`` takes an in-memory array / scipy sparse matrix (written to a temporary store, which
+is removed afterwards) **or** a store path / opened store (then ``y`` must be ``None``: the
+labels are the store's). Prediction works on in-memory data.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .api import train
+from .store import StoreWriter, csr_to_shards, open_store
+
+__all__ = ["LinearSVC", "SVC", "OrdinalSVM"]
+
+_TMP_SHARD_ROWS = 20_000
+
+
+def _is_store(X) -> bool:
+    return isinstance(X, (str, os.PathLike)) or hasattr(X, "read_shard")
+
+
+class _StoreFromArrays:
+    """Context manager: write X, y (and qid) into a temporary store, remove it afterwards."""
+
+    def __init__(self, X, y, label_kind: str | None, qid=None):
+        self.X, self.y, self.kind, self.qid = X, y, label_kind, qid
+
+    def __enter__(self):
+        self.dir = tempfile.mkdtemp(prefix="ooc-svm-fit-")
+        path = os.path.join(self.dir, "train.zarr")
+        X = sp.csr_matrix(self.X, dtype=np.float32)
+        with StoreWriter(path, compression="none", label_kind=self.kind,
+                         n_features=X.shape[1]) as w:
+            for s in csr_to_shards(X, self.y, self.qid, shard_rows=_TMP_SHARD_ROWS):
+                w.add(s, n_features=X.shape[1])
+            w.commit()
+        return open_store(path)
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _OocSVMBase(ClassifierMixin, BaseEstimator):
+    """Shared fit / predict logic; subclasses set the solver parameters."""
+
+    _kernel_capable = True
+
+    def _solver_params(self, n_features: int, X=None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def fit(self, X, y=None):
+        """Fit on an array / sparse matrix with labels ``y``, or on a store (``y=None``)."""
+        if _is_store(X):
+            if y is not None:
+                raise ValueError("when fitting on a store, y must be None (the store has labels)")
+            store = open_store(X) if not hasattr(X, "read_shard") else X
+            self.classes_ = np.asarray(store.meta.labels or [], dtype=np.float64)
+            self.n_features_in_ = store.meta.n_features
+            params = self._solver_params(store.meta.n_features)
+            result = train(store, self.solver, **params)
+            self._label_map = None
+        else:
+            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+            check_classification_targets(y)
+            self.classes_, y_idx = np.unique(y, return_inverse=True)
+            if len(self.classes_) < 2:
+                raise ValueError(
+                    f"The number of classes has to be greater than one; got {len(self.classes_)}"
+                    " class"
+                )
+            kind = "binary" if len(self.classes_) == 2 else "multiclass"
+            params = self._solver_params(X.shape[1], X)
+            with _StoreFromArrays(X, y_idx.astype(np.float64), kind) as store:
+                result = train(store, self.solver, **params)
+        self.model_ = result.model
+        self.result_ = result
+        self.n_iter_ = int(result.iterations)
+        self.objective_ = result.objective
+        self.dual_objective_ = result.dual_objective
+        self._set_attributes()
+        return self
+
+    def _set_attributes(self) -> None:
+        m = self.model_
+        if m.kind == "linear":
+            coef = np.asarray(m.coef_, dtype=np.float64)
+            self.coef_ = coef.reshape(1, -1) if coef.ndim == 1 else coef
+            self.intercept_ = np.atleast_1d(np.asarray(m.intercept_, dtype=np.float64))
+        else:
+            self.intercept_ = np.atleast_1d(np.asarray(m.intercept_, dtype=np.float64))
+        if m.support_vectors_ is not None:
+            self.support_vectors_ = m.support_vectors_
+            dc = np.asarray(m.dual_coef_, dtype=np.float64)
+            self.dual_coef_ = dc.reshape(1, -1) if dc.ndim == 1 else dc
+        if m.support_ is not None:
+            self.support_ = np.asarray(m.support_, dtype=np.int64)
+
+    def decision_function(self, X):
+        """Signed distance to the hyperplane; (n,) for binary, (n, n_classes) for OvR."""
+        check_is_fitted(self, "model_")
+        X = validate_data(self, X, accept_sparse="csr", reset=False,
+                          dtype=[np.float64, np.float32])
+        return self.model_.decision_function(sp.csr_matrix(X))
+
+    def predict(self, X):
+        """Predicted class labels (the labels seen in ``fit``)."""
+        s = self.decision_function(X)
+        if s.ndim == 2:
+            return self.classes_[np.argmax(s, axis=1)]
+        return self.classes_[(s > 0).astype(int)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+class LinearSVC(_OocSVMBase):
+    """Linear SVM, ½‖w‖² + C Σ max(0, 1 − yᵢ(w·xᵢ + b)), trained out of core.
+
+    Parameters
+    ----------
+    C : float
+        LIBLINEAR's C.
+    solver : {"perf", "smo", "active-set", "irwls"}
+    tol : float or None
+        Stopping tolerance (``eps`` for perf, KKT ``tol`` for the dual solvers); None = the
+        solver's default.
+    max_iter : int or None
+    random_state : int or None
+    solver_params : dict or None
+        Further solver parameters (see ``ooc-svm train --help``).
+    """
+
+    def __init__(self, C=1.0, solver="perf", tol=None, max_iter=None, random_state=None,
+                 solver_params=None):
+        self.C = C
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.solver_params = solver_params
+
+    def _solver_params(self, n_features, X=None):
+        p: dict[str, Any] = {"C": float(self.C)}
+        if self.solver != "perf":
+            p["kernel"] = "linear"
+        if self.tol is not None:
+            p["eps" if self.solver == "perf" else "tol"] = float(self.tol)
+        if self.max_iter is not None:
+            p["max_iter"] = int(self.max_iter)
+        if self.random_state is not None:
+            p["seed"] = int(self.random_state)
+        p.update(self.solver_params or {})
+        return p
+
+
+class SVC(_OocSVMBase):
+    """Kernel SVM (LIBSVM's C-SVC dual) trained out of core by smo, active-set or irwls.
+
+    Parameters
+    ----------
+    C : float
+    kernel : {"rbf", "linear", "poly", "sigmoid"}
+    gamma : float, "scale" or "auto"
+        "scale" = 1 / (n_features · X.var()) as in scikit-learn (in-memory data only),
+        "auto" = 1 / n_features.
+    degree, coef0 : kernel parameters.
+    solver : {"smo", "active-set", "irwls"}
+    tol, max_iter, random_state, solver_params : as for :class:`LinearSVC`.
+    """
+
+    def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, solver="smo",
+                 tol=None, max_iter=None, random_state=None, solver_params=None):
+        self.C = C
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.solver_params = solver_params
+
+    def _solver_params(self, n_features, X=None):
+        if self.solver == "perf":
+            raise ValueError("SVC needs a dual solver: smo, active-set or irwls")
+        gamma = self.gamma
+        if gamma == "scale":
+            if X is None:
+                raise ValueError("gamma='scale' needs in-memory data; give a float for a store")
+            Xs = sp.csr_matrix(X)
+            mean = Xs.mean()
+            var = Xs.multiply(Xs).mean() - mean**2
+            gamma = 1.0 / (n_features * var) if var > 0 else 1.0
+        elif gamma == "auto":
+            gamma = 1.0 / max(n_features, 1)
+        p: dict[str, Any] = {"C": float(self.C), "kernel": self.kernel, "gamma": float(gamma),
+                             "degree": int(self.degree), "coef0": float(self.coef0)}
+        if self.tol is not None:
+            p["tol"] = float(self.tol)
+        if self.max_iter is not None:
+            p["max_iter"] = int(self.max_iter)
+        if self.random_state is not None:
+            p["seed"] = int(self.random_state)
+        p.update(self.solver_params or {})
+        return p
+
+
+class OrdinalSVM(BaseEstimator):
+    """Ordinal regression / ranking SVM (Joachims 2006, OP5) via the ``perf`` solver.
+
+    ``fit(X, y, qid=None)`` with integer ranks ``y`` (pairs are formed within a query when
+    ``qid`` is given); ``predict`` returns scores (higher = better rank); ``score`` is the
+    pairwise accuracy. With two ranks this is the ROC-area SVM.
+    """
+
+    def __init__(self, C=1.0, tol=None, max_iter=None, solver_params=None):
+        self.C = C
+        self.tol = tol
+        self.max_iter = max_iter
+        self.solver_params = solver_params
+
+    def fit(self, X, y=None, qid=None):
+        p: dict[str, Any] = {"C": float(self.C)}
+        if self.tol is not None:
+            p["eps"] = float(self.tol)
+        if self.max_iter is not None:
+            p["max_iter"] = int(self.max_iter)
+        p.update(self.solver_params or {})
+        if _is_store(X):
+            store = open_store(X) if not hasattr(X, "read_shard") else X
+            self.n_features_in_ = store.meta.n_features
+            p.setdefault("loss", "roc" if store.meta.label_kind == "binary" else "ordinal")
+            result = train(store, "perf", **p)
+        else:
+            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                                 y_numeric=True)
+            ranks = np.unique(y)
+            if len(ranks) < 2:
+                raise ValueError("ordinal regression needs at least two distinct ranks")
+            kind = "binary" if len(ranks) == 2 else "ordinal"
+            p.setdefault("loss", "roc" if kind == "binary" else "ordinal")
+            with _StoreFromArrays(X, np.asarray(y, dtype=np.float64), kind, qid=qid) as store:
+                result = train(store, "perf", **p)
+        self.model_ = result.model
+        self.coef_ = np.asarray(result.model.coef_, dtype=np.float64)
+        self.n_iter_ = int(result.iterations)
+        self.objective_ = result.objective
+        return self
+
+    def predict(self, X):
+        """Ranking scores w·x (higher ranks score higher)."""
+        check_is_fitted(self, "model_")
+        X = validate_data(self, X, accept_sparse="csr", reset=False,
+                          dtype=[np.float64, np.float32])
+        return np.asarray(sp.csr_matrix(X) @ self.coef_).ravel()
+
+    def score(self, X, y, qid=None):
+        """Pairwise accuracy: the fraction of pairs (within queries) ordered correctly."""
+        from .metrics import pairwise_accuracy
+
+        return float(pairwise_accuracy(np.asarray(y, dtype=np.float64), self.predict(X), qid))
