@@ -88,6 +88,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
+from numba import njit
 
 from ..engine.base import concat_partials
 from ..kernels.kernel_functions import KernelParams, kernel_block, linear_scores
@@ -131,6 +132,8 @@ class SubproblemResult:
         Largest KKT violation on the working set at ``beta``, ``b``.
     line_searches : int
         Iterations where the full step would have increased P and a shorter one was taken.
+    smo_steps : int
+        Steps of the SMO finish (0 when IRWLS reached the tolerance by itself).
     """
 
     beta: np.ndarray
@@ -139,6 +142,7 @@ class SubproblemResult:
     converged: bool
     violation: float
     line_searches: int = 0
+    smo_steps: int = 0
 
 
 def _kkt_violation(u: np.ndarray, beta: np.ndarray, C: float) -> float:
@@ -190,6 +194,70 @@ def _line_search(A: float, B: float, u0: np.ndarray, du: np.ndarray, C: float) -
     return float(starts[k])
 
 
+@njit(cache=True, nogil=True)
+def _smo_finish(K, y, beta, F, C, tol, max_steps):
+    """Second-order SMO (Fan, Chen & Lin 2005) on a dense working-set problem, in place.
+
+    ``F`` holds yᵢ − gᵢ (gᵢ = f(xᵢ) without bias) and is kept up to date. Stops when LIBSVM's
+    m(β) − M(β) ≤ tol; returns (steps, b) with b the mean of F over free samples, else
+    (m + M) / 2.
+    """
+    q = y.shape[0]
+    steps = 0
+    m = 0.0
+    M = 0.0
+    while True:
+        i = -1
+        m = -np.inf
+        M = np.inf
+        for t in range(q):
+            up = (y[t] > 0 and beta[t] < C) or (y[t] < 0 and beta[t] > 0)
+            low = (y[t] > 0 and beta[t] > 0) or (y[t] < 0 and beta[t] < C)
+            if up and F[t] > m:
+                m = F[t]
+                i = t
+            if low and F[t] < M:
+                M = F[t]
+        if i < 0 or m - M <= tol or steps >= max_steps:
+            break
+        j = -1
+        best = 0.0
+        for t in range(q):
+            low = (y[t] > 0 and beta[t] > 0) or (y[t] < 0 and beta[t] < C)
+            if low and F[t] < m:
+                bb = m - F[t]
+                a = K[i, i] + K[t, t] - 2.0 * K[i, t]
+                if a <= 0.0:
+                    a = 1e-12
+                gain = bb * bb / a
+                if gain > best:
+                    best = gain
+                    j = t
+        if j < 0:
+            break
+        eta = K[i, i] + K[j, j] - 2.0 * K[i, j]
+        if eta <= 0.0:
+            eta = 1e-12
+        step = (F[i] - F[j]) / eta
+        lim_i = C - beta[i] if y[i] > 0 else beta[i]
+        lim_j = beta[j] if y[j] > 0 else C - beta[j]
+        step = min(step, lim_i, lim_j)
+        if step <= 0.0:
+            break
+        beta[i] = min(C, max(0.0, beta[i] + y[i] * step))
+        beta[j] = min(C, max(0.0, beta[j] - y[j] * step))
+        for t in range(q):
+            F[t] -= step * (K[t, i] - K[t, j])
+        steps += 1
+    s = 0.0
+    n = 0
+    for t in range(q):
+        if 0.0 < beta[t] < C:
+            s += F[t]
+            n += 1
+    return steps, (s / n if n else 0.5 * (m + M))
+
+
 def _solve_free(K11, y1, inv_a, r, c):
     """Solve [[H₁₁ + diag(inv_a), y₁], [y₁ᵀ, 0]] [β₁; b] = [r; c] (H₁₁ = y₁y₁ᵀ ∘ K₁₁).
 
@@ -233,6 +301,7 @@ def irwls_working_set(
     corrections: int = 10,
     switch_after: int = 50,
     nonmonotone: int = 10,
+    polish: bool = True,
 ) -> SubproblemResult:
     """Solve the SVC dual restricted to a working set W by IRWLS (paper, Table 1).
 
@@ -393,15 +462,27 @@ def irwls_working_set(
                 best = (bf, float(b), dv, viol)
             if viol <= inner_tol:
                 return SubproblemResult(bf, float(b), it, True, viol, line_searches)
-    return SubproblemResult(best[0], best[1], it, best[3] <= inner_tol, best[3], line_searches)
+    if best[3] <= inner_tol or not polish:
+        return SubproblemResult(best[0], best[1], it, best[3] <= inner_tol, best[3],
+                                line_searches)
+    # IRWLS did not reach the tolerance (seen on rank-deficient kernels, where the null-space
+    # part of β keeps the S₁ values outside [0, C]): finish from the best feasible point
+    bp = best[0].copy()
+    F = y - (g_out + K @ (bp * y))
+    n_smo, b_p = _smo_finish(K, y, bp, F, C, inner_tol, 200 * q + 10_000)
+    u = hinge_args(bp, b_p)
+    viol = _kkt_violation(u, bp, C)
+    return SubproblemResult(bp, float(b_p), it, viol <= inner_tol, viol, line_searches,
+                            n_smo)
 
 
 # ============================================================================================
 # chunking: the streamed pass
 # ============================================================================================
 #: order of the statistics vector a pass returns
-(_S_MAXV, _S_NVIOL, _S_SUMB, _S_BYG, _S_HINGE, _S_NSV, _S_NBSV, _S_SUMYB, _S_NCAND) = range(9)
-_N_STATS = 9
+(_S_MAXV, _S_NVIOL, _S_SUMB, _S_BYG, _S_HINGE, _S_NSV, _S_NBSV, _S_SUMYB, _S_NCAND, _S_MUP,
+ _S_MLOW) = range(11)
+_N_STATS = 11
 
 STRATEGIES = ("random", "largest", "smallest")
 
@@ -486,6 +567,7 @@ class _PassPartial:
     main: _Pool | None = None
     fill: _Pool | None = None
     special: list | None = None   # 6 pools of one row: (class −1, +1) × condition (9)–(11)
+    pair: list | None = None      # LIBSVM's maximal violating pair: argmax_up F, argmin_low F
 
 
 def _init_state(linear: bool, info, _i):
@@ -529,6 +611,12 @@ def _pass_fn(shard, bc: _PassBroadcast, st):
     stats[_S_NSV] = np.count_nonzero(~at0)
     stats[_S_NBSV] = np.count_nonzero(atC)
     stats[_S_SUMYB] = float(np.dot(beta, y))
+    # LIBSVM's m(β), M(β) over F = y − g (independent of b): the b-reset of the driver
+    F = y - g
+    up = np.where(y > 0, beta < C, beta > 0)
+    low = np.where(y > 0, beta > 0, beta < C)
+    stats[_S_MUP] = float(F[up].max()) if up.any() else -np.inf
+    stats[_S_MLOW] = float(F[low].min()) if low.any() else np.inf
     part = _PassPartial(stats, int(bc.q))
     if bc.select:
         absu = np.abs(u)
@@ -545,6 +633,8 @@ def _pass_fn(shard, bc: _PassBroadcast, st):
             _pool_bottom(shard, cond & (y == cls), key, 1, beta, g, bc.positive)
             for cls in (-1.0, 1.0) for cond in (v9, v10, v11)
         ]
+        part.pair = [_pool_bottom(shard, up, -F, 1, beta, g, bc.positive),
+                     _pool_bottom(shard, low, F, 1, beta, g, bc.positive)]
     return part, (beta, g)
 
 
@@ -555,6 +645,8 @@ def _pass_reduce(a: _PassPartial | None, b: _PassPartial | None) -> _PassPartial
         return a
     st = a.stats + b.stats
     st[_S_MAXV] = max(a.stats[_S_MAXV], b.stats[_S_MAXV])
+    st[_S_MUP] = max(a.stats[_S_MUP], b.stats[_S_MUP])
+    st[_S_MLOW] = min(a.stats[_S_MLOW], b.stats[_S_MLOW])
     out = _PassPartial(st, max(a.q, b.q))
     if a.special is not None or b.special is not None:
         out.main = _merge_pool(a.main, b.main, out.q)
@@ -562,6 +654,9 @@ def _pass_reduce(a: _PassPartial | None, b: _PassPartial | None) -> _PassPartial
         sa = a.special or [None] * 6
         sb = b.special or [None] * 6
         out.special = [_merge_pool(x, y, 1) for x, y in zip(sa, sb, strict=True)]
+        pa = a.pair or [None] * 2
+        pb = b.pair or [None] * 2
+        out.pair = [_merge_pool(x, y, 1) for x, y in zip(pa, pb, strict=True)]
     return out
 
 
@@ -630,9 +725,14 @@ def _check_params(params: dict) -> dict:
 
 
 def _select(part: _PassPartial, q: int) -> tuple[WorkingRows, np.ndarray]:
-    """The next working set (rows and their gᵢ) from the reduced pools (section 3)."""
+    """The next working set (rows and their gᵢ) from the reduced pools (section 3).
+
+    Always the maximal violating pair first, then: at least q candidates → one violator per
+    class and condition, then candidates in pool order; fewer → all candidates, then the
+    fill (non-candidates of smallest |eᵢ|).
+    """
     n_cand = int(part.stats[_S_NCAND])
-    pools: list[_Pool] = []
+    pools: list[_Pool] = [s for s in (part.pair or []) if s is not None]
     if n_cand >= q:
         pools += [s for s in (part.special or []) if s is not None]
         if part.main is not None:
@@ -702,11 +802,11 @@ def solve(store, engine, params: dict, callback=None) -> Result:
     upd_beta = np.zeros(0)
     delta = None
     history: list[dict] = []
-    inner_total = line_total = failures = stall = 0
-    converged = False
+    inner_total = line_total = failures = stall = smo_total = fallbacks = b_resets = 0
+    converged = just_reset = False
+    prev_dual = 0.0
     it = 0
     part = None
-    prev_w_gids = None
     while True:
         tp = time.perf_counter()
         bc = _PassBroadcast(it, int(p["seed"]), p["strategy"], q, tol, C, b, pos,
@@ -719,6 +819,19 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         primal = 0.5 * float(st[_S_BYG]) + C * float(st[_S_HINGE])
         if viol <= tol:
             converged = True
+        no_progress = it > 0 and dual >= prev_dual - 1e-13 * max(1.0, abs(prev_dual))
+        prev_dual = dual
+        if no_progress and not just_reset and not converged:
+            # the working set was optimal and only b moved (it can cycle between two values
+            # when W holds violators on one side only): select again with the b that
+            # balances LIBSVM's m(β), M(β) over all rows
+            b = 0.5 * (float(st[_S_MUP]) + float(st[_S_MLOW]))
+            upd_gids, upd_beta, delta = np.zeros(0, dtype=np.int64), np.zeros(0), None
+            just_reset = True
+            b_resets += 1
+            continue
+        just_reset = False
+        stall = stall + 1 if no_progress else 0
         if converged or it >= int(p["max_iter"]) or stall >= MAX_STALL:
             rec = {"iteration": it, "violation": viol, "n_violators": int(st[_S_NVIOL]),
                    "objective": primal, "dual_objective": dual, "pass_seconds": pass_s}
@@ -737,13 +850,10 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         inner_total += sub.iterations
         line_total += sub.line_searches
         failures += int(not sub.converged)
+        smo_total += sub.smo_steps
+        fallbacks += int(sub.smo_steps > 0)
         d = sub.beta - rows.alpha
         ch = np.flatnonzero(d != 0.0)
-        same_w = prev_w_gids is not None and np.array_equal(prev_w_gids, rows.gids)
-        stall = stall + 1 if (ch.size == 0 and abs(sub.b - b) <= 1e-12 * max(1, abs(b))) else 0
-        if same_w and ch.size == 0 and p["strategy"] != "random":
-            stall = MAX_STALL  # a deterministic selection would repeat itself for ever
-        prev_w_gids = rows.gids
         b = float(sub.b)
         order = np.argsort(rows.gids[ch], kind="stable")
         ch = ch[order]
@@ -801,6 +911,9 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         "inner_iterations": inner_total,
         "line_searches": line_total,
         "inner_unconverged": failures,
+        "smo_finishes": fallbacks,
+        "smo_steps": smo_total,
+        "b_resets": b_resets,
         "n_sv": int(sv.n),
         "n_bound_sv": int(np.count_nonzero(sv.alpha >= C)) if sv.n else 0,
         "intercept": b,
