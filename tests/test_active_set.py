@@ -18,8 +18,8 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
 from conftest import dataset
+
 from ooc_svm.engine import LocalEngine
 from ooc_svm.kernels.kernel_functions import kernel_matrix
 from ooc_svm.model import Model, load_model
@@ -220,12 +220,15 @@ def test_pricing_strategies_and_tiny_cache_agree(tmp_path):
     st = _store(tmp_path, X, y, shard_rows=500)
     base = _solve(st, C=1.0, gamma=0.05, tol=1e-5)
     shr = _solve(st, C=1.0, gamma=0.05, tol=1e-5, pricing="shrinking", shrink_after=20)
-    tiny = _solve(st, C=1.0, gamma=0.05, tol=1e-5, cache_mb=0.5)
+    tiny = _solve(st, C=1.0, gamma=0.05, tol=1e-5, cache_mb=0.1)
     for r in (shr, tiny):
         assert r.dual_objective == pytest.approx(base.dual_objective, rel=1e-9)
         assert r.summary["kkt_ok"]
     assert shr.summary["shrunk"] > 0
     assert tiny.summary["major_iterations"] > base.summary["major_iterations"]
+    w_tiny = max(h["working_set"] for h in tiny.history)
+    w_base = max(h["working_set"] for h in base.history)
+    assert w_tiny < w_base
 
 
 # --------------------------------------------------------------------------------------------

@@ -97,8 +97,10 @@ STOPPING_RULE = (
     "pricing pass, free variables optimal for the reduced QP (Scheinberg 2006, Step 2(iii))"
 )
 
-#: rows of the working set when sprint_size is automatic (upper bound; memory may lower it)
-SPRINT_AUTO_MAX = 2000
+#: automatic sprint size: SPRINT_SQRT·√n_rows rows (balances the O(n·|Δ|) cost of a pass
+#: against the O(|W|·n_s) cost of pricing the working rows), at most SPRINT_AUTO_MAX
+SPRINT_SQRT = 5.0
+SPRINT_AUTO_MAX = 8000
 #: smallest working set a major iteration asks for
 MIN_CANDIDATES = 64
 #: relative probe error of the factor above which it is rebuilt
@@ -122,7 +124,7 @@ def add_arguments(group) -> None:
          help="active-set: pricing strategy of Scheinberg 2006 §4.1 (default sprint)")
     _add(group, "--sprint-size", type=int, default=None, metavar="N",
          help="active-set: rows |I0'|+|Ic'| pulled into memory per major iteration "
-              f"(default: from --cache-mb, at most {SPRINT_AUTO_MAX} for sprint)")
+              "(default: 5*sqrt(rows), at most 8000, less if --cache-mb is short)")
     _add(group, "--shrink-after", type=int, default=None, metavar="K",
          help="active-set shrinking: drop a row after K non-negative pricings (default 100)")
     _add(group, "--init", default=None, metavar="MODEL",
@@ -163,6 +165,49 @@ def dense_expansion_add(indptr, indices, data, sq, Dt, dsq, coef, code, gamma, d
 
 
 @njit(cache=True, nogil=True)
+def dense_dots(indptr, indices, data, r0, r1, Dt, out):
+    """out[i − r0, :] = x_i · Dt for rows r0 ≤ i < r1 (Dt dense, n_features × m)."""
+    m = Dt.shape[1]
+    for i in range(r0, r1):
+        buf = out[i - r0]
+        for j in range(m):
+            buf[j] = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            v = float(data[k])
+            row = Dt[indices[k]]
+            for j in range(m):
+                buf[j] += v * row[j]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def rows_dot_add(K, coef, out):
+    """out[r] += K[r]·coef (single-threaded dots: no BLAS thread pool inside engine threads)."""
+    for r in range(K.shape[0]):
+        out[r] += np.dot(K[r], coef)
+    return out
+
+
+def kernel_from_dots(D: np.ndarray, sq_rows: np.ndarray, sq_cols: np.ndarray,
+                     kp: KernelParams) -> np.ndarray:
+    """K from dot products in place, vectorised (numpy's SIMD exp / tanh / power)."""
+    if kp.kernel == "linear":
+        return D
+    if kp.kernel == "rbf":
+        D *= 2.0
+        D -= sq_rows[:, None]
+        D -= sq_cols[None, :]
+        np.minimum(D, 0.0, out=D)
+        D *= kp.gamma
+        return np.exp(D, out=D)
+    D *= kp.gamma
+    D += kp.coef0
+    if kp.kernel == "poly":
+        return np.power(D, kp.degree, out=D)
+    return np.tanh(D, out=D)
+
+
+@njit(cache=True, nogil=True)
 def dense_kernel_block(indptr, indices, data, sq, Dt, dsq, code, gamma, degree, coef0, out):
     """out[i, j] = K(xᵢ, dⱼ) for CSR rows x and dense columns Dt (n_features, m)."""
     n = indptr.shape[0] - 1
@@ -179,6 +224,22 @@ def dense_kernel_block(indptr, indices, data, sq, Dt, dsq, code, gamma, degree, 
         sqi = sq[i]
         for j in range(m):
             buf[j] = kernel_from_dot(code, buf[j], sqi, dsq[j], gamma, degree, coef0)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def dense_kernel_col(Dt, sq, i_indices, i_data, sq_i, code, gamma, degree, coef0, out):
+    """out[r] = K(x, w_r) for every working row r, x given sparse, rows dense: Dt (nf, |W|)."""
+    n = Dt.shape[1]
+    for r in range(n):
+        out[r] = 0.0
+    for k in range(i_indices.shape[0]):
+        v = float(i_data[k])
+        row = Dt[i_indices[k]]
+        for r in range(n):
+            out[r] += v * row[r]
+    for r in range(n):
+        out[r] = kernel_from_dot(code, out[r], sq_i, sq[r], gamma, degree, coef0)
     return out
 
 
@@ -218,8 +279,14 @@ def expansion_add(indptr, indices_u32, data, sq, exp_rows, kp: KernelParams, n_f
                 int(d_ix.max()) + 1 if d_ix.size else 0)
     if width * m <= DENSE_BLOCK_MAX:
         Dt = _dense_transposed(d_ip, d_ix, d_data, width)
-        return dense_expansion_add(indptr, indices_u32, data, sq, Dt, d_sq, coef, *kp.args(),
-                                   out)
+        n = indptr.shape[0] - 1
+        block = max(1, min(n, 1_000_000 // m))
+        buf = np.empty((block, m))
+        for r0 in range(0, n, block):
+            r1 = min(n, r0 + block)
+            D = dense_dots(indptr, indices_u32, data, r0, r1, Dt, buf[: r1 - r0])
+            rows_dot_add(kernel_from_dots(D, sq[r0:r1], d_sq, kp), coef, out[r0:r1])
+        return out
     work = np.zeros(width)
     tmp = np.empty(indptr.shape[0] - 1)
     kernel_scores(indptr, indices_u32, data, sq, d_ip, d_ix.view(np.uint32), d_data, d_sq, coef,
@@ -461,6 +528,10 @@ class KernelColumns:
         self.width = width
         self.work = np.zeros(width)
         self.tmp = np.empty(self.n)
+        # dense copy of the working rows (n_features × |W|) when small: a column is then a
+        # few contiguous axpys instead of |W| sparse dot products
+        self.Dt = (_dense_transposed(self.ip, self.ix, self.data, width)
+                   if width * self.n <= DENSE_BLOCK_MAX else None)
         cap = max(8, int(capacity))
         self.Qt = np.empty((self.n, cap))
         self.slot = np.full(self.n, -1, dtype=np.int64)
@@ -494,8 +565,13 @@ class KernelColumns:
             self._grow(self.p + 1)
         s = self.p
         out = self.tmp
-        kernel_row(self.ip, self.ix, self.data, self.sq, key, self.ip, self.ix, self.data,
-                   self.sq, *self.kp.args(), self.work, out)
+        if self.Dt is not None:
+            a, b = self.ip[key], self.ip[key + 1]
+            dense_kernel_col(self.Dt, self.sq, self.ix[a:b], self.data[a:b], self.sq[key],
+                             *self.kp.args(), out)
+        else:
+            kernel_row(self.ip, self.ix, self.data, self.sq, key, self.ip, self.ix, self.data,
+                       self.sq, *self.kp.args(), self.work, out)
         out *= self.y
         out *= self.y[key]
         self.Qt[:, s] = out
@@ -532,6 +608,13 @@ class KernelColumns:
         sub_ip, sub_ix, sub_data = csr_take_rows(self.ip, self.ix, self.data, keys)
         out = np.empty((self.n, keys.size))
         self.kernel_evals += self.n * keys.size
+        if self.Dt is not None and keys.size > 0:
+            out = np.empty((keys.size, self.n))
+            for t, k in enumerate(keys):
+                a, b = self.ip[k], self.ip[k + 1]
+                dense_kernel_col(self.Dt, self.sq, self.ix[a:b], self.data[a:b], self.sq[k],
+                                 *self.kp.args(), out[t])
+            return out.T
         if self.width * keys.size <= DENSE_BLOCK_MAX:
             Dt = _dense_transposed(sub_ip, sub_ix, sub_data, self.width)
             return dense_kernel_block(self.ip, self.ix, self.data, self.sq, Dt, self.sq[keys],
@@ -567,7 +650,7 @@ class KernelColumns:
         a = alpha[keys]
         delta = a - self.aflush[:p]
         if np.any(delta != 0.0):
-            Gbase += self.Qt[:, :p] @ delta
+            gradient_rows(self.Qt, np.arange(self.n), p, delta, Gbase, Gbase)
         self.aflush[:p] = a
         gone = np.flatnonzero(self.released[:p])
         for s in gone[::-1]:
@@ -604,6 +687,7 @@ class KernelColumns:
         new.width = self.width
         new.work = self.work
         new.tmp = np.empty(new.n)
+        new.Dt = None if self.Dt is None else np.ascontiguousarray(self.Dt[:, kept])
         new.Qt = np.ascontiguousarray(self.Qt[kept])
         new.slot = self.slot[kept].copy()
         new.key = self.key.copy()
@@ -736,6 +820,41 @@ class LinearColumns:
 # ------------------------------------------------------------------------------------------
 # the reduced problem over the working set (minor iterations)
 # ------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def ratio_test(d, a, C, eps):
+    """Largest t ≥ 0 with 0 ≤ a + t d ≤ C and the blocking index (−1: none, t = inf)."""
+    t_max = np.inf
+    j = -1
+    for k in range(d.shape[0]):
+        dk = d[k]
+        if dk > eps:
+            t = (C - a[k]) / dk
+        elif dk < -eps:
+            t = -a[k] / dk
+        else:
+            continue
+        if t < 0.0:
+            t = 0.0
+        if t < t_max:
+            t_max = t
+            j = k
+    return t_max, j
+
+
+@njit(cache=True, nogil=True)
+def take_step(keys, d, t, C, finite, beta, alpha, G, y):
+    """α[keys] += t d (clipped to [0, C]); for a finite step G[keys] += t (β y − G)."""
+    for k in range(keys.shape[0]):
+        i = keys[k]
+        v = alpha[i] + t * d[k]
+        if v < 0.0:
+            v = 0.0
+        elif v > C:
+            v = C
+        alpha[i] = v
+        if finite:
+            g = G[i]
+            G[i] = g + t * (beta * y[i] - g)
 S_ZERO, S_FREE, S_UPPER, S_OUT = 0, 1, 2, -1
 
 
@@ -862,18 +981,7 @@ class WorkingSet:
                         if d[pos[0]] * inward < 0:
                             d = -d
             # components below rounding level (relative to the step and to C) do not block
-            eps = max(1e-13 * dmax, 1e-14 * C)
-            up = d > eps
-            dn = d < -eps
-            t_max = np.inf
-            j = -1
-            if up.any() or dn.any():
-                tt = np.full(d.size, np.inf)
-                tt[up] = (C - a[up]) / d[up]
-                tt[dn] = -a[dn] / d[dn]
-                np.maximum(tt, 0.0, out=tt)
-                j = int(np.argmin(tt))
-                t_max = float(tt[j])
+            t_max, j = ratio_test(d, a, C, max(1e-13 * dmax, 1e-14 * C))
             if finite:
                 if t_max >= 1.0:
                     t = 1.0
@@ -890,13 +998,9 @@ class WorkingSet:
                     t = t_max
             if t > 0.0:
                 self._last_move = self.c.iterations
-                an = a + t * d
-                np.clip(an, 0.0, C, out=an)
-                self.alpha[keys] = an
+                # α_s += t d; finite step: exact gradient change Q_ss d = β y_s − g_s
+                take_step(keys, d, t, C, finite, beta_new, self.alpha, self.G, self.y)
                 if finite:
-                    # exact gradient change of the Newton step: Q_ss d = β y_s − g_s
-                    g = self.G[keys]
-                    self.G[keys] = g + t * (beta_new * self.y[keys] - g)
                     f.advance(t, beta_new)
             else:
                 self.c.degenerate_steps += 1
@@ -1099,7 +1203,7 @@ def _candidate_count(p: dict, n_s: int, avg_nnz: float, linear: bool, n_rows: in
     per_row = 12.0 * avg_nnz + 64.0 + (0.0 if linear else 8.0 * (1.25 * n_s + 32))
     k = int(left / per_row) - n_s
     if p["pricing"] == "sprint":
-        k = min(k, SPRINT_AUTO_MAX)
+        k = min(k, SPRINT_AUTO_MAX, int(SPRINT_SQRT * np.sqrt(max(n_rows, 1))))
     return int(max(MIN_CANDIDATES, min(k, n_rows)))
 
 
