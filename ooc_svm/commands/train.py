@@ -136,7 +136,8 @@ def run(args) -> int:
 
     def progress(rec: dict) -> None:
         bar.update(1)
-        shown = {k: rec[k] for k in ("objective", "violation", "gap", "working_set", "pass_seconds")
+        shown = {k: rec[k] for k in ("objective", "xi", "violation", "gap", "working_set",
+                                     "pass_seconds")
                  if k in rec and rec[k] is not None}
         bar.set_postfix({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in shown.items()})
 

@@ -499,6 +499,10 @@ def _cut_grid(points: int, mu: float) -> np.ndarray:
     return mu + (1.0 - mu) * t**1.5
 
 
+def _finite(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
+
+
 class _Progress:
     def __init__(self, engine, callback: Callback | None):
         self.engine = engine
@@ -515,7 +519,7 @@ class _Progress:
         rec["seconds"] = time.perf_counter() - self.t0
         self.history.append(rec)
         log.debug(
-            "perf it %d: obj %.10g xi %.6g viol %.3g |W| %d pass %.3fs",
+            "perf it %d: obj %.10g xi %.6g viol %s |W| %d pass %.3fs",
             rec["iteration"], rec["objective"], rec["xi"], rec["violation"],
             rec["working_set"], rec["pass_seconds"],
         )
@@ -575,11 +579,11 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
             cnt = float(part["cnt"][0])
             obj = 0.5 * float(w @ w) + C * hinge
             xi_new = hinge / n
-            xi_w = ws.slack() / 1.0
+            xi_w = ws.slack()
             stop = xi_new - xi_w
             prog.emit({
                 "iteration": it, "objective": obj, "xi": xi_new, "violation": stop,
-                "working_set": len(ws), "pass_seconds": pt, "lower_bound": dual,
+                "working_set": len(ws), "pass_seconds": pt, "lower_bound": _finite(dual),
             })
             if stop <= eps:
                 converged = True
@@ -605,8 +609,8 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
         Pb = 0.5 * float(wb @ wb) + C * hinge
         xib = hinge / n
         prog.emit({
-            "iteration": 0, "objective": Pb, "xi": xib, "violation": math.inf,
-            "working_set": 0, "pass_seconds": pt, "lower_bound": dual, "step": 0.0,
+            "iteration": 0, "objective": Pb, "xi": xib, "violation": None,
+            "working_set": 0, "pass_seconds": pt, "lower_bound": None, "step": 0.0,
         })
         ws.add(acc_row(part["g"], 0) / n, float(part["cnt"][0]) / n)
         while True:
@@ -668,7 +672,7 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
         summary={
             "xi": xi_final, "peak_working_set": ws.peak, "working_set": len(ws),
             "working_set_mb": ws.peak_bytes / 2**20, "variant": variant, "loss": "error",
-            "lower_bound": dual, "C": C, "converged": converged,
+            "lower_bound": _finite(dual), "C": C, "converged": converged,
         },
     )
 
@@ -785,8 +789,8 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
     obj = C * lossv
     g, pt = accumulate(coef)
     prog.emit({
-        "iteration": 0, "objective": obj, "xi": lossv / m, "violation": math.inf,
-        "working_set": 0, "pass_seconds": pt, "lower_bound": -math.inf,
+        "iteration": 0, "objective": obj, "xi": lossv / m, "violation": None,
+        "working_set": 0, "pass_seconds": pt, "lower_bound": None,
     })
     ws.add(g / m, viol / m)
     it = 0
@@ -864,6 +868,6 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
         summary={
             "xi": xib, "peak_working_set": ws.peak, "working_set": len(ws),
             "working_set_mb": ws.peak_bytes / 2**20, "variant": variant, "loss": loss,
-            "lower_bound": dual, "n_pairs": m, "C": C, "converged": converged,
+            "lower_bound": _finite(dual), "n_pairs": m, "C": C, "converged": converged,
         },
     )
