@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .base import Engine, EngineError, ShardState, add_partials, shard_stub, tree_reduce
-from .reader import ShardCache, shard_reader, store_token
+from .reader import ShardCache, readonly, shard_reader, store_token
 
 log = logging.getLogger("ooc_svm")
 
@@ -97,7 +97,7 @@ def _worker_shard(spec: tuple, sid: int):
     if shard is None:
         shard = _W_CACHE.put(token, sid, _worker_reader(path, token, fast)(sid))
     # a store view (e.g. one-vs-rest labels) transforms the cached base shard
-    return shard if transform is None else transform(shard)
+    return shard if transform is None else readonly(transform(shard))
 
 
 def _task(fn, spec, sid, bc):
