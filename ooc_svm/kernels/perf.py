@@ -326,3 +326,39 @@ def count_pairs(order, r, starts, n_ranks):
             m += counts[q] * below
             below += counts[q]
     return m
+
+
+# ------------------------------------------------------------------------------------------
+# small dense helpers (no BLAS: its thread pool competes with the engine's threads)
+# ------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def vdot(a, b):
+    """Σ aᵢbᵢ in float64."""
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += float(a[i]) * b[i]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def sparse_vdot(idx, vals, b):
+    """Σₖ vals[k]·b[idx[k]] in float64."""
+    s = 0.0
+    for k in range(idx.shape[0]):
+        s += float(vals[k]) * b[idx[k]]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def matvec(A, x):
+    """A @ x for a small dense float64 matrix."""
+    n, m = A.shape
+    out = np.zeros(n)
+    for i in range(n):
+        s = 0.0
+        for j in range(m):
+            s += A[i, j] * x[j]
+        out[i] = s
+    return out

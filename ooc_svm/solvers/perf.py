@@ -74,9 +74,12 @@ from ..kernels.perf import (
     count_pairs,
     cut_segment,
     cut_single,
+    matvec,
     rank_cut,
     rank_loss,
     scores_two,
+    sparse_vdot,
+    vdot,
 )
 from ..model import Model
 from . import Callback, Result, SolverError, binary_classes
@@ -331,9 +334,9 @@ class WorkingSet:
     @staticmethod
     def _dot(v, g: np.ndarray) -> float:
         if isinstance(v, np.ndarray):
-            return float(np.dot(v, g)) if v.dtype == np.float64 else float(v.astype(np.float64) @ g)
+            return float(vdot(v, g))
         idx, vals = v
-        return float(vals.astype(np.float64) @ g[idx])
+        return float(sparse_vdot(idx, vals, g))
 
     def _store(self, g: np.ndarray):
         nz = np.flatnonzero(g)
@@ -362,7 +365,7 @@ class WorkingSet:
         """Add plane (g, r); g is a dense float64 vector of length ``dim``."""
         v, size = self._store(g)
         gq = g if isinstance(v, np.ndarray) and v.dtype == np.float64 else self._as_dense(v)
-        row = np.array([self._dot(u, gq) for u in self.vecs] + [float(gq @ gq)])
+        row = np.array([self._dot(u, gq) for u in self.vecs] + [float(vdot(gq, gq))])
         m = len(self.vecs)
         Q = np.empty((m + 1, m + 1))
         Q[:m, :m] = self.Q
@@ -401,7 +404,7 @@ class WorkingSet:
         res = solve_simplex_qp(self.Q, np.asarray(self.r), C_perf, x0=self.alpha, atol=atol)
         self.alpha = res.x
         w = self.combine(res.x)
-        dual = float(np.dot(res.x, self.r) - 0.5 * (w @ w))
+        dual = float(vdot(res.x, np.asarray(self.r)) - 0.5 * vdot(w, w))
         for j, a in enumerate(res.x):
             self.inactive[j] = 0 if a > 0.0 else self.inactive[j] + 1
         return w, dual, res.gap
@@ -410,7 +413,7 @@ class WorkingSet:
         """ξ_W = max(0, maxⱼ rⱼ − w·gⱼ) at w = Σ αⱼgⱼ (w·gⱼ = (Qα)ⱼ)."""
         if not self.vecs:
             return 0.0
-        return max(0.0, float(np.max(np.asarray(self.r) - self.Q @ self.alpha)))
+        return max(0.0, float(np.max(np.asarray(self.r) - matvec(self.Q, self.alpha))))
 
     def drop_inactive(self, max_inactive: int) -> int:
         """Remove planes inactive for ``max_inactive`` iterations; returns how many."""
@@ -577,7 +580,7 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
             part, pt = run_single(w)
             hinge = float(part["hinge"][0])
             cnt = float(part["cnt"][0])
-            obj = 0.5 * float(w @ w) + C * hinge
+            obj = 0.5 * float(vdot(w, w)) + C * hinge
             xi_new = hinge / n
             xi_w = ws.slack()
             stop = xi_new - xi_w
@@ -606,7 +609,7 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
         part, pt = run_single(w)
         hinge = float(part["hinge"][0])
         wb = w.copy()
-        Pb = 0.5 * float(wb @ wb) + C * hinge
+        Pb = 0.5 * float(vdot(wb, wb)) + C * hinge
         xib = hinge / n
         prog.emit({
             "iteration": 0, "objective": Pb, "xi": xib, "violation": None,
@@ -625,15 +628,15 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
             )
             pt = time.perf_counter() - t
             dw = wc - wb
-            a2 = float(dw @ dw)
-            a1 = float(wb @ dw)
-            a0 = float(wb @ wb)
+            a2 = float(vdot(dw, dw))
+            a1 = float(vdot(wb, dw))
+            a0 = float(vdot(wb, wb))
             vals = 0.5 * (a0 + 2 * kv * a1 + kv * kv * a2) + C * part["hinge"]
             q = int(np.argmin(vals))
             kstar = float(kv[q]) if vals[q] < Pb else 0.0
             if vals[q] < Pb:
                 wb = wb + kstar * dw
-                Pb = 0.5 * float(wb @ wb) + C * float(part["hinge"][q])
+                Pb = 0.5 * float(vdot(wb, wb)) + C * float(part["hinge"][q])
                 xib = float(part["hinge"][q]) / n
             stop = (Pb - dual) / Cp
             prog.emit({
@@ -804,7 +807,7 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
         if variant == "paper":
             (s,), pt = scores(wc)
             viol, lossv, coef = rk.cut(s)
-            obj = 0.5 * float(wc @ wc) + C * lossv
+            obj = 0.5 * float(vdot(wc, wc)) + C * lossv
             xi_new = lossv / m
             stop = xi_new - ws.slack()
             wb, Pb, xib = wc, obj, xi_new
@@ -812,9 +815,9 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
         else:
             (sb, sc), pt = scores(wb, wc)
             dw = wc - wb
-            a2 = float(dw @ dw)
-            a1 = float(wb @ dw)
-            a0 = float(wb @ wb)
+            a2 = float(vdot(dw, dw))
+            a1 = float(vdot(wb, dw))
+            a0 = float(vdot(wb, wb))
 
             def phi(k, sb=sb, sc=sc, a0=a0, a1=a1, a2=a2):
                 return 0.5 * (a0 + 2 * k * a1 + k * k * a2) + C * rk.loss(sb + k * (sc - sb))
@@ -828,7 +831,7 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
                 step = kstar
                 wb = wb + kstar * dw
                 lk = rk.loss(sb + kstar * (sc - sb))
-                Pb = 0.5 * float(wb @ wb) + C * lk
+                Pb = 0.5 * float(vdot(wb, wb)) + C * lk
                 xib = lk / m
             stop = (Pb - dual) / Cp
             obj = Pb

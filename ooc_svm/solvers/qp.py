@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ..kernels.perf import matvec, vdot
+
 
 @dataclass
 class QPResult:
@@ -190,7 +192,7 @@ def _augment(Q: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fw_gap(xa: np.ndarray, ga: np.ndarray, s: float) -> float:
-    return float(xa @ ga - s * ga.min())
+    return float(vdot(xa, ga) - s * ga.min())
 
 
 def _kkt_step(Qa: np.ndarray, F: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -211,7 +213,7 @@ def _kkt_step(Qa: np.ndarray, F: np.ndarray, g: np.ndarray) -> tuple[np.ndarray,
     rhs[:k] = -g[F]
     rscale = max(1.0, float(np.abs(rhs).max()))
     sol, ok = _lu_solve(K, rhs)
-    if ok and np.all(np.isfinite(sol)) and np.abs(K @ sol - rhs).max() <= 1e-10 * rscale:
+    if ok and np.all(np.isfinite(sol)) and np.abs(matvec(K, sol) - rhs).max() <= 1e-10 * rscale:
         return sol[:k], False
     U, S, Vt = np.linalg.svd(K)
     null = S <= 1e-12 * S[0] * (k + 1)
@@ -234,7 +236,7 @@ def _active_set(Qa, ba, xa, s, atol, max_steps):
     F = np.flatnonzero(xa > 0.0)
     at_eqp_optimum = False
     for step in range(max_steps):
-        g = Qa @ xa - ba
+        g = matvec(Qa, xa) - ba
         if not at_eqp_optimum:
             p, unbounded = _kkt_step(Qa, F, g)
             if unbounded or np.abs(p).max() > 1e-15 * s:
@@ -339,14 +341,14 @@ def solve_simplex_qp(
     atol = tol * scale if atol is None else float(atol)
     start = xa.copy()
     steps, ok = _active_set(Qa, ba, xa, s, atol, max_steps)
-    ga = Qa @ xa - ba
+    ga = matvec(Qa, xa) - ba
     if not ok or not np.all(np.isfinite(xa)):
         if not np.all(np.isfinite(xa)):
             xa = start
-            ga = Qa @ xa - ba
+            ga = matvec(Qa, xa) - ba
         it, _ = _smo_simplex(Qa, ba, xa, ga, atol, max_smo_iter)
         steps += int(it)
-        ga = Qa @ xa - ba
+        ga = matvec(Qa, xa) - ba
     x = xa[:m].copy()
     return QPResult(
         x=x,
