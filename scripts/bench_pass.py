@@ -142,6 +142,17 @@ def child(args) -> None:
     out: dict = {"mode": args.child, "store": args.store}
     _warm_kernels()
     times: list[float] = []
+    cpus: list[float] = []
+    cpu_clock = time.process_time
+
+    def timed(call):
+        c = cpu_clock()
+        t = time.perf_counter()
+        r = call()
+        times.append(time.perf_counter() - t)
+        cpus.append(cpu_clock() - c)
+        return r
+
     res = None
     if args.child == "memory":
         shards = [materialize(store.read_shard(i)) for i in range(store.n_shards)]
@@ -156,9 +167,7 @@ def child(args) -> None:
 
             res = one()
             for _ in range(args.repeat):
-                t = time.perf_counter()
-                res = one()
-                times.append(time.perf_counter() - t)
+                res = timed(one)
     elif args.child in ("local", "memtest"):
         cache_mb = args.cache_mb if args.child == "memtest" else 0.0
         eng = LocalEngine(n_threads=args.threads, prefetch=args.prefetch, cache_mb=cache_mb)
@@ -166,16 +175,10 @@ def child(args) -> None:
         if args.cold:
             _wait_go()
         with _RssSampler() as rss:
-            if args.cold:
-                t = time.perf_counter()
+            if not args.cold:
                 res = eng.map_reduce(store, hinge_pass, bc)
-                times.append(time.perf_counter() - t)
-            else:
-                res = eng.map_reduce(store, hinge_pass, bc)
-                for _ in range(args.repeat):
-                    t = time.perf_counter()
-                    res = eng.map_reduce(store, hinge_pass, bc)
-                    times.append(time.perf_counter() - t)
+            for _ in range(1 if args.cold else args.repeat):
+                res = timed(lambda: eng.map_reduce(store, hinge_pass, bc))
         out["pass_peak_rss_mb"] = rss.peak
         out["cache_hits"] = eng.cache.hits
         out["cache_used_mb"] = eng.cache.used / 2**20
@@ -184,20 +187,20 @@ def child(args) -> None:
         from ooc_svm.engine.dask_engine import DaskEngine
 
         eng = DaskEngine("processes", n_workers=args.threads, threads_per_worker=1)
+
+        def cluster_cpu():  # this process + every worker process
+            return time.process_time() + sum(eng.client.run(time.process_time).values())
+
+        cpu_clock = cluster_cpu
         if args.cold:
             # warm the workers' imports and kernels on a tiny store first
             warm = open_store(args.warm_store)
             eng.map_reduce(warm, hinge_pass, _bc(warm))
             _wait_go()
-            t = time.perf_counter()
-            res = eng.map_reduce(store, hinge_pass, bc)
-            times.append(time.perf_counter() - t)
         else:
             res = eng.map_reduce(store, hinge_pass, bc)
-            for _ in range(args.repeat):
-                t = time.perf_counter()
-                res = eng.map_reduce(store, hinge_pass, bc)
-                times.append(time.perf_counter() - t)
+        for _ in range(1 if args.cold else args.repeat):
+            res = timed(lambda: eng.map_reduce(store, hinge_pass, bc))
         out["worker_peak_rss_mb"] = {
             k: v / 1024.0 for k, v in eng.worker_peak_rss_kb().items()
         }
@@ -206,7 +209,9 @@ def child(args) -> None:
         raise SystemExit(f"unknown child mode {args.child}")
     out.update(
         times=times,
+        cpus=cpus,
         best=min(times),
+        best_cpu=min(cpus),
         median=statistics.median(times),
         nnz=meta.nnz,
         n_rows=meta.n_rows,
@@ -332,7 +337,8 @@ def main() -> None:
     print(f"# {a.rows:,} x {a.features:,}, ~{a.nnz:g} nnz/row, threads={a.threads}, "
           f"prefetch={a.prefetch}, best of {a.repeat} warm passes (page cache)", flush=True)
     hdr = (f"{'store':<14}{'disk MB':>9}  {'engine':<10}{'best s':>8}{'median s':>9}"
-           f"{'G nnz/s':>9}{'ratio':>7}{'peak RSS MB':>13}  workers' peak RSS MB")
+           f"{'G nnz/s':>9}{'ratio':>7}{'CPU s':>7}{'CPU ratio':>10}{'peak RSS MB':>13}"
+           "  workers' peak RSS MB")
     print(hdr)
     digests = set()
     for (fmt, codec), path in stores.items():
@@ -344,13 +350,15 @@ def main() -> None:
             rows.append((eng, run_child(a, eng, path)))
         ref2 = run_child(a, "memory", path)  # the floor again: contention drift check
         floor = min(ref["best"], ref2["best"])
+        cfloor = min(ref["best_cpu"], ref2["best_cpu"])
         for name, r in rows:
             digests.add(r["digest"])
             wk = r.get("worker_peak_rss_mb")
             wks = " ".join(f"{v:.0f}" for v in wk.values()) if wk else ""
             print(f"{fmt + '/' + codec:<14}{du_mb(path):>9.0f}  {name:<10}{r['best']:>8.3f}"
                   f"{r['median']:>9.3f}{r['nnz'] / r['best'] / 1e9:>9.2f}"
-                  f"{r['best'] / floor:>7.2f}{r['peak_rss_mb']:>13.0f}  {wks}", flush=True)
+                  f"{r['best'] / floor:>7.2f}{r['best_cpu']:>7.2f}{r['best_cpu'] / cfloor:>10.2f}"
+                  f"{r['peak_rss_mb']:>13.0f}  {wks}", flush=True)
             all_results.append({"format": fmt, "codec": codec, "engine": name, "floor": floor,
                                 **r})
         print(f"#   violated rows: {ref['violated']:.0f} of {ref['n_rows']}; in-memory floor "
