@@ -298,6 +298,25 @@ def test_warm_start_after_appended_rows(tmp_path):
     assert ratio <= 0.30
 
 
+def test_warm_start_restores_equality_constraint(tmp_path):
+    """A starting α with yᵀα ≠ 0 (an edited model) is repaired before the first step."""
+    X, y = _load("a9a/a9a", 1000, n_features=123)
+    st = _store(tmp_path, X, y, shard_rows=400)
+    r = _solve(st, C=1.0, gamma=0.05, tol=1e-5)
+    m = r.model
+    c = m.dual_coef_.copy()
+    free = np.flatnonzero(np.abs(c) < 1 - 1e-9)
+    c[free[:10]] *= 0.5
+    assert abs(c.sum()) > 0.1
+    m.dual_coef_ = c
+    path = str(tmp_path / "broken")
+    m.save(path)
+    w = _solve(st, C=1.0, gamma=0.05, tol=1e-5, init=path)
+    assert w.dual_objective == pytest.approx(r.dual_objective, rel=1e-9)
+    assert w.summary["kkt_ok"]
+    assert abs(float(np.sum(w.model.dual_coef_))) < 1e-9
+
+
 def test_warm_start_from_singular_libsvm_solution(tmp_path):
     """LIBSVM's mushrooms solution has 300+ free SVs on 112 features. Warm-starting C=2 from
     it (α rescaled) begins with a Q_ss of rank ≤ 112: Case 3 of §2.1."""

@@ -871,6 +871,8 @@ class Counters:
     probe_checks: int = 0
     shrunk: int = 0
     max_dependent: int = 0
+    memory_stops: int = 0
+    peak_bytes: int = 0
     extra: dict = field(default_factory=dict)
 
 
@@ -923,6 +925,8 @@ class WorkingSet:
         self._entered = -1
         self._last_move = counters.iterations
         self.cycling = False
+        self.memory_full = False
+        self.max_bytes = 0
 
     # -- helpers ----------------------------------------------------------------------------
     def _col_fn(self, key: int) -> np.ndarray:
@@ -1022,6 +1026,12 @@ class WorkingSet:
         self.status[key] = status
         self.c.left += 1
         self.c.iterations += 1
+
+    def nbytes(self) -> int:
+        """Memory of the working set: rows, gradients, Q columns and the factor."""
+        dt = getattr(self.cols, "Dt", None)
+        return int(self.rows.nbytes + 3 * self.G.nbytes + self.cols.nbytes()
+                   + (0 if dt is None else dt.nbytes) + self.factor.nbytes())
 
     def _enter(self, key: int) -> None:
         self.cols.add(key, float(self.alpha[key]))
@@ -1123,6 +1133,13 @@ class WorkingSet:
                         self._enter(i)
                         continue
                 return True
+            if (self.max_bytes and self.nbytes() > self.max_bytes
+                    and self.c.iterations - start > 0):
+                # §4.2: the working set outgrew --cache-mb (I_s grew); end this major
+                # iteration, the next one takes fewer candidate rows
+                self.memory_full = True
+                self.c.memory_stops += 1
+                return True
             if self.c.iterations - self._last_move > 2 * self.rows.n + 100:
                 # only zero-length (degenerate) steps for too long: stop this major iteration
                 log.warning("active-set: %d degenerate steps in a row; leaving the minor loop",
@@ -1193,14 +1210,25 @@ def _check_params(params: dict) -> dict:
     return p
 
 
-def _candidate_count(p: dict, n_s: int, avg_nnz: float, linear: bool, n_rows: int) -> int:
-    """|I₀′ ∪ I_c′| for the next major iteration: explicit, or from the memory budget."""
+def _candidate_count(p: dict, n_s: int, avg_nnz: float, linear: bool, n_rows: int,
+                     n_features: int) -> int:
+    """|I₀′ ∪ I_c′| for the next major iteration: explicit, or from the memory budget.
+
+    The budget (``cache_mb``) covers the Cholesky factor, the working rows and, for kernels,
+    their dense copy and the Q columns of I_s over them (§4.2), with room for I_s to grow
+    by half during the major iteration.
+    """
     if int(p["sprint_size"]) > 0:
         return int(p["sprint_size"])
     budget = float(p["cache_mb"]) * (1 << 20)
-    factor_bytes = 8.0 * (n_s + 16) ** 2 * 1.5
+    n_cols = 1.5 * max(n_s, 64) + 32
+    factor_bytes = 8.0 * n_cols**2
     left = max(budget - factor_bytes, budget * 0.1)
-    per_row = 12.0 * avg_nnz + 64.0 + (0.0 if linear else 8.0 * (1.25 * n_s + 32))
+    per_row = 12.0 * avg_nnz + 64.0
+    if not linear:
+        per_row += 8.0 * n_cols
+        if n_features * SPRINT_AUTO_MAX <= DENSE_BLOCK_MAX:
+            per_row += 8.0 * n_features
     k = int(left / per_row) - n_s
     if p["pricing"] == "sprint":
         k = min(k, SPRINT_AUTO_MAX, int(SPRINT_SQRT * np.sqrt(max(n_rows, 1))))
@@ -1361,7 +1389,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
     stats = None
     hit_max_iter = False
     while True:
-        k = _candidate_count(p, s_gids.size, avg_nnz, linear, meta.n_rows)
+        k = _candidate_count(p, s_gids.size, avg_nnz, linear, meta.n_rows, nf)
         tp = time.perf_counter()
         bc = MajorBroadcast(
             kp=kp, n_features=nf, C=C, beta=beta, positive=pos, tol=tol, k=k, seed=seed,
@@ -1446,6 +1474,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
                 factor.refactor(free_pos, W.y[free_pos], cols.qss(free_pos))
         ws = WorkingSet(W, G, status, cols, factor, C, tol, beta, counters,
                         shrink_after=shrink_after, seed=seed)
+        ws.max_bytes = int(float(p["cache_mb"]) * (1 << 20))
         if fix_pos.size:
             ws.alpha0[fix_pos] = fix_old
         ok = ws.run(max_iter - counters.iterations, 0.5 * tol)
@@ -1453,6 +1482,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
             log.warning("active-set: stopped at max_iter=%d minor iterations", max_iter)
             hit_max_iter = True
         beta = ws.beta
+        counters.peak_bytes = max(counters.peak_bytes, ws.nbytes())
         # ---- hand the α changes to the shards -----------------------------------------------
         ch_rows, ch_old = ws.changes()
         if ch_rows.n == 0 and not hit_max_iter:
@@ -1519,6 +1549,8 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         "max_dependent": counters.max_dependent,
         "pricings": counters.pricings,
         "shrunk": counters.shrunk,
+        "memory_stops": counters.memory_stops,
+        "working_set_peak_mb": counters.peak_bytes / (1 << 20),
         "pricing": p["pricing"],
         "converged": converged,
         "intercept": intercept,
