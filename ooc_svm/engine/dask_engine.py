@@ -352,7 +352,15 @@ class DaskEngine(Engine):
         # Always scattered (even None): forgetting this key at the end of the pass is what
         # cuts the lineage of the new per-shard states, so the scheduler's graph does not
         # grow with the number of passes.
-        [fut] = self._client.scatter([broadcast], broadcast=True, hash=False)
+        try:
+            [fut] = self._client.scatter([broadcast], broadcast=True, hash=False)
+        except (TypeError, AttributeError, ValueError) as e:
+            if "pickle" in f"{type(e).__name__} {e}".lower():
+                raise EngineError(
+                    f"the broadcast of a pass cannot be pickled for the Dask workers ({e}); "
+                    "send numpy arrays, tuples or small dataclasses"
+                ) from None
+            raise
         return fut
 
     def _protect(self, futs: list) -> list:

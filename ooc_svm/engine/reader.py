@@ -231,7 +231,8 @@ def shard_reader(store, fast: bool = True) -> Callable[[int], Shard]:
         except Exception as e:  # noqa: BLE001 - any trouble: the store's own reader decides
             if not warned:
                 warned.append(True)
-                log.debug("%s: fast shard read not possible (%s); using store.read_shard", store.path, e)
+                log.debug("%s: fast shard read not possible (%s); using store.read_shard",
+                          store.path, e)
             return readonly(store.read_shard(i))
 
     return read
