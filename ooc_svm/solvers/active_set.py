@@ -28,9 +28,10 @@ Method, following the paper section by section:
   major iteration, or computed from an explicit w for the linear kernel). It prices every
   bound variable and returns the rows with the smallest reduced costs as I₀′ ∪ I_c′. *Minor
   iterations* (the active-set steps) then price only I₀′ ∪ I_c′ in memory. ``sprint``
-  (default) keeps I₀′ ∪ I_c′ small and fixed during a major iteration; ``shrinking`` loads as
-  many rows as the memory budget allows and drops those whose reduced cost stayed
-  non-negative for ``shrink_after`` consecutive pricings.
+  (default) takes the ``sprint_size`` smallest reduced costs (negative or not) and keeps
+  I₀′ ∪ I_c′ fixed during the major iteration; ``shrinking`` takes every negative reduced
+  cost the memory budget allows and drops (shrinks) rows whose reduced cost stayed
+  non-negative for ``shrink_after`` consecutive pricings; the next pass unshrinks all.
 - §4.2, memory saving: only the Q columns of I_s restricted to the rows I_s ∪ I₀′ ∪ I_c′ are
   kept (the linear kernel keeps none: it prices from w), sized from ``cache_mb``.
 - §4.3–4.4, warm start / incremental: ``init`` names a model of this store (or of a prefix of
@@ -55,6 +56,7 @@ from ..kernels.kernel_functions import (
     KernelParams,
     kernel_from_dot,
     kernel_row,
+    kernel_row_subset,
     kernel_scores,
     linear_scores,
     row_sq_norms,
@@ -319,6 +321,7 @@ class MajorBroadcast:
     upd_alpha: np.ndarray
     keep_gids: np.ndarray           # sorted global rows of I_s (their f is returned)
     keep_rows: bool = False         # also return the I_s rows' data (warm start)
+    max_value: float = np.inf       # candidates must have reduced cost below this
     w: np.ndarray | None = None     # linear kernel: the full w
     delta: tuple | None = None      # kernel: (indptr, indices, data, sq, coef) of α changes
     check_labels: bool = False      # warm start: count rows whose α>0 has the wrong label
@@ -432,8 +435,8 @@ def _major_fn(shard, bc: MajorBroadcast, st):
         stats[_S_BAD] = float(((alpha < 0) | (alpha > C * (1 + 1e-12))).sum())
     # free rows (I_s of the driver) must solve the reduced problem: G − βy = 0
     stats[_S_FREEV] = float(np.abs(rho[keep_local]).max()) if keep_local.size else 0.0
-    # 4. candidates: the k smallest reduced costs
-    cidx = np.flatnonzero(finite)
+    # 4. candidates: the k smallest reduced costs (below max_value)
+    cidx = np.flatnonzero(finite & (rc < bc.max_value))
     tie = _tiebreak(gids[cidx], bc.seed)
     sel = cidx[_select_smallest(rc[cidx], tie, bc.k)] if bc.k > 0 else cidx[:0]
     rows = shard_rows(shard, sel, bc.positive, alpha)
@@ -625,7 +628,7 @@ class KernelColumns:
             out[:, t] = self.tmp
         return out
 
-    def col(self, key: int) -> np.ndarray:
+    def col(self, key: int, rows: np.ndarray | None = None) -> np.ndarray:
         return self.Qt[:, self.slot[key]]
 
     def release(self, key: int) -> None:
@@ -751,13 +754,22 @@ class LinearColumns:
     def fill(self, keys, alphas, block=None) -> None:
         pass
 
-    def col(self, key: int) -> np.ndarray:
-        out = np.empty(self.n)
-        kernel_row(self.ip, self.ix, self.data, self.zeros, key, self.ip, self.ix,
-                   self.data, self.zeros, 0, 0.0, 1, 0.0, self.work, out)
-        out *= self.y
+    def col(self, key: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """Q[·, key]; with ``rows`` only those entries are computed (the others are 0)."""
+        if rows is None:
+            out = np.empty(self.n)
+            kernel_row(self.ip, self.ix, self.data, self.zeros, key, self.ip, self.ix,
+                       self.data, self.zeros, 0, 0.0, 1, 0.0, self.work, out)
+            out *= self.y
+            self.kernel_evals += self.n
+        else:
+            rows = np.asarray(rows, dtype=np.int64)
+            out = np.zeros(self.n)
+            kernel_row_subset(self.ip, self.ix, self.data, self.zeros, key, rows, rows.size,
+                              0, 0.0, 1, 0.0, self.work, out)
+            out[rows] *= self.y[rows]
+            self.kernel_evals += rows.size
         out *= self.y[key]
-        self.kernel_evals += self.n
         return out
 
     def release(self, key: int) -> None:
@@ -930,7 +942,8 @@ class WorkingSet:
 
     # -- helpers ----------------------------------------------------------------------------
     def _col_fn(self, key: int) -> np.ndarray:
-        return self.cols.col(key)
+        """Q column of ``key``, at least over the factor's members and ``key`` itself."""
+        return self.cols.col(key, np.append(self.factor.keys(), key))
 
     def refactor(self) -> None:
         """Rebuild the factor of Q_ss from the stored columns (§2.2 accuracy safeguard)."""
@@ -1035,7 +1048,7 @@ class WorkingSet:
 
     def _enter(self, key: int) -> None:
         self.cols.add(key, float(self.alpha[key]))
-        self.factor.append(key, float(self.y[key]), self.cols.col(key), g=float(self.G[key]))
+        self.factor.append(key, float(self.y[key]), self._col_fn(key), g=float(self.G[key]))
         self.status[key] = S_FREE
         self._entered = key
         self.c.entered += 1
@@ -1093,6 +1106,7 @@ class WorkingSet:
         Returns True when the reduced problem over W is optimal, False at ``max_iter``.
         """
         start = self.c.iterations
+        start_bytes = self.nbytes()
         if self.factor.n:
             self.factor.set_gradient(self.G)
         repaired = False
@@ -1133,10 +1147,11 @@ class WorkingSet:
                         self._enter(i)
                         continue
                 return True
-            if (self.max_bytes and self.nbytes() > self.max_bytes
-                    and self.c.iterations - start > 0):
+            if (self.max_bytes and self.c.iterations - start > 0
+                    and self.nbytes() > max(self.max_bytes, 1.5 * start_bytes)):
                 # §4.2: the working set outgrew --cache-mb (I_s grew); end this major
-                # iteration, the next one takes fewer candidate rows
+                # iteration, the next one takes fewer candidate rows. (A budget too small
+                # for even the smallest working set is exceeded by at most half per major.)
                 self.memory_full = True
                 self.c.memory_stops += 1
                 return True
@@ -1395,6 +1410,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
             kp=kp, n_features=nf, C=C, beta=beta, positive=pos, tol=tol, k=k, seed=seed,
             upd_gids=upd_gids, upd_alpha=upd_alpha, keep_gids=np.sort(s_gids),
             keep_rows=keep_rows, w=w if linear else None, delta=None if linear else delta,
+            max_value=0.0 if shrinking else np.inf,
         )
         res: MajorPartial = engine.map_reduce(store, _major_fn, bc, reduce=_major_reduce,
                                               state=state)
