@@ -264,11 +264,24 @@ def test_parse_float_special(word, status):
     assert sv.parse_float(word)[0] == status
 
 
+def _halfway(x: float) -> str:
+    """Exact decimal of the midpoint between x and the next double: only an exact big-number
+    conversion can round it, so the kernel leaves it to Python's float."""
+    from decimal import Decimal, localcontext
+
+    with localcontext() as ctx:
+        ctx.prec = 200
+        return str((Decimal(x) + Decimal(float(np.nextafter(x, 2 * x)))) / 2)
+
+
 def test_fallback_values_are_converted(tmp_path):
-    """Strings the kernel leaves to Python (> 19 digits at a rounding boundary)."""
-    halfway = "9007199254740993000000000000000000001e-20"  # forces the slow path
-    v = "0.1000000000000000055511151231257827021181583404541015625"
-    text = f"1 1:{v} 2:{halfway}\n{halfway} 3:1\n".encode()
+    """Numbers the kernel leaves to Python (halfway cases with many digits), in values and
+    labels, more of them in one block than the kernel's first fallback table holds."""
+    halves = [_halfway(x) for x in (0.1, 0.3, 1.7, 123.456, 2.5e-3)]
+    assert all(sv.parse_float(h)[0] == 4 for h in halves)
+    lines = [f"{halves[i % 5]} 1:{halves[(i + 1) % 5]} 3:{halves[(i + 2) % 5]} 4:0.5"
+             for i in range(800)]
+    text = ("\n".join(lines) + "\n").encode()
     src = tmp_path / "f.svm"
     src.write_bytes(text)
     ingest(str(src), str(tmp_path / "f.zarr"))

@@ -141,15 +141,27 @@ def test_skip_invalid_everything_invalid(tmp_path, capsys):
     assert "no valid rows" in msg and "all 2 data lines were invalid" in msg
 
 
-def test_skip_invalid_value_only_python_can_decide(tmp_path):
-    # a huge value with > 19 digits is converted by Python's float; it overflows float32
-    big = "3" + "0" * 40 + ".00000000000000000000000000001"
-    (tmp_path / "h.svm").write_text(f"1 1:{big}\n-1 1:1\n")
-    with pytest.raises(IngestError, match="line 1 .*float32 range"):
+def test_value_only_python_can_decide(tmp_path):
+    """A value the kernel leaves to Python's float (a halfway case with many digits) that
+    turns out beyond float32 range: an error naming the line, or skipped."""
+    from decimal import Decimal, localcontext
+
+    from ooc_svm.store import svmlight as sv
+
+    with localcontext() as ctx:
+        ctx.prec = 200
+        big = str((Decimal(1e39) + Decimal(float(np.nextafter(1e39, 2e39)))) / 2)
+    assert sv.parse_float(big, True)[0] == 4
+    (tmp_path / "h.svm").write_text(f"-1 1:1\n1 1:{big}\n-1 1:2\n{big} 2:1\n")
+    with pytest.raises(IngestError, match=r"h\.svm: line 2 .*float32 range"):
         ingest(str(tmp_path / "h.svm"), str(tmp_path / "h.zarr"))
+    assert sorted(os.listdir(tmp_path)) == ["h.svm"]
     meta, stats = ingest_with_stats(str(tmp_path / "h.svm"), str(tmp_path / "h.zarr"),
                                     skip_invalid=True)
-    assert meta.n_rows == 1 and stats.skipped == 1
+    assert meta.n_rows == 3 and stats.skipped == 1
+    assert stats.skipped_examples == [f"{tmp_path / 'h.svm'} line 2: infinite value"]
+    store = open_store(str(tmp_path / "h.zarr"))
+    assert store.read_shard(0).y.tolist() == [-1.0, -1.0, float(big)]
 
 
 # ------------------------------------------------------------------------------------------

@@ -371,14 +371,38 @@ class _Parsed:
     skips: np.ndarray
     info: np.ndarray
     qid_state_in: int
+    out: tuple  # the output arrays, returned to the pool once copied into a shard
 
 
-def _parse(block: _Block, zero_based: bool, col_limit: int, qid_state: int, skip: bool):
-    out = sv.parse_block(
+class _OutputPool:
+    """Recycles the parser's output arrays (one set per block in flight)."""
+
+    def __init__(self):
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
+
+    def get(self, rows: int, nnz: int) -> tuple:
+        while True:
+            try:
+                out = self._free.get_nowait()
+            except queue.Empty:
+                # a little slack so blocks of about the same size reuse each other's arrays
+                return sv.alloc_outputs(rows + rows // 8 + 16, nnz + nnz // 8 + 16)
+            if out[3].shape[0] >= rows and out[1].shape[0] >= nnz:
+                return out
+
+    def put(self, out: tuple) -> None:
+        self._free.put(out)
+
+
+def _parse(block: _Block, zero_based: bool, col_limit: int, qid_state: int, skip: bool,
+           outputs: _OutputPool):
+    n_nl, n_colon = sv.count_block(block.buf, block.n)
+    out = outputs.get(n_nl + 1, n_colon)
+    res = sv.parse_block(
         block.buf, block.n, zero_based=zero_based, col_limit=col_limit, qid_state=qid_state,
-        skip_invalid=skip, max_skip_records=MAX_SKIP_EXAMPLES, padded=True,
+        skip_invalid=skip, max_skip_records=MAX_SKIP_EXAMPLES, padded=True, out=out,
     )
-    return _Parsed(block, *out, qid_state_in=qid_state)
+    return _Parsed(block, *res, qid_state_in=qid_state, out=out)
 
 
 def _token(buf, s: int, e: int) -> str:
@@ -447,18 +471,72 @@ _HINT = "; fix the line or pass --skip-invalid to skip invalid lines"
 # ------------------------------------------------------------------------------------------
 # Shards
 # ------------------------------------------------------------------------------------------
+class _ShardBuffer:
+    """Arrays one shard is assembled in (reused for later shards once written)."""
+
+    def __init__(self, rows: int, nnz: int, has_qid: bool):
+        self.indptr = np.empty(rows + 1, np.int64)
+        self.indptr[0] = 0
+        self.indices = np.empty(nnz, np.int32)
+        self.data = np.empty(nnz, np.float32)
+        self.y = np.empty(rows, np.float64)
+        self.qid = np.empty(rows, np.int64) if has_qid else None
+
+    def reserve(self, rows: int, nnz: int) -> None:
+        """Grow (doubling, keeping the content) to hold ``rows`` rows and ``nnz`` entries."""
+        if rows > self.y.shape[0]:
+            cap = max(rows, 2 * self.y.shape[0])
+            self.indptr = _grow(self.indptr, cap + 1)
+            self.y = _grow(self.y, cap)
+            if self.qid is not None:
+                self.qid = _grow(self.qid, cap)
+        if nnz > self.indices.shape[0]:
+            cap = max(nnz, 2 * self.indices.shape[0])
+            self.indices = _grow(self.indices, cap)
+            self.data = _grow(self.data, cap)
+
+
+def _grow(a: np.ndarray, n: int) -> np.ndarray:
+    b = np.empty(n, a.dtype)
+    b[: a.shape[0]] = a
+    return b
+
+
 class _ShardBuilder:
-    """Collects parsed rows and cuts them into shards of at most shard_rows / shard_bytes."""
+    """Copies parsed rows into shard buffers, cut at shard_rows / shard_bytes.
+
+    Shard buffers come from a small pool and return to it once the writer thread has
+    written them, so steady state copies into warm memory (no page faults, no zeroing).
+    """
 
     def __init__(self, shard_rows: int | None, shard_bytes: int | None, has_qid: bool):
         self.shard_rows = shard_rows
         self.shard_bytes = shard_bytes
         self.row_bytes = 16 + (8 if has_qid else 0)  # indptr + label (+ qid) per row
         self.has_qid = has_qid
-        self.pieces: list[tuple] = []
+        self.free: queue.SimpleQueue = queue.SimpleQueue()
+        rows_cap = shard_rows if shard_rows is not None else 1 << 62
+        nnz_cap = 1 << 62
+        if shard_bytes is not None:
+            rows_cap = min(rows_cap, shard_bytes // self.row_bytes + 1)
+            nnz_cap = shard_bytes // 8 + 1
+        # start small; buffers grow to what the shards need and keep that size
+        self.init_rows = int(min(rows_cap, 1 << 18))
+        self.init_nnz = int(min(nnz_cap, 1 << 22))
+        self.buf: _ShardBuffer | None = None
         self.rows = 0
         self.nnz = 0
         self.max_col = -1
+
+    def release(self, buf: _ShardBuffer) -> None:
+        """A shard buffer the writer is done with."""
+        self.free.put(buf)
+
+    def _take(self) -> _ShardBuffer:
+        try:
+            return self.free.get_nowait()
+        except queue.Empty:
+            return _ShardBuffer(self.init_rows, self.init_nnz, self.has_qid)
 
     def _fits(self, indptr: np.ndarray, a: int, b: int) -> int:
         """How many of rows a..b-1 fit into the current shard (at least 1 for an empty shard)."""
@@ -467,27 +545,40 @@ class _ShardBuilder:
             m = min(m, self.shard_rows - self.rows)
         if self.shard_bytes is not None and m > 0:
             budget = self.shard_bytes - (self.rows * self.row_bytes + self.nnz * 8)
-            cost = (
-                np.arange(1, m + 1, dtype=np.int64) * self.row_bytes
-                + (indptr[a + 1 : a + m + 1] - indptr[a]) * 8
-            )
-            m = int(np.searchsorted(cost, budget, side="right"))
+            # the cost of the first j rows grows with j: binary search on it
+            base = int(indptr[a])
+            lo, hi = 0, m
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                cost = mid * self.row_bytes + (int(indptr[a + mid]) - base) * 8
+                if cost <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            m = lo
         if m == 0 and self.rows == 0:
             m = 1
         return m
 
     def add(self, indptr, indices, data, labels, qids, n_rows: int, max_col: int):
-        """Add rows; yields every shard completed on the way."""
+        """Copy rows in; yields every shard completed on the way."""
         a = 0
         while a < n_rows:
             m = self._fits(indptr, a, n_rows)
             if m > 0:
                 b = a + m
                 k0, k1 = int(indptr[a]), int(indptr[b])
-                self.pieces.append((
-                    indptr[a : b + 1], indices[k0:k1], data[k0:k1], labels[a:b],
-                    qids[a:b] if self.has_qid else None,
-                ))
+                if self.buf is None:
+                    self.buf = self._take()
+                sb = self.buf
+                r, z = self.rows, self.nnz
+                sb.reserve(r + m, z + k1 - k0)
+                np.subtract(indptr[a + 1 : b + 1], k0 - z, out=sb.indptr[r + 1 : r + m + 1])
+                sb.indices[z : z + k1 - k0] = indices[k0:k1]
+                sb.data[z : z + k1 - k0] = data[k0:k1]
+                sb.y[r : r + m] = labels[a:b]
+                if self.has_qid:
+                    sb.qid[r : r + m] = qids[a:b]
                 self.rows += m
                 self.nnz += k1 - k0
                 self.max_col = max(self.max_col, max_col)
@@ -502,34 +593,21 @@ class _ShardBuilder:
             return self.rows * self.row_bytes + self.nnz * 8 >= self.shard_bytes
         return False
 
-    def flush(self) -> tuple[Shard, int] | None:
+    def flush(self) -> tuple[Shard, int, _ShardBuffer] | None:
+        """The current shard (views into its buffer), its width and the buffer."""
         if not self.rows:
             return None
-        indptr = np.empty(self.rows + 1, np.int64)
-        indptr[0] = 0
-        r = 1
-        base = 0
-        for ip, *_ in self.pieces:
-            m = ip.shape[0] - 1
-            indptr[r : r + m] = ip[1:] - ip[0] + base
-            base += int(ip[-1] - ip[0])
-            r += m
-        if len(self.pieces) == 1:
-            _, indices, data, y, q = self.pieces[0]
-            indices, data, y = indices.copy(), data.copy(), y.copy()
-            q = None if q is None else q.copy()
-        else:
-            indices = np.concatenate([p[1] for p in self.pieces])
-            data = np.concatenate([p[2] for p in self.pieces])
-            y = np.concatenate([p[3] for p in self.pieces])
-            q = np.concatenate([p[4] for p in self.pieces]) if self.has_qid else None
-        shard = Shard(indptr, indices, data, y, q)
-        n_features = self.max_col + 1
-        self.pieces = []
+        sb, r, z = self.buf, self.rows, self.nnz
+        shard = Shard(
+            sb.indptr[: r + 1], sb.indices[:z], sb.data[:z], sb.y[:r],
+            sb.qid[:r] if self.has_qid else None,
+        )
+        item = (shard, self.max_col + 1, sb)
+        self.buf = None
         self.rows = 0
         self.nnz = 0
         self.max_col = -1
-        return shard, n_features
+        return item
 
 
 class _WriterThread:
@@ -537,6 +615,7 @@ class _WriterThread:
 
     def __init__(self, writer: StoreWriter):
         self.writer = writer
+        self.release: Callable[[_ShardBuffer], None] | None = None
         self.q: queue.Queue = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.shards = 0
@@ -550,12 +629,15 @@ class _WriterThread:
                 return
             if self.error is not None:
                 continue
-            shard, nf = item
+            shard, nf, buf = item
             try:
                 self.writer.add(shard, n_features=nf)
                 self.shards += 1
             except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
                 self.error = e
+            del shard, item
+            if self.release is not None:
+                self.release(buf)
 
     def _check(self) -> None:
         if self.error is not None:
@@ -787,6 +869,7 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
     """The main loop: blocks in, checked rows to the shard builder, shards to the writer."""
 
     buffers = _BufferPool()
+    outputs = _OutputPool()
 
     def blocks():
         for i, (inp, path) in enumerate(zip(infos, paths, strict=True)):
@@ -802,7 +885,7 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
 
     def submit(block: _Block) -> None:
         pending.append(pool.submit(_parse, block, zero_based, col_limit, qid_state,
-                                   skip_invalid))
+                                   skip_invalid, outputs))
 
     try:
         src_done = False
@@ -879,6 +962,7 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
             if n_rows:
                 if builder is None:
                     builder = _ShardBuilder(shard_rows, shard_bytes, qid_state == 1)
+                    wt.release = builder.release
                 stats.rows += n_rows
                 stats.nnz += nnz
                 for item in builder.add(indptr, indices, data, labels, qids, n_rows,
@@ -888,6 +972,8 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
             if blk.last and rows_in[blk.input_index] == 0 and len(paths) > 1:
                 log.warning("%s: no data rows", inp.name)
             buffers.put(blk.buf)
+            outputs.put(res.out)
+            del res
         if builder is not None:
             item = builder.flush()
             if item is not None:

@@ -57,6 +57,8 @@ E_NO_COLON = 15  # feature token without ':'
 E_INDEX_LIMIT = 16  # index beyond the declared number of features / int32 range
 
 N_ERROR_CODES = 17
+#: internal: the fallback table passed in is full (the wrapper retries with a bigger one)
+E_FALLBACK_FULL = 99
 
 #: Layout of the ``info`` array returned by :func:`parse_block`.
 I_STATUS = 0  # error code of the first error (0 when none, or when skipped)
@@ -406,12 +408,13 @@ POW10_INT = np.array([10**k for k in range(19)], dtype=np.int64)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _load8(b64, q):
-    """The 8 bytes buf[q:q+8] as a little-endian uint64 (from two aligned words)."""
-    i = q >> 3
+def _word_at(lo, hi, q):
+    """The 8 bytes at offset q from the two aligned words around it (little-endian).
+
+    The caller loads ``lo = b64[q >> 3]`` and ``hi = b64[(q >> 3) + 1]`` itself: a helper
+    taking the array would cost an atomic reference count increment and decrement per call.
+    """
     sh = np.uint64(q & 7) << np.uint64(3)
-    lo = b64[i]
-    hi = b64[i + 1]
     return (lo >> sh) | ((hi << (_U56 + _U7 - sh)) << _U1)
 
 
@@ -434,16 +437,8 @@ def _digits_value(w, k):
 
 
 @njit(cache=True, nogil=True)
-def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
-                 max_skip_records):
-    """See :func:`parse_block`.
-
-    One fused pass over the bytes. Feature tokens of the common shape ``123:-0.456`` are
-    parsed in a single scan (index digits, colon, value digits); anything else (exponents,
-    signs on indices, qid:, errors) takes the general path through :func:`_parse_number`.
-    Per-token helper calls that take arrays are avoided: numba reference-counts array
-    arguments on every call, which cost more than the parsing itself.
-    """
+def count_block(buf, n):
+    """(newlines, colons) in buf[:n]: bounds on the rows (newlines + 1) and non-zeros."""
     n_nl = 0
     n_colon = 0
     for i in range(n):
@@ -452,13 +447,20 @@ def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
             n_nl += 1
         elif c == _COLON:
             n_colon += 1
-    max_rows = n_nl + 1
-    indptr = np.empty(max_rows + 1, np.int64)
-    indices = np.empty(n_colon, np.int32)
-    data = np.empty(n_colon, np.float32)
-    labels = np.empty(max_rows, np.float64)
-    qids = np.zeros(max_rows, np.int64)
-    fb = np.empty((16, 4), np.int64)
+    return n_nl, n_colon
+
+
+@njit(cache=True, nogil=True)
+def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
+                 max_skip_records, indptr, indices, data, labels, qids, fb):
+    """See :func:`parse_block`.
+
+    One fused pass over the bytes. Feature tokens of the common shape ``123:-0.456`` are
+    parsed in a single scan (index digits, colon, value digits); anything else (exponents,
+    signs on indices, qid:, errors) takes the general path through :func:`_parse_number`.
+    Per-token helper calls that take arrays are avoided: numba reference-counts array
+    arguments on every call, which cost more than the parsing itself.
+    """
     skips = np.zeros((max_skip_records, 3), np.int64)
     info = np.zeros(N_INFO, np.int64)
     indptr[0] = 0
@@ -507,14 +509,13 @@ def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
                     err = E_LABEL_INF
                 elif st == _NUM_FALLBACK:
                     if n_fb == fb.shape[0]:
-                        bigger = np.empty((2 * n_fb, 4), np.int64)
-                        bigger[:n_fb] = fb
-                        fb = bigger
-                    fb[n_fb, 0] = -(row + 1)
-                    fb[n_fb, 1] = ts
-                    fb[n_fb, 2] = te
-                    fb[n_fb, 3] = line
-                    n_fb += 1
+                        err = E_FALLBACK_FULL
+                    else:
+                        fb[n_fb, 0] = -(row + 1)
+                        fb[n_fb, 1] = ts
+                        fb[n_fb, 2] = te
+                        fb[n_fb, 3] = line
+                        n_fb += 1
                     v = 0.0
                 labels[row] = v
             if err != 0:
@@ -537,7 +538,7 @@ def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
                 ineg = False
                 st = _NUM_OK
                 v = 0.0
-                w = _load8(b64, p)
+                w = _word_at(b64[p >> 3], b64[(p >> 3) + 1], p)
                 kd = _digit_run(w)
                 if 0 < kd < 8 and ((w >> np.uint64(8 * kd)) & _UFF) == _COLON:
                     idx = _digits_value(w, kd)
@@ -547,7 +548,7 @@ def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
                     if buf[q] == _MINUS:
                         vneg = True
                         q += 1
-                    w = _load8(b64, q)
+                    w = _word_at(b64[q >> 3], b64[(q >> 3) + 1], q)
                     kd = _digit_run(w)
                     man = 0
                     if 0 < kd:
@@ -558,14 +559,14 @@ def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
                     q += kd
                     if kd < 8 and c == _DOT:
                         q += 1
-                        w = _load8(b64, q)
+                        w = _word_at(b64[q >> 3], b64[(q >> 3) + 1], q)
                         kd = _digit_run(w)
                         if kd > 0:
                             man = man * POW10_INT[kd] + _digits_value(w, kd)
                         nfrac = kd
                         q += kd
                         while kd == 8 and nfrac <= 16:
-                            w = _load8(b64, q)
+                            w = _word_at(b64[q >> 3], b64[(q >> 3) + 1], q)
                             kd = _digit_run(w)
                             if kd > 0:
                                 man = man * POW10_INT[kd] + _digits_value(w, kd)
@@ -681,9 +682,8 @@ def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
                         break
                     # _NUM_FALLBACK: Python converts it after the kernel
                     if n_fb == fb.shape[0]:
-                        bigger = np.empty((2 * n_fb, 4), np.int64)
-                        bigger[:n_fb] = fb
-                        fb = bigger
+                        err = E_FALLBACK_FULL
+                        break
                     fb[n_fb, 0] = k
                     fb[n_fb, 1] = colon + 1
                     fb[n_fb, 2] = te
@@ -715,7 +715,7 @@ def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
                 ee = eol
                 extra = qid_state
         if err != 0:
-            if not skip_invalid:
+            if not skip_invalid or err == E_FALLBACK_FULL:
                 info[I_STATUS] = err
                 info[I_ERR_LINE] = line
                 info[I_ERR_START] = es
@@ -727,7 +727,7 @@ def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
                 info[I_QID_STATE] = qid_state
                 info[I_MAX_COL] = max_col
                 info[I_LINES] = n_lines
-                return indptr, indices, data, labels, qids, fb, skips, info
+                return skips, info
             k = k0
             n_fb = fb0
             n_skipped += 1
@@ -751,7 +751,7 @@ def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
     info[I_FALLBACK] = n_fb
     info[I_MAX_COL] = max_col
     info[I_LINES] = n_lines
-    return indptr, indices, data, labels, qids, fb, skips, info
+    return skips, info
 
 
 def parse_block(
@@ -764,6 +764,7 @@ def parse_block(
     skip_invalid: bool = False,
     max_skip_records: int = 8,
     padded: bool = False,
+    out: tuple | None = None,
 ):
     """Parse complete lines of SVMlight text into CSR arrays (one numba call, no GIL).
 
@@ -789,6 +790,10 @@ def parse_block(
         ``buf`` is 8-byte aligned and has at least :data:`PAD` spare bytes after ``n`` that
         the parser may overwrite (the fast path reads 8 bytes at a time); otherwise the text
         is copied into such a buffer first.
+    out : tuple of arrays, optional
+        Output arrays (indptr, indices, data, labels, qids) to fill, e.g. from
+        :func:`alloc_outputs`, with room for ``newlines + 1`` rows and ``colons`` entries
+        (see :func:`count_block`); default: allocated here.
 
     Returns
     -------
@@ -816,9 +821,31 @@ def parse_block(
         raise ValueError("parse_block needs PAD spare bytes after the text and an 8-byte "
                          "aligned buffer (or padded=False)")
     buf[n : n + PAD] = _NL
-    return _parse_block(
-        buf, buf[:m].view(np.uint64), n, bool(zero_based), int(col_limit), int(qid_state),
-        bool(skip_invalid), int(max(1, max_skip_records)),
+    if out is None:
+        n_nl, n_colon = count_block(buf, n)
+        out = alloc_outputs(n_nl + 1, n_colon)
+    indptr, indices, data, labels, qids = out
+    fb_rows = 1024
+    while True:
+        fb = np.empty((fb_rows, 4), np.int64)
+        skips, info = _parse_block(
+            buf, buf[:m].view(np.uint64), n, bool(zero_based), int(col_limit), int(qid_state),
+            bool(skip_invalid), int(max(1, max_skip_records)), indptr, indices, data, labels,
+            qids, fb,
+        )
+        if info[I_STATUS] != E_FALLBACK_FULL:
+            return indptr, indices, data, labels, qids, fb, skips, info
+        fb_rows *= 16  # rare: many numbers only Python's float can convert; parse again
+
+
+def alloc_outputs(max_rows: int, max_nnz: int):
+    """Output arrays for :func:`parse_block`: indptr, indices, data, labels, qids."""
+    return (
+        np.empty(max_rows + 1, np.int64),
+        np.empty(max_nnz, np.int32),
+        np.empty(max_nnz, np.float32),
+        np.empty(max_rows, np.float64),
+        np.empty(max_rows, np.int64),
     )
 
 
@@ -853,7 +880,8 @@ def resolve_fallbacks(buf, fallback, n_fallback, data, labels):
         slot, s, e, line = (int(x) for x in fallback[i])
         v = float(bytes(buf[s:e]))
         if slot >= 0:
-            v32 = np.float32(v)
+            with np.errstate(over="ignore"):
+                v32 = np.float32(v)
             if not np.isfinite(v32):
                 bad.append((slot, line, E_VALUE_INF, s, e))
             data[slot] = v32
