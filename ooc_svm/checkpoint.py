@@ -100,6 +100,16 @@ class Checkpointer:
         tmp = os.path.join(self.directory, f".{name}.part-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
+        try:
+            self._write(tmp, final, name, iteration, scalars, arrays, shard_states)
+        except BaseException:
+            # e.g. Ctrl-C while writing: the previous checkpoint stays the latest
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._prune(name)
+        return final
+
+    def _write(self, tmp, final, name, iteration, scalars, arrays, shard_states) -> None:
         meta = {
             "format": CHECKPOINT_FORMAT,
             "solver": self.solver,
@@ -136,8 +146,6 @@ class Checkpointer:
             os.fsync(f.fileno())
         os.replace(latest_tmp, os.path.join(self.directory, "LATEST"))
         _fsync_dir(self.directory)
-        self._prune(name)
-        return final
 
     def _prune(self, newest: str) -> None:
         names = sorted(n for n in os.listdir(self.directory) if n.startswith("ckpt-"))

@@ -92,7 +92,11 @@ DEFAULTS = {
     "working_rows": 0,  # 0: derived from working_mb
     "seed": 0,
     "max_iter": 10_000_000,
+    "checkpoint_every": 100_000,
 }
+
+#: ``--checkpoint`` works for the in-memory wss2 path (the whole problem within --working-mb).
+SUPPORTS_CHECKPOINT = True
 
 STOPPING_RULE = (
     "wss2: maximal violating pair m(a)-M(a) <= tol over all rows (LIBSVM); platt: an "
@@ -857,10 +861,17 @@ def _budget_rows(store, p) -> int:
 # ============================================================================================
 # solve
 # ============================================================================================
-def solve(store, engine, params: dict, callback=None) -> Result:
-    """Train with SMO; see the module docstring for the problem and the stopping rules."""
+def solve(store, engine, params: dict, callback=None, checkpoint=None) -> Result:
+    """Train with SMO; see the module docstring for the problem and the stopping rules.
+
+    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), the in-memory wss2
+    solver saves α, G and Ḡ every ``checkpoint_every`` SMO steps and, when resuming, starts
+    from the latest checkpoint; the run is split into the same chunks either way, so a
+    resumed run ends with exactly the model of an uninterrupted one.
+    """
     t0 = time.perf_counter()
     p, C, tol, kp = _params(store, params)
+    p["_checkpoint"] = checkpoint
     neg, pos = binary_classes(store.meta)
     if store.meta.n_rows < 2:
         raise SolverError("smo needs at least two rows")
@@ -875,6 +886,8 @@ def solve(store, engine, params: dict, callback=None) -> Result:
             callback(rec)
 
     if p["selection"] == "platt":
+        if checkpoint is not None:
+            raise SolverError("smo: --checkpoint is supported with --selection wss2 only")
         out = _solve_platt(store, engine, state, p, C, tol, kp, pos, report)
     else:
         out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report)
@@ -922,17 +935,54 @@ def solve(store, engine, params: dict, callback=None) -> Result:
 # --------------------------------------------------------------------------------------------
 # wss2
 # --------------------------------------------------------------------------------------------
-def _run_wss2(W: WorkingRows, p_lin, kp, C, tol, cache_mb, max_iter, shrinking, n_features):
+def _run_wss2(W: WorkingRows, p_lin, kp, C, tol, cache_mb, max_iter, shrinking, n_features,
+              every: int = 0, checkpoint=None, report=None):
+    """LIBSVM's solver on the rows of ``W`` (α updated in place).
+
+    With ``every`` > 0 the solver runs in chunks of at most ``every`` SMO steps (the gradient
+    is reconstructed and shrinking restarts between chunks — still LIBSVM's algorithm, and
+    the same chunks with or without checkpoints); after each chunk α, G and Ḡ go to
+    ``checkpoint`` and a progress record to ``report``.
+    """
     X = _x_tuple(W)
     kt = _kernel_tuple(kp)
-    sc = _cache_for(cache_mb, W.n)
     work = np.zeros(max(n_features, int(W.indices.max()) + 1 if W.indices.size else 1))
     G = np.empty(W.n)
     G_bar = np.empty(W.n)
     QD = _diag(X, kt)
-    it, gap, status = _wss2_solve(X, kt, sc.arrays(), work, W.alpha, G, G_bar, p_lin, QD, C,
-                                  tol, max_iter, bool(shrinking), True)
-    return int(it), G, sc.stats_dict(), int(status)
+    total, chunk, init = 0, 0, True
+    stats = {"hits": 0, "misses": 0, "evictions": 0}
+    if checkpoint is not None and checkpoint.resume:
+        data = checkpoint.load()
+        if data is not None:
+            if data.arrays["alpha"].shape != W.alpha.shape:
+                raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+            W.alpha[:] = data.arrays["alpha"]
+            G[:] = data.arrays["G"]
+            G_bar[:] = data.arrays["G_bar"]
+            total, chunk, init = int(data.scalars["iterations"]), data.iteration, False
+            log.info("smo: resuming after %d SMO steps", total)
+    step = int(every) if every and every > 0 else int(max_iter)
+    while True:
+        sc = _cache_for(cache_mb, W.n)  # a fresh cache: shrinking restarts in every chunk
+        it, gap, status = _wss2_solve(X, kt, sc.arrays(), work, W.alpha, G, G_bar, p_lin, QD,
+                                      C, tol, max(1, min(step, int(max_iter) - total)),
+                                      bool(shrinking), init)
+        init = False
+        total += int(it)
+        chunk += 1
+        for k, v in sc.stats_dict().items():
+            stats[k] = stats.get(k, 0) + v
+        if status == 0 or total >= max_iter:
+            break
+        if report is not None:
+            report({"iteration": chunk, "violation": float(gap), "working_set": W.n,
+                    "smo_iterations": total, "objective": float(0.5 * np.dot(W.alpha,
+                                                                             G + p_lin))})
+        if checkpoint is not None:
+            checkpoint.save(chunk, scalars={"iterations": total},
+                            arrays={"alpha": W.alpha, "G": G, "G_bar": G_bar})
+    return total, G, stats, int(status)
 
 
 def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report):
@@ -946,7 +996,8 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report):
         W = fetch_rows(store, engine, np.arange(n), pos)
         p_lin = -np.ones(W.n)
         it, G, cs, status = _run_wss2(W, p_lin, kp, C, tol, p["cache_mb"], max_iter,
-                                      p["shrinking"], nf)
+                                      p["shrinking"], nf, every=int(p["checkpoint_every"]),
+                                      checkpoint=p["_checkpoint"], report=report)
         rho, m_up, m_low = _rho_and_gap(W.y, W.alpha, G, C)
         dual = float(0.5 * np.dot(W.alpha, G + p_lin))
         sv = np.flatnonzero(W.alpha > 0)
@@ -964,6 +1015,11 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report):
         if status != 0:
             log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, m_up - m_low)
         return W.take(sv), -float(rho), it, extra, dual
+    if p["_checkpoint"] is not None:
+        raise SolverError(
+            "smo: --checkpoint needs the whole problem in memory (raise --working-mb); "
+            "the out-of-core decomposition does not checkpoint yet"
+        )
     return _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, budget)
 
 
