@@ -311,8 +311,8 @@ def test_blocks_threads_and_shard_sizes_agree(tmp_path):
     ref = sk_load_text(text)
     for i, (block_mb, threads, kw) in enumerate([
         (8.0, 1, {"shard_rows": 1000}),
-        (0.005, 2, {"shard_rows": 211}),
-        (0.002, 3, {"shard_mb": 0.05}),
+        (0.005, 2, {"shard_rows": 211, "writer_threads": 3}),
+        (0.002, 3, {"shard_mb": 0.05, "writer_threads": 1}),
         (1e-9, 2, {"shard_rows": 500, "shard_mb": 0.04}),
     ]):
         out = tmp_path / f"r{i}.zarr"

@@ -610,31 +610,42 @@ class _ShardBuilder:
         return item
 
 
-class _WriterThread:
-    """Writes shards in the background (one queued, one being written)."""
+class _ShardWriters:
+    """Writes shards in background threads.
 
-    def __init__(self, writer: StoreWriter):
+    The main thread enters each shard in the store's table in row order
+    (:meth:`StoreWriter.reserve`); ``n_threads`` threads then compress and write shards
+    concurrently (:meth:`StoreWriter.write_reserved`): compression is the most expensive
+    step after parsing. At most one shard waits in the queue.
+    """
+
+    def __init__(self, writer: StoreWriter, n_threads: int):
         self.writer = writer
         self.release: Callable[[_ShardBuffer], None] | None = None
         self.q: queue.Queue = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.shards = 0
-        self.t = threading.Thread(target=self._run, name="ooc-svm-ingest-writer", daemon=True)
-        self.t.start()
+        self._lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._run, name=f"ooc-svm-ingest-writer-{i}", daemon=True)
+            for i in range(max(1, n_threads))
+        ]
+        for t in self.threads:
+            t.start()
 
     def _run(self) -> None:
         while True:
             item = self.q.get()
             if item is None:
                 return
-            if self.error is not None:
-                continue
-            shard, nf, buf = item
-            try:
-                self.writer.add(shard, n_features=nf)
-                self.shards += 1
-            except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
-                self.error = e
+            info, shard, buf = item
+            if self.error is None:
+                try:
+                    self.writer.write_reserved(info, shard)
+                    with self._lock:
+                        self.shards += 1
+                except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+                    self.error = e
             del shard, item
             if self.release is not None:
                 self.release(buf)
@@ -644,34 +655,42 @@ class _WriterThread:
             raise self.error
 
     def put(self, item) -> None:
+        """Enter a shard in the table (here, in row order) and queue it for writing."""
         self._check()
+        shard, nf, buf = item
+        info = self.writer.reserve(shard, n_features=nf)
         while True:
             try:
-                self.q.put(item, timeout=0.2)
+                self.q.put((info, shard, buf), timeout=0.2)
                 return
             except queue.Full:
                 self._check()
-                if not self.t.is_alive():
-                    raise StoreError("ingest writer thread stopped unexpectedly") from None
+                if not any(t.is_alive() for t in self.threads):
+                    raise StoreError("ingest writer threads stopped unexpectedly") from None
 
     def close(self) -> None:
         """Wait for every queued shard; re-raise a write error."""
-        if self.t.is_alive():
+        for _ in self.threads:
             self.q.put(None)
-            self.t.join()
+        for t in self.threads:
+            t.join()
         self._check()
 
     def abandon(self) -> None:
-        """Stop after the shard being written (errors ignored; the store is aborted anyway)."""
+        """Stop after the shards being written (the store is aborted anyway)."""
         self.error = self.error or RuntimeError("abandoned")
         try:
             while True:
                 self.q.get_nowait()
         except queue.Empty:
             pass
-        if self.t.is_alive():
-            self.q.put(None)
-            self.t.join(timeout=60)
+        for _ in self.threads:
+            try:
+                self.q.put(None, timeout=60)
+            except queue.Full:
+                break
+        for t in self.threads:
+            t.join(timeout=60)
 
 
 # ------------------------------------------------------------------------------------------
@@ -728,6 +747,7 @@ def ingest_with_stats(
     skip_invalid: bool = False,
     block_mb: float = DEFAULT_BLOCK_MB,
     threads: int | None = None,
+    writer_threads: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[StoreMeta, IngestStats]:
     """Ingest text into a store; returns ``(metadata, statistics)``.
@@ -762,6 +782,8 @@ def ingest_with_stats(
         Text block size handed to the parser.
     threads : int, optional
         Parser threads (default: usable CPUs, at most 4).
+    writer_threads : int, optional
+        Threads compressing and writing shards (default: 2, or 1 with one parser thread).
     progress : callable, optional
         Called with the number of input bytes consumed since the last call.
     """
@@ -820,7 +842,7 @@ def ingest_with_stats(
     ) as writer:
         qid_state = -1 if writer.has_qid is None else int(bool(writer.has_qid))
         rows_before = writer.n_rows
-        wt = _WriterThread(writer)
+        wt = _ShardWriters(writer, writer_threads or min(2, n_threads))
         stop = threading.Event()
         pool = ThreadPoolExecutor(n_threads, thread_name_prefix="ooc-svm-ingest-parse")
         ok = False

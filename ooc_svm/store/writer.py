@@ -132,6 +132,25 @@ class StoreWriter:
     # -- writing --------------------------------------------------------------------------
     def add(self, shard: Shard, n_features: int | None = None) -> ShardInfo:
         """Write one shard (its ``row_start`` is assigned here) and return its table entry."""
+        name = self._next_name(shard)
+        self._writer.write(name, shard)
+        return self._enter(shard, name, n_features, shard_checksum(shard))
+
+    def reserve(self, shard: Shard, n_features: int | None = None) -> ShardInfo:
+        """:meth:`add` in two steps, for writing several shards concurrently: this first step
+        gives the shard its name and ``row_start`` and enters it in the shard table without
+        writing it. Call it in row order from one thread; :meth:`write_reserved` may then run
+        in other threads, and every call must have returned before :meth:`commit`."""
+        return self._enter(shard, self._next_name(shard), n_features, "")
+
+    def write_reserved(self, info: ShardInfo, shard: Shard) -> ShardInfo:
+        """Second step of :meth:`reserve`: write the shard and record its checksum.
+        Thread-safe for different shards."""
+        self._writer.write(info.name, shard)
+        info.checksum = shard_checksum(shard)
+        return info
+
+    def _next_name(self, shard: Shard) -> str:
         has_qid = shard.qid is not None
         if self.has_qid is None:
             self.has_qid = has_qid
@@ -141,9 +160,10 @@ class StoreWriter:
                 "every row or on none"
             )
         shard.row_start = self.n_rows
-        name = shard_name(len(self.shards))
-        self._writer.write(name, shard)
-        info = ShardInfo(name, self.n_rows, shard.n_rows, shard.nnz, shard_checksum(shard))
+        return shard_name(len(self.shards))
+
+    def _enter(self, shard: Shard, name: str, n_features: int | None, checksum: str):
+        info = ShardInfo(name, self.n_rows, shard.n_rows, shard.nnz, checksum)
         self.shards.append(info)
         self.n_rows += shard.n_rows
         self.nnz += shard.nnz
