@@ -267,9 +267,19 @@ class DaskEngine(Engine):
                 # Our placement keeps shard j (its cache and state) on one worker; stealing
                 # would move tasks away from their data for little gain on equal shards.
                 # The AMM would drop the replicas that protect per-shard state.
+                # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also turns
+                # off glibc's dynamic mmap threshold: every decoded shard array then comes
+                # from fresh pages (page faults ~2x the decode CPU, measured). Our workers
+                # allocate shard-sized arrays over and over, so they keep glibc's defaults.
+                env = {k: v for k, v in (dask.config.get(
+                    "distributed.nanny.pre-spawn-environ", default={}) or {}).items()
+                    if k != "MALLOC_TRIM_THRESHOLD_"}
+                if os.environ.get("MALLOC_TRIM_THRESHOLD_") == "65536":  # left by a nanny
+                    os.environ.pop("MALLOC_TRIM_THRESHOLD_")
                 with dask.config.set({
                     "distributed.scheduler.work-stealing": False,
                     "distributed.scheduler.active-memory-manager.start": False,
+                    "distributed.nanny.pre-spawn-environ": env,
                 }), warnings.catch_warnings():
                     # the scheduler's HTTP endpoint falls back to a free port: not our concern
                     warnings.filterwarnings("ignore", message="Port .* is already in use")
