@@ -288,8 +288,11 @@ def test_input_is_directory(tmp_path, capsys):
 
 def test_missing_store_argument(tmp_path, capsys):
     (tmp_path / "a.svm").write_text(GOOD)
-    assert main(["ingest", str(tmp_path / "a.svm")]) == 2
-    assert "give at least one INPUT and the STORE" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["ingest", str(tmp_path / "a.svm")])
+    assert e.value.code == 2
+    assert "required: STORE" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["a.svm"]
 
 
 def test_bad_options(tmp_path):

@@ -27,8 +27,10 @@ def add_parser(sub) -> None:
             "  zcat big.svm.gz | ooc-svm ingest - big.zarr --shard-mb 128"
         ),
     )
-    p.add_argument("paths", nargs="+", metavar="INPUT... STORE",
-                   help="input files ('-' for stdin), then the destination store")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="SVMlight/LIBSVM text file: plain, .gz, .bz2, .xz, or '-' for stdin")
+    p.add_argument("store", metavar="STORE",
+                   help="destination store (*.parquet / *.pq: Parquet, else Zarr)")
     p.add_argument("--format", choices=["zarr", "parquet"], default=None,
                    help="store backend (default: parquet for *.parquet / *.pq, else zarr)")
     p.add_argument("--zero-based", action="store_true",
@@ -70,11 +72,7 @@ def run(args) -> int:
 
     from ..store.ingest import DEFAULT_BLOCK_MB, ingest_with_stats
 
-    if len(args.paths) < 2:
-        print("ooc-svm ingest: error: give at least one INPUT and the STORE "
-              "(e.g. `ooc-svm ingest data.svm data.zarr`)", file=sys.stderr)
-        return 2
-    *inputs, store = args.paths
+    inputs, store = args.inputs, args.store
     total = 0
     for path in inputs:
         try:
