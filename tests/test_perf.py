@@ -234,6 +234,22 @@ def test_compact_accumulators_and_float32_working_set(tmp_path, monkeypatch):
                                                                                2, 0, 0])
 
 
+def test_many_features_default_threshold(tmp_path):
+    """200,000 columns, a few hundred rows: the compact per-shard accumulators and sparse
+    planes are used without any patching, and the result is LIBLINEAR's within the bound."""
+    rng = np.random.default_rng(14)
+    n, d = 400, 200_000
+    X = _csr32(sp.random(n, d, density=1e-4, random_state=14, format="csr"))
+    y = np.where(X @ rng.normal(size=d) + 0.1 * rng.normal(size=n) > 0, 1.0, -1.0)
+    st = _store(tmp_path, X, y, shard_rows=100)
+    assert d > perf.COMPACT_MIN_DIM
+    res = train(st, "perf", C=1.0, eps=1e-3)
+    m = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
+    p_ref = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), 1.0)
+    check_guarantee(res, p_ref, 1.0, n, 1e-3)
+    assert res.summary["working_set_mb"] < 0.5 * len(res.history) * d * 8 / 2**20
+
+
 def test_drop_inactive_bounds_working_set(tmp_path):
     X, y = _tiny_binary(5, n=2000, d=40)
     st = _store(tmp_path, X, y, shard_rows=500)

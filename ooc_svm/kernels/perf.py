@@ -362,3 +362,48 @@ def matvec(A, x):
             s += A[i, j] * x[j]
         out[i] = s
     return out
+
+
+@njit(cache=True, nogil=True)
+def merge_sparse_rows(ca, va, cb, vb):
+    """Sum of two sparse row blocks with sorted unique columns: (cols, vals (K, len))."""
+    na = ca.shape[0]
+    nb = cb.shape[0]
+    K = va.shape[0]
+    # count the union
+    i = 0
+    j = 0
+    n = 0
+    while i < na or j < nb:
+        if j >= nb or (i < na and ca[i] < cb[j]):
+            i += 1
+        elif i >= na or cb[j] < ca[i]:
+            j += 1
+        else:
+            i += 1
+            j += 1
+        n += 1
+    cols = np.empty(n, dtype=np.int64)
+    vals = np.zeros((K, n))
+    i = 0
+    j = 0
+    t = 0
+    while i < na or j < nb:
+        if j >= nb or (i < na and ca[i] < cb[j]):
+            cols[t] = ca[i]
+            for k in range(K):
+                vals[k, t] = va[k, i]
+            i += 1
+        elif i >= na or cb[j] < ca[i]:
+            cols[t] = cb[j]
+            for k in range(K):
+                vals[k, t] = vb[k, j]
+            j += 1
+        else:
+            cols[t] = ca[i]
+            for k in range(K):
+                vals[k, t] = va[k, i] + vb[k, j]
+            i += 1
+            j += 1
+        t += 1
+    return cols, vals

@@ -75,6 +75,7 @@ from ..kernels.perf import (
     cut_segment,
     cut_single,
     matvec,
+    merge_sparse_rows,
     rank_cut,
     rank_loss,
     scores_two,
@@ -165,7 +166,9 @@ def add_arguments(group) -> None:
 def _new_accumulator(shard, dim: int, K: int, with_bias: bool):
     """(acc, gidx, bias_slot, columns or None) for one shard."""
     if dim > max(COMPACT_MIN_DIM, 2 * shard.nnz):
-        cols = np.unique(shard.indices).astype(np.int64)
+        cols = np.sort(shard.indices).astype(np.int64)
+        if cols.shape[0]:
+            cols = cols[np.concatenate(([True], cols[1:] != cols[:-1]))]
         gidx = np.searchsorted(cols, shard.indices).astype(np.uint32)
         if with_bias:
             cols = np.append(cols, dim - 1)
@@ -201,15 +204,12 @@ def merge_acc(a, b):
         return out
     _, ca, va, dim = a
     _, cb, vb, _ = b
-    cols = np.union1d(ca, cb)
-    if cols.shape[0] * 4 > dim:
+    if (ca.shape[0] + cb.shape[0]) * 4 > dim:
         out = np.zeros((va.shape[0], dim))
         out[:, ca] += va
         out[:, cb] += vb
         return out
-    vals = np.zeros((va.shape[0], cols.shape[0]))
-    vals[:, np.searchsorted(cols, ca)] += va
-    vals[:, np.searchsorted(cols, cb)] += vb
+    cols, vals = merge_sparse_rows(ca, np.ascontiguousarray(va), cb, np.ascontiguousarray(vb))
     return ("s", cols, vals, dim)
 
 
@@ -437,6 +437,35 @@ class WorkingSet:
             return v.nbytes
         return v[0].nbytes + v[1].nbytes
 
+    def state(self) -> tuple[dict, dict]:
+        """(scalars, arrays) describing the whole working set, for checkpoints."""
+        arrays = {"ws_Q": self.Q, "ws_alpha": self.alpha, "ws_r": np.asarray(self.r),
+                  "ws_inactive": np.asarray(self.inactive, dtype=np.int64)}
+        for j, v in enumerate(self.vecs):
+            if isinstance(v, np.ndarray):
+                arrays[f"ws_v{j}"] = v
+            else:
+                arrays[f"ws_v{j}_idx"], arrays[f"ws_v{j}_val"] = v
+        scalars = {"ws_n": len(self.vecs), "ws_nbytes": self.nbytes, "ws_peak": self.peak,
+                   "ws_peak_bytes": self.peak_bytes, "ws_float32": self.float32,
+                   "ws_warned": self._warned}
+        return scalars, arrays
+
+    def restore(self, scalars: dict, arrays: dict) -> None:
+        """Inverse of :meth:`state`."""
+        n = int(scalars["ws_n"])
+        self.vecs = [arrays[f"ws_v{j}"] if f"ws_v{j}" in arrays
+                     else (arrays[f"ws_v{j}_idx"], arrays[f"ws_v{j}_val"]) for j in range(n)]
+        self.Q = np.array(arrays["ws_Q"], dtype=np.float64).reshape(n, n)
+        self.alpha = np.array(arrays["ws_alpha"], dtype=np.float64)
+        self.r = [float(v) for v in arrays["ws_r"]]
+        self.inactive = [int(v) for v in arrays["ws_inactive"]]
+        self.nbytes = int(scalars["ws_nbytes"])
+        self.peak = int(scalars["ws_peak"])
+        self.peak_bytes = int(scalars["ws_peak_bytes"])
+        self.float32 = int(scalars["ws_float32"])
+        self._warned = bool(scalars["ws_warned"])
+
 
 # ------------------------------------------------------------------------------------------
 # the solver
@@ -530,15 +559,28 @@ class _Progress:
             self.callback(dict(rec))
 
 
-def solve(store, engine, params: dict, callback: Callback | None = None) -> Result:
-    """Train a linear SVM with the cutting-plane algorithm (see the module docstring)."""
+#: ``--checkpoint`` / ``--resume`` are supported (Algorithm 1, both variants).
+SUPPORTS_CHECKPOINT = True
+
+
+def solve(store, engine, params: dict, callback: Callback | None = None,
+          checkpoint=None) -> Result:
+    """Train a linear SVM with the cutting-plane algorithm (see the module docstring).
+
+    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), the state (w or the
+    best point, the working set of cutting planes and its QP solution) is saved after every
+    iteration, and a resumed run continues exactly where the checkpoint was taken.
+    """
     params = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
     meta = store.meta
     if meta.n_rows == 0:
         raise SolverError("the store has no rows")
     loss, variant = _check_params(params, meta)
     if loss == "error":
-        return _solve_error(store, engine, params, variant, callback)
+        return _solve_error(store, engine, params, variant, callback, checkpoint)
+    if checkpoint is not None:
+        raise SolverError("perf: --checkpoint is supported for --loss error only (not yet "
+                          "for roc / ordinal)")
     return _solve_rank(store, engine, params, loss, variant, callback)
 
 
@@ -546,7 +588,7 @@ def _qp_atol(eps: float) -> float:
     return 1e-4 * eps
 
 
-def _solve_error(store, engine, params, variant, callback) -> Result:
+def _solve_error(store, engine, params, variant, callback, checkpoint=None) -> Result:
     meta = store.meta
     neg, pos = binary_classes(meta)
     n = meta.n_rows
@@ -575,7 +617,24 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
     converged = False
     stop = math.inf
     dual = -math.inf
+    resume = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
+    if resume is not None:
+        ws.restore(resume.scalars, resume.arrays)
+        it = int(resume.scalars["it"])
+        dual = float(resume.scalars["dual"]) if resume.scalars["dual"] is not None else -math.inf
+        prog.p0 -= int(resume.scalars["passes"])
+        log.info("perf: resuming at iteration %d", it)
+
+    def save(scalars: dict, arrays: dict) -> None:
+        if checkpoint is None:
+            return
+        wsc, wsa = ws.state()
+        checkpoint.save(it, scalars={**scalars, **wsc, "it": it, "passes": prog.passes(),
+                                     "dual": _finite(dual)}, arrays={**arrays, **wsa})
+
     if variant == "paper":
+        if resume is not None:
+            w = np.array(resume.arrays["w"], dtype=np.float64)
         while True:
             part, pt = run_single(w)
             hinge = float(part["hinge"][0])
@@ -597,6 +656,7 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
             ws.drop_inactive(max_inactive)
             w, dual, _ = ws.solve(Cp, atol)
             it += 1
+            save({}, {"w": w})
         w_final, obj_final, xi_final = w, obj, xi_new
     else:
         kv = _line_grid(params["line_points"])
@@ -606,16 +666,21 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
         # three dense ones within the working-set budget
         K = int(max(min(K, 2), min(K, ws.limit / (3 * 8.0 * dim))))
         kg = _cut_grid(K, mu)
-        part, pt = run_single(w)
-        hinge = float(part["hinge"][0])
-        wb = w.copy()
-        Pb = 0.5 * float(vdot(wb, wb)) + C * hinge
-        xib = hinge / n
-        prog.emit({
-            "iteration": 0, "objective": Pb, "xi": xib, "violation": None,
-            "working_set": 0, "pass_seconds": pt, "lower_bound": None, "step": 0.0,
-        })
-        ws.add(acc_row(part["g"], 0) / n, float(part["cnt"][0]) / n)
+        if resume is not None:
+            wb = np.array(resume.arrays["wb"], dtype=np.float64)
+            Pb, xib = float(resume.scalars["Pb"]), float(resume.scalars["xib"])
+        else:
+            part, pt = run_single(w)
+            hinge = float(part["hinge"][0])
+            wb = w.copy()
+            Pb = 0.5 * float(vdot(wb, wb)) + C * hinge
+            xib = hinge / n
+            prog.emit({
+                "iteration": 0, "objective": Pb, "xi": xib, "violation": None,
+                "working_set": 0, "pass_seconds": pt, "lower_bound": None, "step": 0.0,
+            })
+            ws.add(acc_row(part["g"], 0) / n, float(part["cnt"][0]) / n)
+            save({"Pb": Pb, "xib": xib}, {"wb": wb})
         while True:
             it += 1
             wc, dual, _ = ws.solve(Cp, atol)
@@ -655,6 +720,7 @@ def _solve_error(store, engine, params, variant, callback) -> Result:
             cnt = float(part["cnt"][: p + 1].sum())
             ws.add(g / n, cnt / n)
             ws.drop_inactive(max_inactive)
+            save({"Pb": Pb, "xib": xib}, {"wb": wb})
         w_final, obj_final, xi_final = wb, Pb, xib
     if not converged:
         log.warning("perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
