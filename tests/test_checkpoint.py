@@ -1,0 +1,123 @@
+"""Checkpoint / resume: a training process killed mid-run and resumed ends with the same
+model as an uninterrupted run; Ctrl-C stops cleanly with the last checkpoint intact."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import make_classification
+
+from ooc_svm.checkpoint import Checkpointer, CheckpointError
+from ooc_svm.model import load_model
+from ooc_svm.store import csr_to_shards, write_store
+
+OOC = str(Path(sys.executable).parent / "ooc-svm")
+
+# case -> (solver, extra CLI flags making many small checkpointed steps)
+CASES = {
+    "smo": ("smo", ["--kernel", "rbf", "--gamma", "0.05", "--C", "100", "--config",
+                    "SMO_CONF"]),
+    "perf-paper": ("perf", ["--C", "10", "--eps", "1e-5", "--variant", "paper"]),
+    "perf-accelerated": ("perf", ["--C", "10", "--eps", "1e-7", "--variant", "accelerated"]),
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    X, y = make_classification(n_samples=3000, n_features=20, n_informative=10, flip_y=0.1,
+                               random_state=0)
+    path = str(tmp_path_factory.mktemp("ck") / "s.zarr")
+    write_store(path, csr_to_shards(sp.csr_matrix(X), y, shard_rows=500))
+    return path
+
+
+def _args(case, store, out, ckpt, tmp):
+    conf = tmp / "smo.toml"
+    conf.write_text("checkpoint_every = 25\n")
+    solver, flags = CASES[case]
+    extra = [a.replace("SMO_CONF", str(conf)) for a in flags]
+    return [OOC, "train", "--solver", solver, store, "-o", str(out), "--json",
+            "--checkpoint", str(ckpt), *extra]
+
+
+def _latest_iteration(ckpt: Path) -> int:
+    try:
+        name = (ckpt / "LATEST").read_text().strip()
+    except OSError:
+        return -1
+    return int(name.split("-")[1])
+
+
+def _run_until(args, ckpt: Path, min_iter: int, sig) -> subprocess.CompletedProcess:
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:
+        if _latest_iteration(ckpt) >= min_iter:
+            p.send_signal(sig)
+            break
+        time.sleep(0.005)
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(args, p.returncode, out, err)
+
+
+@pytest.mark.parametrize("solver", list(CASES))
+def test_kill_and_resume_same_model(solver, store, tmp_path):
+    """`solver` is a case name of CASES."""
+    full = subprocess.run(_args(solver, store, tmp_path / "full", tmp_path / "ck_full", tmp_path),
+                          capture_output=True, text=True, timeout=600)
+    assert full.returncode == 0, full.stderr
+    n_ckpt = _latest_iteration(tmp_path / "ck_full")
+    assert n_ckpt >= 4, f"too few checkpoints ({n_ckpt}) to interrupt the run"
+
+    ck = tmp_path / "ck"
+    killed = _run_until(_args(solver, store, tmp_path / "m", ck, tmp_path), ck,
+                        max(1, n_ckpt // 2), signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL, "training ended before it could be killed"
+    assert not (tmp_path / "m").exists()
+    at = _latest_iteration(ck)
+    assert 1 <= at < n_ckpt
+    resumed = subprocess.run(_args(solver, store, tmp_path / "m", ck, tmp_path) + ["--resume"],
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = load_model(str(tmp_path / "full")), load_model(str(tmp_path / "m"))
+    if a.kind == "linear":
+        np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-12, atol=1e-14)
+    else:
+        np.testing.assert_array_equal(b.support_, a.support_)
+        np.testing.assert_allclose(b.dual_coef_, a.dual_coef_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(b.intercept_, a.intercept_, rtol=1e-12, atol=1e-14)
+    sa = json.loads(full.stdout.strip().splitlines()[-1])
+    sb = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert sb["objective"] == pytest.approx(sa["objective"], rel=1e-12)
+
+
+def test_ctrl_c_keeps_last_checkpoint(store, tmp_path):
+    ck = tmp_path / "ck"
+    r = _run_until(_args("smo", store, tmp_path / "m", ck, tmp_path), ck, 2, signal.SIGINT)
+    assert r.returncode == 130, r.stderr
+    assert "interrupted" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "m").exists()
+    data = Checkpointer(str(ck), "smo", resume=True).load(check_params=False)
+    assert data is not None and data.iteration >= 2 and data.arrays["alpha"].shape == (3000,)
+    assert not [n for n in os.listdir(ck) if n.startswith(".")]
+
+
+def test_resume_with_other_parameters_refused(store, tmp_path):
+    ck = tmp_path / "ck"
+    c = Checkpointer(str(ck), "perf", {"C": 1.0})
+    c.save(1, scalars={"x": 1}, arrays={"w": np.zeros(3)})
+    with pytest.raises(CheckpointError, match="different parameters"):
+        Checkpointer(str(ck), "perf", {"C": 2.0}).load()
+    with pytest.raises(CheckpointError, match="solver"):
+        Checkpointer(str(ck), "smo", {"C": 1.0}).load()
+    d = Checkpointer(str(ck), "perf", {"C": 1.0}).load()
+    assert d.iteration == 1 and d.scalars == {"x": 1}
