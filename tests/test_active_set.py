@@ -116,6 +116,11 @@ def _check_against_libsvm(store, X, y, C, kernel, gamma, tol=1e-5, **params):
     assert abs(ours - ref) <= 1e-6 * abs(ref), (ours, ref)
     assert abs(res.dual_objective - ref) <= 1e-6 * abs(ref)
     chk = _independent_kkt(store, res, C, kernel, gamma, tol)
+    print(f"[{kernel} C={C} n={store.meta.n_rows}] dual {ours:.12g} vs LIBSVM {ref:.12g} "
+          f"(rel {(ours - ref) / abs(ref):+.2e}); KKT max violation {chk['max_violation']:.2e}"
+          f" (tol {tol:g}); n_s {res.summary['n_s']}, n_c {res.summary['n_c']}, "
+          f"{res.iterations} minor / {res.summary['major_iterations']} major iterations, "
+          f"max dependent {res.summary['max_dependent']}")
     assert chk["max_violation"] <= tol, chk
     assert res.summary["kkt_ok"]
     assert res.summary["converged"]

@@ -324,7 +324,6 @@ class MajorBroadcast:
     max_value: float = np.inf       # candidates must have reduced cost below this
     w: np.ndarray | None = None     # linear kernel: the full w
     delta: tuple | None = None      # kernel: (indptr, indices, data, sq, coef) of α changes
-    check_labels: bool = False      # warm start: count rows whose α>0 has the wrong label
 
 
 @dataclass
@@ -344,9 +343,8 @@ class MajorPartial:
 
 
 # stats vector layout
-_S_MAXV, _S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_LO, _S_HI, _S_BAD, \
-    _S_FREEV = range(12)
-_N_STATS = 12
+_S_MAXV, _S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_FREEV = range(9)
+_N_STATS = 9
 
 
 def _tiebreak(gids: np.ndarray, seed: int) -> np.ndarray:
@@ -426,13 +424,6 @@ def _major_fn(shard, bc: MajorBroadcast, st):
     stats[_S_HINGE] = float(np.maximum(0.0, 1.0 - y * (fc - bc.beta)).sum())
     stats[_S_NSV] = float((alpha > 0).sum())
     stats[_S_NC] = float(atC.sum())
-    # bounds on β from the bound rows (used when I_s is empty)
-    lo_c = np.concatenate([-G[at0 & (y < 0)], G[atC & (y > 0)]])
-    hi_c = np.concatenate([G[at0 & (y > 0)], -G[atC & (y < 0)]])
-    stats[_S_LO] = float(lo_c.max()) if lo_c.size else -np.inf
-    stats[_S_HI] = float(hi_c.min()) if hi_c.size else np.inf
-    if bc.check_labels:
-        stats[_S_BAD] = float(((alpha < 0) | (alpha > C * (1 + 1e-12))).sum())
     # free rows (I_s of the driver) must solve the reduced problem: G − βy = 0
     stats[_S_FREEV] = float(np.abs(rho[keep_local]).max()) if keep_local.size else 0.0
     # 4. candidates: the k smallest reduced costs (below max_value)
@@ -456,12 +447,10 @@ def _major_reduce(a: MajorPartial | None, b: MajorPartial | None) -> MajorPartia
     if b is None:
         return a
     s = a.stats.copy()
-    for i in (_S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_BAD):
+    for i in (_S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC):
         s[i] = a.stats[i] + b.stats[i]
     s[_S_MAXV] = max(a.stats[_S_MAXV], b.stats[_S_MAXV])
     s[_S_FREEV] = max(a.stats[_S_FREEV], b.stats[_S_FREEV])
-    s[_S_LO] = max(a.stats[_S_LO], b.stats[_S_LO])
-    s[_S_HI] = min(a.stats[_S_HI], b.stats[_S_HI])
     val = np.concatenate([a.cand_val, b.cand_val])
     tie = np.concatenate([a.cand_tie, b.cand_tie])
     rows = WorkingRows.concat([a.cand_rows, b.cand_rows])
@@ -1258,8 +1247,8 @@ def _load_init(path: str, C: float, kp: KernelParams, n_rows: int):
         raise SolverError(f"--init {path}: {e}") from None
     if model.support_ is None or model.dual_coef_ is None:
         raise SolverError(
-            f"--init {path}: the model has no dual coefficients / support indices (train it "
-            "with --solver active-set or smo to warm-start from it)")
+            f"--init {path}: the model keeps no dual coefficients with their row indices "
+            "(support_); kernel models and active-set models of any kernel do")
     coef = np.asarray(model.dual_coef_, dtype=np.float64)
     if coef.ndim != 1:
         raise SolverError(f"--init {path}: one-vs-rest models cannot seed a binary problem")

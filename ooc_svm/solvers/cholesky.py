@@ -78,24 +78,6 @@ def back_solve(R, nb, z, out):
 
 
 @njit(cache=True, nogil=True)
-def forward_solve_many(R, nb, B, nc, out):
-    """Solve Rᵀ X = B for nc right-hand sides stored as columns of B (nb × nc)."""
-    for k in range(nb):
-        for c in range(nc):
-            out[k, c] = B[k, c]
-    for k in range(nb):
-        inv = 1.0 / R[k, k]
-        for c in range(nc):
-            out[k, c] *= inv
-        for j in range(k + 1, nb):
-            rkj = R[k, j]
-            if rkj != 0.0:
-                for c in range(nc):
-                    out[j, c] -= rkj * out[k, c]
-    return out
-
-
-@njit(cache=True, nogil=True)
 def delete_basis_row(R, nb, p, Lam, nd, T, nt):
     """Remove basis position p: delete column p of R and re-triangularise with Givens.
 
