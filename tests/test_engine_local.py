@@ -174,3 +174,22 @@ def test_shard_cache_avoids_rereads(store):
         cached = len(eng.cache._d)
         assert 2 <= cached < st.n_shards and eng.cache.used <= 2.5 * one
         assert eng.cache.hits == cached and eng.shards_read == 2 * st.n_shards - cached
+
+
+def test_make_engine_options(monkeypatch):
+    from ooc_svm.engine import EngineError, make_engine
+
+    monkeypatch.delenv("OOC_SVM_SCHEDULER", raising=False)
+    monkeypatch.setenv("OOC_SVM_SHARD_CACHE_MB", "3")
+    with make_engine(None, n_workers=4, prefetch=1) as eng:  # n_workers: Dask-only, ignored
+        assert isinstance(eng, LocalEngine) and eng.cache.budget == 3 * 2**20
+    with make_engine("local", cache_mb=1) as eng:
+        assert eng.cache.budget == 2**20
+    with pytest.raises(TypeError, match="bogus"):
+        make_engine("local", bogus=1)
+    monkeypatch.setenv("OOC_SVM_SHARD_CACHE_MB", "lots")
+    with pytest.raises(EngineError, match="OOC_SVM_SHARD_CACHE_MB"):
+        make_engine("local")
+    monkeypatch.delenv("OOC_SVM_SHARD_CACHE_MB")
+    with pytest.raises(EngineError, match="unknown scheduler"):
+        make_engine("nonsense")

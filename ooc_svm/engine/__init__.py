@@ -34,11 +34,22 @@ def make_engine(scheduler: str | None = None, **kwargs) -> Engine:
     Keyword arguments go to :class:`LocalEngine` or :class:`~.dask_engine.DaskEngine`;
     options only the other engine knows (e.g. ``n_workers`` for a local run) are ignored, so
     callers can pass one set of options (``cache_mb``, ``prefetch``, ``n_threads``, ...)
-    whatever the scheduler.
+    whatever the scheduler. ``cache_mb`` (decoded-shard cache, per process) defaults to
+    ``$OOC_SVM_SHARD_CACHE_MB`` or 0.
     """
     import inspect
 
     scheduler = scheduler or os.environ.get("OOC_SVM_SCHEDULER") or "local"
+    if kwargs.get("cache_mb") is None and os.environ.get("OOC_SVM_SHARD_CACHE_MB"):
+        try:
+            kwargs["cache_mb"] = float(os.environ["OOC_SVM_SHARD_CACHE_MB"])
+        except ValueError:
+            raise EngineError(
+                "OOC_SVM_SHARD_CACHE_MB must be a number of MiB, got "
+                f"{os.environ['OOC_SVM_SHARD_CACHE_MB']!r}"
+            ) from None
+    elif "cache_mb" in kwargs and kwargs["cache_mb"] is None:
+        del kwargs["cache_mb"]
     if scheduler == "local":
         cls = LocalEngine
     else:
