@@ -326,3 +326,21 @@ def test_cli_subprocess_truncated_stdin(tmp_path):
     assert b"<stdin>: the gzip stream ends early" in r.stderr
     assert b"Traceback" not in r.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
+def test_interrupt_leaves_nothing(tmp_path, suffix):
+    """Ctrl-C in the middle (simulated from the progress callback, which runs in the main
+    thread): the temporary store is removed and the threads stop."""
+    (tmp_path / "a.svm").write_bytes(_text(30000))
+    calls = []
+
+    def progress(n):
+        calls.append(n)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ingest(str(tmp_path / "a.svm"), str(tmp_path / ("o" + suffix)), block_mb=0.02,
+               shard_rows=2000, progress=progress)
+    assert sorted(os.listdir(tmp_path)) == ["a.svm"]
