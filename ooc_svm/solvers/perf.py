@@ -422,8 +422,9 @@ class WorkingSet:
         keep = [j for j, c in enumerate(self.inactive) if c < max_inactive]
         dropped = len(self.vecs) - len(keep)
         if dropped:
+            kept = set(keep)
             for j in range(len(self.vecs)):
-                if j not in set(keep):
+                if j not in kept:
                     self.nbytes -= self._size(self.vecs[j])
             self.vecs = [self.vecs[j] for j in keep]
             self.r = [self.r[j] for j in keep]
