@@ -650,13 +650,14 @@ class _PassBroadcast:
     upd_gids: np.ndarray          # sorted global rows whose β changed
     upd_beta: np.ndarray          # their new β
     w: np.ndarray | None = None   # linear kernel: the full w
-    delta: Expansion | None = None  # kernel: Σ Δβⱼyⱼ K(xⱼ, ·) over the changed rows
+    delta: Expansion | None = None  # kernel, no cache: Σ Δβⱼyⱼ K(xⱼ, ·) over the changed rows
     select: bool = True           # draw the next working set
     kp: KernelParams | None = None  # kernel: parameters (for the column cache)
     delta_rows: WorkingRows | None = None  # kernel: the changed rows (column cache keys)
     delta_coef: np.ndarray | None = None   # their Δβⱼyⱼ
     cache_bytes: int = 0          # column-cache budget of one shard (0: no cache)
     token: str = ""               # this run (caches of other runs are dropped)
+    n_features: int = 0
 
 
 @dataclass
@@ -720,7 +721,7 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     rix = rows.u32
     rsq = rows.sq_norms()
     pos = {int(gid): k for k, gid in enumerate(rows.gids)}
-    width = max(int(bc.delta.n_features), int(ix.max()) + 1 if ix.size else 1,
+    width = max(int(bc.n_features), int(ix.max()) + 1 if ix.size else 1,
                 int(rix.max()) + 1 if rix.size else 1)
 
     def compute(missing):
@@ -756,7 +757,7 @@ def _pass_fn(shard, bc: _PassBroadcast, st):
         beta[bc.upd_gids[lo:hi] - shard.row_start] = bc.upd_beta[lo:hi]
     if bc.w is not None:
         g = linear_scores(ip, ix, shard.data, bc.w, np.empty(shard.n_rows, dtype=np.float64))
-    elif bc.delta is not None:
+    elif bc.delta_rows is not None:
         if bc.cache_bytes > 0:
             g = g + _cached_delta(shard, ip, ix, bc, hm)
         else:
@@ -843,7 +844,7 @@ DEFAULTS = {
     "degree": 3,
     "coef0": 0.0,
     "tol": 1e-3,
-    "working_set": 70,
+    "working_set": 150,
     "strategy": "random",
     "cache_mb": 256.0,
     "seed": 0,
@@ -859,7 +860,7 @@ STOPPING_RULE = (
 #: the working-set problem is solved to this fraction of ``tol``
 INNER_TOL_FACTOR = 0.1
 #: IRWLS iterations allowed per working set
-MAX_INNER = 500
+MAX_INNER = 150
 #: outer iterations in a row without any change before the run is declared stalled
 MAX_STALL = 20
 
@@ -875,7 +876,7 @@ def add_arguments(group) -> None:
             pass
 
     add("--working-set", type=int, default=None, metavar="Q",
-        help="irwls: rows per working set (chunk), default 70")
+        help="irwls: rows per working set (chunk), default 150")
     add("--strategy", choices=list(STRATEGIES), default=None,
         help="irwls: working-set selection of section 3 (default random, the paper's)")
 
@@ -987,7 +988,7 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         tp = time.perf_counter()
         bc = _PassBroadcast(it, int(p["seed"]), p["strategy"], q, tol, C, b, pos,
                             upd_gids, upd_beta, w, delta, True, kp, delta_rows, delta_coef,
-                            cache_bytes, token)
+                            cache_bytes, token, nf)
         part = engine.map_reduce(store, _pass_fn, bc, reduce=_pass_reduce, state=state)
         pass_s = time.perf_counter() - tp
         st = part.stats
@@ -1044,13 +1045,13 @@ def solve(store, engine, params: dict, callback=None) -> Result:
                 w = w + primal_w(rows.take(ch), d[ch] * rows.y[ch], nf)
             delta = None
         else:
+            delta = delta_rows = delta_coef = None
             if ch.size:
                 delta_rows = rows.take(ch)
                 delta_coef = d[ch] * rows.y[ch]
-                delta = Expansion.from_csr(kp, nf, delta_rows.indptr, delta_rows.indices,
-                                           delta_rows.data, delta_coef)
-            else:
-                delta = delta_rows = delta_coef = None
+                if not cache_bytes:  # the shards evaluate Σ Δβⱼyⱼ K(xⱼ, ·) directly
+                    delta = Expansion.from_csr(kp, nf, delta_rows.indptr, delta_rows.indices,
+                                               delta_rows.data, delta_coef)
         solve_s = time.perf_counter() - ts
         rec = {"iteration": it, "violation": viol, "n_violators": int(st[_S_NVIOL]),
                "objective": primal, "dual_objective": dual, "working_set": int(rows.n),
