@@ -57,8 +57,14 @@ def _latest_iteration(ckpt: Path) -> int:
     return int(name.split("-")[1])
 
 
+def _default_sigint() -> None:
+    # a test run started in the background inherits SIGINT ignored; Ctrl-C needs the default
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run_until(args, ckpt: Path, min_iter: int, sig) -> subprocess.CompletedProcess:
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_default_sigint)
     deadline = time.time() + 300
     while time.time() < deadline and p.poll() is None:
         if _latest_iteration(ckpt) >= min_iter:
