@@ -91,21 +91,20 @@ def assert_same(store_path, ref, qid=False):
 # ------------------------------------------------------------------------------------------
 # real datasets, both backends
 # ------------------------------------------------------------------------------------------
-SMALL = [
+DATASETS = [
+    # (file under ../shared/data, has qid, label kind, shard rows: several shards each)
     ("a9a/a9a", False, "binary", 5000),
     ("a9a/a9a.t.gz", False, "binary", 5000),
     ("w8a/w8a.bz2", False, "binary", 12000),
     ("ijcnn1/ijcnn1.bz2", False, "binary", 15000),
+    ("ijcnn1/ijcnn1.t.bz2", False, "binary", 25000),
     ("mushrooms/mushrooms", False, "binary", 2000),
     ("reuters_acq/train.dat", False, "binary", 600),
     ("reuters_acq/test.dat", False, "binary", 250),
     ("abalone/abalone_scale", False, "ordinal", 1000),
+    ("mq2008/train.txt.xz", True, "ordinal", 3000),
     ("mq2008/vali.txt.xz", True, "ordinal", 1000),
     ("mq2008/test.txt.xz", True, "ordinal", 1000),
-]
-LARGE = [
-    ("ijcnn1/ijcnn1.t.bz2", False, "binary", 25000),
-    ("mq2008/train.txt.xz", True, "ordinal", 3000),
     ("sector/sector.scale.bz2", False, "multiclass", 2000),
     ("sector/sector.t.scale.bz2", False, "multiclass", 1000),
 ]
@@ -128,16 +127,10 @@ def _check_dataset(tmp_path, rel, qid, kind, shard_rows, suffix):
     assert sorted(os.listdir(tmp_path)) == ["store" + suffix]
 
 
+# every dataset, both backends: about 20 s in all on this machine, so not marked slow
 @pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
-@pytest.mark.parametrize("rel,qid,kind,shard_rows", SMALL, ids=[s[0] for s in SMALL])
+@pytest.mark.parametrize("rel,qid,kind,shard_rows", DATASETS, ids=[s[0] for s in DATASETS])
 def test_real_dataset_matches_sklearn(tmp_path, rel, qid, kind, shard_rows, suffix):
-    _check_dataset(tmp_path, rel, qid, kind, shard_rows, suffix)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
-@pytest.mark.parametrize("rel,qid,kind,shard_rows", LARGE, ids=[s[0] for s in LARGE])
-def test_real_dataset_matches_sklearn_large(tmp_path, rel, qid, kind, shard_rows, suffix):
     _check_dataset(tmp_path, rel, qid, kind, shard_rows, suffix)
 
 
@@ -146,12 +139,6 @@ def test_mushrooms_crlf_labels_1_2(tmp_path):
     path = dataset("mushrooms/mushrooms")
     meta = ingest(str(path), str(tmp_path / "m.zarr"))
     assert meta.labels == [1.0, 2.0] and meta.label_kind == "binary"
-
-
-def test_sector_needs_multiclass(tmp_path):
-    path = dataset("sector/sector.t.scale.bz2")
-    meta = ingest(str(path), str(tmp_path / "s.zarr"), label_kind="multiclass")
-    assert meta.label_kind == "multiclass" and len(meta.labels) == 105
 
 
 # ------------------------------------------------------------------------------------------
