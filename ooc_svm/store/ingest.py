@@ -353,7 +353,7 @@ def _background(gen: Iterator, maxsize: int, stop: threading.Event) -> Iterator:
                 q.get_nowait()
             except queue.Empty:
                 break
-        t.join(timeout=30)
+        t.join(timeout=5)  # a reader blocked on a pipe is a daemon thread: do not wait long
 
 
 # ------------------------------------------------------------------------------------------
