@@ -51,7 +51,13 @@ class LocalEngine(Engine):
         Budget of the decoded-shard cache in MiB (0 = no cache). A store that fits is read
         and decoded once; repeated passes then touch no file.
     io_threads : int or None
-        Reader threads (default ``max(1, min(prefetch, 4))``).
+        Reader threads (default ``max(1, min(prefetch, 4))``). For a store on the local
+        file system at most ``local_reads`` of them read at a time (default 1: one
+        sequential stream suits a local disk and page cache, and every concurrent decoder
+        keeps its own malloc arena — measured +140 MB peak RSS with 2 on the 1M-row bench
+        store); remote stores (``s3://`` ...) use all of them.
+    local_reads : int
+        Concurrent shard reads from a local store.
     fast_read : bool
         Use the direct Zarr chunk reader (see :mod:`ooc_svm.engine.reader`).
     """
@@ -63,10 +69,12 @@ class LocalEngine(Engine):
         cache_mb: float = 0.0,
         io_threads: int | None = None,
         fast_read: bool = True,
+        local_reads: int = 1,
     ):
         self.n_threads = int(n_threads or _default_threads())
         self.prefetch = max(0, int(prefetch))
         self.io_threads = int(io_threads or max(1, min(self.prefetch, 4)))
+        self.local_reads = max(1, int(local_reads))
         self.fast_read = bool(fast_read)
         self.cache = ShardCache(int(float(cache_mb or 0) * 2**20))
         self.passes = 0
@@ -121,6 +129,13 @@ class LocalEngine(Engine):
         reader = self._reader(store) if read else None
         cache = self.cache
         window = self.n_threads + self.prefetch
+        max_reads = self.io_threads
+        if read:
+            from ..store.paths import is_local
+
+            base = getattr(store, "base", store)
+            if is_local(str(getattr(base, "path", ""))):
+                max_reads = min(max_reads, self.local_reads)
         max_ahead = 2 * window + 2  # bound on partials waiting for an earlier shard
 
         def load(k: int):
@@ -150,12 +165,14 @@ class LocalEngine(Engine):
                     and next_submit - next_fold < max_ahead
                 ):
                     k = next_submit
-                    next_submit += 1
                     hit = cache.get(token, ids[k]) if read else shard_stub(store, ids[k])
                     if hit is not None:
                         computes[self._pool.submit(compute, k, hit)] = k
-                    else:
+                    elif len(reads) < max_reads:
                         reads[self._io.submit(load, k)] = k
+                    else:
+                        break
+                    next_submit += 1
                 done, _ = wait(list(reads) + list(computes), return_when=FIRST_COMPLETED)
                 for fut in done:
                     if fut in reads:
