@@ -14,12 +14,14 @@ An unreachable scheduler raises :class:`~ooc_svm.engine.base.EngineError` after
 One pass (``map_reduce``):
 
 1. the broadcast is scattered once to every worker;
-2. one task per shard id runs ``fn`` on the workers. Workers open the store from its path
+2. one task per shard id runs ``fn`` on the workers (one graph per preferred worker, so a
+   pass costs a handful of scheduler messages). Workers open the store from its path
    themselves (``open_store`` is cached per worker process, keyed by path and a token of the
    shard table, so a store rewritten on disk is never confused with the old one) and may
    keep decoded shards in a byte-bounded per-process cache (``cache_mb`` per worker).
-   Shard *j* is preferably placed on the same worker in every pass (a loose restriction,
-   work stealing still balances), so caches and per-shard state stay where they are;
+   Shard *j* is preferably placed on the same worker in every pass (a loose restriction;
+   clusters this engine starts run without work stealing), so caches and per-shard state
+   stay where they are;
 3. partials are reduced on the cluster in the fixed binary tree of
    :func:`~ooc_svm.engine.base.tree_reduce` over the shard list — the tree the local engine
    builds too — so results are bit-identical across engines and worker counts;
@@ -27,17 +29,22 @@ One pass (``map_reduce``):
 
 Per-shard state lives on the workers. A state pass runs ``fn(shard, bc, st)`` as one task
 and splits its ``(partial, new_state)`` result into a partial future and a state future.
+Forgetting the pass's broadcast at its end cuts the lineage of the new states, so the
+scheduler's graph does not grow with the number of passes.
 
 Worker failures. Tasks lost with a worker are recomputed by the scheduler from their inputs
-(the shard is re-read from the store path, the broadcast is replicated on every worker and
+(the shard is re-read from the store path; the broadcast is replicated on every worker and
 re-scattered by the client if all copies are gone). Per-shard states cannot be recomputed
-from lineage without keeping every past broadcast, so they are **kept replicated**: after
-each state pass every new state gets a copy under a second key on another worker
-(``state_replicas=2``; two keys, so Dask's active memory manager does not merge them). If a
-worker dies mid-pass, the pass is retried for the shards whose results were lost, from the
-surviving copy of their state; the partials of a shard are a deterministic function of
-(shard, broadcast, state), so the result is the same as without the failure. Losing both
-copies of a state (two workers dying within one pass) raises :class:`EngineError`.
+from lineage without keeping every past broadcast, so they are **kept replicated**: at the
+end of each state pass every new state is copied to ``state_replicas`` (2) distinct workers
+(``Client.replicate``; clusters this engine starts run without Dask's active memory manager,
+whose ReduceReplicas policy would drop the copies — on an external cluster with the AMM on,
+a warning says states are unprotected). A worker that dies mid-pass then loses no state:
+the scheduler reruns its tasks elsewhere from the surviving replicas, and if results were
+nevertheless lost (e.g. every copy of the broadcast) the engine reruns the affected shards
+itself. The partial of a shard is a deterministic function of (shard, broadcast, state), so
+the result equals the one without the failure. Losing every replica of a state raises
+:class:`EngineError`.
 """
 
 from __future__ import annotations
