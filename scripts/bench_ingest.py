@@ -111,7 +111,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--format", choices=["zarr", "parquet"], default="zarr")
     ap.add_argument("--threads", type=int, default=None, help="ingest parser threads")
-    ap.add_argument("--repeat", type=int, default=1, help="ingest runs (best is reported)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each (the best of each is reported)")
     ap.add_argument("--cold", action="store_true", help="evict the file before each run")
     ap.add_argument("--skip-sklearn", action="store_true", help="only time ingest")
     ap.add_argument("--keep", action="store_true", help="keep the generated file and store")
@@ -171,9 +172,13 @@ def main() -> int:
         "ingest_peak_rss_mb": ing["maxrss_mb"], "ingest_cpu_s": ing["cpu_s"],
     }
     if not args.skip_sklearn:
-        cache = prepare(path, args.cold)
-        out, ru = run_child([sys.executable, "-c", SKLEARN_CHILD, path])
-        sk = json.loads(out.strip().splitlines()[-1])
+        sk = ru = None
+        for _ in range(max(1, args.repeat)):
+            cache = prepare(path, args.cold)
+            out, ru_i = run_child([sys.executable, "-c", SKLEARN_CHILD, path])
+            sk_i = json.loads(out.strip().splitlines()[-1])
+            if sk is None or sk_i["seconds"] < sk["seconds"]:
+                sk, ru = sk_i, ru_i
         sk_rows_s = sk["rows"] / sk["seconds"]
         if sk["rows"] != ing["rows"] or sk["nnz"] != ing["nnz"]:
             print(f"WARNING: row/nnz counts differ: sklearn {sk['rows']}/{sk['nnz']}")
