@@ -59,6 +59,17 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
     def _solver_params(self, n_features: int, X=None) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _with_common(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Add tol (``eps`` for perf), max_iter, seed and ``solver_params`` to ``p``."""
+        if self.tol is not None:
+            p["eps" if self.solver == "perf" else "tol"] = float(self.tol)
+        if self.max_iter is not None:
+            p["max_iter"] = int(self.max_iter)
+        if self.random_state is not None:
+            p["seed"] = int(self.random_state)
+        p.update(self.solver_params or {})
+        return p
+
     def fit(self, X, y=None):
         """Fit on an array / sparse matrix with labels ``y``, or on a store (``y=None``)."""
         if _is_store(X):
@@ -156,14 +167,7 @@ class LinearSVC(_OocSVMBase):
         p: dict[str, Any] = {"C": float(self.C)}
         if self.solver != "perf":
             p["kernel"] = "linear"
-        if self.tol is not None:
-            p["eps" if self.solver == "perf" else "tol"] = float(self.tol)
-        if self.max_iter is not None:
-            p["max_iter"] = int(self.max_iter)
-        if self.random_state is not None:
-            p["seed"] = int(self.random_state)
-        p.update(self.solver_params or {})
-        return p
+        return self._with_common(p)
 
 
 class SVC(_OocSVMBase):
@@ -207,16 +211,9 @@ class SVC(_OocSVMBase):
             gamma = 1.0 / (n_features * var) if var > 0 else 1.0
         elif gamma == "auto":
             gamma = 1.0 / max(n_features, 1)
-        p: dict[str, Any] = {"C": float(self.C), "kernel": self.kernel, "gamma": float(gamma),
-                             "degree": int(self.degree), "coef0": float(self.coef0)}
-        if self.tol is not None:
-            p["tol"] = float(self.tol)
-        if self.max_iter is not None:
-            p["max_iter"] = int(self.max_iter)
-        if self.random_state is not None:
-            p["seed"] = int(self.random_state)
-        p.update(self.solver_params or {})
-        return p
+        return self._with_common({"C": float(self.C), "kernel": self.kernel,
+                                  "gamma": float(gamma), "degree": int(self.degree),
+                                  "coef0": float(self.coef0)})
 
 
 class OrdinalSVM(BaseEstimator):
