@@ -58,3 +58,25 @@ def test_load_config(tmp_path):
     f.write_text("C = \n")
     with pytest.raises(OSError, match="invalid TOML"):
         load_config(str(f), "perf")
+
+
+def test_train_history_and_evaluate_plot(tmp_path):
+    """End to end: train --history, plot it, evaluate --plot ROC/PR."""
+    import scipy.sparse as sp
+
+    from ooc_svm.store import csr_to_shards, write_store
+
+    rng = np.random.default_rng(0)
+    X = sp.random(600, 30, density=0.3, format="csr", random_state=0, dtype=np.float32)
+    y = np.where(X @ rng.normal(size=30) > 0, 1.0, -1.0)
+    store = str(tmp_path / "s.zarr")
+    write_store(store, csr_to_shards(X, y, shard_rows=200))
+    h, model = tmp_path / "h.jsonl", tmp_path / "m"
+    assert main(["train", "--solver", "perf", store, "-o", str(model), "--history", str(h)]) == 0
+    header, recs = read_history(str(h))
+    assert header["solver"] == "perf" and len(recs) >= 2
+    assert all("objective" in r and "passes" in r and "seconds" in r for r in recs)
+    assert main(["plot", str(h), "-o", str(tmp_path / "conv.png")]) == 0
+    assert _is_png(tmp_path / "conv.png")
+    assert main(["evaluate", str(model), store, "--plot", str(tmp_path / "roc.png")]) == 0
+    assert _is_png(tmp_path / "roc.png")

@@ -41,6 +41,8 @@ def add_parser(sub) -> None:
         help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
     )
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="binary labels: draw the ROC and precision-recall curves (matplotlib)")
     p.set_defaults(func=run)
 
 
@@ -82,7 +84,7 @@ def _eval_reduce(a, b):
     return {k: (a[k] + b[k]) for k in a}  # arrays add, lists concatenate
 
 
-def evaluate_model(model, store, engine, k: int = 10) -> dict:
+def evaluate_model(model, store, engine, k: int = 10, plot: str | None = None) -> dict:
     """Stream ``store`` against ``model`` and return the metrics (see the module docstring)."""
     from .. import metrics as M
     from ..solvers import SolverError
@@ -103,6 +105,8 @@ def evaluate_model(model, store, engine, k: int = 10) -> dict:
     else:
         mode = "multiclass"
         classes = tuple(float(c) for c in model.classes)
+    if plot and mode != "binary":
+        raise SolverError("--plot draws ROC / precision-recall curves: binary labels only")
     bc = (scoring_broadcast(model, meta.n_features), mode, classes, bool(meta.has_qid))
     part = engine.map_reduce(store, _eval_fn, bc, reduce=_eval_reduce)
     if part is None:
@@ -116,6 +120,10 @@ def evaluate_model(model, store, engine, k: int = 10) -> dict:
         t = np.concatenate(part["pos"])
         out["prbep"] = M.prbep(t, s, True)
         out["auc"] = M.roc_auc(t, s, True)
+        if plot:
+            from ..reports import plot_roc_pr
+
+            plot_roc_pr(s.astype(np.float64), t.astype(bool), plot)
         if qid is not None:
             out["pairwise_accuracy"] = M.pairwise_accuracy(t.astype(np.float64), s, qid)
             out[f"ndcg@{k}"] = M.ndcg_at_k(t.astype(np.float64), s, qid, k)
@@ -138,7 +146,7 @@ def run(args) -> int:
     model = load_model(args.model)
     store = open_store(args.store)
     with make_engine(args.scheduler) as engine:
-        res = evaluate_model(model, store, engine, args.k)
+        res = evaluate_model(model, store, engine, args.k, plot=args.plot)
     if args.json:
         print(json.dumps(res))
     else:
