@@ -57,10 +57,12 @@ Chunking (section 2.1) and working-set selection (section 3)
 -----------------------------------------------------------
 One streamed pass over the store per outer iteration (``engine.map_reduce``; β and
 gᵢ = Σⱼ βⱼyⱼK(xⱼ, xᵢ) live in per-shard state, the linear kernel keeps w explicitly on the
-driver) applies the previous working set's change, computes every eᵢ, checks the stopping
-conditions and draws the next working set of ``working_set`` = q rows in the same pass: each
-shard keeps bounded pools (q rows, with their CSR data) and the pools are merged
-deterministically, so no row is read at random afterwards. Strategies (``--strategy``):
+driver, so G_in of a working-set row is gᵢ minus the working set's own contribution) applies
+the previous working set's change, computes every eᵢ, checks the stopping conditions and
+draws the next working set of ``working_set`` = q rows in the same pass: each shard keeps
+bounded pools (at most q rows each, with their CSR data) and the pools are merged
+deterministically (smallest (key, row) first), so no row is read at random afterwards.
+Strategies (``--strategy``):
 
 * ``random`` (the paper's): candidates = violators of (9), (10) and every free SV; when there
   are at least q candidates, one violator per class and per condition (9)–(11), the rest drawn
@@ -70,11 +72,34 @@ deterministically, so no row is read at random afterwards. Strategies (``--strat
 * ``largest`` / ``smallest``: the violators of (9)–(11) with the largest / smallest |eᵢ|
   (plus one per class and condition), completed likewise.
 
+Additions to section 3, all measured necessary: every working set also holds LIBSVM's
+maximal violating pair (argmax of F = y − g over the rows whose yᵢβᵢ may grow, argmin over
+those whose yᵢβᵢ may shrink; F does not depend on b). Without it a working set whose
+violators all lie on one side can be solved by moving b alone, and the outer iteration cycles
+(seen with ``largest`` at C = 100 and ``smallest`` on small problems). When an outer iteration
+does not lower the dual objective anyway, the next pass selects with b = (m(β) + M(β)) / 2.
+A working set on which IRWLS has not met ``0.1·tol`` after 150 iterations (rank-deficient
+kernels, e.g. the linear kernel on binary features), or whose KKT point has a higher dual
+objective than an earlier feasible iterate, is finished from its best dual-feasible point by
+second-order SMO on the q × q kernel matrix; ``summary["smo_finishes"]`` counts those working
+sets and ``summary["smo_steps"]`` the SMO steps.
+
+Kernel work: the change of gᵢ after a working set is Σⱼ Δβⱼyⱼ K(xᵢ, xⱼ) over the changed
+rows. Rows whose β changes again and again (free SVs) reuse their column K(shard rows, xⱼ)
+from a per-shard byte-bounded cache (``--cache-mb`` split over the shards; a process-local
+performance cache outside the replicated engine state, dropped at the end of the run).
+
 Stopping rule (eqs. 9–11, with e = ``tol``, default 1e-3)::
 
     yᵢeᵢ < e  for βᵢ = 0,    −yᵢeᵢ < e  for βᵢ = C,    |yᵢeᵢ| < e  for 0 < βᵢ < C
 
-checked on every row in the pass, with the bias b of the last working-set problem.
+checked on every row in the pass, with the bias b of the last working-set problem (or the
+b-reset value), then confirmed by the independent KKT pass of
+:func:`~ooc_svm.solvers.dual_common.kkt_violation_pass` (f recomputed from the final SVs).
+
+Memory: per-shard β and g (16 bytes a row) in the engine state; on the driver the working set
+(q rows, its q × q kernel matrix), O(n_features) for the linear kernel's w, and at the end the
+support vectors of the model.
 """
 
 from __future__ import annotations
@@ -554,10 +579,12 @@ def irwls_working_set(
             bf = np.clip(beta, 0.0, C)
             viol = _kkt_violation(u, bf, C)
             dv = dual(bf)
-            if dv <= best[2] or viol <= inner_tol:
+            if dv <= best[2] + 1e-12 * abs(best[2]):  # (rounding: flat duals of singular K)
                 best = (bf, float(b), dv, viol)
-            if viol <= inner_tol:
-                return SubproblemResult(bf, float(b), it, True, viol, line_searches)
+                if viol <= inner_tol:
+                    return SubproblemResult(bf, float(b), it, True, viol, line_searches)
+            elif viol <= inner_tol:
+                break  # solved, but an earlier point was lower: finish from that one
     if best[3] <= inner_tol or not polish:
         return SubproblemResult(best[0], best[1], it, best[3] <= inner_tol, best[3],
                                 line_searches)
