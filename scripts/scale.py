@@ -140,6 +140,8 @@ def main() -> None:
     ap.add_argument("--eps", type=float, default=0.001)
     ap.add_argument("--keep", action="store_true", help="keep the stores afterwards")
     ap.add_argument("--reuse", action="store_true", help="reuse stores already in --dir")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue an interrupted training from its checkpoint in --dir")
     args = ap.parse_args()
 
     os.makedirs(args.dir, exist_ok=True)
@@ -179,10 +181,14 @@ def main() -> None:
     # 3. training
     model = os.path.join(args.dir, "model")
     hist = os.path.join(args.dir, "history.jsonl")
+    ckpt = os.path.join(args.dir, "checkpoint")
     shutil.rmtree(model, ignore_errors=True)
+    if not args.resume:
+        shutil.rmtree(ckpt, ignore_errors=True)
     drop_caches()
     r = timed([OOC, "train", "--solver", "perf", train_store, "-o", model, "--C", str(args.C),
-               "--eps", str(args.eps), "--variant", "accelerated", "--json", "--history", hist],
+               "--eps", str(args.eps), "--variant", "accelerated", "--json", "--history", hist,
+               "--checkpoint", ckpt, *(["--resume"] if args.resume else [])],
               log)
     summary = json.loads(r["stdout"].strip().splitlines()[-1])
     recs = [json.loads(line) for line in open(hist) if '"header"' not in line]

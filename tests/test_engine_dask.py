@@ -102,6 +102,36 @@ def test_shard_subset_order_and_counters(engine, local, stores):
     assert (engine.passes, engine.partial_passes) == (p0, q0 + 3)
 
 
+def test_broadcast_scatter_retried_when_stream_closes(engine, local, stores, monkeypatch):
+    """A worker dying while the broadcast is copied closes the scatter's stream
+    (``CommClosedError``); the engine sends it again instead of failing the pass."""
+    from distributed.comm.core import CommClosedError
+
+    client = engine._client
+    real = client.scatter
+    calls = []
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise CommClosedError("in <TCP (closed) ConnectionPool.scatter>: Stream is closed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(client, "scatter", flaky)
+    bc = (_w(3), 1.0, 0.0)
+    a = engine.map_reduce(stores["zarr"], hinge_pass, bc)
+    b = local.map_reduce(stores["zarr"], hinge_pass, bc)
+    assert len(calls) == 2
+    np.testing.assert_array_equal(a[0], b[0])
+
+    def dead(*a, **k):
+        raise CommClosedError("Stream is closed")
+
+    monkeypatch.setattr(client, "scatter", dead)
+    with pytest.raises(EngineError, match="broadcast"):
+        engine.map_reduce(stores["zarr"], hinge_pass, bc)
+
+
 def _zeros(info, i):
     return np.zeros(info.n_rows)
 

@@ -181,6 +181,10 @@ def _is_lost_error(e: BaseException) -> bool:
         return False
     if isinstance(e, CfCancelled | AioCancelled | DCancelled):
         return True
+    from distributed.comm.core import CommClosedError
+
+    if isinstance(e, CommClosedError):  # a connection to a worker that died
+        return True
     name = type(e).__name__
     return name in ("FutureCancelledError", "CancelledError", "FuturesCancelledError")
 
@@ -369,16 +373,28 @@ class DaskEngine(Engine):
         # Always scattered (even None): forgetting this key at the end of the pass is what
         # cuts the lineage of the new per-shard states, so the scheduler's graph does not
         # grow with the number of passes.
-        try:
-            [fut] = self._client.scatter([broadcast], broadcast=True, hash=False)
-        except (TypeError, AttributeError, ValueError) as e:
-            if "pickle" in f"{type(e).__name__} {e}".lower():
-                raise EngineError(
-                    f"the broadcast of a pass cannot be pickled for the Dask workers ({e}); "
-                    "send numpy arrays, tuples or small dataclasses"
-                ) from None
-            raise
-        return fut
+        # A worker dying while the broadcast is copied to it closes the scatter's stream
+        # (CommClosedError, an OSError); the surviving workers take the retry.
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                [fut] = self._client.scatter([broadcast], broadcast=True, hash=False)
+                return fut
+            except (TypeError, AttributeError, ValueError) as e:
+                if "pickle" in f"{type(e).__name__} {e}".lower():
+                    raise EngineError(
+                        f"the broadcast of a pass cannot be pickled for the Dask workers ({e}); "
+                        "send numpy arrays, tuples or small dataclasses"
+                    ) from None
+                raise
+            except OSError as e:
+                if attempt >= self.max_attempts:
+                    raise EngineError(
+                        f"sending the broadcast to the Dask workers failed {attempt} times "
+                        f"({type(e).__name__}: {e})"
+                    ) from None
+                log.info("broadcast scatter failed (%r); retrying", e)
+                time.sleep(0.5 * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _protect(self, futs: list) -> list:
         """Replicate state futures onto ``state_replicas`` distinct workers (same key).
