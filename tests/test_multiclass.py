@@ -32,17 +32,29 @@ def test_binary_view_labels(blobs_store):
     np.testing.assert_array_equal(ys, (y == 3.0).astype(float))
 
 
-def test_ovr_perf_local(blobs_store):
+@pytest.mark.parametrize("variant", ["accelerated", "paper"])
+def test_ovr_perf_local(blobs_store, variant):
+    """perf one-vs-rest fuses every class's pass into one: the same per-class models as
+    training each binary problem alone, in max (not the sum) of their passes."""
     path, X, y = blobs_store
     with LocalEngine(n_threads=2) as eng:
-        res = train(path, "perf", engine=eng, C=1.0, eps=1e-5)
+        res = train(path, "perf", engine=eng, C=1.0, eps=1e-5, variant=variant)
+        assert eng.passes == res.passes
     m = res.model
     assert m.coef_.shape == (4, 6) and m.classes == [1.0, 2.0, 3.0, 4.0]
+    assert res.summary["shared_passes"] and res.summary["converged"]
     assert (m.predict(X) == y).mean() > 0.9
+    alone = []
     for k, c in enumerate(m.classes):
         with LocalEngine(n_threads=1) as eng:
-            r = train(BinaryView(open_store(path), c), "perf", engine=eng, C=1.0, eps=1e-5)
-        np.testing.assert_allclose(m.coef_[k], r.model.coef_, rtol=1e-6, atol=1e-9)
+            r = train(BinaryView(open_store(path), c), "perf", engine=eng, C=1.0, eps=1e-5,
+                      variant=variant)
+        np.testing.assert_allclose(m.coef_[k], r.model.coef_, rtol=1e-9, atol=1e-12)
+        assert m.intercept_[k] == pytest.approx(r.model.intercept_, rel=1e-9, abs=1e-12)
+        assert res.summary["per_class_objective"][k] == pytest.approx(r.objective, rel=1e-12)
+        alone.append(r.passes)
+    # passes per round do not grow with the classes: one pass serves all of them
+    assert res.passes == max(alone) < sum(alone)
 
 
 @pytest.mark.cluster

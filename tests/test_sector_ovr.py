@@ -37,4 +37,8 @@ def test_sector_ovr_accuracy_close_to_liblinear(tmp_path):
     print(f"sector OvR: ooc-svm perf {ours:.4f} ({ours_s:.1f}s, {res.passes} passes), "
           f"LIBLINEAR {ref_acc:.4f} ({ref_s:.1f}s)")
     assert res.model.coef_.shape == (105, 55197)
+    # all 105 classes share each pass: passes = those of the slowest class, not the sum
+    its = res.summary["per_class_iterations"]
+    print(f"per-class iterations: max {max(its)}, sum {sum(its)}")
+    assert res.summary["shared_passes"] and res.passes == 1 + max(its)
     assert abs(ours - ref_acc) <= 0.01

@@ -585,13 +585,133 @@ def solve(store, engine, params: dict, callback: Callback | None = None,
     return _solve_rank(store, engine, params, loss, variant, callback)
 
 
+def pass_many(shard, bc):
+    """Several problems' passes over one shard read once: ``bc`` is a list of
+    ``(pass function, broadcast)``; returns the list of their partials."""
+    return [fn(shard, b) for fn, b in bc]
+
+
+def reduce_many(a, b):
+    """Reduce of :func:`pass_many` partials, problem by problem."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return [reduce_cut(x, y) for x, y in zip(a, b, strict=True)]
+
+
+def solve_ovr(store, engine, params: dict, classes: list[float],
+              callback: Callback | None = None) -> Result:
+    """One-vs-rest with every class's cutting-plane iteration sharing one streamed pass.
+
+    Each class runs its own Algorithm 1 (or the accelerated variant) for "class c vs the
+    rest" (labels ``y == c`` → +1, others −1) with its own working set; at every round the
+    passes all unfinished classes need are fused into **one** pass over the store
+    (:func:`pass_many`: each shard is read once and every class's margins and cut are
+    computed from it). Passes therefore equal the iterations of the slowest class, not their
+    sum. The accumulators of a pass are sized so that all classes together stay within
+    ``dense_limit_mb`` (fewer cut points per class when there are many classes).
+    """
+    from ..api import combine_ovr_models
+
+    params = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+    meta = store.meta
+    if meta.n_rows == 0:
+        raise SolverError("the store has no rows")
+    variant = params.get("variant") or "accelerated"
+    if variant not in VARIANTS:
+        raise SolverError(f"unknown perf variant {variant!r}; choose {' or '.join(VARIANTS)}")
+    if params.get("loss") not in (None, "error"):
+        raise SolverError("one-vs-rest perf trains --loss error only")
+    _check_params({**params, "loss": "error"}, _BinaryMeta(meta))
+    classes = [float(c) for c in classes]
+    t0 = time.perf_counter()
+    p0 = engine.passes + getattr(engine, "partial_passes", 0)
+    steps, reqs, results = [], {}, {}
+    for k, c in enumerate(classes):
+        def cb(rec, k=k, c=c):
+            if callback is not None:
+                callback({**rec, "class": c, "class_index": k})
+
+        # neg: "the rest" (the binary model's classes are replaced by combine_ovr_models)
+        g = _error_steps(meta, math.nan, c, engine, params, variant, cb, share=len(classes))
+        steps.append(g)
+        reqs[k] = next(g)
+    rounds = 0
+    while reqs:
+        ks = sorted(reqs)
+        t = time.perf_counter()
+        parts = engine.map_reduce(store, pass_many, [reqs[k] for k in ks], reduce=reduce_many)
+        pt = time.perf_counter() - t
+        rounds += 1
+        log.info("perf ovr: pass %d for %d of %d classes (%.2fs)", rounds, len(ks),
+                 len(classes), pt)
+        for k, part in zip(ks, parts, strict=True):
+            try:
+                reqs[k] = steps[k].send((part, pt))
+            except StopIteration as done:
+                results[k] = done.value
+                del reqs[k]
+    res = [results[k] for k in range(len(classes))]
+    model = combine_ovr_models([r.model for r in res], classes)
+    model.info["shared_passes"] = True
+    return Result(
+        model=model,
+        objective=float(sum(r.objective for r in res)),
+        dual_objective=None,
+        iterations=max(r.iterations for r in res),
+        passes=engine.passes + getattr(engine, "partial_passes", 0) - p0,
+        seconds=time.perf_counter() - t0,
+        stop_value=max(r.stop_value for r in res),
+        history=[h for r in res for h in r.history],
+        summary={
+            "multiclass": "ovr", "n_classes": len(classes), "shared_passes": True,
+            "variant": variant, "per_class_objective": [r.objective for r in res],
+            "per_class_iterations": [r.iterations for r in res],
+            "converged": all(r.summary.get("converged") for r in res),
+        },
+    )
+
+
+class _BinaryMeta:
+    """A store's metadata seen as binary (for the parameter checks of one-vs-rest)."""
+
+    def __init__(self, meta):
+        self._meta = meta
+        self.label_kind = "binary"
+
+    def __getattr__(self, name):
+        return getattr(self._meta, name)
+
+
 def _qp_atol(eps: float) -> float:
     return 1e-4 * eps
 
 
 def _solve_error(store, engine, params, variant, callback, checkpoint=None) -> Result:
-    meta = store.meta
-    neg, pos = binary_classes(meta)
+    neg, pos = binary_classes(store.meta)
+    steps = _error_steps(store.meta, neg, pos, engine, params, variant, callback, checkpoint)
+    req = next(steps)
+    while True:
+        fn, bc = req
+        t = time.perf_counter()
+        part = engine.map_reduce(store, fn, bc, reduce=reduce_cut)
+        try:
+            req = steps.send((part, time.perf_counter() - t))
+        except StopIteration as done:
+            return done.value
+
+
+def _error_steps(meta, neg, pos, engine, params, variant, callback, checkpoint=None,
+                 share: int = 1):
+    """Algorithm 1 (``paper``) or its accelerated variant for the problem ``pos`` vs the rest,
+    as a generator: it yields the pass it needs, ``(pass function, broadcast)``, receives
+    ``(reduced partial, pass seconds)`` and returns the :class:`Result`.
+
+    The driver decides how passes are run: one at a time (:func:`_solve_error`) or several
+    problems' passes fused into one streamed pass (:func:`solve_ovr`). ``share`` divides the
+    memory budget of a pass's accumulators between the problems that share it.
+    """
     n = meta.n_rows
     d = meta.n_features
     dim = d + 1
@@ -605,13 +725,8 @@ def _solve_error(store, engine, params, variant, callback, checkpoint=None) -> R
     prog = _Progress(engine, callback)
     atol = _qp_atol(eps)
 
-    def run_single(w):
-        t = time.perf_counter()
-        part = engine.map_reduce(
-            store, pass_single, (np.ascontiguousarray(w[:d]), float(w[d]), bias, pos, dim),
-            reduce=reduce_cut,
-        )
-        return part, time.perf_counter() - t
+    def single_request(w):
+        return pass_single, (np.ascontiguousarray(w[:d]), float(w[d]), bias, pos, dim)
 
     w = np.zeros(dim)
     it = 0
@@ -637,7 +752,7 @@ def _solve_error(store, engine, params, variant, callback, checkpoint=None) -> R
         if resume is not None:
             w = np.array(resume.arrays["w"], dtype=np.float64)
         while True:
-            part, pt = run_single(w)
+            part, pt = yield single_request(w)
             hinge = float(part["hinge"][0])
             cnt = float(part["cnt"][0])
             obj = 0.5 * float(vdot(w, w)) + C * hinge
@@ -665,13 +780,13 @@ def _solve_error(store, engine, params, variant, callback, checkpoint=None) -> R
         K = max(1, int(params["cut_points"]))
         # a pass holds a few K-row accumulators (the fold of the reduction): at most
         # three dense ones within the working-set budget
-        K = int(max(min(K, 2), min(K, ws.limit / (3 * 8.0 * dim))))
+        K = int(max(min(K, 2), min(K, ws.limit / (3 * 8.0 * dim * max(1, share)))))
         kg = _cut_grid(K, mu)
         if resume is not None:
             wb = np.array(resume.arrays["wb"], dtype=np.float64)
             Pb, xib = float(resume.scalars["Pb"]), float(resume.scalars["xib"])
         else:
-            part, pt = run_single(w)
+            part, pt = yield single_request(w)
             hinge = float(part["hinge"][0])
             wb = w.copy()
             Pb = 0.5 * float(vdot(wb, wb)) + C * hinge
@@ -685,14 +800,11 @@ def _solve_error(store, engine, params, variant, callback, checkpoint=None) -> R
         while True:
             it += 1
             wc, dual, _ = ws.solve(Cp, atol)
-            t = time.perf_counter()
             w2 = np.ascontiguousarray(np.stack([wb[:d], wc[:d]], axis=1))
-            part = engine.map_reduce(
-                store, pass_segment,
+            part, pt = yield (
+                pass_segment,
                 (w2, float(wb[d]) * bias, float(wc[d]) * bias, bias, pos, dim, kv, kg),
-                reduce=reduce_cut,
             )
-            pt = time.perf_counter() - t
             dw = wc - wb
             a2 = float(vdot(dw, dw))
             a1 = float(vdot(wb, dw))
