@@ -28,6 +28,7 @@ def train(
     multiclass: str | None = None,
     checkpoint: str | None = None,
     resume: bool = False,
+    shard_cache_mb: float | None = None,
     **params: Any,
 ) -> Result:
     """Train an SVM on a store.
@@ -49,6 +50,9 @@ def train(
         Directory for per-iteration checkpoints (solvers that support them).
     resume : bool
         Continue from the latest checkpoint in ``checkpoint``.
+    shard_cache_mb : float, optional
+        Byte budget (MiB, per process) of the engine's cache of decoded shards, when the
+        engine is made here (default ``$OOC_SVM_SHARD_CACHE_MB`` or 0: every pass reads).
     **params
         Solver parameters (``C``, ``kernel``, ``gamma``, ``eps``, ``tol``, ...); unknown
         names are rejected. Missing ones take the solver's ``DEFAULTS``.
@@ -86,7 +90,9 @@ def train(
         ckpt = Checkpointer(checkpoint, solver, full, resume=resume)
     own_engine = engine is None
     if own_engine:
-        engine = make_engine(scheduler)
+        if shard_cache_mb is not None and not shard_cache_mb >= 0:
+            raise SolverError("--shard-cache-mb must be >= 0")
+        engine = make_engine(scheduler, cache_mb=shard_cache_mb)
     t0 = time.perf_counter()
     try:
         if multiclass == "ovr":

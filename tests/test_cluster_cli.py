@@ -91,11 +91,21 @@ def store(tmp_path_factory):
 
 
 def _train(store, out, *extra, check=True):
-    r = subprocess.run(
+    # A hung training is aborted with SIGABRT so that faulthandler prints every thread's
+    # stack into the failure message (instead of a bare timeout).
+    proc = subprocess.Popen(
         [OOC, "train", "--solver", "perf", store, "-o", out, "--C", "1", "--eps", "1e-4",
          "--json", *extra],
-        capture_output=True, text=True, timeout=600,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"training hung for 300 s; its threads:\n{stderr[-6000:]}")
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if check:
         assert r.returncode == 0, r.stderr
     return r

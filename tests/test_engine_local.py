@@ -193,3 +193,34 @@ def test_make_engine_options(monkeypatch):
     monkeypatch.delenv("OOC_SVM_SHARD_CACHE_MB")
     with pytest.raises(EngineError, match="unknown scheduler"):
         make_engine("nonsense")
+
+
+def test_train_shard_cache_flag(store, tmp_path, monkeypatch):
+    """`train --shard-cache-mb`: later passes come from the cache, the model is unchanged."""
+    import ooc_svm.api as api
+    from ooc_svm.cli import main
+    from ooc_svm.model import load_model
+    from ooc_svm.solvers import SolverError
+
+    st, _, _ = store
+    made = []
+    real = api.make_engine
+
+    def spy(*a, **k):
+        eng = real(*a, **k)
+        made.append(eng)
+        return eng
+
+    monkeypatch.delenv("OOC_SVM_SHARD_CACHE_MB", raising=False)
+    monkeypatch.setattr(api, "make_engine", spy)
+    for cache, out in ((None, "plain"), (64, "cached")):
+        argv = ["train", "--solver", "perf", st.path, "-o", str(tmp_path / out), "--C", "1"]
+        assert main(argv + ([] if cache is None else ["--shard-cache-mb", str(cache)])) == 0
+    plain, cached = made
+    assert plain.cache.budget == 0 and plain.shards_read > st.n_shards
+    assert cached.cache.budget == 64 * 2**20 and cached.shards_read == st.n_shards
+    assert cached.cache.hits > 0
+    a, b = load_model(str(tmp_path / "plain")), load_model(str(tmp_path / "cached"))
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    with pytest.raises(SolverError, match="shard-cache-mb"):
+        api.train(st, "perf", shard_cache_mb=-1)

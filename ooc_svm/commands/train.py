@@ -51,6 +51,12 @@ def add_parser(sub) -> None:
         help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
     )
+    p.add_argument(
+        "--shard-cache-mb", type=float, default=None, dest="shard_cache_mb",
+        help="keep up to this many MiB of decoded shards in memory between passes (per "
+        "process; default $OOC_SVM_SHARD_CACHE_MB or 0). Set it near the store's decoded "
+        "size when that fits: later passes skip reading and decoding",
+    )
     p.add_argument("--json", action="store_true", help="print a one-line JSON summary")
     p.add_argument(
         "--config", default=None,
@@ -84,7 +90,8 @@ def add_parser(sub) -> None:
 
 #: CLI option names that are not solver parameters
 _NOT_PARAMS = {"store", "output", "solver", "scheduler", "json", "func", "command", "verbose",
-               "quiet", "config", "history", "_defaults", "multiclass", "checkpoint", "resume"}
+               "quiet", "config", "history", "_defaults", "multiclass", "checkpoint", "resume",
+               "shard_cache_mb"}
 
 
 def load_config(path: str, solver: str) -> dict:
@@ -159,7 +166,7 @@ def run(args) -> int:
         result = train(
             args.store, args.solver, scheduler=args.scheduler, callback=callback,
             multiclass=args.multiclass, checkpoint=args.checkpoint, resume=args.resume,
-            **params,
+            shard_cache_mb=args.shard_cache_mb, **params,
         )
     finally:
         bar.close()
