@@ -970,7 +970,7 @@ def synth(
     split: str = "train",
     format: str | None = None,
     shard_rows: int | None = None,
-    compression: str = "zstd",
+    compression: str | None = None,
     compress_level: int | None = None,
     overwrite: bool = False,
     block_rows: int | None = None,
@@ -993,7 +993,8 @@ def synth(
     shard_rows : int, optional
         Rows per store shard (default: about 64 MB of CSR).
     compression : str
-        Store compression (``zstd``, ``lz4``, ``none``).
+        Store compression (``zstd``, ``lz4``, ``none``; default lz4 for Zarr, zstd for
+        Parquet).
     compress_level : int, optional
         Level of text compression (gzip 6, bz2 9, xz 6 by default).
     overwrite : bool

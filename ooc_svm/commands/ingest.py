@@ -46,7 +46,8 @@ def add_parser(sub) -> None:
                         "atomically)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing store")
     p.add_argument("--compression", choices=["zstd", "lz4", "none"], default=None,
-                   help="shard compression (default zstd; --append keeps the store's)")
+                   help="shard compression (default lz4 for Zarr, zstd for Parquet; --append "
+                   "keeps the store's)")
     p.add_argument("--label-kind", choices=["auto", "binary", "ordinal", "multiclass", "real"],
                    default="auto",
                    help="label kind (auto: 2 values -> binary, integers -> ordinal, else real; "

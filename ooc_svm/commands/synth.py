@@ -55,8 +55,8 @@ def add_parser(sub) -> None:
                    help="write a store even without a .zarr/.parquet suffix (Zarr)")
     p.add_argument("--shard-rows", type=int, default=None,
                    help="rows per store shard (default: about 64 MB of CSR)")
-    p.add_argument("--compression", choices=["zstd", "lz4", "none"], default="zstd",
-                   help="store compression (default zstd)")
+    p.add_argument("--compression", choices=["zstd", "lz4", "none"], default=None,
+                   help="store compression (default lz4 for Zarr, zstd for Parquet)")
     p.add_argument("--compress-level", type=int, default=None,
                    help="level of .gz/.bz2/.xz text compression")
     p.add_argument("--threads", type=int, default=None,

@@ -838,7 +838,7 @@ def ingest_with_stats(
     with StoreWriter(
         store,
         backend=backend,
-        compression=compression or "zstd",
+        compression=compression,
         overwrite=overwrite,
         append=append,
         label_kind=None if label_kind == "auto" else label_kind,
