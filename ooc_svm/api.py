@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -83,11 +84,24 @@ def train(
             raise SolverError("--resume needs the checkpoint directory")
         if not getattr(mod, "SUPPORTS_CHECKPOINT", False):
             raise SolverError(f"solver {solver!r} does not support checkpoints")
-        if multiclass == "ovr":
-            raise SolverError("checkpoints are not supported for one-vs-rest training yet")
         from .checkpoint import Checkpointer
 
-        ckpt = Checkpointer(checkpoint, solver, full, resume=resume)
+        if multiclass == "ovr":
+            if not getattr(mod, "SUPPORTS_OVR_CHECKPOINT", False):
+                raise SolverError(
+                    f"checkpoints of one-vs-rest training are supported for perf only, not "
+                    f"{solver!r}"
+                )
+            classes = [float(c) for c in (store.meta.labels or [])]
+
+            def ckpt(k: int, c: float) -> Checkpointer:
+                # one directory per class; the class list is checked on resume
+                return Checkpointer(
+                    os.path.join(checkpoint, f"class-{k:04d}"), solver,
+                    {**full, "ovr_class": c, "ovr_classes": classes}, resume=resume,
+                )
+        else:
+            ckpt = Checkpointer(checkpoint, solver, full, resume=resume)
     own_engine = engine is None
     if own_engine:
         if shard_cache_mb is not None and not shard_cache_mb >= 0:
@@ -96,7 +110,7 @@ def train(
     t0 = time.perf_counter()
     try:
         if multiclass == "ovr":
-            result = _train_ovr(store, mod, engine, full, callback)
+            result = _train_ovr(store, mod, engine, full, callback, ckpt)
         elif ckpt is not None:
             result = mod.solve(store, engine, full, callback=callback, checkpoint=ckpt)
         else:
@@ -108,13 +122,16 @@ def train(
     return result
 
 
-def _train_ovr(store, mod, engine: Engine, params: dict, callback) -> Result:
+def _train_ovr(store, mod, engine: Engine, params: dict, callback, checkpoint=None) -> Result:
     """One-vs-rest: one binary problem per class (shared passes when the solver has
     ``solve_ovr``, else one binary training after the other)."""
     classes = [float(c) for c in (store.meta.labels or [])]
     if len(classes) < 2:
         raise SolverError(f"{store.path}: one-vs-rest needs at least two classes")
     if hasattr(mod, "solve_ovr"):
+        if checkpoint is not None:
+            return mod.solve_ovr(store, engine, params, classes, callback=callback,
+                                 checkpoint=checkpoint)
         return mod.solve_ovr(store, engine, params, classes, callback=callback)
     t0 = time.perf_counter()
     results = []

@@ -127,3 +127,55 @@ def test_resume_with_other_parameters_refused(store, tmp_path):
         Checkpointer(str(ck), "smo", {"C": 1.0}).load()
     d = Checkpointer(str(ck), "perf", {"C": 1.0}).load()
     assert d.iteration == 1 and d.scalars == {"x": 1}
+
+
+@pytest.fixture(scope="module")
+def mc_store(tmp_path_factory):
+    X, y = make_classification(n_samples=3000, n_features=20, n_informative=10, n_classes=4,
+                               flip_y=0.1, random_state=1)
+    path = str(tmp_path_factory.mktemp("ckmc") / "mc.zarr")
+    write_store(path, csr_to_shards(sp.csr_matrix(X), y + 1.0, shard_rows=500),
+                label_kind="multiclass")
+    return path
+
+
+def test_kill_and_resume_ovr_same_model(mc_store, tmp_path):
+    """perf one-vs-rest (all classes in shared passes) killed mid-run, resumed: every class
+    continues from its own checkpoint and the model equals the uninterrupted one."""
+    def args(out, ck):
+        return [OOC, "train", "--solver", "perf", mc_store, "-o", str(out), "--json",
+                "--C", "10", "--eps", "1e-7", "--checkpoint", str(ck)]
+
+    full = subprocess.run(args(tmp_path / "full", tmp_path / "ck_full"), capture_output=True,
+                          text=True, timeout=600)
+    assert full.returncode == 0, full.stderr
+    dirs = sorted(p.name for p in (tmp_path / "ck_full").iterdir())
+    assert dirs == [f"class-{k:04d}" for k in range(4)]
+    n_ckpt = _latest_iteration(tmp_path / "ck_full" / "class-0000")
+    assert n_ckpt >= 4
+    ck = tmp_path / "ck"
+    killed = _run_until(args(tmp_path / "m", ck), ck / "class-0000", max(1, n_ckpt // 2),
+                        signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL, "training ended before it could be killed"
+    assert not (tmp_path / "m").exists()
+    hist = tmp_path / "resumed.jsonl"
+    resumed = subprocess.run(args(tmp_path / "m", ck) + ["--resume", "--history", str(hist)],
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    # it really continued: no class started again from iteration 0
+    recs = [json.loads(x) for x in hist.read_text().splitlines() if '"header"' not in x]
+    assert recs and min(r["iteration"] for r in recs) >= 1
+    assert {r["class_index"] for r in recs} <= {0, 1, 2, 3}
+    a, b = load_model(str(tmp_path / "full")), load_model(str(tmp_path / "m"))
+    assert a.coef_.shape == (4, 20)
+    np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(b.intercept_, a.intercept_, rtol=1e-12, atol=1e-14)
+    sa = json.loads(full.stdout.strip().splitlines()[-1])
+    sb = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert sb["objective"] == pytest.approx(sa["objective"], rel=1e-12)
+    assert sb["passes"] == sa["passes"]
+    # another C is refused, naming the class directory
+    bad = subprocess.run(args(tmp_path / "m2", ck)[:-4] + ["--C", "1", "--eps", "1e-7",
+                         "--checkpoint", str(ck), "--resume"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "class-0000" in bad.stderr and "C" in bad.stderr

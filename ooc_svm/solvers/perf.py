@@ -600,8 +600,12 @@ def reduce_many(a, b):
     return [reduce_cut(x, y) for x, y in zip(a, b, strict=True)]
 
 
+#: ``--checkpoint`` / ``--resume`` of one-vs-rest: one checkpoint directory per class.
+SUPPORTS_OVR_CHECKPOINT = True
+
+
 def solve_ovr(store, engine, params: dict, classes: list[float],
-              callback: Callback | None = None) -> Result:
+              callback: Callback | None = None, checkpoint=None) -> Result:
     """One-vs-rest with every class's cutting-plane iteration sharing one streamed pass.
 
     Each class runs its own Algorithm 1 (or the accelerated variant) for "class c vs the
@@ -611,6 +615,10 @@ def solve_ovr(store, engine, params: dict, classes: list[float],
     computed from it). Passes therefore equal the iterations of the slowest class, not their
     sum. The accumulators of a pass are sized so that all classes together stay within
     ``dense_limit_mb`` (fewer cut points per class when there are many classes).
+
+    ``checkpoint(k, c)``, if given, returns the :class:`~ooc_svm.checkpoint.Checkpointer` of
+    class k (label c): every class saves its own state after each of its iterations and
+    resumes from it, so an interrupted run ends with the same model as an uninterrupted one.
     """
     from ..api import combine_ovr_models
 
@@ -626,7 +634,6 @@ def solve_ovr(store, engine, params: dict, classes: list[float],
     _check_params({**params, "loss": "error"}, _BinaryMeta(meta))
     classes = [float(c) for c in classes]
     t0 = time.perf_counter()
-    p0 = engine.passes + getattr(engine, "partial_passes", 0)
     steps, reqs, results = [], {}, {}
     for k, c in enumerate(classes):
         def cb(rec, k=k, c=c):
@@ -634,7 +641,9 @@ def solve_ovr(store, engine, params: dict, classes: list[float],
                 callback({**rec, "class": c, "class_index": k})
 
         # neg: "the rest" (the binary model's classes are replaced by combine_ovr_models)
-        g = _error_steps(meta, math.nan, c, engine, params, variant, cb, share=len(classes))
+        ck = None if checkpoint is None else checkpoint(k, c)
+        g = _error_steps(meta, math.nan, c, engine, params, variant, cb, ck,
+                         share=len(classes))
         steps.append(g)
         reqs[k] = next(g)
     rounds = 0
@@ -660,7 +669,8 @@ def solve_ovr(store, engine, params: dict, classes: list[float],
         objective=float(sum(r.objective for r in res)),
         dual_objective=None,
         iterations=max(r.iterations for r in res),
-        passes=engine.passes + getattr(engine, "partial_passes", 0) - p0,
+        # the slowest class's count (it includes passes made before a resume)
+        passes=max(r.passes for r in res),
         seconds=time.perf_counter() - t0,
         stop_value=max(r.stop_value for r in res),
         history=[h for r in res for h in r.history],
