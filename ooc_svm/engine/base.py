@@ -186,7 +186,6 @@ class Engine(abc.ABC):
     #: number of calls with a shard list
     partial_passes: int = 0
 
-    @abc.abstractmethod
     def map_reduce(
         self,
         store,
@@ -219,6 +218,7 @@ class Engine(abc.ABC):
         -------
         The reduced partial (``None`` when there are no shards).
         """
+        return self._run(store, fn, broadcast, reduce, state, shards, read=True)
 
     def map_state(
         self,
@@ -234,7 +234,13 @@ class Engine(abc.ABC):
         For updates of per-shard state that need only the rows' positions (e.g. setting
         α of given global rows). Counts as a partial pass.
         """
-        raise NotImplementedError
+        return self._run(store, fn, broadcast, reduce, state, shards, read=False)
+
+    @abc.abstractmethod
+    def _run(self, store, fn: Callable, broadcast: Any, reduce, state: ShardState | None,
+             shards: list[int] | None, read: bool) -> Any:
+        """One pass: :meth:`map_reduce` (``read=True``) or :meth:`map_state` (``read=False``:
+        ``fn`` gets a :class:`ShardStub`)."""
 
     def init_state(self, store, init: Callable[[Any, int], Any], shards=None) -> ShardState:
         """Create per-shard state with ``init(shard_info, shard_index)`` (no data is read)."""

@@ -432,28 +432,6 @@ class DaskEngine(Engine):
         return self._amm
 
     # -- passes ----------------------------------------------------------------------------
-    def map_reduce(
-        self,
-        store,
-        fn: Callable,
-        broadcast: Any = None,
-        reduce: Callable[[Any, Any], Any] | None = None,
-        state: ShardState | None = None,
-        shards: list[int] | None = None,
-    ) -> Any:
-        return self._run(store, fn, broadcast, reduce, state, shards, read=True)
-
-    def map_state(
-        self,
-        store,
-        fn: Callable,
-        broadcast: Any = None,
-        state: ShardState | None = None,
-        reduce: Callable[[Any, Any], Any] | None = None,
-        shards: list[int] | None = None,
-    ) -> Any:
-        return self._run(store, fn, broadcast, reduce, state, shards, read=False)
-
     def _run(self, store, fn, broadcast, reduce, state, shards, read: bool) -> Any:
         from distributed import wait
 

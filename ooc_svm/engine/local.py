@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from .base import Engine, ShardState, StreamingTreeReduce, add_partials, shard_stub
+from .base import Engine, StreamingTreeReduce, add_partials, shard_stub
 from .reader import ShardCache, shard_reader, store_token
 
 log = logging.getLogger("ooc_svm")
@@ -95,28 +95,6 @@ class LocalEngine(Engine):
         except TypeError:
             pass
         return rd
-
-    def map_reduce(
-        self,
-        store,
-        fn: Callable,
-        broadcast: Any = None,
-        reduce: Callable[[Any, Any], Any] | None = None,
-        state: ShardState | None = None,
-        shards: list[int] | None = None,
-    ) -> Any:
-        return self._run(store, fn, broadcast, reduce, state, shards, read=True)
-
-    def map_state(
-        self,
-        store,
-        fn: Callable,
-        broadcast: Any = None,
-        state: ShardState | None = None,
-        reduce: Callable[[Any, Any], Any] | None = None,
-        shards: list[int] | None = None,
-    ) -> Any:
-        return self._run(store, fn, broadcast, reduce, state, shards, read=False)
 
     def _run(self, store, fn, broadcast, reduce, state, shards, read: bool) -> Any:
         reduce = reduce or add_partials
