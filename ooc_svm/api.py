@@ -129,10 +129,8 @@ def _train_ovr(store, mod, engine: Engine, params: dict, callback, checkpoint=No
     if len(classes) < 2:
         raise SolverError(f"{store.path}: one-vs-rest needs at least two classes")
     if hasattr(mod, "solve_ovr"):
-        if checkpoint is not None:
-            return mod.solve_ovr(store, engine, params, classes, callback=callback,
-                                 checkpoint=checkpoint)
-        return mod.solve_ovr(store, engine, params, classes, callback=callback)
+        return mod.solve_ovr(store, engine, params, classes, callback=callback,
+                             checkpoint=checkpoint)
     t0 = time.perf_counter()
     results = []
     for k, c in enumerate(classes):

@@ -626,12 +626,9 @@ def solve_ovr(store, engine, params: dict, classes: list[float],
     meta = store.meta
     if meta.n_rows == 0:
         raise SolverError("the store has no rows")
-    variant = params.get("variant") or "accelerated"
-    if variant not in VARIANTS:
-        raise SolverError(f"unknown perf variant {variant!r}; choose {' or '.join(VARIANTS)}")
     if params.get("loss") not in (None, "error"):
         raise SolverError("one-vs-rest perf trains --loss error only")
-    _check_params({**params, "loss": "error"}, _BinaryMeta(meta))
+    _, variant = _check_params({**params, "loss": "error"}, _BinaryMeta(meta))
     classes = [float(c) for c in classes]
     t0 = time.perf_counter()
     steps, reqs, results = [], {}, {}
