@@ -33,18 +33,19 @@ Forgetting the pass's broadcast at its end cuts the lineage of the new states, s
 scheduler's graph does not grow with the number of passes.
 
 Worker failures. Tasks lost with a worker are recomputed by the scheduler from their inputs
-(the shard is re-read from the store path; the broadcast is replicated on every worker and
-re-scattered by the client if all copies are gone). Per-shard states cannot be recomputed
-from lineage without keeping every past broadcast, so they are **kept replicated**: at the
-end of each state pass every new state is copied to ``state_replicas`` (2) distinct workers
-(``Client.replicate``; clusters this engine starts run without Dask's active memory manager,
-whose ReduceReplicas policy would drop the copies — on an external cluster with the AMM on,
-a warning says states are unprotected). A worker that dies mid-pass then loses no state:
-the scheduler reruns its tasks elsewhere from the surviving replicas, and if results were
-nevertheless lost (e.g. every copy of the broadcast) the engine reruns the affected shards
-itself. The partial of a shard is a deterministic function of (shard, broadcast, state), so
-the result equals the one without the failure. Losing every replica of a state raises
-:class:`EngineError`.
+(the shard is re-read from the store path; the broadcast is scattered to one worker, the
+others fetch it, and the client scatters it again if every copy is gone). Per-shard states
+cannot be recomputed from lineage without keeping every past broadcast, so each is **kept
+twice**: at the end of each state pass a small task copies every new state to a second
+worker under its own key (a backup, which Dask's active memory manager leaves alone, unlike
+extra replicas of one key). ``Client.replicate`` and ``scatter(broadcast=True)`` are not
+used: the scheduler's replicate loop never ends when a target worker dies during it
+(distributed 2026.8), which hung a training whose worker was killed. A worker that dies
+mid-pass then loses no state: the scheduler reruns its tasks elsewhere from the backups,
+and if results were nevertheless lost (e.g. every copy of the broadcast) the engine reruns
+the affected shards itself. The partial of a shard is a deterministic function of (shard,
+broadcast, state), so the result equals the one without the failure. Losing both copies of
+a state raises :class:`EngineError`.
 """
 
 from __future__ import annotations
@@ -163,6 +164,11 @@ class _StateRef:
         return None
 
 
+def _same(x):
+    """The backup copy of a per-shard state (a task, so the copy gets its own key)."""
+    return x
+
+
 def _cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -237,9 +243,7 @@ class DaskEngine(Engine):
         self.passes = 0
         self.partial_passes = 0
         self.retried_shards = 0
-        self._amm: bool | None = None
         self._slots: tuple[float, list[str]] | None = None
-        self._amm_warned = False
         self._cluster = None
         self._client = None
         self._npass = 0
@@ -277,7 +281,8 @@ class DaskEngine(Engine):
 
                 # Our placement keeps shard j (its cache and state) on one worker; stealing
                 # would move tasks away from their data for little gain on equal shards.
-                # The AMM would drop the replicas that protect per-shard state.
+                # The AMM stays off: its ReduceReplicas would drop the copies of a pass's
+                # broadcast that workers fetched, only for them to be fetched again.
                 # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also turns
                 # off glibc's dynamic mmap threshold: every decoded shard array then comes
                 # from fresh pages (page faults ~2x the decode CPU, measured). Our workers
@@ -377,7 +382,7 @@ class DaskEngine(Engine):
         # (CommClosedError, an OSError); the surviving workers take the retry.
         for attempt in range(1, self.max_attempts + 1):
             try:
-                [fut] = self._client.scatter([broadcast], broadcast=True, hash=False)
+                [fut] = self._client.scatter([broadcast], hash=False)
                 return fut
             except (TypeError, AttributeError, ValueError) as e:
                 if "pickle" in f"{type(e).__name__} {e}".lower():
@@ -397,13 +402,11 @@ class DaskEngine(Engine):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _protect(self, futs: list) -> list:
-        """Replicate state futures onto ``state_replicas`` distinct workers (same key).
+        """Copy every state future to a second worker under its own key; returns the backups.
 
-        With Dask's active memory manager (AMM) running, its ReduceReplicas policy would
-        drop the extra replicas again within seconds; clusters this engine starts run
-        without the AMM. On an external cluster with the AMM on, states are not protected
-        against worker loss (a warning says so once). Returns the futures of the backups
-        (None: the replicas are of the same key).
+        Copies go round-robin to a worker that does not hold the state; the copy tasks may
+        run elsewhere if that worker leaves (never a wait on a dead worker). ``None`` backups
+        when ``state_replicas`` is 1 or the cluster has a single worker.
         """
         if self.state_replicas < 2 or not futs:
             return [None] * len(futs)
@@ -411,25 +414,22 @@ class DaskEngine(Engine):
 
         client = self._client
         wait(futs)
-        if len(client.nthreads()) < 2:
+        workers = sorted(client.nthreads())
+        if len(workers) < 2:
             return [None] * len(futs)
-        if self._amm_running() and not self._amm_warned:
-            self._amm_warned = True
-            log.warning(
-                "the Dask cluster runs the active memory manager, which drops state replicas: "
-                "per-shard state is not protected against worker loss; start the scheduler "
-                "with DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START=False"
-            )
-        client.replicate(futs, n=self.state_replicas)
-        return [None] * len(futs)
-
-    def _amm_running(self) -> bool:
-        if self._amm is None:
-            try:
-                self._amm = bool(self._client.amm.running())
-            except Exception:  # noqa: BLE001 - no AMM extension: nothing drops replicas
-                self._amm = False
-        return self._amm
+        who = client.who_has(futs)
+        backups = []
+        for k, f in enumerate(futs):
+            holders = set(who.get(f.key, ()))
+            others = [w for w in workers if w not in holders] or workers
+            backups.append(client.submit(
+                _same, f, key=f"{f.key}-backup", workers=[others[k % len(others)]],
+                allow_other_workers=True, pure=False,
+            ))
+        wait(backups)
+        if any(b.status != "finished" for b in backups):
+            raise _Lost()
+        return backups
 
     # -- passes ----------------------------------------------------------------------------
     def _run(self, store, fn, broadcast, reduce, state, shards, read: bool) -> Any:
