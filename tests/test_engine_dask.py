@@ -170,6 +170,32 @@ def test_state_lives_on_workers(engine, local, stores):
         np.testing.assert_array_equal(a, b)
 
 
+def test_states_backed_up_without_replicate(engine, stores, monkeypatch):
+    """Every per-shard state has a backup under its own key on another worker, made without
+    ``Client.replicate`` or ``scatter(broadcast=True)``: the scheduler's replicate loop never
+    ends when a worker dies during it (a training hung that way after a worker SIGKILL)."""
+    client = engine._client
+    real_scatter = client.scatter
+
+    def no_replicate(*a, **k):
+        raise AssertionError("Client.replicate must not be used")
+
+    def scatter(*a, **k):
+        assert not k.get("broadcast"), "scatter(broadcast=True) must not be used"
+        return real_scatter(*a, **k)
+
+    monkeypatch.setattr(client, "replicate", no_replicate)
+    monkeypatch.setattr(client, "scatter", scatter)
+    st = stores["zarr"]
+    h = engine.init_state(st, _zeros)
+    engine.map_reduce(st, hinge_state_pass, (_w(4), 1.0, 0.0), state=h)
+    refs = h.items
+    assert all(r.backup is not None and r.backup.key != r.primary.key for r in refs)
+    who = client.who_has([f for r in refs for f in (r.primary, r.backup)])
+    for r in refs:  # the state survives the loss of any one worker
+        assert len(set(who[r.primary.key]) | set(who[r.backup.key])) >= 2
+
+
 def test_second_client_by_address(engine, stores):
     addr = engine.client.scheduler.address
     with make_engine(addr, connect_timeout=10) as other:
