@@ -592,7 +592,13 @@ class DaskEngine(Engine):
             w = [place[sid]] if sid in place else None
             [f] = self._client.scatter([v], workers=w, hash=False)
             futs.append(f)
-        backups = self._protect(futs)
+        try:
+            backups = self._protect(futs)
+        except _Lost:
+            raise EngineError(
+                "a Dask worker left while per-shard state was being sent to the cluster; "
+                "run again"
+            ) from None
         refs = [_StateRef(f, b) for f, b in zip(futs, backups, strict=True)]
         return ShardState(self, store.n_shards, refs, ids)
 
