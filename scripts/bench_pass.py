@@ -169,8 +169,10 @@ def child(args) -> None:
             res = one()
             for _ in range(args.repeat):
                 res = timed(one)
-    elif args.child in ("local", "memtest"):
+    elif args.child in ("local", "memtest", "local-cached"):
         cache_mb = args.cache_mb if args.child == "memtest" else 0.0
+        if args.child == "local-cached":  # room for every decoded shard: passes 2.. hit
+            cache_mb = (store.meta.nnz * 8 + store.meta.n_rows * 24) * 1.2 / 2**20 + 64
         eng = LocalEngine(n_threads=args.threads, prefetch=args.prefetch, cache_mb=cache_mb)
         out["rss_before_mb"] = _current_rss_mb()
         res = eng.map_reduce(store, hinge_pass, bc)  # untimed: store opened, kernels loaded
@@ -301,7 +303,9 @@ def main() -> None:
     ap.add_argument("--formats", default="zarr,parquet")
     ap.add_argument("--codecs", default="lz4,zstd,none")
     ap.add_argument("--parquet-codecs", default="lz4")
-    ap.add_argument("--engines", default="local,processes")
+    ap.add_argument("--engines", default="local,processes",
+                    help="comma list of local, processes, local-cached (every shard in the "
+                    "shard cache after the untimed first pass)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prefetch", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
