@@ -38,6 +38,7 @@ import sys
 import time
 
 import numpy as np
+from _bench_util import drop_caches
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -258,17 +259,6 @@ def read_all(path: str) -> None:
                     pass
 
 
-def drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError as e:
-        print(f"# cannot drop the page cache ({e}); cold numbers are not cold", flush=True)
-        return False
-
-
 def run_child(a, mode: str, store: str, cold: bool = False, extra=()) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--store", store,
            "--threads", str(a.threads), "--prefetch", str(a.prefetch), "--repeat",
@@ -280,7 +270,7 @@ def run_child(a, mode: str, store: str, cold: bool = False, extra=()) -> dict:
     for line in p.stdout:
         if line.startswith("READY"):
             if cold:
-                drop_caches()
+                drop_caches(warn=True)
             p.stdin.write("GO\n")
             p.stdin.flush()
         elif line.startswith("RESULT "):
@@ -366,7 +356,7 @@ def main() -> None:
 
     if a.cold:
         print("\n# cold: page cache dropped right before one timed pass")
-        can = drop_caches()
+        can = drop_caches(warn=True)
         for (fmt, codec), path in stores.items():
             for eng in engines:
                 r = run_child(a, eng, path, cold=can)

@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from _bench_util import drop_caches
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
 OOC = os.path.join(BIN, "ooc-svm")
@@ -60,16 +62,6 @@ def du_bytes(path: str) -> int:
         for f in files:
             total += os.path.getsize(os.path.join(root, f))
     return total
-
-
-def drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def disk_read_speed(path: str, limit_bytes: int = 8 << 30) -> tuple[float | None, int]:

@@ -147,19 +147,13 @@ def _fast_parquet_shard(root: str, store, i: int) -> Shard:
     """
     import pyarrow.parquet as pq
 
+    from ..store.parquet_store import table_arrays
+
     info = store.meta.shards[i]
     cols = ["y", "indices", "values"] + (["qid"] if store.meta.has_qid else [])
     table = pq.read_table(os.path.join(root, info.name + ".parquet"), columns=cols,
                           memory_map=True, use_threads=False)
-    idx = table.column("indices").combine_chunks()
-    val = table.column("values").combine_chunks()
-    indptr = np.asarray(idx.offsets, dtype=np.int64)
-    indptr = indptr - indptr[0] if indptr.size else np.zeros(1, np.int64)
-    indices = np.asarray(idx.values.to_numpy(zero_copy_only=False), dtype=np.int32)
-    data = np.asarray(val.values.to_numpy(zero_copy_only=False), dtype=np.float32)
-    y = table.column("y").to_numpy().astype(np.float64, copy=False)
-    qid = (table.column("qid").to_numpy().astype(np.int64, copy=False)
-           if store.meta.has_qid else None)
+    indptr, indices, data, y, qid = table_arrays(table, store.meta.has_qid)
     if info.n_rows == 0:
         indptr = np.zeros(1, np.int64)
     ok = (

@@ -61,6 +61,20 @@ class ParquetShardWriter:
         atomic_write_bytes(self.fs, f"{self.root}/{META_FILE}", meta.to_json().encode())
 
 
+def table_arrays(table, has_qid: bool) -> tuple:
+    """CSR arrays of one shard's Arrow table: (indptr int64, indices int32, data float32,
+    y float64, qid int64 or None)."""
+    idx = table.column("indices").combine_chunks()
+    val = table.column("values").combine_chunks()
+    indptr = np.asarray(idx.offsets, dtype=np.int64)
+    indptr = indptr - indptr[0] if indptr.size else np.zeros(1, np.int64)
+    indices = np.asarray(idx.values.to_numpy(zero_copy_only=False), dtype=np.int32)
+    data = np.asarray(val.values.to_numpy(zero_copy_only=False), dtype=np.float32)
+    y = table.column("y").to_numpy().astype(np.float64, copy=False)
+    qid = table.column("qid").to_numpy().astype(np.int64, copy=False) if has_qid else None
+    return indptr, indices, data, y, qid
+
+
 class ParquetStore:
     """Read access to a Parquet store."""
 
@@ -100,16 +114,7 @@ class ParquetStore:
         try:
             with self.fs.open(f"{self.root}/{info.name}.parquet", "rb") as f:
                 table = pq.read_table(f)
-            idx = table.column("indices").combine_chunks()
-            val = table.column("values").combine_chunks()
-            indptr = np.asarray(idx.offsets, dtype=np.int64)
-            indptr = indptr - indptr[0] if indptr.size else np.zeros(1, np.int64)
-            indices = np.asarray(idx.values.to_numpy(zero_copy_only=False), dtype=np.int32)
-            data = np.asarray(val.values.to_numpy(zero_copy_only=False), dtype=np.float32)
-            y = table.column("y").to_numpy().astype(np.float64, copy=False)
-            qid = table.column("qid").to_numpy().astype(np.int64, copy=False) if (
-                self.meta.has_qid
-            ) else None
+            indptr, indices, data, y, qid = table_arrays(table, self.meta.has_qid)
         except Exception as e:  # noqa: BLE001 - any decode failure means a damaged shard
             raise ShardCorruptError(
                 f"{self.path}: shard {i} ({info.name}.parquet) cannot be read: "
