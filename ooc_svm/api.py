@@ -97,8 +97,10 @@ def train(
             def ckpt(k: int, c: float) -> Checkpointer:
                 # one directory per class; the class list is checked on resume
                 return Checkpointer(
-                    os.path.join(checkpoint, f"class-{k:04d}"), solver,
-                    {**full, "ovr_class": c, "ovr_classes": classes}, resume=resume,
+                    os.path.join(checkpoint, f"class-{k:04d}"),
+                    solver,
+                    {**full, "ovr_class": c, "ovr_classes": classes},
+                    resume=resume,
                 )
         else:
             ckpt = Checkpointer(checkpoint, solver, full, resume=resume)
@@ -129,11 +131,13 @@ def _train_ovr(store, mod, engine: Engine, params: dict, callback, checkpoint=No
     if len(classes) < 2:
         raise SolverError(f"{store.path}: one-vs-rest needs at least two classes")
     if hasattr(mod, "solve_ovr"):
-        return mod.solve_ovr(store, engine, params, classes, callback=callback,
-                             checkpoint=checkpoint)
+        return mod.solve_ovr(
+            store, engine, params, classes, callback=callback, checkpoint=checkpoint
+        )
     t0 = time.perf_counter()
     results = []
     for k, c in enumerate(classes):
+
         def cb(rec, k=k, c=c):
             if callback is not None:
                 callback({**rec, "class": c, "class_index": k})
@@ -151,9 +155,12 @@ def _train_ovr(store, mod, engine: Engine, params: dict, callback, checkpoint=No
         seconds=time.perf_counter() - t0,
         stop_value=max(r.stop_value for r in results),
         history=[h for r in results for h in r.history],
-        summary={"multiclass": "ovr", "n_classes": len(classes),
-                 "per_class_objective": objs, "per_class_iterations":
-                 [r.iterations for r in results]},
+        summary={
+            "multiclass": "ovr",
+            "n_classes": len(classes),
+            "per_class_objective": objs,
+            "per_class_iterations": [r.iterations for r in results],
+        },
     )
 
 

@@ -187,7 +187,8 @@ class Checkpointer:
             )
         if check_params and meta.get("params") != self.params:
             diff = sorted(
-                k for k in set(meta.get("params", {})) | set(self.params)
+                k
+                for k in set(meta.get("params", {})) | set(self.params)
                 if meta.get("params", {}).get(k) != self.params.get(k)
             )
             raise CheckpointError(

@@ -40,8 +40,9 @@ class _StoreFromArrays:
         self.dir = tempfile.mkdtemp(prefix="ooc-svm-fit-")
         path = os.path.join(self.dir, "train.zarr")
         X = sp.csr_matrix(self.X, dtype=np.float32)
-        with StoreWriter(path, compression="none", label_kind=self.kind,
-                         n_features=X.shape[1]) as w:
+        with StoreWriter(
+            path, compression="none", label_kind=self.kind, n_features=X.shape[1]
+        ) as w:
             for s in csr_to_shards(X, self.y, self.qid, shard_rows=_TMP_SHARD_ROWS):
                 w.add(s, n_features=X.shape[1])
             w.commit()
@@ -120,8 +121,7 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """Signed distance to the hyperplane; (n,) for binary, (n, n_classes) for OvR."""
         check_is_fitted(self, "model_")
-        X = validate_data(self, X, accept_sparse="csr", reset=False,
-                          dtype=[np.float64, np.float32])
+        X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         return self.model_.decision_function(sp.csr_matrix(X))
 
     def predict(self, X):
@@ -154,8 +154,9 @@ class LinearSVC(_OocSVMBase):
         Further solver parameters (see ``ooc-svm train --help``).
     """
 
-    def __init__(self, C=1.0, solver="perf", tol=None, max_iter=None, random_state=None,
-                 solver_params=None):
+    def __init__(
+        self, C=1.0, solver="perf", tol=None, max_iter=None, random_state=None, solver_params=None
+    ):
         self.C = C
         self.solver = solver
         self.tol = tol
@@ -185,8 +186,19 @@ class SVC(_OocSVMBase):
     tol, max_iter, random_state, solver_params : as for :class:`LinearSVC`.
     """
 
-    def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, solver="smo",
-                 tol=None, max_iter=None, random_state=None, solver_params=None):
+    def __init__(
+        self,
+        C=1.0,
+        kernel="rbf",
+        gamma="scale",
+        degree=3,
+        coef0=0.0,
+        solver="smo",
+        tol=None,
+        max_iter=None,
+        random_state=None,
+        solver_params=None,
+    ):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -211,9 +223,15 @@ class SVC(_OocSVMBase):
             gamma = 1.0 / (n_features * var) if var > 0 else 1.0
         elif gamma == "auto":
             gamma = 1.0 / max(n_features, 1)
-        return self._with_common({"C": float(self.C), "kernel": self.kernel,
-                                  "gamma": float(gamma), "degree": int(self.degree),
-                                  "coef0": float(self.coef0)})
+        return self._with_common(
+            {
+                "C": float(self.C),
+                "kernel": self.kernel,
+                "gamma": float(gamma),
+                "degree": int(self.degree),
+                "coef0": float(self.coef0),
+            }
+        )
 
 
 class OrdinalSVM(BaseEstimator):
@@ -243,8 +261,9 @@ class OrdinalSVM(BaseEstimator):
             p.setdefault("loss", "roc" if store.meta.label_kind == "binary" else "ordinal")
             result = train(store, "perf", **p)
         else:
-            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
-                                 y_numeric=True)
+            X, y = validate_data(
+                self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], y_numeric=True
+            )
             ranks = np.unique(y)
             if len(ranks) < 2:
                 raise ValueError("ordinal regression needs at least two distinct ranks")
@@ -261,8 +280,7 @@ class OrdinalSVM(BaseEstimator):
     def predict(self, X):
         """Ranking scores w·x (higher ranks score higher)."""
         check_is_fitted(self, "model_")
-        X = validate_data(self, X, accept_sparse="csr", reset=False,
-                          dtype=[np.float64, np.float32])
+        X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         return np.asarray(sp.csr_matrix(X) @ self.coef_).ravel()
 
     def score(self, X, y, qid=None):

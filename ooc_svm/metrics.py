@@ -36,8 +36,9 @@ from .kernels.perf import count_pairs, rank_loss
 # ------------------------------------------------------------------------------------------
 
 
-def primal_objective(X, y, coef, intercept: float, C: float, bias: float = 1.0,
-                     positive: float | None = None) -> float:
+def primal_objective(
+    X, y, coef, intercept: float, C: float, bias: float = 1.0, positive: float | None = None
+) -> float:
     """½‖w‖² + ½w_b² + C Σ max(0, 1 − yᵢ(w·xᵢ + b)), b = intercept = w_b·bias.
 
     ``y`` holds ±1 labels, or any two values with ``positive`` naming the positive one.
@@ -71,9 +72,9 @@ def _rank_setup(y, s, qid):
     else:
         order = np.lexsort((-s, gid)).astype(np.int64)
         g = gid[order]
-        starts = np.concatenate(
-            [[0], np.flatnonzero(np.diff(g)) + 1, [y.shape[0]]]
-        ).astype(np.int64)
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(g)) + 1, [y.shape[0]]]).astype(
+            np.int64
+        )
     return r, levels.shape[0], order, starts
 
 

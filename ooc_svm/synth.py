@@ -357,9 +357,18 @@ def _n_digits(v):
         while n < 20 and v >= _U10[n]:
             n += 1
         return n
-    return (1 + np.int64(v >= _U10[1]) + np.int64(v >= _U10[2]) + np.int64(v >= _U10[3])
-            + np.int64(v >= _U10[4]) + np.int64(v >= _U10[5]) + np.int64(v >= _U10[6])
-            + np.int64(v >= _U10[7]) + np.int64(v >= _U10[8]) + np.int64(v >= _U10[9]))
+    return (
+        1
+        + np.int64(v >= _U10[1])
+        + np.int64(v >= _U10[2])
+        + np.int64(v >= _U10[3])
+        + np.int64(v >= _U10[4])
+        + np.int64(v >= _U10[5])
+        + np.int64(v >= _U10[6])
+        + np.int64(v >= _U10[7])
+        + np.int64(v >= _U10[8])
+        + np.int64(v >= _U10[9])
+    )
 
 
 @njit(cache=True, nogil=True)
@@ -622,6 +631,7 @@ class SynthSpec:
 
     def validate(self) -> None:
         """Raise :class:`SynthError` on parameters that cannot produce a dataset."""
+
         def bad(msg):
             raise SynthError(msg)
 
@@ -742,8 +752,18 @@ class SynthModel:
         """Raw rows ``row0 .. row0+n-1`` of a stream: (indptr, indices, data, score)."""
         s = self.spec
         return _gen_block(
-            np.int64(row0), np.int64(n), key, float(s.nnz_per_row), float(s.nnz_spread),
-            float(s.tf_decay), _TF_TABLE, self.zp, self.perm, self.idf_rank, self.idf, self.w,
+            np.int64(row0),
+            np.int64(n),
+            key,
+            float(s.nnz_per_row),
+            float(s.nnz_spread),
+            float(s.tf_decay),
+            _TF_TABLE,
+            self.zp,
+            self.perm,
+            self.idf_rank,
+            self.idf,
+            self.w,
         )
 
     def _thresholds(self) -> np.ndarray:
@@ -774,8 +794,16 @@ class SynthModel:
         if within and row0 % s.qid_size:
             raise SynthError(f"block start {row0} cuts a query of {s.qid_size} rows")
         s_j, u = self.label_scores(key_labels, row0, score)
-        _labels(s_j, u, self.cuts, np.int64(s.ranks or 0), float(s.noise),
-                np.int64(s.qid_size or 1), within, y)
+        _labels(
+            s_j,
+            u,
+            self.cuts,
+            np.int64(s.ranks or 0),
+            float(s.noise),
+            np.int64(s.qid_size or 1),
+            within,
+            y,
+        )
         qid = None
         if s.qid_size:
             qid = np.arange(row0, row0 + n, dtype=np.int64) // s.qid_size + 1
@@ -1017,15 +1045,35 @@ def synth(
     step = _round_to_query(int(block_rows), spec) if block_rows else default_block_rows(spec)
     params = {"rows": rows, "split": split, **asdict(spec)}
     if fmt == "svmlight":
-        nnz = _write_text(out, model, split, rows, step, threads, overwrite, compress_level,
-                          progress)
+        nnz = _write_text(
+            out, model, split, rows, step, threads, overwrite, compress_level, progress
+        )
     else:
-        nnz = _write_store(out, fmt, model, split, rows, step, threads, overwrite, compression,
-                           shard_rows, params, progress)
+        nnz = _write_store(
+            out,
+            fmt,
+            model,
+            split,
+            rows,
+            step,
+            threads,
+            overwrite,
+            compression,
+            shard_rows,
+            params,
+            progress,
+        )
     seconds = time.perf_counter() - t0
     size = 0 if out == "-" else _path_size(out)
-    return {"path": out, "format": fmt, "rows": rows, "nnz": int(nnz), "bytes": size,
-            "seconds": seconds, **params}
+    return {
+        "path": out,
+        "format": fmt,
+        "rows": rows,
+        "nnz": int(nnz),
+        "bytes": size,
+        "seconds": seconds,
+        **params,
+    }
 
 
 def _check_destination(out: str, overwrite: bool) -> None:
@@ -1085,8 +1133,20 @@ def _write_text(out, model, split, rows, step, threads, overwrite, level, progre
     return nnz
 
 
-def _write_store(out, fmt, model, split, rows, step, threads, overwrite, compression,
-                 shard_rows, params, progress) -> int:
+def _write_store(
+    out,
+    fmt,
+    model,
+    split,
+    rows,
+    step,
+    threads,
+    overwrite,
+    compression,
+    shard_rows,
+    params,
+    progress,
+) -> int:
     import json
 
     from .store import StoreWriter
@@ -1103,8 +1163,14 @@ def _write_store(out, fmt, model, split, rows, step, threads, overwrite, compres
     def work(ab):
         return model.block(split, ab[0], ab[1] - ab[0])
 
-    with StoreWriter(out, backend=fmt, compression=compression, overwrite=overwrite,
-                     label_kind=spec.label_kind, n_features=spec.features) as w:
+    with StoreWriter(
+        out,
+        backend=fmt,
+        compression=compression,
+        overwrite=overwrite,
+        label_kind=spec.label_kind,
+        n_features=spec.features,
+    ) as w:
         parts: list[Shard] = []
         have = 0
         for blk in _ordered_map(work, ranges(), threads):
@@ -1123,8 +1189,9 @@ def _concat(parts: list[Shard]) -> Shard:
     if len(parts) == 1:
         return parts[0]
     nnz = np.cumsum([0] + [p.nnz for p in parts])
-    indptr = np.concatenate([parts[0].indptr[:1]] + [p.indptr[1:] + o for p, o in
-                                                     zip(parts, nnz[:-1], strict=True)])
+    indptr = np.concatenate(
+        [parts[0].indptr[:1]] + [p.indptr[1:] + o for p, o in zip(parts, nnz[:-1], strict=True)]
+    )
     qid = np.concatenate([p.qid for p in parts]) if parts[0].qid is not None else None
     return Shard(
         indptr,

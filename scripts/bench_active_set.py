@@ -87,20 +87,28 @@ def child(spec: dict) -> dict:
 
         X, y = _load(spec)
         t = time.perf_counter()
-        clf = SVC(C=spec["C"], kernel=spec["kernel"], gamma=spec["gamma"] or "scale",
-                  tol=spec["tol"], cache_size=spec["cache_mb"]).fit(X, y)
+        clf = SVC(
+            C=spec["C"],
+            kernel=spec["kernel"],
+            gamma=spec["gamma"] or "scale",
+            tol=spec["tol"],
+            cache_size=spec["cache_mb"],
+        ).fit(X, y)
         sec = time.perf_counter() - t
         rss = _rss_mb()
         c = clf.dual_coef_
         c = np.asarray(c.todense() if hasattr(c, "todense") else c).ravel()
-        return {"seconds": sec, "dual": _svc_dual(X[clf.support_], c, spec["kernel"],
-                                                   spec["gamma"]),
-                "n_sv": int(c.size), "n_free": int((np.abs(c) < spec["C"] * (1 - 1e-9)).sum()),
-                "iterations": int(np.sum(clf.n_iter_)), "rss_mb": rss}
+        return {
+            "seconds": sec,
+            "dual": _svc_dual(X[clf.support_], c, spec["kernel"], spec["gamma"]),
+            "n_sv": int(c.size),
+            "n_free": int((np.abs(c) < spec["C"] * (1 - 1e-9)).sum()),
+            "iterations": int(np.sum(clf.n_iter_)),
+            "rss_mb": rss,
+        }
     from ooc_svm.api import train
 
-    params = dict(C=spec["C"], kernel=spec["kernel"], tol=spec["tol"],
-                  cache_mb=spec["cache_mb"])
+    params = dict(C=spec["C"], kernel=spec["kernel"], tol=spec["tol"], cache_mb=spec["cache_mb"])
     if spec["gamma"]:
         params["gamma"] = spec["gamma"]
     solver = "smo" if what == "smo" else "active-set"
@@ -109,10 +117,22 @@ def child(spec: dict) -> dict:
     t = time.perf_counter()
     res = train(spec["store"], solver, **params)
     sec = time.perf_counter() - t
-    out = {"seconds": sec, "dual": res.dual_objective, "iterations": res.iterations,
-           "passes": res.passes, "rss_mb": _rss_mb()}
-    for k in ("n_s", "n_c", "n_sv", "major_iterations", "minor_iterations", "working_set_peak_mb",
-              "refactorisations"):
+    out = {
+        "seconds": sec,
+        "dual": res.dual_objective,
+        "iterations": res.iterations,
+        "passes": res.passes,
+        "rss_mb": _rss_mb(),
+    }
+    for k in (
+        "n_s",
+        "n_c",
+        "n_sv",
+        "major_iterations",
+        "minor_iterations",
+        "working_set_peak_mb",
+        "refactorisations",
+    ):
         if k in res.summary:
             out[k] = res.summary[k]
     return out
@@ -145,18 +165,35 @@ def _fmt(name, r, ref):
     if "error" in r:
         return f"  {name:<18} ERROR {r['error']}"
     ratio = r["seconds"] / ref["seconds"] if ref and "seconds" in ref else float("nan")
-    rel = ((r["dual"] - ref["dual"]) / abs(ref["dual"])
-           if ref and "dual" in ref and r.get("dual") is not None else float("nan"))
-    extra = ", ".join(f"{k}={r[k]:.4g}" if isinstance(r[k], float) else f"{k}={r[k]}"
-                      for k in ("iterations", "major_iterations", "passes", "n_s", "n_c",
-                                "n_sv", "n_free", "working_set_peak_mb") if k in r)
-    return (f"  {name:<18} {r['seconds']:8.2f} s  x{ratio:5.2f} of SVC   dual {r['dual']:.10g} "
-            f"(rel {rel:+.1e})  peak RSS {r['rss_mb']:.0f} MB  [{extra}]")
+    rel = (
+        (r["dual"] - ref["dual"]) / abs(ref["dual"])
+        if ref and "dual" in ref and r.get("dual") is not None
+        else float("nan")
+    )
+    extra = ", ".join(
+        f"{k}={r[k]:.4g}" if isinstance(r[k], float) else f"{k}={r[k]}"
+        for k in (
+            "iterations",
+            "major_iterations",
+            "passes",
+            "n_s",
+            "n_c",
+            "n_sv",
+            "n_free",
+            "working_set_peak_mb",
+        )
+        if k in r
+    )
+    return (
+        f"  {name:<18} {r['seconds']:8.2f} s  x{ratio:5.2f} of SVC   dual {r['dual']:.10g} "
+        f"(rel {rel:+.1e})  peak RSS {r['rss_mb']:.0f} MB  [{extra}]"
+    )
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--only", choices=sorted(PROBLEMS), default=None)
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--cache-mb", type=float, default=256.0, help="cache for the timed runs")
@@ -170,32 +207,47 @@ def main() -> int:
         return 0
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    print(f"bench_active_set: tol={args.tol}, timed runs with cache_mb={args.cache_mb}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"bench_active_set: tol={args.tol}, timed runs with cache_mb={args.cache_mb}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
     names = [args.only] if args.only else list(PROBLEMS)
     for name in names:
         prob = PROBLEMS[name]
         t = time.perf_counter()
         store = make_store(name, prob, workdir)
-        print(f"\n{name}: {prob['kernel']} kernel"
-              + (f" gamma={prob['gamma']}" if prob["gamma"] else "")
-              + f", C={prob['C']}; store written in {time.perf_counter() - t:.1f} s "
-              "(data warm: page cache)")
-        base = dict(data=str(DATA / prob["file"]), n_features=prob["n_features"],
-                    kernel=prob["kernel"], gamma=prob["gamma"], C=prob["C"], tol=args.tol,
-                    cache_mb=args.cache_mb, store=store)
+        print(
+            f"\n{name}: {prob['kernel']} kernel"
+            + (f" gamma={prob['gamma']}" if prob["gamma"] else "")
+            + f", C={prob['C']}; store written in {time.perf_counter() - t:.1f} s "
+            "(data warm: page cache)"
+        )
+        base = dict(
+            data=str(DATA / prob["file"]),
+            n_features=prob["n_features"],
+            kernel=prob["kernel"],
+            gamma=prob["gamma"],
+            C=prob["C"],
+            tol=args.tol,
+            cache_mb=args.cache_mb,
+            store=store,
+        )
         ref = run_child(dict(base, what="svc"))
-        print(_fmt("svc (LIBSVM)", ref, ref) if "error" not in ref
-              else f"  svc ERROR {ref['error']}")
-        runs = [("as-sprint", dict(what="as", pricing="sprint")),
-                ("as-shrinking", dict(what="as", pricing="shrinking"))]
+        print(
+            _fmt("svc (LIBSVM)", ref, ref) if "error" not in ref else f"  svc ERROR {ref['error']}"
+        )
+        runs = [
+            ("as-sprint", dict(what="as", pricing="sprint")),
+            ("as-shrinking", dict(what="as", pricing="shrinking")),
+        ]
         if not args.skip_smo:
             runs.append(("smo", dict(what="smo")))
         if not args.skip_rss:
             for pricing in ("sprint", "shrinking"):
                 for mb in (32.0, 1024.0):
-                    runs.append((f"as-{pricing}@{int(mb)}",
-                                 dict(what="as", pricing=pricing, cache_mb=mb)))
+                    runs.append(
+                        (f"as-{pricing}@{int(mb)}", dict(what="as", pricing=pricing, cache_mb=mb))
+                    )
         for label, extra in runs:
             r = run_child(dict(base, **extra))
             print(_fmt(label, r, ref), flush=True)

@@ -103,16 +103,18 @@ def ooc_svm_cmd() -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", help="existing uncompressed SVMlight file (default: generate)")
-    ap.add_argument("--workdir",
-                    default=os.path.join(tempfile.gettempdir(), "ooc-svm-bench-ingest"))
+    ap.add_argument(
+        "--workdir", default=os.path.join(tempfile.gettempdir(), "ooc-svm-bench-ingest")
+    )
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows to generate")
     ap.add_argument("--features", type=int, default=50_000)
     ap.add_argument("--nnz-per-row", type=float, default=75)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--format", choices=["zarr", "parquet"], default="zarr")
     ap.add_argument("--threads", type=int, default=None, help="ingest parser threads")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="runs of each (the best of each is reported)")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs of each (the best of each is reported)"
+    )
     ap.add_argument("--cold", action="store_true", help="evict the file before each run")
     ap.add_argument("--skip-sklearn", action="store_true", help="only time ingest")
     ap.add_argument("--keep", action="store_true", help="keep the generated file and store")
@@ -130,9 +132,18 @@ def main() -> int:
         if not os.path.exists(path):
             print(f"generating {path} with ooc-svm synth ...", flush=True)
             subprocess.run(
-                ooc_svm_cmd() + [
-                    "synth", path, "--rows", str(args.rows), "--features", str(args.features),
-                    "--nnz-per-row", str(args.nnz_per_row), "--seed", str(args.seed),
+                ooc_svm_cmd()
+                + [
+                    "synth",
+                    path,
+                    "--rows",
+                    str(args.rows),
+                    "--features",
+                    str(args.features),
+                    "--nnz-per-row",
+                    str(args.nnz_per_row),
+                    "--seed",
+                    str(args.seed),
                 ],
                 check=True,
             )
@@ -142,8 +153,10 @@ def main() -> int:
     if size < 1e9:
         print("note: the acceptance figure needs a file of at least 1 GB")
     load0 = os.getloadavg()
-    print(f"load average at start: {load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f} "
-          f"({os.cpu_count()} CPUs)")
+    print(
+        f"load average at start: {load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f} "
+        f"({os.cpu_count()} CPUs)"
+    )
 
     store = os.path.join(args.workdir, "bench_store." + args.format)
     best = None
@@ -161,15 +174,21 @@ def main() -> int:
             best = res
     ing = best
     ing_rows_s = ing["rows"] / ing["seconds"]
-    print(f"ooc-svm ingest : {ing['rows']:,} rows, {ing['nnz']:,} nnz in {ing['seconds']:.2f} s "
-          f"-> {ing_rows_s:,.0f} rows/s, {size / 1e6 / ing['seconds']:,.0f} MB/s | peak RSS "
-          f"{ing['maxrss_mb']:,.0f} MB | child wall {ing['wall_s']:.2f} s, CPU {ing['cpu_s']:.2f} s"
-          f" | {cache}")
+    print(
+        f"ooc-svm ingest : {ing['rows']:,} rows, {ing['nnz']:,} nnz in {ing['seconds']:.2f} s "
+        f"-> {ing_rows_s:,.0f} rows/s, {size / 1e6 / ing['seconds']:,.0f} MB/s | peak RSS "
+        f"{ing['maxrss_mb']:,.0f} MB | child wall {ing['wall_s']:.2f} s, CPU {ing['cpu_s']:.2f} s"
+        f" | {cache}"
+    )
 
     result = {
-        "input": path, "bytes": size, "cache": "cold" if args.cold else "warm",
-        "ingest_rows_per_s": ing_rows_s, "ingest_seconds": ing["seconds"],
-        "ingest_peak_rss_mb": ing["maxrss_mb"], "ingest_cpu_s": ing["cpu_s"],
+        "input": path,
+        "bytes": size,
+        "cache": "cold" if args.cold else "warm",
+        "ingest_rows_per_s": ing_rows_s,
+        "ingest_seconds": ing["seconds"],
+        "ingest_peak_rss_mb": ing["maxrss_mb"],
+        "ingest_cpu_s": ing["cpu_s"],
     }
     if not args.skip_sklearn:
         sk = ru = None
@@ -182,23 +201,30 @@ def main() -> int:
         sk_rows_s = sk["rows"] / sk["seconds"]
         if sk["rows"] != ing["rows"] or sk["nnz"] != ing["nnz"]:
             print(f"WARNING: row/nnz counts differ: sklearn {sk['rows']}/{sk['nnz']}")
-        print(f"load_svmlight  : {sk['rows']:,} rows, {sk['nnz']:,} nnz in {sk['seconds']:.2f} s "
-              f"-> {sk_rows_s:,.0f} rows/s, {size / 1e6 / sk['seconds']:,.0f} MB/s | peak RSS "
-              f"{ru['maxrss_mb']:,.0f} MB | child wall {ru['wall_s']:.2f} s, CPU "
-              f"{ru['cpu_s']:.2f} s | {cache}")
+        print(
+            f"load_svmlight  : {sk['rows']:,} rows, {sk['nnz']:,} nnz in {sk['seconds']:.2f} s "
+            f"-> {sk_rows_s:,.0f} rows/s, {size / 1e6 / sk['seconds']:,.0f} MB/s | peak RSS "
+            f"{ru['maxrss_mb']:,.0f} MB | child wall {ru['wall_s']:.2f} s, CPU "
+            f"{ru['cpu_s']:.2f} s | {cache}"
+        )
         ratio = ing_rows_s / sk_rows_s
-        print(f"ratio (ingest rows/s / load_svmlight_file rows/s): {ratio:.2f}x "
-              f"(target >= 5x)")
+        print(f"ratio (ingest rows/s / load_svmlight_file rows/s): {ratio:.2f}x (target >= 5x)")
         # context: CPU seconds of the whole children (imports included). On a busy machine
         # with autogrouped sessions both children get about the same CPU share, so the wall
         # ratio tends to the CPU ratio; on idle cores ingest's threads run in parallel.
-        print(f"CPU time of the children: ingest {ing['cpu_s']:.2f} s, load_svmlight_file "
-              f"{ru['cpu_s']:.2f} s (ratio {ru['cpu_s'] / ing['cpu_s']:.2f}x)")
-        result.update({
-            "sklearn_rows_per_s": sk_rows_s, "sklearn_seconds": sk["seconds"],
-            "sklearn_peak_rss_mb": ru["maxrss_mb"], "sklearn_cpu_s": ru["cpu_s"],
-            "ratio": ratio,
-        })
+        print(
+            f"CPU time of the children: ingest {ing['cpu_s']:.2f} s, load_svmlight_file "
+            f"{ru['cpu_s']:.2f} s (ratio {ru['cpu_s'] / ing['cpu_s']:.2f}x)"
+        )
+        result.update(
+            {
+                "sklearn_rows_per_s": sk_rows_s,
+                "sklearn_seconds": sk["seconds"],
+                "sklearn_peak_rss_mb": ru["maxrss_mb"],
+                "sklearn_cpu_s": ru["cpu_s"],
+                "ratio": ratio,
+            }
+        )
     load1 = os.getloadavg()
     print(f"load average at end: {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f}")
     if args.json:

@@ -56,8 +56,9 @@ def _load(path: str, rows: int, n_features: int):
         X, y = X[:rows], y[:rows]
     X = sp.csr_matrix(X)
     # LIBSVM through scikit-learn takes 32-bit sparse indices only
-    X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)),
-                      shape=X.shape)
+    X = sp.csr_matrix(
+        (X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape
+    )
     return X, y
 
 
@@ -80,9 +81,16 @@ def child(spec: dict) -> dict:
         c = np.asarray(clf.dual_coef_.todense()).ravel()
         Xs = X[clf.support_]
         dual = float(0.5 * c @ kernel_matrix(Xs, Xs, kernel, gamma) @ c - np.abs(c).sum())
-        return {"seconds": sec, "dual": dual, "n_sv": int(len(clf.support_)),
-                "iterations": int(clf.n_iter_[0]), "passes": None, "converged": True,
-                "rss_before_mb": rss0, "peak_rss_mb": rss_fit}
+        return {
+            "seconds": sec,
+            "dual": dual,
+            "n_sv": int(len(clf.support_)),
+            "iterations": int(clf.n_iter_[0]),
+            "passes": None,
+            "converged": True,
+            "rss_before_mb": rss0,
+            "peak_rss_mb": rss_fit,
+        }
     from ooc_svm.api import train
     from ooc_svm.store import open_store
 
@@ -90,26 +98,46 @@ def child(spec: dict) -> dict:
     rss0 = _rss_mb()
     t = time.perf_counter()
     if spec["what"] == "smo":
-        res = train(st, "smo", C=C, kernel=kernel, gamma=gamma, tol=tol,
-                    cache_mb=spec["cache_mb"])
+        res = train(st, "smo", C=C, kernel=kernel, gamma=gamma, tol=tol, cache_mb=spec["cache_mb"])
     else:
-        res = train(st, "irwls", C=C, kernel=kernel, gamma=gamma, tol=tol,
-                    cache_mb=spec["cache_mb"], working_set=spec["q"],
-                    strategy=spec["strategy"], max_iter=spec["max_iter"])
+        res = train(
+            st,
+            "irwls",
+            C=C,
+            kernel=kernel,
+            gamma=gamma,
+            tol=tol,
+            cache_mb=spec["cache_mb"],
+            working_set=spec["q"],
+            strategy=spec["strategy"],
+            max_iter=spec["max_iter"],
+        )
     sec = time.perf_counter() - t
     s = res.summary
-    return {"seconds": sec, "dual": res.dual_objective, "n_sv": s.get("n_sv"),
-            "iterations": res.iterations, "passes": res.passes,
-            "converged": bool(s.get("converged", s.get("kkt_ok", True))),
-            "kkt_max_violation": s.get("kkt_max_violation"),
-            "smo_finishes": s.get("smo_finishes"), "inner_iterations": s.get("inner_iterations"),
-            "rss_before_mb": rss0, "peak_rss_mb": _rss_mb()}
+    return {
+        "seconds": sec,
+        "dual": res.dual_objective,
+        "n_sv": s.get("n_sv"),
+        "iterations": res.iterations,
+        "passes": res.passes,
+        "converged": bool(s.get("converged", s.get("kkt_ok", True))),
+        "kkt_max_violation": s.get("kkt_max_violation"),
+        "smo_finishes": s.get("smo_finishes"),
+        "inner_iterations": s.get("inner_iterations"),
+        "rss_before_mb": rss0,
+        "peak_rss_mb": _rss_mb(),
+    }
 
 
 def run_child(spec: dict, timeout: float) -> dict:
     try:
-        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                             capture_output=True, text=True, check=False, timeout=timeout)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"timeout": timeout}
     if out.returncode != 0:
@@ -126,20 +154,28 @@ def bench_problem(name, spec0, args, tmp) -> dict:
     X, y = _load(spec0["data"], spec0["rows"], spec0["n_features"])
     store = os.path.join(tmp, f"{name}.zarr")
     write_store(store, csr_to_shards(sp.csr_matrix(X, dtype=np.float32), y, shard_rows=10000))
-    print(f"\n== {name}: {X.shape[0]} rows{' (first rows of the file)' if spec0['rows'] else ''}, "
-          f"{X.shape[1]} features, {X.nnz} nnz; {spec0['kernel']} kernel"
-          f"{' gamma=' + str(spec0['gamma']) if spec0['kernel'] == 'rbf' else ''} "
-          f"C={spec0['C']} tol={spec0['tol']}; store {store} (warm: just written)", flush=True)
+    print(
+        f"\n== {name}: {X.shape[0]} rows{' (first rows of the file)' if spec0['rows'] else ''}, "
+        f"{X.shape[1]} features, {X.nnz} nnz; {spec0['kernel']} kernel"
+        f"{' gamma=' + str(spec0['gamma']) if spec0['kernel'] == 'rbf' else ''} "
+        f"C={spec0['C']} tol={spec0['tol']}; store {store} (warm: just written)",
+        flush=True,
+    )
     base = dict(spec0, store=store)
     runs = [("svc", dict(base, what="svc")), ("smo", dict(base, what="smo"))]
     for strategy in args.strategies:
         for q in args.q:
-            runs.append((f"irwls {strategy:8s} q={q:<4d}",
-                         dict(base, what="irwls", q=q, strategy=strategy,
-                              max_iter=args.max_iter)))
+            runs.append(
+                (
+                    f"irwls {strategy:8s} q={q:<4d}",
+                    dict(base, what="irwls", q=q, strategy=strategy, max_iter=args.max_iter),
+                )
+            )
     res = {}
-    print(f"{'run':24s} {'seconds':>9s} {'xSVC':>7s} {'iters':>7s} {'passes':>7s} "
-          f"{'dual rel':>9s} {'conv':>5s} {'smo-fin':>7s} {'RSS MB':>7s}")
+    print(
+        f"{'run':24s} {'seconds':>9s} {'xSVC':>7s} {'iters':>7s} {'passes':>7s} "
+        f"{'dual rel':>9s} {'conv':>5s} {'smo-fin':>7s} {'RSS MB':>7s}"
+    )
     for label, spec in runs:
         r = run_child(spec, args.timeout)
         res[label] = r
@@ -150,41 +186,57 @@ def bench_problem(name, spec0, args, tmp) -> dict:
         ratio = r["seconds"] / ref["seconds"]
         rel = (r["dual"] - ref["dual"]) / abs(ref["dual"])
         fin = "" if r.get("smo_finishes") is None else str(r["smo_finishes"])
-        print(f"{label:24s} {r['seconds']:9.2f} {ratio:7.2f} {r['iterations']:7d} "
-              f"{'' if r['passes'] is None else r['passes']:>7} {rel:9.1e} "
-              f"{'yes' if r['converged'] else 'NO':>5s} {fin:>7s} {r['peak_rss_mb']:7.0f}",
-              flush=True)
-    ok = {k: v for k, v in res.items() if k.startswith("irwls") and "timeout" not in v
-          and v["converged"]}
+        print(
+            f"{label:24s} {r['seconds']:9.2f} {ratio:7.2f} {r['iterations']:7d} "
+            f"{'' if r['passes'] is None else r['passes']:>7} {rel:9.1e} "
+            f"{'yes' if r['converged'] else 'NO':>5s} {fin:>7s} {r['peak_rss_mb']:7.0f}",
+            flush=True,
+        )
+    ok = {
+        k: v
+        for k, v in res.items()
+        if k.startswith("irwls") and "timeout" not in v and v["converged"]
+    }
     if ok:
         order = sorted(ok, key=lambda k: ok[k]["seconds"])
         best = order[0]
         b = ok[best]["seconds"]
-        print(f"fastest IRWLS setting: {best.strip()} {b:.2f} s = x{b / res['svc']['seconds']:.2f} "
-              f"of SVC, x{b / res['smo']['seconds']:.2f} of our SMO" if "timeout" not in
-              res["smo"] else f"fastest IRWLS setting: {best.strip()} {b:.2f} s")
+        print(
+            f"fastest IRWLS setting: {best.strip()} {b:.2f} s = x{b / res['svc']['seconds']:.2f} "
+            f"of SVC, x{b / res['smo']['seconds']:.2f} of our SMO"
+            if "timeout" not in res["smo"]
+            else f"fastest IRWLS setting: {best.strip()} {b:.2f} s"
+        )
         if len(order) > 1:
             nxt = order[1]
-            print(f"  runner-up {nxt.strip()} {ok[nxt]['seconds']:.2f} s "
-                  f"({ok[nxt]['seconds'] / b:.2f}x the fastest); slowest converged "
-                  f"{order[-1].strip()} {ok[order[-1]]['seconds']:.2f} s "
-                  f"({ok[order[-1]]['seconds'] / b:.2f}x)")
+            print(
+                f"  runner-up {nxt.strip()} {ok[nxt]['seconds']:.2f} s "
+                f"({ok[nxt]['seconds'] / b:.2f}x the fastest); slowest converged "
+                f"{order[-1].strip()} {ok[order[-1]]['seconds']:.2f} s "
+                f"({ok[order[-1]]['seconds'] / b:.2f}x)"
+            )
         for strategy in args.strategies:
             mine = [k for k in order if k.split()[1] == strategy]
             if mine:
                 k = mine[0]
-                print(f"  best {strategy:8s}: {k.split()[2]} {ok[k]['seconds']:.2f} s, "
-                      f"{ok[k]['iterations']} outer iterations")
-    bad = [k.strip() for k, v in res.items() if k.startswith("irwls")
-           and ("timeout" in v or not v["converged"])]
+                print(
+                    f"  best {strategy:8s}: {k.split()[2]} {ok[k]['seconds']:.2f} s, "
+                    f"{ok[k]['iterations']} outer iterations"
+                )
+    bad = [
+        k.strip()
+        for k, v in res.items()
+        if k.startswith("irwls") and ("timeout" in v or not v["converged"])
+    ]
     if bad:
         print(f"  did not meet the stopping rule within the limits: {', '.join(bad)}")
     return res
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--a9a", default=str(DATA / "a9a" / "a9a"))
     ap.add_argument("--w8a", default=str(DATA / "w8a" / "w8a.bz2"))
     ap.add_argument("--a9a-rows", type=int, default=10000, help="first N rows (0: all)")
@@ -204,10 +256,12 @@ def main() -> int:
     args.q = [int(v) for v in args.q.split(",")]
     args.strategies = args.strategies.split(",")
     problems = {
-        "a9a": dict(data=args.a9a, rows=args.a9a_rows, n_features=123, kernel="rbf",
-                    gamma=0.05, C=1.0),
-        "w8a": dict(data=args.w8a, rows=args.w8a_rows, n_features=300, kernel="linear",
-                    gamma=1.0, C=1.0),
+        "a9a": dict(
+            data=args.a9a, rows=args.a9a_rows, n_features=123, kernel="rbf", gamma=0.05, C=1.0
+        ),
+        "w8a": dict(
+            data=args.w8a, rows=args.w8a_rows, n_features=300, kernel="linear", gamma=1.0, C=1.0
+        ),
     }
     tmp = tempfile.mkdtemp(prefix="bench-irwls-")
     out = {}

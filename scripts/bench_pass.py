@@ -200,9 +200,7 @@ def child(args) -> None:
             _wait_go()  # the parent drops the page cache now
         for _ in range(1 if args.cold else args.repeat):
             res = timed(lambda: eng.map_reduce(store, hinge_pass, bc))
-        out["worker_peak_rss_mb"] = {
-            k: v / 1024.0 for k, v in eng.worker_peak_rss_kb().items()
-        }
+        out["worker_peak_rss_mb"] = {k: v / 1024.0 for k, v in eng.worker_peak_rss_kb().items()}
         eng.close()
     else:
         raise SystemExit(f"unknown child mode {args.child}")
@@ -260,9 +258,21 @@ def read_all(path: str) -> None:
 
 
 def run_child(a, mode: str, store: str, cold: bool = False, extra=()) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--store", store,
-           "--threads", str(a.threads), "--prefetch", str(a.prefetch), "--repeat",
-           str(a.repeat), *extra]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        mode,
+        "--store",
+        store,
+        "--threads",
+        str(a.threads),
+        "--prefetch",
+        str(a.prefetch),
+        "--repeat",
+        str(a.repeat),
+        *extra,
+    ]
     if cold:
         cmd.append("--cold")
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -293,15 +303,21 @@ def main() -> None:
     ap.add_argument("--formats", default="zarr,parquet")
     ap.add_argument("--codecs", default="lz4,zstd,none")
     ap.add_argument("--parquet-codecs", default="lz4")
-    ap.add_argument("--engines", default="local,processes",
-                    help="comma list of local, processes, local-cached (every shard in the "
-                    "shard cache after the untimed first pass)")
+    ap.add_argument(
+        "--engines",
+        default="local,processes",
+        help="comma list of local, processes, local-cached (every shard in the "
+        "shard cache after the untimed first pass)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prefetch", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--cold", action="store_true", help="also time one pass after drop_caches")
-    ap.add_argument("--memtest", action="store_true",
-                    help="peak RSS of the local engine with a cache 4x smaller than the store")
+    ap.add_argument(
+        "--memtest",
+        action="store_true",
+        help="peak RSS of the local engine with a cache 4x smaller than the store",
+    )
     ap.add_argument("--json", default=None, help="write all results to this file")
     # child-only options
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -322,14 +338,19 @@ def main() -> None:
     stores = {c: ensure_store(a, *c) for c in combos}
     engines = [e for e in a.engines.split(",") if e]
     all_results = []
-    print(f"# {a.rows:,} x {a.features:,}, ~{a.nnz:g} nnz/row, threads={a.threads}, "
-          f"prefetch={a.prefetch}, best of {a.repeat} warm passes (page cache)", flush=True)
-    hdr = (f"{'store':<14}{'disk MB':>9}  {'engine':<10}{'best s':>8}{'median s':>9}"
-           f"{'G nnz/s':>9}{'ratio':>7}{'CPU s':>7}{'CPU ratio':>10}{'peak RSS MB':>13}"
-           "  workers' peak RSS MB")
+    print(
+        f"# {a.rows:,} x {a.features:,}, ~{a.nnz:g} nnz/row, threads={a.threads}, "
+        f"prefetch={a.prefetch}, best of {a.repeat} warm passes (page cache)",
+        flush=True,
+    )
+    hdr = (
+        f"{'store':<14}{'disk MB':>9}  {'engine':<10}{'best s':>8}{'median s':>9}"
+        f"{'G nnz/s':>9}{'ratio':>7}{'CPU s':>7}{'CPU ratio':>10}{'peak RSS MB':>13}"
+        "  workers' peak RSS MB"
+    )
     print(hdr)
     digests = set()
-    for (fmt, codec), path in ([] if a.no_warm else stores.items()):
+    for (fmt, codec), path in [] if a.no_warm else stores.items():
         read_all(path)
         ref = run_child(a, "memory", path)
         rows = [("memory", ref)]
@@ -343,14 +364,19 @@ def main() -> None:
             digests.add(r["digest"])
             wk = r.get("worker_peak_rss_mb")
             wks = " ".join(f"{v:.0f}" for v in wk.values()) if wk else ""
-            print(f"{fmt + '/' + codec:<14}{du_mb(path):>9.0f}  {name:<10}{r['best']:>8.3f}"
-                  f"{r['median']:>9.3f}{r['nnz'] / r['best'] / 1e9:>9.2f}"
-                  f"{r['best'] / floor:>7.2f}{r['best_cpu']:>7.2f}{r['best_cpu'] / cfloor:>10.2f}"
-                  f"{r['peak_rss_mb']:>13.0f}  {wks}", flush=True)
-            all_results.append({"format": fmt, "codec": codec, "engine": name, "floor": floor,
-                                **r})
-        print(f"#   violated rows: {ref['violated']:.0f} of {ref['n_rows']}; in-memory floor "
-              f"{ref['best']:.3f}s / {ref2['best']:.3f}s (before / after)", flush=True)
+            print(
+                f"{fmt + '/' + codec:<14}{du_mb(path):>9.0f}  {name:<10}{r['best']:>8.3f}"
+                f"{r['median']:>9.3f}{r['nnz'] / r['best'] / 1e9:>9.2f}"
+                f"{r['best'] / floor:>7.2f}{r['best_cpu']:>7.2f}{r['best_cpu'] / cfloor:>10.2f}"
+                f"{r['peak_rss_mb']:>13.0f}  {wks}",
+                flush=True,
+            )
+            all_results.append({"format": fmt, "codec": codec, "engine": name, "floor": floor, **r})
+        print(
+            f"#   violated rows: {ref['violated']:.0f} of {ref['n_rows']}; in-memory floor "
+            f"{ref['best']:.3f}s / {ref2['best']:.3f}s (before / after)",
+            flush=True,
+        )
     if digests:
         print(f"# results identical across engines and stores: {len(digests) == 1}")
 
@@ -361,11 +387,15 @@ def main() -> None:
             for eng in engines:
                 r = run_child(a, eng, path, cold=can)
                 mb = du_mb(path)
-                print(f"{fmt + '/' + codec:<14}{mb:>9.0f}  {eng:<10}{r['best']:>8.3f}s "
-                      f"{r['nnz'] / r['best'] / 1e9:>6.2f} G nnz/s  {mb / r['best']:>7.0f} MB/s "
-                      f"from disk  peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
-                all_results.append({"format": fmt, "codec": codec, "engine": eng + "-cold",
-                                    "cold": can, **r})
+                print(
+                    f"{fmt + '/' + codec:<14}{mb:>9.0f}  {eng:<10}{r['best']:>8.3f}s "
+                    f"{r['nnz'] / r['best'] / 1e9:>6.2f} G nnz/s  {mb / r['best']:>7.0f} MB/s "
+                    f"from disk  peak RSS {r['peak_rss_mb']:.0f} MB",
+                    flush=True,
+                )
+                all_results.append(
+                    {"format": fmt, "codec": codec, "engine": eng + "-cold", "cold": can, **r}
+                )
 
     if a.memtest:
         fmt, codec = combos[0]
@@ -385,26 +415,39 @@ def main() -> None:
         feat_mb = st.meta.n_features * 8 * (3 * window + 2 + 10) / 2**20
         parts = {
             "decoded shards in flight (window x largest shard)": max_shard * window / 2**20,
-            "compressed bytes being decoded (1 read at a time x largest packed shard)":
-                io_threads * max_packed / 2**20,
+            "compressed bytes being decoded (1 read at a time x largest packed shard)": io_threads
+            * max_packed
+            / 2**20,
             "cache budget": cache_mb,
             "O(features) partials": feat_mb,
         }
         bound = r["rss_before_mb"] + sum(parts.values())
         pk = r["pass_peak_rss_mb"]
-        print(f"\n# memtest ({fmt}/{codec}): decoded store {decoded / 2**20:.0f} MB = "
-              f"{decoded / 2**20 / cache_mb:.1f} x cache_mb {cache_mb:.0f}; largest shard "
-              f"{max_shard / 2**20:.0f} MB decoded / {max_packed / 2**20:.0f} MB on disk; window "
-              f"{window} shards, {io_threads} read at a time")
+        print(
+            f"\n# memtest ({fmt}/{codec}): decoded store {decoded / 2**20:.0f} MB = "
+            f"{decoded / 2**20 / cache_mb:.1f} x cache_mb {cache_mb:.0f}; largest shard "
+            f"{max_shard / 2**20:.0f} MB decoded / {max_packed / 2**20:.0f} MB on disk; window "
+            f"{window} shards, {io_threads} read at a time"
+        )
         for k, v in parts.items():
             print(f"#   {k:<66} {v:>6.0f} MB")
-        print(f"#   RSS before the passes {r['rss_before_mb']:.0f} MB; peak during the passes "
-              f"{pk:.0f} MB (sampled every 2 ms); increase {pk - r['rss_before_mb']:.0f} MB; "
-              f"bound {bound:.0f} MB -> {'within' if pk <= bound else 'EXCEEDED'} "
-              f"(cache used {r['cache_used_mb']:.0f} MB, hits {r['cache_hits']}, best pass "
-              f"{r['best']:.3f}s)")
-        all_results.append({"format": fmt, "codec": codec, "engine": "memtest",
-                            "bound_mb": bound, "cache_mb": cache_mb, **r})
+        print(
+            f"#   RSS before the passes {r['rss_before_mb']:.0f} MB; peak during the passes "
+            f"{pk:.0f} MB (sampled every 2 ms); increase {pk - r['rss_before_mb']:.0f} MB; "
+            f"bound {bound:.0f} MB -> {'within' if pk <= bound else 'EXCEEDED'} "
+            f"(cache used {r['cache_used_mb']:.0f} MB, hits {r['cache_hits']}, best pass "
+            f"{r['best']:.3f}s)"
+        )
+        all_results.append(
+            {
+                "format": fmt,
+                "codec": codec,
+                "engine": "memtest",
+                "bound_mb": bound,
+                "cache_mb": cache_mb,
+                **r,
+            }
+        )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(all_results, f, indent=1)

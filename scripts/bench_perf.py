@@ -57,8 +57,10 @@ DATASETS = {
 }
 
 #: SVMperf's reference figures from DESIGN.md (C=1 with bias), measured earlier
-SVMPERF_REF = {"synth1m": {"iterations": 108, "seconds": 22.4},
-               "a9a": {"iterations": 423, "seconds": 2.3}}
+SVMPERF_REF = {
+    "synth1m": {"iterations": 108, "seconds": 22.4},
+    "a9a": {"iterations": 423, "seconds": 2.3},
+}
 #: LIBLINEAR's in-memory time on the 1M store in DESIGN.md (same machine kind, idle)
 LIBLINEAR_REF_1M = 14.4
 
@@ -82,14 +84,27 @@ def child_perf(cfg: dict) -> dict:
 
     with LocalEngine(cache_mb=float(cfg.get("cache_mb", 0))) as eng:
         t = time.perf_counter()
-        r = train(store, "perf", engine=eng, C=cfg["C"], eps=cfg["eps"], bias=1.0,
-                  variant=cfg["variant"], callback=cb)
+        r = train(
+            store,
+            "perf",
+            engine=eng,
+            C=cfg["C"],
+            eps=cfg["eps"],
+            bias=1.0,
+            variant=cfg["variant"],
+            callback=cb,
+        )
         sec = time.perf_counter() - t
-    return {"iterations": r.iterations, "passes": r.passes, "seconds": sec,
-            "objective": r.objective, "lower_bound": r.summary["lower_bound"],
-            "peak_working_set": r.summary["peak_working_set"],
-            "first_pass_seconds": first.get("pass_seconds"),
-            "pass_seconds": sum(h["pass_seconds"] for h in r.history)}
+    return {
+        "iterations": r.iterations,
+        "passes": r.passes,
+        "seconds": sec,
+        "objective": r.objective,
+        "lower_bound": r.summary["lower_bound"],
+        "peak_working_set": r.summary["peak_working_set"],
+        "first_pass_seconds": first.get("pass_seconds"),
+        "pass_seconds": sum(h["pass_seconds"] for h in r.history),
+    }
 
 
 def _load_store_csr(path: str):
@@ -126,12 +141,19 @@ def child_liblinear(cfg: dict) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t = time.perf_counter()
-        m = LinearSVC(C=C, loss="hinge", dual=True, intercept_scaling=1.0,
-                      max_iter=cfg.get("max_iter", 1000), tol=cfg.get("tol", 1e-4),
-                      random_state=0).fit(X, y)
+        m = LinearSVC(
+            C=C,
+            loss="hinge",
+            dual=True,
+            intercept_scaling=1.0,
+            max_iter=cfg.get("max_iter", 1000),
+            tol=cfg.get("tol", 1e-4),
+            random_state=0,
+        ).fit(X, y)
         sec = time.perf_counter() - t
-    obj = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), C, bias=1.0,
-                           positive=float(np.max(y)))
+    obj = primal_objective(
+        X, y, m.coef_.ravel(), float(m.intercept_[0]), C, bias=1.0, positive=float(np.max(y))
+    )
     return {"seconds": sec, "objective": obj, "n_iter": int(np.max(m.n_iter_))}
 
 
@@ -145,13 +167,20 @@ def child_rank(cfg: dict) -> dict:
     te = open_store(cfg["test"])
     with LocalEngine() as eng:
         t = time.perf_counter()
-        r = train(tr, "perf", engine=eng, c_perf=cfg["c_perf"], eps=cfg["eps"],
-                  variant=cfg["variant"])
+        r = train(
+            tr, "perf", engine=eng, c_perf=cfg["c_perf"], eps=cfg["eps"], variant=cfg["variant"]
+        )
         sec = time.perf_counter() - t
         ev = evaluate_model(r.model, te, eng)
-    return {"iterations": r.iterations, "passes": r.passes, "seconds": sec,
-            "objective": r.objective, "C": r.summary["C"], "n_pairs": r.summary["n_pairs"],
-            "test": ev}
+    return {
+        "iterations": r.iterations,
+        "passes": r.passes,
+        "seconds": sec,
+        "objective": r.objective,
+        "C": r.summary["C"],
+        "n_pairs": r.summary["n_pairs"],
+        "test": ev,
+    }
 
 
 def child_main(cfg: dict) -> None:
@@ -167,8 +196,12 @@ def run_child(cfg: dict, timeout: float | None = None) -> dict:
     """Run one configuration in a child; returns its result plus wall time and peak RSS."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([PY, os.path.abspath(__file__), "--child", json.dumps(cfg)],
-                             stdout=out, stderr=err, cwd=ROOT)
+        p = subprocess.Popen(
+            [PY, os.path.abspath(__file__), "--child", json.dumps(cfg)],
+            stdout=out,
+            stderr=err,
+            cwd=ROOT,
+        )
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         out.seek(0)
@@ -209,13 +242,26 @@ def make_real_store(name: str, data_dir: str, work: str) -> tuple[str, str, int,
     return path, src, m.n_rows, m.n_features
 
 
-def make_synth_store(work: str, rows: int, features: int, nnz: float, seed: int,
-                     compression: str) -> str:
+def make_synth_store(
+    work: str, rows: int, features: int, nnz: float, seed: int, compression: str
+) -> str:
     path = os.path.join(work, f"synth{rows // 1000}k_{compression}.zarr")
     if not os.path.exists(path):
-        cmd = [os.path.join(os.path.dirname(PY), "ooc-svm"), "synth", path, "--rows", str(rows),
-               "--features", str(features), "--nnz-per-row", str(nnz), "--seed", str(seed),
-               "--compression", compression]
+        cmd = [
+            os.path.join(os.path.dirname(PY), "ooc-svm"),
+            "synth",
+            path,
+            "--rows",
+            str(rows),
+            "--features",
+            str(features),
+            "--nnz-per-row",
+            str(nnz),
+            "--seed",
+            str(seed),
+            "--compression",
+            compression,
+        ]
         print("generating:", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return path
@@ -234,13 +280,16 @@ def make_rank_stores(data_dir: str, work: str) -> dict[str, tuple[str, str]]:
     out = {}
     a_tr, a_te = os.path.join(work, "abalone_train.zarr"), os.path.join(work, "abalone_test.zarr")
     if not os.path.exists(a_te):
-        X, y = load_svmlight_file(os.path.join(data_dir, "abalone", "abalone_scale"),
-                                  n_features=8)
+        X, y = load_svmlight_file(os.path.join(data_dir, "abalone", "abalone_scale"), n_features=8)
         perm = np.random.default_rng(0).permutation(X.shape[0])
         cut = int(0.75 * X.shape[0])
         for path, idx in ((a_tr, np.sort(perm[:cut])), (a_te, np.sort(perm[cut:]))):
-            write_store(path, csr_to_shards(X[idx], y[idx], shard_rows=1000), n_features=8,
-                        label_kind="ordinal")
+            write_store(
+                path,
+                csr_to_shards(X[idx], y[idx], shard_rows=1000),
+                n_features=8,
+                label_kind="ordinal",
+            )
     out["abalone"] = (a_tr, a_te)
     paths = []
     for split in ("train", "test"):
@@ -286,8 +335,12 @@ def run_svmperf(binary: str, text_file: str, n: int, C: float, eps: float, work:
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t
     lines = [ln.strip() for ln in p.stdout.splitlines() if "untime" in ln or "terations" in ln]
-    return {"wall": wall, "cmd": " ".join(shlex.quote(x) for x in cmd), "report": lines[-4:],
-            "returncode": p.returncode}
+    return {
+        "wall": wall,
+        "cmd": " ".join(shlex.quote(x) for x in cmd),
+        "report": lines[-4:],
+        "returncode": p.returncode,
+    }
 
 
 def write_text_of_store(store_path: str, out: str) -> None:
@@ -302,8 +355,9 @@ def write_text_of_store(store_path: str, out: str) -> None:
             sh = st.read_shard(i)
             for r in range(sh.n_rows):
                 a, b = sh.indptr[r], sh.indptr[r + 1]
-                feats = " ".join(f"{j + 1}:{v:.9g}" for j, v in
-                                 zip(sh.indices[a:b], sh.data[a:b], strict=True))
+                feats = " ".join(
+                    f"{j + 1}:{v:.9g}" for j, v in zip(sh.indices[a:b], sh.data[a:b], strict=True)
+                )
                 f.write(f"{sh.y[r]:g} {feats}\n")
     os.replace(out + ".tmp", out)
 
@@ -323,37 +377,50 @@ def fmt_row(name, cfg, r, ref_obj=None, ref_sec=None):
     passes = r.get("passes", "")
     first = r.get("first_pass_seconds")
     first = "" if first is None else f"{first:6.2f}"
-    return (f"{name:9s} {cfg:26s} {it!s:>6} {passes!s:>6} {r['seconds']:8.2f} {ratio:>9} "
-            f"{first:>7} {obj:16.6f} {gap:>10} {r['peak_rss_mb']:8.0f}")
+    return (
+        f"{name:9s} {cfg:26s} {it!s:>6} {passes!s:>6} {r['seconds']:8.2f} {ratio:>9} "
+        f"{first:>7} {obj:16.6f} {gap:>10} {r['peak_rss_mb']:8.0f}"
+    )
 
 
-HEADER = (f"{'data':9s} {'config':26s} {'iters':>6} {'passes':>6} {'seconds':>8} "
-          f"{'vs LIBLIN':>9} {'pass0 s':>7} {'objective':>16} {'rel.gap':>10} {'RSS MB':>8}")
+HEADER = (
+    f"{'data':9s} {'config':26s} {'iters':>6} {'passes':>6} {'seconds':>8} "
+    f"{'vs LIBLIN':>9} {'pass0 s':>7} {'objective':>16} {'rel.gap':>10} {'RSS MB':>8}"
+)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--data-dir", default=os.environ.get("OOC_SVM_DATA",
-                                                         os.path.join(ROOT, "..", "shared",
-                                                                      "data")))
-    ap.add_argument("--work", default=os.path.join("/tmp", os.environ.get("USER", "bench"),
-                                                   "bench_perf"))
+    ap.add_argument(
+        "--data-dir",
+        default=os.environ.get("OOC_SVM_DATA", os.path.join(ROOT, "..", "shared", "data")),
+    )
+    ap.add_argument(
+        "--work", default=os.path.join("/tmp", os.environ.get("USER", "bench"), "bench_perf")
+    )
     ap.add_argument("--C", type=float, default=1.0)
     ap.add_argument("--eps", type=float, default=0.001)
     ap.add_argument("--datasets", default="a9a,w8a,ijcnn1")
     ap.add_argument("--skip-1m", action="store_true")
     ap.add_argument("--only-1m", action="store_true")
-    ap.add_argument("--no-paper-1m", action="store_true",
-                    help="skip the (slow, ~100+ passes) paper variant on the 1M store")
+    ap.add_argument(
+        "--no-paper-1m",
+        action="store_true",
+        help="skip the (slow, ~100+ passes) paper variant on the 1M store",
+    )
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--features", type=int, default=50_000)
     ap.add_argument("--nnz-per-row", type=float, default=77.0)
     ap.add_argument("--compression", default="zstd", choices=["zstd", "lz4", "none"])
     ap.add_argument("--cache-mb", type=float, default=1024.0)
     ap.add_argument("--cold", action="store_true", help="evict the store's pages before runs")
-    ap.add_argument("--no-ranking", dest="ranking", action="store_false",
-                    help="skip abalone / MQ2008 (ordinal regression)")
+    ap.add_argument(
+        "--no-ranking",
+        dest="ranking",
+        action="store_false",
+        help="skip abalone / MQ2008 (ordinal regression)",
+    )
     ap.add_argument("--rank-c-perf", type=float, default=10.0)
     args = ap.parse_args()
     if args.child:
@@ -362,8 +429,10 @@ def main() -> int:
 
     os.makedirs(args.work, exist_ok=True)
     svmperf = os.environ.get("SVMPERF_LEARN")
-    print(f"load average at start: {os.getloadavg()}; cores: {os.cpu_count()}; "
-          f"C={args.C} eps={args.eps} bias=1; page cache: {'cold' if args.cold else 'warm'}")
+    print(
+        f"load average at start: {os.getloadavg()}; cores: {os.cpu_count()}; "
+        f"C={args.C} eps={args.eps} bias=1; page cache: {'cold' if args.cold else 'warm'}"
+    )
     print(f"SVMperf: {svmperf or 'not available ($SVMPERF_LEARN unset) - DESIGN.md figures'}")
     print(HEADER)
     summary = {}
@@ -377,8 +446,9 @@ def main() -> int:
         res = {}
         for variant in ("paper", "accelerated"):
             set_page_cache(path, warm=not args.cold)
-            r = run_child({"kind": "perf", "store": path, "variant": variant, "C": args.C,
-                           "eps": args.eps})
+            r = run_child(
+                {"kind": "perf", "store": path, "variant": variant, "C": args.C, "eps": args.eps}
+            )
             res[variant] = r
             print(fmt_row(name, f"perf {variant} stream", r, ref_obj, ref_sec), flush=True)
         if svmperf:
@@ -389,27 +459,41 @@ def main() -> int:
 
     if args.ranking and not args.only_1m:
         print()
-        print(f"ranking (--loss ordinal, SVMperf -c {args.rank_c_perf}, i.e. C = "
-              "100*c/m per pair; metrics on the held-out rows)")
+        print(
+            f"ranking (--loss ordinal, SVMperf -c {args.rank_c_perf}, i.e. C = "
+            "100*c/m per pair; metrics on the held-out rows)"
+        )
         for name, (tr, te) in make_rank_stores(args.data_dir, args.work).items():
             for variant in ("paper", "accelerated"):
-                r = run_child({"kind": "rank", "train": tr, "test": te, "variant": variant,
-                               "c_perf": args.rank_c_perf, "eps": args.eps})
+                r = run_child(
+                    {
+                        "kind": "rank",
+                        "train": tr,
+                        "test": te,
+                        "variant": variant,
+                        "c_perf": args.rank_c_perf,
+                        "eps": args.eps,
+                    }
+                )
                 if "error" in r:
                     print(f"{name:9s} {variant:12s} ERROR {r['error']}")
                     continue
                 t = r["test"]
                 extra = f" ndcg@10 {t['ndcg@10']:.4f}" if "ndcg@10" in t else ""
-                print(f"{name:9s} {variant:12s} iters {r['iterations']:4d} passes "
-                      f"{r['passes']:4d} {r['seconds']:7.2f}s  pairs {r['n_pairs']}  test: "
-                      f"pairwise_accuracy {t['pairwise_accuracy']:.4f} kendall_tau "
-                      f"{t['kendall_tau']:.4f}{extra}", flush=True)
+                print(
+                    f"{name:9s} {variant:12s} iters {r['iterations']:4d} passes "
+                    f"{r['passes']:4d} {r['seconds']:7.2f}s  pairs {r['n_pairs']}  test: "
+                    f"pairwise_accuracy {t['pairwise_accuracy']:.4f} kendall_tau "
+                    f"{t['kendall_tau']:.4f}{extra}",
+                    flush=True,
+                )
                 summary.setdefault(name, {})[variant] = r
         print()
 
     if not args.skip_1m:
-        path = make_synth_store(args.work, args.rows, args.features, args.nnz_per_row, 1,
-                                args.compression)
+        path = make_synth_store(
+            args.work, args.rows, args.features, args.nnz_per_row, 1, args.compression
+        )
         name = "synth1m"
         ll = run_child({"kind": "liblinear", "store": path, "C": args.C})
         print(fmt_row(name, "LIBLINEAR in memory", ll), flush=True)
@@ -421,8 +505,16 @@ def main() -> int:
             confs.append(("paper", args.cache_mb))
         for variant, cache in confs:
             set_page_cache(path, warm=not args.cold)
-            r = run_child({"kind": "perf", "store": path, "variant": variant, "C": args.C,
-                           "eps": args.eps, "cache_mb": cache})
+            r = run_child(
+                {
+                    "kind": "perf",
+                    "store": path,
+                    "variant": variant,
+                    "C": args.C,
+                    "eps": args.eps,
+                    "cache_mb": cache,
+                }
+            )
             label = f"perf {variant} " + (f"cache{cache:.0f}" if cache else "stream")
             res[label] = r
             print(fmt_row(name, label, r, ref_obj, ref_sec), flush=True)
@@ -442,30 +534,38 @@ def main() -> int:
             a = res.get(f"perf accelerated cache{args.cache_mb:.0f}")
             p = res.get(f"perf paper cache{args.cache_mb:.0f}")
         if p and a and "passes" in p and "passes" in a:
-            print(f"{name}: accelerated/paper passes = {a['passes']}/{p['passes']} = "
-                  f"{a['passes'] / p['passes']:.3f} (target <= 0.5); time "
-                  f"{a['seconds']:.2f}s / {p['seconds']:.2f}s")
+            print(
+                f"{name}: accelerated/paper passes = {a['passes']}/{p['passes']} = "
+                f"{a['passes'] / p['passes']:.3f} (target <= 0.5); time "
+                f"{a['seconds']:.2f}s / {p['seconds']:.2f}s"
+            )
         if name == "synth1m" and "svmperf" not in res and "seconds" in res["liblinear"]:
             # load normalisation: DESIGN.md measured LIBLINEAR at 14.4 s and SVMperf's
             # optimisation at 22.4 s on this store on an idle machine of this kind
             scale = res["liblinear"]["seconds"] / LIBLINEAR_REF_1M
-            print(f"{name}: LIBLINEAR took {res['liblinear']['seconds']:.1f}s here vs "
-                  f"{LIBLINEAR_REF_1M}s in DESIGN.md: this run's machine is {scale:.2f}x "
-                  f"slower; SVMperf's 22.4s scales to {22.4 * scale:.1f}s")
+            print(
+                f"{name}: LIBLINEAR took {res['liblinear']['seconds']:.1f}s here vs "
+                f"{LIBLINEAR_REF_1M}s in DESIGN.md: this run's machine is {scale:.2f}x "
+                f"slower; SVMperf's 22.4s scales to {22.4 * scale:.1f}s"
+            )
             for label, r in res.items():
                 if label.startswith("perf") and "seconds" in r:
-                    print(f"{name}: {label}: {r['seconds']:.2f}s = "
-                          f"{r['seconds'] / (22.4 * scale):.2f}x SVMperf's optimisation time "
-                          "(load-normalised)")
+                    print(
+                        f"{name}: {label}: {r['seconds']:.2f}s = "
+                        f"{r['seconds'] / (22.4 * scale):.2f}x SVMperf's optimisation time "
+                        "(load-normalised)"
+                    )
         if name in SVMPERF_REF and "svmperf" not in res:
             ref = SVMPERF_REF[name]
             for label, r in res.items():
                 if label.startswith("perf") or label in ("paper", "accelerated"):
                     if "seconds" in r:
-                        print(f"{name}: {label}: {r['seconds']:.2f}s vs SVMperf's "
-                              f"{ref['seconds']}s optimisation (DESIGN.md, "
-                              f"{ref['iterations']} iterations): "
-                              f"{r['seconds'] / ref['seconds']:.2f}x")
+                        print(
+                            f"{name}: {label}: {r['seconds']:.2f}s vs SVMperf's "
+                            f"{ref['seconds']}s optimisation (DESIGN.md, "
+                            f"{ref['iterations']} iterations): "
+                            f"{r['seconds'] / ref['seconds']:.2f}x"
+                        )
     print("SUMMARY " + json.dumps(summary))
     return 0
 

@@ -54,8 +54,13 @@ def child(spec: dict) -> dict:
         X.indptr = X.indptr.astype(np.int32)
         rss0 = _rss_mb()
         t = time.perf_counter()
-        clf = SVC(C=spec["C"], kernel="rbf", gamma=spec["gamma"], tol=spec["tol"],
-                  cache_size=spec["cache_mb"]).fit(X, y)
+        clf = SVC(
+            C=spec["C"],
+            kernel="rbf",
+            gamma=spec["gamma"],
+            tol=spec["tol"],
+            cache_size=spec["cache_mb"],
+        ).fit(X, y)
         sec = time.perf_counter() - t
         rss_fit = _rss_mb()  # before the dense SV kernel matrix used for the dual below
         c = np.asarray(clf.dual_coef_.todense()).ravel()
@@ -63,35 +68,62 @@ def child(spec: dict) -> dict:
 
         Xs = X[clf.support_]
         dual = float(0.5 * c @ kernel_matrix(Xs, Xs, "rbf", spec["gamma"]) @ c - np.abs(c).sum())
-        return {"seconds": sec, "dual": dual, "n_sv": int(len(clf.support_)),
-                "iterations": int(clf.n_iter_[0]), "rss_before_mb": rss0, "peak_rss_mb": rss_fit}
+        return {
+            "seconds": sec,
+            "dual": dual,
+            "n_sv": int(len(clf.support_)),
+            "iterations": int(clf.n_iter_[0]),
+            "rss_before_mb": rss0,
+            "peak_rss_mb": rss_fit,
+        }
     from ooc_svm.api import train
     from ooc_svm.store import open_store
 
     st = open_store(spec["store"])
     rss0 = _rss_mb()
     t = time.perf_counter()
-    res = train(st, "smo", C=spec["C"], kernel="rbf", gamma=spec["gamma"], tol=spec["tol"],
-                selection=spec["selection"], cache_mb=spec["cache_mb"])
+    res = train(
+        st,
+        "smo",
+        C=spec["C"],
+        kernel="rbf",
+        gamma=spec["gamma"],
+        tol=spec["tol"],
+        selection=spec["selection"],
+        cache_mb=spec["cache_mb"],
+    )
     sec = time.perf_counter() - t
     s = res.summary
-    return {"seconds": sec, "dual": res.dual_objective, "n_sv": s["n_sv"],
-            "iterations": res.iterations, "passes": res.passes,
-            "kkt_max_violation": s["kkt_max_violation"], "cache_hits": s["cache_hits"],
-            "cache_misses": s["cache_misses"], "rss_before_mb": rss0, "peak_rss_mb": _rss_mb()}
+    return {
+        "seconds": sec,
+        "dual": res.dual_objective,
+        "n_sv": s["n_sv"],
+        "iterations": res.iterations,
+        "passes": res.passes,
+        "kkt_max_violation": s["kkt_max_violation"],
+        "cache_hits": s["cache_hits"],
+        "cache_misses": s["cache_misses"],
+        "rss_before_mb": rss0,
+        "peak_rss_mb": _rss_mb(),
+    }
 
 
 def run_child(spec: dict) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"child {spec['what']} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "a9a" / "a9a"))
     ap.add_argument("--rows", type=int, default=0, help="first N rows only (0: all)")
     ap.add_argument("--C", type=float, default=1.0)
@@ -120,18 +152,27 @@ def main() -> int:
         if args.rows:
             X, y = X[: args.rows], y[: args.rows]
         store = os.path.join(tmp, "a9a.zarr")
-        write_store(store, csr_to_shards(sp.csr_matrix(X, dtype=np.float32), y,
-                                         shard_rows=10000))
-        print(f"a9a: {X.shape[0]} rows, {X.nnz} nnz; RBF gamma={args.gamma} C={args.C} "
-              f"tol={args.tol}; store {store} (warm: just written)")
-        base = dict(data=args.data, store=store, rows=args.rows, C=args.C, gamma=args.gamma,
-                    tol=args.tol, cache_mb=args.cache_mb)
-        runs = [("svc", dict(base, what="svc")),
-                ("wss2", dict(base, what="smo", selection="wss2"))]
+        write_store(store, csr_to_shards(sp.csr_matrix(X, dtype=np.float32), y, shard_rows=10000))
+        print(
+            f"a9a: {X.shape[0]} rows, {X.nnz} nnz; RBF gamma={args.gamma} C={args.C} "
+            f"tol={args.tol}; store {store} (warm: just written)"
+        )
+        base = dict(
+            data=args.data,
+            store=store,
+            rows=args.rows,
+            C=args.C,
+            gamma=args.gamma,
+            tol=args.tol,
+            cache_mb=args.cache_mb,
+        )
+        runs = [("svc", dict(base, what="svc")), ("wss2", dict(base, what="smo", selection="wss2"))]
         if not args.skip_platt:
             runs.append(("platt", dict(base, what="smo", selection="platt")))
-        runs += [("wss2@64MB", dict(base, what="smo", selection="wss2", cache_mb=64.0)),
-                 ("wss2@1024MB", dict(base, what="smo", selection="wss2", cache_mb=1024.0))]
+        runs += [
+            ("wss2@64MB", dict(base, what="smo", selection="wss2", cache_mb=64.0)),
+            ("wss2@1024MB", dict(base, what="smo", selection="wss2", cache_mb=1024.0)),
+        ]
         res = {}
         for name, spec in runs:
             r = run_child(spec)
@@ -141,14 +182,31 @@ def main() -> int:
             rel = abs(r["dual"] - ref["dual"]) / abs(ref["dual"])
             extra = ""
             if name != "svc":
-                extra = (f" kkt_max_violation {r['kkt_max_violation']:.2e}"
-                         f" cache hits/misses {r['cache_hits']}/{r['cache_misses']}")
-            print(f"{name:12s} {r['seconds']:8.2f} s  x{ratio:5.2f} of SVC  dual {r['dual']:.6f}"
-                  f" (rel diff {rel:.1e})  n_sv {r['n_sv']}  iterations {r['iterations']}"
-                  f"  peak RSS {r['peak_rss_mb']:.0f} MB (before training "
-                  f"{r['rss_before_mb']:.0f} MB){extra}", flush=True)
-        print(json.dumps({"summary": {k: {"seconds": v["seconds"], "peak_rss_mb": v["peak_rss_mb"],
-                                          "dual": v["dual"]} for k, v in res.items()}}))
+                extra = (
+                    f" kkt_max_violation {r['kkt_max_violation']:.2e}"
+                    f" cache hits/misses {r['cache_hits']}/{r['cache_misses']}"
+                )
+            print(
+                f"{name:12s} {r['seconds']:8.2f} s  x{ratio:5.2f} of SVC  dual {r['dual']:.6f}"
+                f" (rel diff {rel:.1e})  n_sv {r['n_sv']}  iterations {r['iterations']}"
+                f"  peak RSS {r['peak_rss_mb']:.0f} MB (before training "
+                f"{r['rss_before_mb']:.0f} MB){extra}",
+                flush=True,
+            )
+        print(
+            json.dumps(
+                {
+                    "summary": {
+                        k: {
+                            "seconds": v["seconds"],
+                            "peak_rss_mb": v["peak_rss_mb"],
+                            "dual": v["dual"],
+                        }
+                        for k, v in res.items()
+                    }
+                }
+            )
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -52,8 +52,11 @@ def timed(cmd: list[str], log: str) -> dict:
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr)
-    return {"seconds": wall, "peak_rss_mb": int(m.group(1)) / 1024 if m else float("nan"),
-            "stdout": r.stdout}
+    return {
+        "seconds": wall,
+        "peak_rss_mb": int(m.group(1)) / 1024 if m else float("nan"),
+        "stdout": r.stdout,
+    }
 
 
 def du_bytes(path: str) -> int:
@@ -126,14 +129,21 @@ def main() -> None:
     ap.add_argument("--features", type=int, default=1_000_000)
     ap.add_argument("--nnz-per-row", type=float, default=66.0)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--C", type=float, default=0.02,
-                    help="LIBLINEAR C (default 0.02: C·n = 1e6 at 50M rows, the same C_perf "
-                    "as C=1 on the 1M-row benchmark)")
+    ap.add_argument(
+        "--C",
+        type=float,
+        default=0.02,
+        help="LIBLINEAR C (default 0.02: C·n = 1e6 at 50M rows, the same C_perf "
+        "as C=1 on the 1M-row benchmark)",
+    )
     ap.add_argument("--eps", type=float, default=0.001)
     ap.add_argument("--keep", action="store_true", help="keep the stores afterwards")
     ap.add_argument("--reuse", action="store_true", help="reuse stores already in --dir")
-    ap.add_argument("--resume", action="store_true",
-                    help="continue an interrupted training from its checkpoint in --dir")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted training from its checkpoint in --dir",
+    )
     args = ap.parse_args()
 
     os.makedirs(args.dir, exist_ok=True)
@@ -147,28 +157,58 @@ def main() -> None:
         if args.reuse and os.path.exists(path):
             continue
         shutil.rmtree(path, ignore_errors=True)
-        r = timed([OOC, "synth", path, "--rows", str(n), "--features", str(args.features),
-                   "--nnz-per-row", str(args.nnz_per_row), "--seed", str(args.seed),
-                   "--split", split], log)
+        r = timed(
+            [
+                OOC,
+                "synth",
+                path,
+                "--rows",
+                str(n),
+                "--features",
+                str(args.features),
+                "--nnz-per-row",
+                str(args.nnz_per_row),
+                "--seed",
+                str(args.seed),
+                "--split",
+                split,
+            ],
+            log,
+        )
         rows[f"synth {split}"] = r
-        print(f"synth {split}: {r['seconds']:.1f}s, peak RSS {r['peak_rss_mb']:.0f} MB",
-              flush=True)
-    info = json.loads(subprocess.run([OOC, "info", train_store, "--json"], capture_output=True,
-                                     text=True, check=True).stdout)
+        print(f"synth {split}: {r['seconds']:.1f}s, peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+    info = json.loads(
+        subprocess.run(
+            [OOC, "info", train_store, "--json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     disk = du_bytes(train_store)
     decoded = info["nnz"] * 8 + info["n_rows"] * 16
-    print(f"train store: {info['n_rows']} rows, {info['nnz']} nnz, {info['n_shards']} shards, "
-          f"{disk / 1e9:.2f} GB on disk, {decoded / 2**30:.1f} GiB decoded", flush=True)
+    print(
+        f"train store: {info['n_rows']} rows, {info['nnz']} nnz, {info['n_shards']} shards, "
+        f"{disk / 1e9:.2f} GB on disk, {decoded / 2**30:.1f} GiB decoded",
+        flush=True,
+    )
 
     # 2. hardware references
     disk_mbs, disk_probe = disk_read_speed(train_store)
-    print(f"disk: {disk_mbs if disk_mbs is None else round(disk_mbs)} MB/s cold sequential "
-          f"({disk_probe / 1e9:.1f} GB read)", flush=True)
-    kr = subprocess.run([sys.executable, "-c", KERNEL_CHILD, train_store, "3"],
-                        capture_output=True, text=True, check=True)
+    print(
+        f"disk: {disk_mbs if disk_mbs is None else round(disk_mbs)} MB/s cold sequential "
+        f"({disk_probe / 1e9:.1f} GB read)",
+        flush=True,
+    )
+    kr = subprocess.run(
+        [sys.executable, "-c", KERNEL_CHILD, train_store, "3"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     kernel = json.loads(kr.stdout.strip().splitlines()[-1])
-    print(f"in-memory kernel: {kernel['nnz_per_s'] / 1e9:.3f} G nnz/s "
-          f"({kernel['nnz'] / 1e6:.0f}M nnz, 2 threads)", flush=True)
+    print(
+        f"in-memory kernel: {kernel['nnz_per_s'] / 1e9:.3f} G nnz/s "
+        f"({kernel['nnz'] / 1e6:.0f}M nnz, 2 threads)",
+        flush=True,
+    )
 
     # 3. training
     model = os.path.join(args.dir, "model")
@@ -178,16 +218,39 @@ def main() -> None:
     if not args.resume:
         shutil.rmtree(ckpt, ignore_errors=True)
     drop_caches()
-    r = timed([OOC, "train", "--solver", "perf", train_store, "-o", model, "--C", str(args.C),
-               "--eps", str(args.eps), "--variant", "accelerated", "--json", "--history", hist,
-               "--checkpoint", ckpt, *(["--resume"] if args.resume else [])],
-              log)
+    r = timed(
+        [
+            OOC,
+            "train",
+            "--solver",
+            "perf",
+            train_store,
+            "-o",
+            model,
+            "--C",
+            str(args.C),
+            "--eps",
+            str(args.eps),
+            "--variant",
+            "accelerated",
+            "--json",
+            "--history",
+            hist,
+            "--checkpoint",
+            ckpt,
+            *(["--resume"] if args.resume else []),
+        ],
+        log,
+    )
     summary = json.loads(r["stdout"].strip().splitlines()[-1])
     recs = [json.loads(line) for line in open(hist) if '"header"' not in line]
     pass_times = [x["pass_seconds"] for x in recs if x.get("pass_seconds")]
     med = statistics.median(pass_times) if pass_times else float("nan")
-    print(f"train: {summary['iterations']} iterations, {summary['passes']} passes, "
-          f"{r['seconds']:.1f}s, peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+    print(
+        f"train: {summary['iterations']} iterations, {summary['passes']} passes, "
+        f"{r['seconds']:.1f}s, peak RSS {r['peak_rss_mb']:.0f} MB",
+        flush=True,
+    )
     rows["train"] = r
 
     # 4. predict / evaluate of the test split
@@ -215,7 +278,9 @@ def main() -> None:
         f"| iterations / passes | {summary['iterations']} / {summary['passes']} |",
         f"| total training time | {r['seconds']:.1f} s |",
         f"| time per pass (median, min, max) | {med:.2f} s, {min(pass_times):.2f} s, "
-        f"{max(pass_times):.2f} s |" if pass_times else "| time per pass | n/a |",
+        f"{max(pass_times):.2f} s |"
+        if pass_times
+        else "| time per pass | n/a |",
         f"| achieved per pass (median) | {disk / med / 1e6:.0f} MB/s of store, "
         f"{info['nnz'] / med / 1e9:.3f} G nnz/s |",
         f"| floor max(disk time, kernel time) | {bound:.2f} s "
@@ -234,12 +299,15 @@ def main() -> None:
     with open(os.path.join(args.dir, "scale_table.md"), "w") as f:
         f.write(table + "\n")
     worst = max(x["peak_rss_mb"] for x in rows.values())
-    print(f"\npeak RSS of every process <= 2 GB: {'yes' if worst <= 2048 else 'NO'} "
-          f"(max {worst:.0f} MB)")
+    print(
+        f"\npeak RSS of every process <= 2 GB: {'yes' if worst <= 2048 else 'NO'} "
+        f"(max {worst:.0f} MB)"
+    )
     if not args.keep:
         for p in (train_store, test_store, preds):
             shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else (
-                os.path.exists(p) and os.remove(p))
+                os.path.exists(p) and os.remove(p)
+            )
 
 
 if __name__ == "__main__":

@@ -53,24 +53,24 @@ def _load(rel, n=None, n_features=None):
 
 def _store(tmp_path, X, y, name="s.zarr", shard_rows=1000):
     path = str(tmp_path / name)
-    write_store(path, csr_to_shards(sp.csr_matrix(X, dtype=np.float32), y,
-                                    shard_rows=shard_rows))
+    write_store(path, csr_to_shards(sp.csr_matrix(X, dtype=np.float32), y, shard_rows=shard_rows))
     return open_store(path)
 
 
 def _dual(Xsv, coef, kernel, gamma):
     """½ cᵀKc − Σ|c| over support vectors with coefficients c = yα (LIBSVM sign)."""
-    K = kernel_matrix(sp.csr_matrix(Xsv, dtype=np.float64), sp.csr_matrix(Xsv, dtype=np.float64),
-                      kernel, gamma)
+    K = kernel_matrix(
+        sp.csr_matrix(Xsv, dtype=np.float64), sp.csr_matrix(Xsv, dtype=np.float64), kernel, gamma
+    )
     coef = np.asarray(coef, dtype=np.float64).ravel()
     return float(0.5 * coef @ K @ coef - np.abs(coef).sum())
 
 
 def _libsvm(X, y, C, kernel, gamma):
-    clf = svm.SVC(C=C, kernel=kernel, gamma=gamma or "scale", tol=1e-8,
-                  cache_size=500).fit(X, y)
-    c = np.asarray(clf.dual_coef_.todense() if sp.issparse(clf.dual_coef_)
-                   else clf.dual_coef_).ravel()
+    clf = svm.SVC(C=C, kernel=kernel, gamma=gamma or "scale", tol=1e-8, cache_size=500).fit(X, y)
+    c = np.asarray(
+        clf.dual_coef_.todense() if sp.issparse(clf.dual_coef_) else clf.dual_coef_
+    ).ravel()
     return clf, _dual(X[clf.support_], c, kernel, gamma)
 
 
@@ -85,16 +85,18 @@ def _independent_kkt(store, res, C, kernel, gamma, tol):
     st = init_alpha_state(eng, store)
     gids = np.asarray(m.support_, dtype=np.int64)
     apply_alpha_updates(store, eng, st, gids, np.abs(np.asarray(m.dual_coef_)))
-    parts = eng.map_reduce(store, _rows_fn, (gids, float(store.meta.labels[1])),
-                           reduce=lambda a, b: a + b)
+    parts = eng.map_reduce(
+        store, _rows_fn, (gids, float(store.meta.labels[1])), reduce=lambda a, b: a + b
+    )
     from ooc_svm.solvers.dual_common import WorkingRows
 
     rows = WorkingRows.concat(parts)
     rows.alpha = np.abs(np.asarray(m.dual_coef_))[np.searchsorted(gids, rows.gids)]
     kp = active_set.KernelParams(kernel, gamma if gamma else 1.0 / store.meta.n_features)
     exp = make_expansion(kp, store.meta.n_features, rows, rows.y * rows.alpha)
-    return kkt_violation_pass(store, eng, st, exp, float(m.intercept_), C,
-                              float(store.meta.labels[1]), tol)
+    return kkt_violation_pass(
+        store, eng, st, exp, float(m.intercept_), C, float(store.meta.labels[1]), tol
+    )
 
 
 def _rows_fn(shard, bc):
@@ -116,11 +118,13 @@ def _check_against_libsvm(store, X, y, C, kernel, gamma, tol=1e-5, **params):
     assert abs(ours - ref) <= 1e-6 * abs(ref), (ours, ref)
     assert abs(res.dual_objective - ref) <= 1e-6 * abs(ref)
     chk = _independent_kkt(store, res, C, kernel, gamma, tol)
-    print(f"[{kernel} C={C} n={store.meta.n_rows}] dual {ours:.12g} vs LIBSVM {ref:.12g} "
-          f"(rel {(ours - ref) / abs(ref):+.2e}); KKT max violation {chk['max_violation']:.2e}"
-          f" (tol {tol:g}); n_s {res.summary['n_s']}, n_c {res.summary['n_c']}, "
-          f"{res.iterations} minor / {res.summary['major_iterations']} major iterations, "
-          f"max dependent {res.summary['max_dependent']}")
+    print(
+        f"[{kernel} C={C} n={store.meta.n_rows}] dual {ours:.12g} vs LIBSVM {ref:.12g} "
+        f"(rel {(ours - ref) / abs(ref):+.2e}); KKT max violation {chk['max_violation']:.2e}"
+        f" (tol {tol:g}); n_s {res.summary['n_s']}, n_c {res.summary['n_c']}, "
+        f"{res.iterations} minor / {res.summary['major_iterations']} major iterations, "
+        f"max dependent {res.summary['max_dependent']}"
+    )
     assert chk["max_violation"] <= tol, chk
     assert res.summary["kkt_ok"]
     assert res.summary["converged"]
@@ -179,8 +183,8 @@ def test_linear_more_margin_svs_than_features(tmp_path):
     X = sp.csr_matrix(X, dtype=np.float64)
     res, clf = _check_against_libsvm(st, X, y, 10.0, "linear", None, sprint_size=60)
     c = np.asarray(clf.dual_coef_.todense()).ravel()
-    assert (np.abs(c) < 10.0 * (1 - 1e-9)).sum() > 3      # LIBSVM: > n_features margin SVs
-    assert res.summary["max_dependent"] >= 1               # we met a singular Q_ss
+    assert (np.abs(c) < 10.0 * (1 - 1e-9)).sum() > 3  # LIBSVM: > n_features margin SVs
+    assert res.summary["max_dependent"] >= 1  # we met a singular Q_ss
     wf = np.asarray(res.model.coef_)
     assert wf[2] == pytest.approx(1.0, rel=1e-6)
 
@@ -206,18 +210,16 @@ def test_a9a_small_rbf_C100(tmp_path):
     """CI stand-in for C=100 (many free SVs): first 1,500 rows."""
     X, y = _load("a9a/a9a", 1500, n_features=123)
     st = _store(tmp_path, X, y, shard_rows=500)
-    res, _ = _check_against_libsvm(st, sp.csr_matrix(X, dtype=np.float64), y, 100.0, "rbf",
-                                   0.05)
+    res, _ = _check_against_libsvm(st, sp.csr_matrix(X, dtype=np.float64), y, 100.0, "rbf", 0.05)
     assert res.summary["n_s"] > 300
 
 
 def test_mushrooms_linear(tmp_path):
     X, y = _load("mushrooms/mushrooms", n_features=112)
     st = _store(tmp_path, X, y, shard_rows=2000)
-    res, _ = _check_against_libsvm(st, sp.csr_matrix(X, dtype=np.float64), y, 1.0, "linear",
-                                   None)
+    res, _ = _check_against_libsvm(st, sp.csr_matrix(X, dtype=np.float64), y, 1.0, "linear", None)
     assert res.model.kind == "linear"
-    assert res.model.support_ is not None      # dual coefficients kept for warm starts
+    assert res.model.support_ is not None  # dual coefficients kept for warm starts
 
 
 def test_pricing_strategies_and_tiny_cache_agree(tmp_path):
@@ -250,7 +252,7 @@ def test_lost_factor_accuracy_is_detected_and_repaired(tmp_path, monkeypatch):
         out = orig(self, key, yk, col, g)
         calls["n"] += 1
         if calls["n"] % 150 == 0 and self.nb > 3:
-            self.R[1, 2] += 1e-4 * self.R[1, 1]   # simulate rounding drift of the updates
+            self.R[1, 2] += 1e-4 * self.R[1, 1]  # simulate rounding drift of the updates
         return out
 
     monkeypatch.setattr(ActiveFactor, "append", drifting_append)
@@ -274,23 +276,27 @@ def test_warm_start_new_C(a9a5000, tmp_path):
     assert warm.dual_objective == pytest.approx(cold.dual_objective, rel=1e-8)
     assert warm.summary["kkt_ok"]
     ratio = warm.iterations / cold.iterations
-    print(f"warm C=1->2: {warm.iterations} vs cold {cold.iterations} minor iterations "
-          f"({ratio:.1%}), majors {warm.summary['major_iterations']} vs "
-          f"{cold.summary['major_iterations']}")
+    print(
+        f"warm C=1->2: {warm.iterations} vs cold {cold.iterations} minor iterations "
+        f"({ratio:.1%}), majors {warm.summary['major_iterations']} vs "
+        f"{cold.summary['major_iterations']}"
+    )
     assert ratio <= 0.30
 
 
 def test_warm_start_after_appended_rows(tmp_path):
     X, y = _load("a9a/a9a", 5000, n_features=123)
     path = str(tmp_path / "grow.zarr")
-    write_store(path, csr_to_shards(sp.csr_matrix(X[:4500], dtype=np.float32), y[:4500],
-                                    shard_rows=1000))
+    write_store(
+        path, csr_to_shards(sp.csr_matrix(X[:4500], dtype=np.float32), y[:4500], shard_rows=1000)
+    )
     first = _solve(open_store(path), C=1.0, gamma=0.05)
     mpath = str(tmp_path / "m")
     first.model.save(mpath)
     with StoreWriter(path, append=True) as w:
-        for s in csr_to_shards(sp.csr_matrix(X[4500:], dtype=np.float32), y[4500:],
-                               shard_rows=1000):
+        for s in csr_to_shards(
+            sp.csr_matrix(X[4500:], dtype=np.float32), y[4500:], shard_rows=1000
+        ):
             w.add(s)
         w.commit()
     st = open_store(path)
@@ -333,13 +339,22 @@ def test_warm_start_from_singular_libsvm_solution(tmp_path):
     assert int((np.abs(c) < 1 - 1e-9).sum()) > 112
     # scikit-learn's binary dual_coef_ is y α with y = +1 for classes_[1] (the label 2)
     coef = clf.coef_.toarray()[0] if sp.issparse(clf.coef_) else clf.coef_[0]
-    m = Model(kind="linear", n_features=112, classes=[1.0, 2.0], coef_=coef,
-              intercept_=float(clf.intercept_[0]), support_vectors_=Xd[clf.support_],
-              dual_coef_=c, support_=clf.support_, kernel="linear", info={"C": 1.0})
+    m = Model(
+        kind="linear",
+        n_features=112,
+        classes=[1.0, 2.0],
+        coef_=coef,
+        intercept_=float(clf.intercept_[0]),
+        support_vectors_=Xd[clf.support_],
+        dual_coef_=c,
+        support_=clf.support_,
+        kernel="linear",
+        info={"C": 1.0},
+    )
     path = str(tmp_path / "libsvm-model")
     m.save(path)
     res = _solve(st, C=2.0, kernel="linear", tol=1e-5, init=path)
-    assert res.summary["max_dependent"] > 2          # Case 3: many dependent columns
+    assert res.summary["max_dependent"] > 2  # Case 3: many dependent columns
     _, ref2 = _libsvm(Xd, y, 2.0, "linear", None)
     assert _our_dual(res.model, "linear", None) == pytest.approx(ref2, rel=1e-6)
     assert res.summary["kkt_ok"]
@@ -377,21 +392,65 @@ def test_cli_json_and_init(tmp_path):
     m1 = str(tmp_path / "m1")
     buf = io.StringIO()
     with redirect_stdout(buf):
-        rc = main(["-q", "train", "--solver", "active-set", st.path, "-o", m1, "--C", "1",
-                   "--gamma", "0.05", "--sprint-size", "300", "--json"])
+        rc = main(
+            [
+                "-q",
+                "train",
+                "--solver",
+                "active-set",
+                st.path,
+                "-o",
+                m1,
+                "--C",
+                "1",
+                "--gamma",
+                "0.05",
+                "--sprint-size",
+                "300",
+                "--json",
+            ]
+        )
     assert rc == 0
     out = json.loads(buf.getvalue().strip().splitlines()[-1])
-    for k in ("solver", "objective", "dual_objective", "iterations", "passes", "seconds",
-              "n_s", "n_c", "major_iterations", "minor_iterations", "refactorisations"):
+    for k in (
+        "solver",
+        "objective",
+        "dual_objective",
+        "iterations",
+        "passes",
+        "seconds",
+        "n_s",
+        "n_c",
+        "major_iterations",
+        "minor_iterations",
+        "refactorisations",
+    ):
         assert k in out
     assert out["solver"] == "active-set"
     model = load_model(m1)
     assert model.kind == "kernel" and model.support_ is not None
     buf = io.StringIO()
     with redirect_stdout(buf):
-        rc = main(["-q", "train", "--solver", "active-set", st.path, "-o", str(tmp_path / "m2"),
-                   "--C", "2", "--gamma", "0.05", "--init", m1, "--pricing", "shrinking",
-                   "--json"])
+        rc = main(
+            [
+                "-q",
+                "train",
+                "--solver",
+                "active-set",
+                st.path,
+                "-o",
+                str(tmp_path / "m2"),
+                "--C",
+                "2",
+                "--gamma",
+                "0.05",
+                "--init",
+                m1,
+                "--pricing",
+                "shrinking",
+                "--json",
+            ]
+        )
     assert rc == 0
     out2 = json.loads(buf.getvalue().strip().splitlines()[-1])
     assert out2["warm_start"] is True
@@ -413,6 +472,7 @@ def test_same_model_on_local_cluster(tmp_path):
     assert dist.iterations == local.iterations
     assert dist.dual_objective == pytest.approx(local.dual_objective, rel=1e-12)
     np.testing.assert_array_equal(dist.model.support_, local.model.support_)
-    np.testing.assert_allclose(dist.model.dual_coef_, local.model.dual_coef_, rtol=1e-10,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        dist.model.dual_coef_, local.model.dual_coef_, rtol=1e-10, atol=1e-12
+    )
     assert dist.model.intercept_ == pytest.approx(local.model.intercept_, abs=1e-10)

@@ -24,8 +24,7 @@ OOC = str(Path(sys.executable).parent / "ooc-svm")
 
 # case -> (solver, extra CLI flags making many small checkpointed steps)
 CASES = {
-    "smo": ("smo", ["--kernel", "rbf", "--gamma", "0.05", "--C", "100", "--config",
-                    "SMO_CONF"]),
+    "smo": ("smo", ["--kernel", "rbf", "--gamma", "0.05", "--C", "100", "--config", "SMO_CONF"]),
     "perf-paper": ("perf", ["--C", "10", "--eps", "1e-5", "--variant", "paper"]),
     "perf-accelerated": ("perf", ["--C", "10", "--eps", "1e-7", "--variant", "accelerated"]),
 }
@@ -33,8 +32,9 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    X, y = make_classification(n_samples=3000, n_features=20, n_informative=10, flip_y=0.1,
-                               random_state=0)
+    X, y = make_classification(
+        n_samples=3000, n_features=20, n_informative=10, flip_y=0.1, random_state=0
+    )
     path = str(tmp_path_factory.mktemp("ck") / "s.zarr")
     write_store(path, csr_to_shards(sp.csr_matrix(X), y, shard_rows=500))
     return path
@@ -45,8 +45,19 @@ def _args(case, store, out, ckpt, tmp):
     conf.write_text("checkpoint_every = 25\n")
     solver, flags = CASES[case]
     extra = [a.replace("SMO_CONF", str(conf)) for a in flags]
-    return [OOC, "train", "--solver", solver, store, "-o", str(out), "--json",
-            "--checkpoint", str(ckpt), *extra]
+    return [
+        OOC,
+        "train",
+        "--solver",
+        solver,
+        store,
+        "-o",
+        str(out),
+        "--json",
+        "--checkpoint",
+        str(ckpt),
+        *extra,
+    ]
 
 
 def _latest_iteration(ckpt: Path) -> int:
@@ -63,8 +74,9 @@ def _default_sigint() -> None:
 
 
 def _run_until(args, ckpt: Path, min_iter: int, sig) -> subprocess.CompletedProcess:
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=_default_sigint)
+    p = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint
+    )
     deadline = time.time() + 300
     while time.time() < deadline and p.poll() is None:
         if _latest_iteration(ckpt) >= min_iter:
@@ -78,21 +90,30 @@ def _run_until(args, ckpt: Path, min_iter: int, sig) -> subprocess.CompletedProc
 @pytest.mark.parametrize("solver", list(CASES))
 def test_kill_and_resume_same_model(solver, store, tmp_path):
     """`solver` is a case name of CASES."""
-    full = subprocess.run(_args(solver, store, tmp_path / "full", tmp_path / "ck_full", tmp_path),
-                          capture_output=True, text=True, timeout=600)
+    full = subprocess.run(
+        _args(solver, store, tmp_path / "full", tmp_path / "ck_full", tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert full.returncode == 0, full.stderr
     n_ckpt = _latest_iteration(tmp_path / "ck_full")
     assert n_ckpt >= 4, f"too few checkpoints ({n_ckpt}) to interrupt the run"
 
     ck = tmp_path / "ck"
-    killed = _run_until(_args(solver, store, tmp_path / "m", ck, tmp_path), ck,
-                        max(1, n_ckpt // 2), signal.SIGKILL)
+    killed = _run_until(
+        _args(solver, store, tmp_path / "m", ck, tmp_path), ck, max(1, n_ckpt // 2), signal.SIGKILL
+    )
     assert killed.returncode == -signal.SIGKILL, "training ended before it could be killed"
     assert not (tmp_path / "m").exists()
     at = _latest_iteration(ck)
     assert 1 <= at < n_ckpt
-    resumed = subprocess.run(_args(solver, store, tmp_path / "m", ck, tmp_path) + ["--resume"],
-                             capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        _args(solver, store, tmp_path / "m", ck, tmp_path) + ["--resume"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     a, b = load_model(str(tmp_path / "full")), load_model(str(tmp_path / "m"))
     if a.kind == "linear":
@@ -131,36 +152,59 @@ def test_resume_with_other_parameters_refused(store, tmp_path):
 
 @pytest.fixture(scope="module")
 def mc_store(tmp_path_factory):
-    X, y = make_classification(n_samples=3000, n_features=20, n_informative=10, n_classes=4,
-                               flip_y=0.1, random_state=1)
+    X, y = make_classification(
+        n_samples=3000, n_features=20, n_informative=10, n_classes=4, flip_y=0.1, random_state=1
+    )
     path = str(tmp_path_factory.mktemp("ckmc") / "mc.zarr")
-    write_store(path, csr_to_shards(sp.csr_matrix(X), y + 1.0, shard_rows=500),
-                label_kind="multiclass")
+    write_store(
+        path, csr_to_shards(sp.csr_matrix(X), y + 1.0, shard_rows=500), label_kind="multiclass"
+    )
     return path
 
 
 def test_kill_and_resume_ovr_same_model(mc_store, tmp_path):
     """perf one-vs-rest (all classes in shared passes) killed mid-run, resumed: every class
     continues from its own checkpoint and the model equals the uninterrupted one."""
-    def args(out, ck):
-        return [OOC, "train", "--solver", "perf", mc_store, "-o", str(out), "--json",
-                "--C", "10", "--eps", "1e-7", "--checkpoint", str(ck)]
 
-    full = subprocess.run(args(tmp_path / "full", tmp_path / "ck_full"), capture_output=True,
-                          text=True, timeout=600)
+    def args(out, ck):
+        return [
+            OOC,
+            "train",
+            "--solver",
+            "perf",
+            mc_store,
+            "-o",
+            str(out),
+            "--json",
+            "--C",
+            "10",
+            "--eps",
+            "1e-7",
+            "--checkpoint",
+            str(ck),
+        ]
+
+    full = subprocess.run(
+        args(tmp_path / "full", tmp_path / "ck_full"), capture_output=True, text=True, timeout=600
+    )
     assert full.returncode == 0, full.stderr
     dirs = sorted(p.name for p in (tmp_path / "ck_full").iterdir())
     assert dirs == [f"class-{k:04d}" for k in range(4)]
     n_ckpt = _latest_iteration(tmp_path / "ck_full" / "class-0000")
     assert n_ckpt >= 4
     ck = tmp_path / "ck"
-    killed = _run_until(args(tmp_path / "m", ck), ck / "class-0000", max(1, n_ckpt // 2),
-                        signal.SIGKILL)
+    killed = _run_until(
+        args(tmp_path / "m", ck), ck / "class-0000", max(1, n_ckpt // 2), signal.SIGKILL
+    )
     assert killed.returncode == -signal.SIGKILL, "training ended before it could be killed"
     assert not (tmp_path / "m").exists()
     hist = tmp_path / "resumed.jsonl"
-    resumed = subprocess.run(args(tmp_path / "m", ck) + ["--resume", "--history", str(hist)],
-                             capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        args(tmp_path / "m", ck) + ["--resume", "--history", str(hist)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     # it really continued: no class started again from iteration 0
     recs = [json.loads(x) for x in hist.read_text().splitlines() if '"header"' not in x]
@@ -175,7 +219,11 @@ def test_kill_and_resume_ovr_same_model(mc_store, tmp_path):
     assert sb["objective"] == pytest.approx(sa["objective"], rel=1e-12)
     assert sb["passes"] == sa["passes"]
     # another C is refused, naming the class directory
-    bad = subprocess.run(args(tmp_path / "m2", ck)[:-4] + ["--C", "1", "--eps", "1e-7",
-                         "--checkpoint", str(ck), "--resume"],
-                         capture_output=True, text=True, timeout=600)
+    bad = subprocess.run(
+        args(tmp_path / "m2", ck)[:-4]
+        + ["--C", "1", "--eps", "1e-7", "--checkpoint", str(ck), "--resume"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bad.returncode != 0 and "class-0000" in bad.stderr and "C" in bad.stderr

@@ -99,12 +99,15 @@ def _system_check(f, Q, y, g):
     return finite
 
 
-@pytest.mark.parametrize("n,rank,m,expect_finite", [
-    (10, 10, 6, True),    # positive definite
-    (10, 5, 6, None),     # one dependent index: Case 1(a) or 1(b)
-    (10, 5, 7, False),    # two dependent: Case 2
-    (12, 5, 10, False),   # five dependent: Case 3 (warm start)
-])
+@pytest.mark.parametrize(
+    "n,rank,m,expect_finite",
+    [
+        (10, 10, 6, True),  # positive definite
+        (10, 5, 6, None),  # one dependent index: Case 1(a) or 1(b)
+        (10, 5, 7, False),  # two dependent: Case 2
+        (12, 5, 10, False),  # five dependent: Case 3 (warm start)
+    ],
+)
 def test_direction_cases(n, rank, m, expect_finite):
     Q, y = _psd(n, rank, seed=n * 100 + m)
     g = np.random.default_rng(m).standard_normal(n)

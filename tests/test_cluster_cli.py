@@ -47,26 +47,59 @@ def cluster(tmp_path_factory):
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
-    procs = [subprocess.Popen(
-        [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard",
-         "--scheduler-file", str(tmp / "sched.json")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-    )]
+    procs = [
+        subprocess.Popen(
+            [
+                DASK,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+                "--scheduler-file",
+                str(tmp / "sched.json"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+    ]
     workers = []
     try:
         time.sleep(1.0)
         for k in range(2):
             w = subprocess.Popen(
-                [DASK, "worker", address, "--nworkers", "1", "--nthreads", "1",
-                 "--memory-limit", "2GB", "--no-nanny", "--no-dashboard",
-                 "--name", f"w{k}", "--local-directory", str(tmp / f"w{k}")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                [
+                    DASK,
+                    "worker",
+                    address,
+                    "--nworkers",
+                    "1",
+                    "--nthreads",
+                    "1",
+                    "--memory-limit",
+                    "2GB",
+                    "--no-nanny",
+                    "--no-dashboard",
+                    "--name",
+                    f"w{k}",
+                    "--local-directory",
+                    str(tmp / f"w{k}"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
             )
             workers.append(w)
         procs += workers
         _wait_workers(address, 2)
-        yield {"address": address, "scheduler_file": str(tmp / "sched.json"),
-               "workers": workers, "tmp": tmp}
+        yield {
+            "address": address,
+            "scheduler_file": str(tmp / "sched.json"),
+            "workers": workers,
+            "tmp": tmp,
+        }
     finally:
         for p in procs:
             if p.poll() is None:
@@ -94,9 +127,24 @@ def _train(store, out, *extra, check=True):
     # A hung training is aborted with SIGABRT so that faulthandler prints every thread's
     # stack into the failure message (instead of a bare timeout).
     proc = subprocess.Popen(
-        [OOC, "train", "--solver", "perf", store, "-o", out, "--C", "1", "--eps", "1e-4",
-         "--json", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            OOC,
+            "train",
+            "--solver",
+            "perf",
+            store,
+            "-o",
+            out,
+            "--C",
+            "1",
+            "--eps",
+            "1e-4",
+            "--json",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:

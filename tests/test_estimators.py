@@ -14,16 +14,20 @@ from sklearn.utils.estimator_checks import check_estimator
 from ooc_svm.estimators import SVC, LinearSVC, OrdinalSVM
 from ooc_svm.store import StoreWriter, csr_to_shards
 
-SOLVERS = [s for s in ("perf", "smo", "active-set", "irwls")
-           if importlib.util.find_spec(f"ooc_svm.solvers.{s.replace('-', '_')}") is not None]
+SOLVERS = [
+    s
+    for s in ("perf", "smo", "active-set", "irwls")
+    if importlib.util.find_spec(f"ooc_svm.solvers.{s.replace('-', '_')}") is not None
+]
 
 
 def _run_checks(est):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         results = check_estimator(est, on_fail=None)
-    failed = [(r["check_name"], str(r["exception"])[:200]) for r in results
-              if r["status"] == "failed"]
+    failed = [
+        (r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"
+    ]
     assert not failed, failed
     assert len([r for r in results if r["status"] == "passed"]) > 40
 

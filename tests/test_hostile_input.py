@@ -94,8 +94,11 @@ def _sk_load(path):
     return sp.csr_matrix(X), y
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(doc=_document())
 def test_fuzzed_svmlight_bytes(tmp_path, doc):
     src = tmp_path / "in.svm"
@@ -137,6 +140,7 @@ def test_fuzzed_svmlight_bytes(tmp_path, doc):
 
 
 # -- crafted stores and models --------------------------------------------------------------
+
 
 def _small_store(tmp_path, name="s.zarr"):
     src = tmp_path / "a.svm"
@@ -180,10 +184,18 @@ def test_model_file_cannot_execute_code(tmp_path):
     """A model whose arrays.npz holds a pickled object is refused, and nothing runs."""
     model_dir = tmp_path / "m"
     model_dir.mkdir()
-    (model_dir / "model.json").write_text(json.dumps({
-        "format": "ooc-svm-model", "version": 1, "kind": "linear", "n_features": 3,
-        "classes": [-1.0, 1.0], "intercept_is_scalar": True,
-    }))
+    (model_dir / "model.json").write_text(
+        json.dumps(
+            {
+                "format": "ooc-svm-model",
+                "version": 1,
+                "kind": "linear",
+                "n_features": 3,
+                "classes": [-1.0, 1.0],
+                "intercept_is_scalar": True,
+            }
+        )
+    )
     marker = tmp_path / "pwned"
 
     class Evil:
@@ -200,12 +212,14 @@ def test_model_file_cannot_execute_code(tmp_path):
 
 # -- disk full and racing ingests -----------------------------------------------------------
 
+
 def _try_mount_tmpfs(where, size="3m") -> bool:
     where.mkdir()
     if sys.platform != "linux" or os.geteuid() != 0:
         return False
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                       capture_output=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+    )
     return r.returncode == 0
 
 
@@ -220,13 +234,28 @@ def test_disk_full_during_ingest(tmp_path):
         with open(src, "w") as f:
             for i in range(60000):
                 cols = np.sort(rng.choice(5000, 10, replace=False)) + 1
-                f.write(f"{1 if i % 2 else -1} " + " ".join(f"{c}:{rng.random():.6f}"
-                                                            for c in cols) + "\n")
+                f.write(
+                    f"{1 if i % 2 else -1} "
+                    + " ".join(f"{c}:{rng.random():.6f}" for c in cols)
+                    + "\n"
+                )
         dest = mnt / "s.zarr"
         r = subprocess.run(
-            [sys.executable, "-m", "ooc_svm.cli", "ingest", str(src), str(dest),
-             "--shard-rows", "5000", "--compression", "none"],
-            capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "ooc_svm.cli",
+                "ingest",
+                str(src),
+                str(dest),
+                "--shard-rows",
+                "5000",
+                "--compression",
+                "none",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert r.returncode != 0
         err = r.stderr.strip().splitlines()
@@ -255,9 +284,19 @@ def test_racing_ingests_one_wins(tmp_path):
     def run(k):
         barrier.wait()
         results[k] = subprocess.run(
-            [sys.executable, "-m", "ooc_svm.cli", "ingest", str(srcs[k]), str(dest),
-             "--shard-rows", "2000"],
-            capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "ooc_svm.cli",
+                "ingest",
+                str(srcs[k]),
+                str(dest),
+                "--shard-rows",
+                "2000",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]

@@ -67,8 +67,9 @@ def sk_load(path: str, qid: bool):
 
 
 def sk_load_text(text: bytes, qid: bool = False, zero_based=False):
-    return sklearn_datasets.load_svmlight_file(io.BytesIO(text), zero_based=zero_based,
-                                               query_id=qid)
+    return sklearn_datasets.load_svmlight_file(
+        io.BytesIO(text), zero_based=zero_based, query_id=qid
+    )
 
 
 def assert_same(store_path, ref, qid=False):
@@ -115,7 +116,9 @@ def _check_dataset(tmp_path, rel, qid, kind, shard_rows, suffix):
     ref = sk_load(str(path), qid)
     out = tmp_path / ("store" + suffix)
     meta = ingest(
-        [str(path)], str(out), shard_rows=shard_rows,
+        [str(path)],
+        str(out),
+        shard_rows=shard_rows,
         label_kind="multiclass" if kind == "multiclass" else "auto",
     )
     assert meta.n_shards >= 2, "small shard_rows must give several shards"
@@ -213,9 +216,25 @@ def test_float_parsing_is_exact_on_random_strings():
         digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 30)))
         j = rng.randint(0, len(digits))
         cases.append(digits[:j] + "." + digits[j:] + f"e{rng.randint(-330, 310)}")
-    cases += ["0", "-0", "1", "+1", "-1", "9007199254740993", "1e22", "1e23", "4.9e-324",
-              "2.2250738585072011e-308", "1.7976931348623157e308", "0.1", ".5", "5.",
-              "3.4028235677973366e38", "1.401298464324817e-45", "7.006492321624085e-46"]
+    cases += [
+        "0",
+        "-0",
+        "1",
+        "+1",
+        "-1",
+        "9007199254740993",
+        "1e22",
+        "1e23",
+        "4.9e-324",
+        "2.2250738585072011e-308",
+        "1.7976931348623157e308",
+        "0.1",
+        ".5",
+        "5.",
+        "3.4028235677973366e38",
+        "1.401298464324817e-45",
+        "7.006492321624085e-46",
+    ]
     n_fallback = 0
     for s in cases:
         ref = float(s)
@@ -239,14 +258,16 @@ def test_float_parsing_is_exact_on_random_strings():
     assert n_fallback < 0.05 * 2 * len(cases)
 
 
-@pytest.mark.parametrize("bad", ["", ".", "-", "e5", "1e", "1e+", "1.2.3", "0x10", "1_000",
-                                 "abc", "1,5", "--1"])
+@pytest.mark.parametrize(
+    "bad", ["", ".", "-", "e5", "1e", "1e+", "1.2.3", "0x10", "1_000", "abc", "1,5", "--1"]
+)
 def test_parse_float_rejects(bad):
     assert sv.parse_float(bad)[0] == 1
 
 
-@pytest.mark.parametrize("word,status", [("nan", 2), ("NaN", 2), ("-inf", 3), ("Infinity", 3),
-                                         ("1e400", 3)])
+@pytest.mark.parametrize(
+    "word,status", [("nan", 2), ("NaN", 2), ("-inf", 3), ("Infinity", 3), ("1e400", 3)]
+)
 def test_parse_float_special(word, status):
     assert sv.parse_float(word)[0] == status
 
@@ -266,8 +287,9 @@ def test_fallback_values_are_converted(tmp_path):
     labels, more of them in one block than the kernel's first fallback table holds."""
     halves = [_halfway(x) for x in (0.1, 0.3, 1.7, 123.456, 2.5e-3)]
     assert all(sv.parse_float(h)[0] == 4 for h in halves)
-    lines = [f"{halves[i % 5]} 1:{halves[(i + 1) % 5]} 3:{halves[(i + 2) % 5]} 4:0.5"
-             for i in range(800)]
+    lines = [
+        f"{halves[i % 5]} 1:{halves[(i + 1) % 5]} 3:{halves[(i + 2) % 5]} 4:0.5" for i in range(800)
+    ]
     text = ("\n".join(lines) + "\n").encode()
     src = tmp_path / "f.svm"
     src.write_bytes(text)
@@ -296,15 +318,18 @@ def test_blocks_threads_and_shard_sizes_agree(tmp_path):
     src = tmp_path / "r.svm"
     src.write_bytes(text)
     ref = sk_load_text(text)
-    for i, (block_mb, threads, kw) in enumerate([
-        (8.0, 1, {"shard_rows": 1000}),
-        (0.005, 2, {"shard_rows": 211, "writer_threads": 3}),
-        (0.002, 3, {"shard_mb": 0.05, "writer_threads": 1}),
-        (1e-9, 2, {"shard_rows": 500, "shard_mb": 0.04}),
-    ]):
+    for i, (block_mb, threads, kw) in enumerate(
+        [
+            (8.0, 1, {"shard_rows": 1000}),
+            (0.005, 2, {"shard_rows": 211, "writer_threads": 3}),
+            (0.002, 3, {"shard_mb": 0.05, "writer_threads": 1}),
+            (1e-9, 2, {"shard_rows": 500, "shard_mb": 0.04}),
+        ]
+    ):
         out = tmp_path / f"r{i}.zarr"
-        meta, stats = ingest_with_stats(str(src), str(out), block_mb=block_mb, threads=threads,
-                                        **kw)
+        meta, stats = ingest_with_stats(
+            str(src), str(out), block_mb=block_mb, threads=threads, **kw
+        )
         assert_same(out, ref)
         assert stats.rows == 3000 and stats.nnz == ref[0].nnz and stats.shards == meta.n_shards
         sizes = [s.n_rows for s in meta.shards]
@@ -338,8 +363,17 @@ def test_several_inputs_in_order(tmp_path):
     (tmp_path / "2.svm.gz").write_bytes(gzip.compress(t2))
     (tmp_path / "3.svm").write_bytes(t3)
     out = tmp_path / "all.parquet"
-    rc = main(["ingest", str(tmp_path / "1.svm"), str(tmp_path / "2.svm.gz"),
-               str(tmp_path / "3.svm"), str(out), "--shard-rows", "40"])
+    rc = main(
+        [
+            "ingest",
+            str(tmp_path / "1.svm"),
+            str(tmp_path / "2.svm.gz"),
+            str(tmp_path / "3.svm"),
+            str(out),
+            "--shard-rows",
+            "40",
+        ]
+    )
     assert rc == 0
     ref = sk_load_text(t1 + t2 + t3)
     store = assert_same(out, ref)
@@ -395,8 +429,20 @@ def test_format_flag_and_compression(tmp_path):
     (tmp_path / "a.svm").write_bytes(text)
     for comp in ("zstd", "lz4", "none"):
         out = tmp_path / f"a_{comp}.store"
-        assert main(["ingest", str(tmp_path / "a.svm"), str(out), "--format", "parquet",
-                     "--compression", comp]) == 0
+        assert (
+            main(
+                [
+                    "ingest",
+                    str(tmp_path / "a.svm"),
+                    str(out),
+                    "--format",
+                    "parquet",
+                    "--compression",
+                    comp,
+                ]
+            )
+            == 0
+        )
         store = assert_same(out, sk_load_text(text))
         assert store.meta.backend == "parquet" and store.meta.compression == comp
 
@@ -418,8 +464,11 @@ def test_summary_line_and_json(tmp_path, capsys):
 def test_stdin_subprocess(tmp_path):
     text = _random_text(200, 12, qid=True)
     out = tmp_path / "stdin.zarr"
-    r = subprocess.run([OOC_SVM, "ingest", "-", str(out), "--shard-rows", "64"],
-                       input=gzip.compress(text), capture_output=True)
+    r = subprocess.run(
+        [OOC_SVM, "ingest", "-", str(out), "--shard-rows", "64"],
+        input=gzip.compress(text),
+        capture_output=True,
+    )
     assert r.returncode == 0, r.stderr.decode()
     assert "ingested 200 rows" in r.stdout.decode()
     store = assert_same(out, sk_load_text(text, qid=True), qid=True)
@@ -450,8 +499,9 @@ def test_progress_callback_counts_input_bytes(tmp_path):
     text = _random_text(500, 14)
     (tmp_path / "p.svm.gz").write_bytes(gzip.compress(text))
     seen = []
-    meta, stats = ingest_with_stats(str(tmp_path / "p.svm.gz"), str(tmp_path / "p.zarr"),
-                                    block_mb=0.01, progress=seen.append)
+    meta, stats = ingest_with_stats(
+        str(tmp_path / "p.svm.gz"), str(tmp_path / "p.zarr"), block_mb=0.01, progress=seen.append
+    )
     assert sum(seen) == stats.input_bytes == os.path.getsize(tmp_path / "p.svm.gz")
     assert stats.text_bytes == len(text)
 

@@ -97,8 +97,9 @@ def test_line_number_in_later_block_and_compressed(tmp_path, capsys):
 def test_error_in_second_input_names_it(tmp_path, capsys):
     (tmp_path / "a.svm").write_text(GOOD)
     (tmp_path / "b.svm").write_text(GOOD + GOOD + "1 0:1\n")
-    rc = main(["ingest", str(tmp_path / "a.svm"), str(tmp_path / "b.svm"),
-               str(tmp_path / "o.zarr")])
+    rc = main(
+        ["ingest", str(tmp_path / "a.svm"), str(tmp_path / "b.svm"), str(tmp_path / "o.zarr")]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and "b.svm: line 7 " in err and "index 0" in err
     assert sorted(os.listdir(tmp_path)) == ["a.svm", "b.svm"]
@@ -129,8 +130,9 @@ def test_skip_invalid_many_lines_across_blocks(tmp_path):
     for i in range(5000):
         lines.append(f"1 {i % 9 + 1}:1" if i % 3 else f"1 {i % 9 + 1}:x")
     (tmp_path / "m.svm").write_text("\n".join(lines) + "\n")
-    meta, stats = ingest_with_stats(str(tmp_path / "m.svm"), str(tmp_path / "m.zarr"),
-                                    skip_invalid=True, block_mb=0.004)
+    meta, stats = ingest_with_stats(
+        str(tmp_path / "m.svm"), str(tmp_path / "m.zarr"), skip_invalid=True, block_mb=0.004
+    )
     assert stats.skipped == 1667 and meta.n_rows == 5000 - 1667
     assert len(stats.skipped_examples) == 5
     assert stats.skipped_examples[0] == f"{tmp_path / 'm.svm'} line 1: non-numeric value"
@@ -156,8 +158,9 @@ def test_value_only_python_can_decide(tmp_path):
     with pytest.raises(IngestError, match=r"h\.svm: line 2 .*float32 range"):
         ingest(str(tmp_path / "h.svm"), str(tmp_path / "h.zarr"))
     assert sorted(os.listdir(tmp_path)) == ["h.svm"]
-    meta, stats = ingest_with_stats(str(tmp_path / "h.svm"), str(tmp_path / "h.zarr"),
-                                    skip_invalid=True)
+    meta, stats = ingest_with_stats(
+        str(tmp_path / "h.svm"), str(tmp_path / "h.zarr"), skip_invalid=True
+    )
     assert meta.n_rows == 3 and stats.skipped == 1
     assert stats.skipped_examples == [f"{tmp_path / 'h.svm'} line 2: infinite value"]
     store = open_store(str(tmp_path / "h.zarr"))
@@ -167,8 +170,9 @@ def test_value_only_python_can_decide(tmp_path):
 # ------------------------------------------------------------------------------------------
 # empty input, existing destination, truncated / corrupt compressed files, missing input
 # ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n  # another\n\r\n"],
-                         ids=["empty", "blank", "comments"])
+@pytest.mark.parametrize(
+    "text", ["", "\n\n", "# only a comment\n  # another\n\r\n"], ids=["empty", "blank", "comments"]
+)
 def test_empty_input(tmp_path, capsys, text):
     msg = run_bad(tmp_path, capsys, text)
     assert "no data rows" in msg and "nothing was written" in msg
@@ -239,8 +243,9 @@ def test_append_format_mismatch(tmp_path, capsys):
     (tmp_path / "a.svm").write_text(GOOD)
     out = tmp_path / "o.zarr"
     assert main(["ingest", str(tmp_path / "a.svm"), str(out)]) == 0
-    assert main(["ingest", str(tmp_path / "a.svm"), str(out), "--append", "--format",
-                 "parquet"]) == 1
+    assert (
+        main(["ingest", str(tmp_path / "a.svm"), str(out), "--append", "--format", "parquet"]) == 1
+    )
     assert "is a zarr store" in capsys.readouterr().err
 
 
@@ -258,8 +263,7 @@ def test_truncated_compressed_file(tmp_path, capsys, kind):
 
 @pytest.mark.parametrize("kind", ["gz", "bz2", "xz"])
 def test_corrupt_compressed_file(tmp_path, capsys, kind):
-    comp = bytearray({"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[kind](
-        _text()))
+    comp = bytearray({"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[kind](_text()))
     mid = len(comp) // 2
     comp[mid : mid + 64] = bytes(64)
     name = f"c.svm.{kind}"
@@ -309,8 +313,11 @@ def test_bad_options(tmp_path):
 # ------------------------------------------------------------------------------------------
 def test_cli_subprocess_bad_line_exit_code(tmp_path):
     (tmp_path / "bad.svm").write_text(GOOD + "1 0:1\n")
-    r = subprocess.run([OOC_SVM, "ingest", str(tmp_path / "bad.svm"), str(tmp_path / "o.zarr")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [OOC_SVM, "ingest", str(tmp_path / "bad.svm"), str(tmp_path / "o.zarr")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 1
     assert r.stderr.strip().startswith("ooc-svm: error:")
     assert "bad.svm: line 4 " in r.stderr and "--zero-based" in r.stderr
@@ -320,8 +327,11 @@ def test_cli_subprocess_bad_line_exit_code(tmp_path):
 
 def test_cli_subprocess_truncated_stdin(tmp_path):
     comp = gzip.compress(_text())
-    r = subprocess.run([OOC_SVM, "ingest", "-", str(tmp_path / "o.zarr")],
-                       input=comp[: len(comp) // 2], capture_output=True)
+    r = subprocess.run(
+        [OOC_SVM, "ingest", "-", str(tmp_path / "o.zarr")],
+        input=comp[: len(comp) // 2],
+        capture_output=True,
+    )
     assert r.returncode == 1
     assert b"<stdin>: the gzip stream ends early" in r.stderr
     assert b"Traceback" not in r.stderr
@@ -341,6 +351,11 @@ def test_interrupt_leaves_nothing(tmp_path, suffix):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        ingest(str(tmp_path / "a.svm"), str(tmp_path / ("o" + suffix)), block_mb=0.02,
-               shard_rows=2000, progress=progress)
+        ingest(
+            str(tmp_path / "a.svm"),
+            str(tmp_path / ("o" + suffix)),
+            block_mb=0.02,
+            shard_rows=2000,
+            progress=progress,
+        )
     assert sorted(os.listdir(tmp_path)) == ["a.svm"]

@@ -35,9 +35,15 @@ def qp_dual(K, y, C, g_out=None, lam=0.0):
     x0 = np.full(n, 0.0)
     if lam:
         x0 = np.clip(lam * y / n, 0, C)
-    res = minimize(f, x0, jac=True, method="SLSQP", bounds=[(0, C)] * n,
-                   constraints=[{"type": "eq", "fun": lambda b: y @ b - lam, "jac": lambda b: y}],
-                   options={"ftol": 1e-14, "maxiter": 2000})
+    res = minimize(
+        f,
+        x0,
+        jac=True,
+        method="SLSQP",
+        bounds=[(0, C)] * n,
+        constraints=[{"type": "eq", "fun": lambda b: y @ b - lam, "jac": lambda b: y}],
+        options={"ftol": 1e-14, "maxiter": 2000},
+    )
     return res.fun, res.x
 
 
@@ -141,8 +147,17 @@ def test_chunking_matches_brute_force_qp(tmp_path, strategy, kernel):
     C = 1.0
     K = kernel_matrix(sp.csr_matrix(X), sp.csr_matrix(X), kernel, 0.3)
     ref, _ = qp_dual(K, y, C)
-    r = train(st, "irwls", C=C, kernel=kernel, gamma=0.3, working_set=8, strategy=strategy,
-              tol=1e-5, seed=1)
+    r = train(
+        st,
+        "irwls",
+        C=C,
+        kernel=kernel,
+        gamma=0.3,
+        working_set=8,
+        strategy=strategy,
+        tol=1e-5,
+        seed=1,
+    )
     assert r.summary["converged"] and r.summary["kkt_ok"]
     assert r.dual_objective == pytest.approx(ref, rel=1e-5)
     m = r.model
@@ -164,8 +179,7 @@ def test_seed_and_thread_count_do_not_change_the_model(tmp_path):
     out = []
     for threads in (1, 2):
         with LocalEngine(n_threads=threads, prefetch=threads) as eng:
-            out.append(train(st, "irwls", engine=eng, C=3.0, gamma=0.5, working_set=10,
-                             seed=7))
+            out.append(train(st, "irwls", engine=eng, C=3.0, gamma=0.5, working_set=10, seed=7))
     a, b = out
     assert a.iterations == b.iterations
     np.testing.assert_array_equal(a.model.support_, b.model.support_)
@@ -204,9 +218,25 @@ def test_cli_train_json(tmp_path, capsys):
     X, y = tiny_problem(6, n=60)
     make_store(tmp_path, X, y, shard_rows=25)
     out = tmp_path / "model"
-    rc = main(["train", "--solver", "irwls", str(tmp_path / "s.zarr"), "-o", str(out),
-               "--C", "2", "--gamma", "0.4",
-               "--working-set", "12", "--strategy", "largest", "--json"])
+    rc = main(
+        [
+            "train",
+            "--solver",
+            "irwls",
+            str(tmp_path / "s.zarr"),
+            "-o",
+            str(out),
+            "--C",
+            "2",
+            "--gamma",
+            "0.4",
+            "--working-set",
+            "12",
+            "--strategy",
+            "largest",
+            "--json",
+        ]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for k in ("solver", "objective", "dual_objective", "iterations", "passes", "seconds"):
@@ -229,8 +259,9 @@ def _load(rel, n=None):
         X, y = X[:n], y[:n]
     X = sp.csr_matrix(X)
     # LIBSVM (through scikit-learn) takes 32-bit sparse indices only
-    return sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)),
-                         shape=X.shape), y
+    return sp.csr_matrix(
+        (X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape
+    ), y
 
 
 def _check_against_libsvm(tmp_path, X, y, C, kernel, gamma, shard_rows, **kw):

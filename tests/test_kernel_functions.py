@@ -90,9 +90,20 @@ def test_rows_subset_scores():
     s = kernel_scores(ip, ix, dt, sq, ip, ix, dt, sq, coef, *kp.args(), work, np.empty(60))
     np.testing.assert_allclose(s, ref @ coef, rtol=1e-6, atol=1e-6)
     T = X.T.tocsr()
-    s2 = kernel_scores_csc(ip, ix, dt, sq, T.indptr.astype(np.int64), T.indices.astype(np.int64),
-                           T.data.astype(np.float64), sq, coef, *kp.args(), np.empty(60),
-                           np.empty(60))
+    s2 = kernel_scores_csc(
+        ip,
+        ix,
+        dt,
+        sq,
+        T.indptr.astype(np.int64),
+        T.indices.astype(np.int64),
+        T.data.astype(np.float64),
+        sq,
+        coef,
+        *kp.args(),
+        np.empty(60),
+        np.empty(60),
+    )
     np.testing.assert_allclose(s2, s, rtol=1e-9, atol=1e-9)
     assert abs(kernel_value(ip, ix, dt, sq, 4, ip, ix, dt, sq, 5, *kp.args()) - ref[4, 5]) < 1e-6
     B = kernel_block(ip, ix, dt, sq, ip, ix, dt, sq, *kp.args(), work, np.empty((60, 60)))

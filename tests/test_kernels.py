@@ -185,5 +185,6 @@ def test_rows_dot_self_gram():
     rows = np.arange(30, dtype=np.int64)
     K = csr_rows_dot(*_arr(A), rows, *_arr(A), np.empty((30, 30)), dot_work(80))
     np.testing.assert_allclose(K, K.T, rtol=0, atol=0)
-    np.testing.assert_allclose(np.diag(K), csr_row_sqnorms(A.indptr, A.data, np.empty(30)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        np.diag(K), csr_row_sqnorms(A.indptr, A.data, np.empty(30)), rtol=1e-12
+    )

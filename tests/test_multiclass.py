@@ -18,8 +18,9 @@ def blobs_store(tmp_path_factory):
     X, y = make_blobs(n_samples=600, centers=4, n_features=6, random_state=2)
     X = (X - X.mean(0)) / X.std(0)
     path = str(tmp_path_factory.mktemp("mc") / "blobs.zarr")
-    write_store(path, csr_to_shards(sp.csr_matrix(X), y + 1.0, shard_rows=100),
-                label_kind="multiclass")
+    write_store(
+        path, csr_to_shards(sp.csr_matrix(X), y + 1.0, shard_rows=100), label_kind="multiclass"
+    )
     return path, X, y + 1.0
 
 
@@ -47,8 +48,14 @@ def test_ovr_perf_local(blobs_store, variant):
     alone = []
     for k, c in enumerate(m.classes):
         with LocalEngine(n_threads=1) as eng:
-            r = train(BinaryView(open_store(path), c), "perf", engine=eng, C=1.0, eps=1e-5,
-                      variant=variant)
+            r = train(
+                BinaryView(open_store(path), c),
+                "perf",
+                engine=eng,
+                C=1.0,
+                eps=1e-5,
+                variant=variant,
+            )
         np.testing.assert_allclose(m.coef_[k], r.model.coef_, rtol=1e-9, atol=1e-12)
         assert m.intercept_[k] == pytest.approx(r.model.intercept_, rel=1e-9, abs=1e-12)
         assert res.summary["per_class_objective"][k] == pytest.approx(r.objective, rel=1e-12)

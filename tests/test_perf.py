@@ -74,10 +74,18 @@ def liblinear_objective(name, X, y, C):
     if key not in _REF:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            m = LinearSVC(C=C, loss="hinge", dual=True, tol=1e-8, max_iter=1_000_000,
-                          intercept_scaling=1.0, random_state=0).fit(X, y)
-        _REF[key] = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), C,
-                                     bias=1.0, positive=float(np.max(y)))
+            m = LinearSVC(
+                C=C,
+                loss="hinge",
+                dual=True,
+                tol=1e-8,
+                max_iter=1_000_000,
+                intercept_scaling=1.0,
+                random_state=0,
+            ).fit(X, y)
+        _REF[key] = primal_objective(
+            X, y, m.coef_.ravel(), float(m.intercept_[0]), C, bias=1.0, positive=float(np.max(y))
+        )
     return _REF[key]
 
 
@@ -98,7 +106,10 @@ def check_guarantee(res, p_ref, C, count, eps, lower=None):
 # ------------------------------------------------------------------------------------------
 
 _FAST = {("reuters_acq", c) for c in (0.1, 1.0, 10.0)} | {
-    ("a9a", 1.0), ("ijcnn1", 0.1), ("w8a", 0.1), ("ijcnn1", 1.0),
+    ("a9a", 1.0),
+    ("ijcnn1", 0.1),
+    ("w8a", 0.1),
+    ("ijcnn1", 1.0),
 }
 
 
@@ -108,12 +119,12 @@ def _cases():
         for C in (0.1, 1.0, 10.0):
             for variant in ("accelerated", "paper"):
                 fast = (name, C) in _FAST and (
-                    variant == "accelerated" or name == "reuters_acq" or (name, C) == (
-                        "ijcnn1", 0.1)
+                    variant == "accelerated"
+                    or name == "reuters_acq"
+                    or (name, C) == ("ijcnn1", 0.1)
                 )
                 marks = [] if fast else [pytest.mark.slow]
-                out.append(pytest.param(name, C, variant, marks=marks,
-                                        id=f"{name}-C{C}-{variant}"))
+                out.append(pytest.param(name, C, variant, marks=marks, id=f"{name}-C{C}-{variant}"))
     return out
 
 
@@ -170,13 +181,15 @@ def test_bias_feature(tmp_path, bias):
     res = train(st, "perf", C=1.0, eps=1e-6, bias=bias)
     if bias == 0.0:
         assert res.model.intercept_ == 0.0
-        m = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0,
-                      fit_intercept=False)
+        m = LinearSVC(
+            C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0, fit_intercept=False
+        )
         m.fit(X, y)
         p_ref = primal_objective(X, y, m.coef_.ravel(), 0.0, 1.0, bias=0.0)
     else:
-        m = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0,
-                      intercept_scaling=bias)
+        m = LinearSVC(
+            C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0, intercept_scaling=bias
+        )
         m.fit(X, y)
         p_ref = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), 1.0, bias=bias)
     check_guarantee(res, p_ref, 1.0, X.shape[0], 1e-6)
@@ -228,10 +241,10 @@ def test_compact_accumulators_and_float32_working_set(tmp_path, monkeypatch):
     a = ("s", np.array([1, 5]), np.array([[1.0, 2.0]]), 8)
     b = ("s", np.array([5, 7]), np.array([[3.0, 4.0]]), 8)
     dense = np.arange(8.0)[None, :]
-    np.testing.assert_allclose(perf.acc_row(perf.merge_acc(a, b), 0),
-                               [0, 1, 0, 0, 0, 5, 0, 4])
-    np.testing.assert_allclose(perf.merge_acc(dense, a)[0], np.arange(8.0) + [0, 1, 0, 0, 0,
-                                                                               2, 0, 0])
+    np.testing.assert_allclose(perf.acc_row(perf.merge_acc(a, b), 0), [0, 1, 0, 0, 0, 5, 0, 4])
+    np.testing.assert_allclose(
+        perf.merge_acc(dense, a)[0], np.arange(8.0) + [0, 1, 0, 0, 0, 2, 0, 0]
+    )
 
 
 def test_many_features_default_threshold(tmp_path):
@@ -266,8 +279,16 @@ def test_progress_records_and_errors(tmp_path):
     st = _store(tmp_path, X, y)
     recs = []
     res = train(st, "perf", C=1.0, callback=recs.append)
-    keys = {"iteration", "objective", "xi", "violation", "working_set", "pass_seconds",
-            "passes", "seconds"}
+    keys = {
+        "iteration",
+        "objective",
+        "xi",
+        "violation",
+        "working_set",
+        "pass_seconds",
+        "passes",
+        "seconds",
+    }
     assert recs and all(keys <= set(r) for r in recs)
     assert [r["iteration"] for r in recs] == list(range(len(recs)))
     assert recs[-1]["violation"] == res.stop_value
@@ -322,8 +343,14 @@ def _op4_reference(X, y, C, qid=None):
         return 0.5 * w @ w - a.sum(), D @ w - 1.0
 
     a0 = np.zeros(len(rows))
-    res = minimize(f, a0, jac=True, method="L-BFGS-B", bounds=[(0, C)] * len(rows),
-                   options={"maxiter": 100000, "maxfun": 200000, "ftol": 1e-16, "gtol": 1e-13})
+    res = minimize(
+        f,
+        a0,
+        jac=True,
+        method="L-BFGS-B",
+        bounds=[(0, C)] * len(rows),
+        options={"maxiter": 100000, "maxfun": 200000, "ftol": 1e-16, "gtol": 1e-13},
+    )
     w = D.T @ res.x
     primal = 0.5 * w @ w + C * np.maximum(0.0, 1.0 - D @ w).sum()
     dual = -res.fun
@@ -418,16 +445,19 @@ def test_local_and_dask_engines_agree(tmp_path):
     pytest.importorskip("distributed")
     X, y = _tiny_binary(11, n=3000)
     Xr, yr, qr = _tiny_ranks(12, n=300, qids=True)
-    stores = [_store(tmp_path, X, y, shard_rows=250, name="b.zarr"),
-              _store(tmp_path, Xr, yr, qid=qr, shard_rows=110, name="r.zarr")]
+    stores = [
+        _store(tmp_path, X, y, shard_rows=250, name="b.zarr"),
+        _store(tmp_path, Xr, yr, qid=qr, shard_rows=110, name="r.zarr"),
+    ]
     with LocalEngine() as le:
         local = [train(st, "perf", engine=le, C=0.5, eps=0.01) for st in stores]
     with make_engine("processes", n_workers=2, threads_per_worker=1) as de:
         dask = [train(st, "perf", engine=de, C=0.5, eps=0.01) for st in stores]
     for a, b in zip(local, dask, strict=True):
         assert b.iterations == a.iterations and b.passes == a.passes
-        np.testing.assert_allclose(b.model.coef_, a.model.coef_, rtol=1e-6,
-                                   atol=1e-6 * np.abs(a.model.coef_).max())
+        np.testing.assert_allclose(
+            b.model.coef_, a.model.coef_, rtol=1e-6, atol=1e-6 * np.abs(a.model.coef_).max()
+        )
         assert b.objective == pytest.approx(a.objective, rel=1e-6)
 
 
@@ -442,12 +472,36 @@ def test_cli_train_json(tmp_path, capsys):
     X, y = _tiny_binary(13)
     st = _store(tmp_path, X, y)
     out = tmp_path / "model"
-    rc = main(["train", "--solver", "perf", st.path, "-o", str(out), "--C", "2", "--json",
-               "--variant", "paper", "--max-inactive", "20"])
+    rc = main(
+        [
+            "train",
+            "--solver",
+            "perf",
+            st.path,
+            "-o",
+            str(out),
+            "--C",
+            "2",
+            "--json",
+            "--variant",
+            "paper",
+            "--max-inactive",
+            "20",
+        ]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    for k in ("solver", "objective", "xi", "iterations", "passes", "seconds",
-              "peak_working_set", "variant", "loss"):
+    for k in (
+        "solver",
+        "objective",
+        "xi",
+        "iterations",
+        "passes",
+        "seconds",
+        "peak_working_set",
+        "variant",
+        "loss",
+    ):
         assert k in summary
     assert summary["variant"] == "paper" and summary["loss"] == "error"
     model = load_model(str(out))

@@ -22,8 +22,12 @@ def _scipy_qp(Q, b, s, rng):
     for _ in range(3):
         x0 = rng.dirichlet(np.ones(m)) * s * 0.5
         res = minimize(
-            lambda x: qp_objective(Q, b, x), x0, jac=lambda x: Q @ x - b,
-            bounds=[(0, None)] * m, constraints=cons, method="SLSQP",
+            lambda x: qp_objective(Q, b, x),
+            x0,
+            jac=lambda x: Q @ x - b,
+            bounds=[(0, None)] * m,
+            constraints=cons,
+            method="SLSQP",
             options={"ftol": 1e-15, "maxiter": 2000},
         )
         x = np.maximum(res.x, 0)

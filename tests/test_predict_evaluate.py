@@ -104,8 +104,10 @@ def test_cli_predict(binary, capsys):
 def test_ranking_with_qids(tmp_path):
     rng = np.random.default_rng(3)
     n, d = 240, 8
-    X = sp.csr_matrix(sp.random(n, d, density=0.7, random_state=3, format="csr",
-                                dtype=np.float32), dtype=np.float64)
+    X = sp.csr_matrix(
+        sp.random(n, d, density=0.7, random_state=3, format="csr", dtype=np.float32),
+        dtype=np.float64,
+    )
     s_true = X @ rng.normal(size=d) + 0.5 * rng.normal(size=n)
     y = np.digitize(s_true, [-0.3, 0.4]).astype(float)
     qid = np.sort(rng.integers(0, 12, n))
@@ -132,8 +134,13 @@ def test_one_vs_rest_linear_model(tmp_path):
     X = sp.csr_matrix(rng.normal(size=(90, 4)).astype(np.float32).astype(np.float64))
     y = rng.integers(0, 3, 90).astype(float) + 1.0
     st = _store(tmp_path, X, y)
-    model = Model(kind="linear", n_features=4, classes=[1.0, 2.0, 3.0],
-                  coef_=rng.normal(size=(3, 4)), intercept_=rng.normal(size=3))
+    model = Model(
+        kind="linear",
+        n_features=4,
+        classes=[1.0, 2.0, 3.0],
+        coef_=rng.normal(size=(3, 4)),
+        intercept_=rng.normal(size=3),
+    )
     out = str(tmp_path / "o.parquet")
     with LocalEngine() as eng:
         predict_to_file(model, st, eng, out)
@@ -153,8 +160,16 @@ def test_kernel_model_streamed(tmp_path):
     X, y = _data(5, n=120, d=6)
     st = _store(tmp_path, X, y)
     sv = sp.csr_matrix(X[:10])
-    model = Model(kind="kernel", n_features=6, classes=[-1.0, 1.0], support_vectors_=sv,
-                  dual_coef_=np.linspace(-1, 1, 10), intercept_=0.2, kernel="rbf", gamma=0.5)
+    model = Model(
+        kind="kernel",
+        n_features=6,
+        classes=[-1.0, 1.0],
+        support_vectors_=sv,
+        dual_coef_=np.linspace(-1, 1, 10),
+        intercept_=0.2,
+        kernel="rbf",
+        gamma=0.5,
+    )
     out = str(tmp_path / "k.parquet")
     with LocalEngine() as eng:
         predict_to_file(model, st, eng, out)

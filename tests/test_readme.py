@@ -37,15 +37,30 @@ def test_readme_quick_start_runs_as_written(tmp_path):
         cmd = line.split("  #")[0].strip()
         if not cmd:
             continue
-        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=1200)
+        r = subprocess.run(
+            ["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200
+        )
         assert r.returncode == 0, f"{cmd}\n{r.stderr[-2000:]}"
-    for f in ("train.zarr", "test.parquet", "model", "scores.parquet", "conv.png", "roc.png",
-              "m3", "m4"):
+    for f in (
+        "train.zarr",
+        "test.parquet",
+        "model",
+        "scores.parquet",
+        "conv.png",
+        "roc.png",
+        "m3",
+        "m4",
+    ):
         assert (tmp_path / f).exists(), f
     code = _block("Python", "python")
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=1200)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     passes, *_ = shlex.split(r.stdout.replace("[", " ").replace("]", " "))
     assert int(passes) > 0

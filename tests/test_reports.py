@@ -21,8 +21,17 @@ def test_history_round_trip_and_plot(tmp_path):
     h = tmp_path / "h.jsonl"
     w = HistoryWriter(str(h), header={"solver": "perf"})
     for i in range(1, 11):
-        w({"iteration": i, "objective": 1.0 + 2.0**-i, "violation": 10.0**-i, "passes": i,
-           "seconds": 0.1 * i, "working_set": i, "w": np.float32(1.5)})
+        w(
+            {
+                "iteration": i,
+                "objective": 1.0 + 2.0**-i,
+                "violation": 10.0**-i,
+                "passes": i,
+                "seconds": 0.1 * i,
+                "working_set": i,
+                "w": np.float32(1.5),
+            }
+        )
     w.close()
     header, recs = read_history(str(h))
     assert header == {"solver": "perf"} and len(recs) == 10 and recs[0]["w"] == 1.5
@@ -52,7 +61,7 @@ def test_roc_plot(tmp_path):
 
 def test_load_config(tmp_path):
     f = tmp_path / "c.toml"
-    f.write_text('C = 2.0\neps = 0.01\n[perf]\neps = 0.005\nmax-inactive = 7\n[smo]\ntol = 1.0\n')
+    f.write_text("C = 2.0\neps = 0.01\n[perf]\neps = 0.005\nmax-inactive = 7\n[smo]\ntol = 1.0\n")
     assert load_config(str(f), "perf") == {"C": 2.0, "eps": 0.005, "max_inactive": 7}
     assert load_config(str(f), "smo") == {"C": 2.0, "eps": 0.01, "tol": 1.0}
     f.write_text("C = \n")

@@ -34,8 +34,10 @@ def test_sector_ovr_accuracy_close_to_liblinear(tmp_path):
     ref = SkLinearSVC(C=1.0, loss="hinge", dual=True, tol=1e-4, max_iter=20000).fit(X, y)
     ref_s = time.perf_counter() - t0
     ref_acc = float((ref.predict(Xt) == yt).mean())
-    print(f"sector OvR: ooc-svm perf {ours:.4f} ({ours_s:.1f}s, {res.passes} passes), "
-          f"LIBLINEAR {ref_acc:.4f} ({ref_s:.1f}s)")
+    print(
+        f"sector OvR: ooc-svm perf {ours:.4f} ({ours_s:.1f}s, {res.passes} passes), "
+        f"LIBLINEAR {ref_acc:.4f} ({ref_s:.1f}s)"
+    )
     assert res.model.coef_.shape == (105, 55197)
     # all 105 classes share each pass: passes = those of the slowest class, not the sum
     its = res.summary["per_class_iterations"]

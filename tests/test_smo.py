@@ -48,10 +48,12 @@ def _kernel(X, Y, kernel, gamma, degree=3, coef0=0.0):
 def _libsvm(X, y, C, kernel, gamma, degree=3, coef0=0.0):
     """(SVC, its dual objective in LIBSVM sign)."""
     X = sp.csr_matrix(X, dtype=np.float64)
-    clf = svm.SVC(C=C, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, tol=1e-6,
-                  cache_size=500).fit(X, y)
-    c = np.asarray(clf.dual_coef_.todense() if sp.issparse(clf.dual_coef_)
-                   else clf.dual_coef_).ravel()
+    clf = svm.SVC(
+        C=C, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, tol=1e-6, cache_size=500
+    ).fit(X, y)
+    c = np.asarray(
+        clf.dual_coef_.todense() if sp.issparse(clf.dual_coef_) else clf.dual_coef_
+    ).ravel()
     Xs = X[clf.support_]
     dual = 0.5 * c @ _kernel(Xs, Xs, kernel, gamma, degree, coef0) @ c - np.abs(c).sum()
     return clf, float(dual)
@@ -59,8 +61,7 @@ def _libsvm(X, y, C, kernel, gamma, degree=3, coef0=0.0):
 
 def _store(tmp_path, X, y, name="s.zarr", shard_rows=2000):
     path = str(tmp_path / name)
-    write_store(path, csr_to_shards(sp.csr_matrix(X, dtype=np.float32), y,
-                                    shard_rows=shard_rows))
+    write_store(path, csr_to_shards(sp.csr_matrix(X, dtype=np.float32), y, shard_rows=shard_rows))
     return open_store(path)
 
 
@@ -105,9 +106,15 @@ def _brute_force_dual(X, y, C, kernel, gamma, degree=3, coef0=0.0):
     a0 = np.full(n, min(C, 1.0) * 0.5)
     a0 -= y * (y @ a0) / n
     a0 = np.clip(a0, 0, C)
-    r = minimize(f, a0, jac=True, method="SLSQP", bounds=[(0, C)] * n,
-                 constraints=[{"type": "eq", "fun": lambda a: y @ a, "jac": lambda a: y}],
-                 options={"ftol": 1e-12, "maxiter": 2000})
+    r = minimize(
+        f,
+        a0,
+        jac=True,
+        method="SLSQP",
+        bounds=[(0, C)] * n,
+        constraints=[{"type": "eq", "fun": lambda a: y @ a, "jac": lambda a: y}],
+        options={"ftol": 1e-12, "maxiter": 2000},
+    )
     return float(r.fun)
 
 
@@ -122,8 +129,11 @@ def test_tiny_vs_brute_force_qp(tmp_path, kernel, selection):
     y = np.where(X @ rng.normal(size=d) + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
     coef0 = -0.3 if kernel == "sigmoid" else 1.0
     st = _store(tmp_path, X, y, shard_rows=15)
-    res = smo.solve(st, _sols(), dict(kernel=kernel, gamma=0.3, coef0=coef0, C=2.0,
-                                      selection=selection, tol=1e-5))
+    res = smo.solve(
+        st,
+        _sols(),
+        dict(kernel=kernel, gamma=0.3, coef0=coef0, C=2.0, selection=selection, tol=1e-5),
+    )
     assert res.summary["kkt_ok"]
     if kernel == "sigmoid":
         return
@@ -182,8 +192,12 @@ def test_model_roundtrip_and_streamed_scores(tmp_path):
     # linear kernel: kind="linear" with coef_ = Σ yα x (Platt eq. 22)
     lin = smo.solve(st, _sols(), dict(kernel="linear", C=1.0, selection="platt"))
     assert lin.model.kind == "linear" and lin.model.coef_.shape == (25,)
-    np.testing.assert_allclose(kernel_scores_pass(st, _sols(), lin.model),
-                               lin.model.decision_function(X), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        kernel_scores_pass(st, _sols(), lin.model),
+        lin.model.decision_function(X),
+        rtol=1e-6,
+        atol=1e-6,
+    )
     json.dumps(res.to_json_dict("smo"))
 
 
@@ -213,9 +227,15 @@ def _real(name, tmp_path_factory):
 
 
 # (name, selection) pairs kept in CI (< ~20 s each); the rest are marked slow
-FAST = {("a9a-rbf-C1", "wss2"), ("a9a-rbf-C10", "wss2"), ("mushrooms-linear", "wss2"),
-        ("reuters-rbf", "wss2"), ("reuters-rbf", "platt"), ("a9a-rbf-C1", "platt"),
-        ("mushrooms-linear", "platt")}
+FAST = {
+    ("a9a-rbf-C1", "wss2"),
+    ("a9a-rbf-C10", "wss2"),
+    ("mushrooms-linear", "wss2"),
+    ("reuters-rbf", "wss2"),
+    ("reuters-rbf", "platt"),
+    ("a9a-rbf-C1", "platt"),
+    ("mushrooms-linear", "platt"),
+}
 
 
 def _cases():
@@ -275,7 +295,8 @@ def test_same_model_on_local_cluster(tmp_path, selection, cluster_engine):
     assert local.iterations == dist.iterations
     assert local.dual_objective == pytest.approx(dist.dual_objective, rel=1e-12)
     np.testing.assert_array_equal(local.model.support_, dist.model.support_)
-    np.testing.assert_allclose(local.model.dual_coef_, dist.model.dual_coef_, rtol=1e-12,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        local.model.dual_coef_, dist.model.dual_coef_, rtol=1e-12, atol=1e-12
+    )
     assert local.model.intercept_ == pytest.approx(dist.model.intercept_, rel=1e-12, abs=1e-12)
     assert dist.summary["kkt_ok"]

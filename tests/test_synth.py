@@ -138,7 +138,7 @@ def test_short_feature_space_fallback():
     lens = np.diff(X.indptr)
     assert lens.max() == 10 and lens.min() >= 1
     for i in range(X.shape[0]):
-        r = X.indices[X.indptr[i]:X.indptr[i + 1]]
+        r = X.indices[X.indptr[i] : X.indptr[i + 1]]
         assert np.all(np.diff(r) > 0)
 
 
@@ -159,7 +159,7 @@ def test_ranks_and_qid():
     np.testing.assert_array_equal(q, np.arange(3003) // 10 + 1)
     # relevance within each query: every full query spans all three grades
     for g in range(300):
-        assert len(np.unique(y[g * 10:(g + 1) * 10])) >= 2
+        assert len(np.unique(y[g * 10 : (g + 1) * 10])) >= 2
     X2, y2, q2 = synth_matrix(3003, 2000, 15, 5, ranks=3, qid_size=10, threads=1)
     assert np.array_equal(y, y2) and _same_csr(X, X2)
     _, yb, qb = synth_matrix(1000, 2000, 15, 5, qid_size=7)
@@ -182,18 +182,34 @@ def test_float_formatting_round_trips_float32_exactly():
     bits = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
     vals = bits.view(np.float32)
     vals = vals[np.isfinite(vals)]
-    extra = np.array([0.0, -0.0, 1.0, 0.5, 0.1, 1e-7, 3.4028235e38, 1.4e-45, 123456.7,
-                      1e9, 16777216.0, 0.30000001], np.float32)
+    extra = np.array(
+        [
+            0.0,
+            -0.0,
+            1.0,
+            0.5,
+            0.1,
+            1e-7,
+            3.4028235e38,
+            1.4e-45,
+            123456.7,
+            1e9,
+            16777216.0,
+            0.30000001,
+        ],
+        np.float32,
+    )
     vals = np.concatenate([vals, extra, rng.random(20000).astype(np.float32)])
     n = vals.size
-    shard = Shard(np.arange(n + 1, dtype=np.int64), np.zeros(n, np.int32), vals,
-                  np.ones(n), None)
+    shard = Shard(np.arange(n + 1, dtype=np.int64), np.zeros(n, np.int32), vals, np.ones(n), None)
     lines = bytes(format_svmlight(shard)).decode().splitlines()
     assert len(lines) == n
     parsed = np.array([float(line.split(":")[1]) for line in lines]).astype(np.float32)
     np.testing.assert_array_equal(parsed, vals)
-    digits = [len(line.split(":")[1].split("e")[0].lstrip("-0.").replace(".", ""))
-              for line in lines[-20000:]]
+    digits = [
+        len(line.split(":")[1].split("e")[0].lstrip("-0.").replace(".", ""))
+        for line in lines[-20000:]
+    ]
     assert max(digits) <= 9
 
 
@@ -236,8 +252,18 @@ def main(argv):
 
 def test_cli_writes_refuses_existing_and_overwrites(tmp_path, capsys):
     out = str(tmp_path / "x.svm")
-    args = ["synth", out, "--rows", "500", "--features", "300", "--nnz-per-row", "10",
-            "--seed", "1"]
+    args = [
+        "synth",
+        out,
+        "--rows",
+        "500",
+        "--features",
+        "300",
+        "--nnz-per-row",
+        "10",
+        "--seed",
+        "1",
+    ]
     assert main(args) == 0
     summary = capsys.readouterr().out
     assert "500 rows" in summary and "nnz" in summary and "MB" in summary
@@ -249,18 +275,54 @@ def test_cli_writes_refuses_existing_and_overwrites(tmp_path, capsys):
     assert main(args + ["--noise", "0.3", "--overwrite"]) == 0
     assert open(out, "rb").read() != before
     store = str(tmp_path / "s")
-    assert main(["synth", store, "--store", "--rows", "500", "--features", "300",
-                 "--nnz-per-row", "10", "--seed", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "synth",
+                store,
+                "--store",
+                "--rows",
+                "500",
+                "--features",
+                "300",
+                "--nnz-per-row",
+                "10",
+                "--seed",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert open_store(store).meta.n_rows == 500
-    assert main(["synth", str(tmp_path / "y.svm"), "--rows", "5", "--features", "3",
-                 "--nnz-per-row", "10", "--seed", "1"]) == 1
+    assert (
+        main(
+            [
+                "synth",
+                str(tmp_path / "y.svm"),
+                "--rows",
+                "5",
+                "--features",
+                "3",
+                "--nnz-per-row",
+                "10",
+                "--seed",
+                "1",
+            ]
+        )
+        == 1
+    )
     assert "--nnz-per-row" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "y.svm")
 
 
 def test_cli_stdout(tmp_path, capfdbinary):
-    assert main(["synth", "-", "--rows", "50", "--features", "100", "--nnz-per-row", "5",
-                 "--seed", "3"]) == 0
+    assert (
+        main(
+            ["synth", "-", "--rows", "50", "--features", "100", "--nnz-per-row", "5", "--seed", "3"]
+        )
+        == 0
+    )
     out = capfdbinary.readouterr().out
     ref = tmp_path / "r.svm"
     synth(str(ref), 50, 100, 5, 3)

@@ -37,12 +37,17 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--k", type=int, default=10, help="cut-off of NDCG (default 10)")
     p.add_argument(
-        "--scheduler", default=None,
+        "--scheduler",
+        default=None,
         help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
     )
-    p.add_argument("--plot", default=None, metavar="PNG",
-                   help="binary labels: draw the ROC and precision-recall curves (matplotlib)")
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="binary labels: draw the ROC and precision-recall curves (matplotlib)",
+    )
     p.set_defaults(func=run)
 
 
@@ -65,8 +70,11 @@ def _eval_fn(shard, bc):
         out["scores"] = [s.astype(np.float32)]
         out["pos"] = [t]
     elif mode == "multiclass":
-        pred = np.asarray(classes, dtype=np.float64)[np.argmax(s, axis=1)] if s.ndim == 2 \
+        pred = (
+            np.asarray(classes, dtype=np.float64)[np.argmax(s, axis=1)]
+            if s.ndim == 2
             else np.where(s > 0, classes[-1], classes[0])
+        )
         out["counts"] = np.array([int(np.count_nonzero(pred == y)), y.shape[0]], dtype=np.int64)
     else:
         out["scores"] = [s.astype(np.float32)]

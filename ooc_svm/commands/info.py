@@ -52,7 +52,6 @@ def run(args) -> int:
     if args.shards:
         for s in store.meta.shards:
             print(
-                f"  {s.name} row_start={s.row_start} n_rows={s.n_rows} nnz={s.nnz} "
-                f"crc={s.checksum}"
+                f"  {s.name} row_start={s.row_start} n_rows={s.n_rows} nnz={s.nnz} crc={s.checksum}"
             )
     return 0

@@ -27,40 +27,74 @@ def add_parser(sub) -> None:
             "  zcat big.svm.gz | ooc-svm ingest - big.zarr --shard-mb 128"
         ),
     )
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="SVMlight/LIBSVM text file: plain, .gz, .bz2, .xz, or '-' for stdin")
-    p.add_argument("store", metavar="STORE",
-                   help="destination store (*.parquet / *.pq: Parquet, else Zarr)")
-    p.add_argument("--format", choices=["zarr", "parquet"], default=None,
-                   help="store backend (default: parquet for *.parquet / *.pq, else zarr)")
-    p.add_argument("--zero-based", action="store_true",
-                   help="indices in the text start at 0 (default: 1-based)")
-    p.add_argument("--shard-rows", type=int, default=None, metavar="N",
-                   help="at most N rows per shard")
-    p.add_argument("--shard-mb", type=float, default=None, metavar="M",
-                   help="at most M MB of decoded CSR per shard (default 64 unless "
-                        "--shard-rows is given)")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="SVMlight/LIBSVM text file: plain, .gz, .bz2, .xz, or '-' for stdin",
+    )
+    p.add_argument(
+        "store", metavar="STORE", help="destination store (*.parquet / *.pq: Parquet, else Zarr)"
+    )
+    p.add_argument(
+        "--format",
+        choices=["zarr", "parquet"],
+        default=None,
+        help="store backend (default: parquet for *.parquet / *.pq, else zarr)",
+    )
+    p.add_argument(
+        "--zero-based",
+        action="store_true",
+        help="indices in the text start at 0 (default: 1-based)",
+    )
+    p.add_argument(
+        "--shard-rows", type=int, default=None, metavar="N", help="at most N rows per shard"
+    )
+    p.add_argument(
+        "--shard-mb",
+        type=float,
+        default=None,
+        metavar="M",
+        help="at most M MB of decoded CSR per shard (default 64 unless --shard-rows is given)",
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--append", action="store_true",
-                   help="add the rows to an existing store (new shards; metadata replaced "
-                        "atomically)")
+    g.add_argument(
+        "--append",
+        action="store_true",
+        help="add the rows to an existing store (new shards; metadata replaced atomically)",
+    )
     g.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    p.add_argument("--compression", choices=["zstd", "lz4", "none"], default=None,
-                   help="shard compression (default lz4 for Zarr, zstd for Parquet; --append "
-                   "keeps the store's)")
-    p.add_argument("--label-kind", choices=["auto", "binary", "ordinal", "multiclass", "real"],
-                   default="auto",
-                   help="label kind (auto: 2 values -> binary, integers -> ordinal, else real; "
-                        "integer class ids such as sector's need multiclass)")
-    p.add_argument("--n-features", type=int, default=None, metavar="N",
-                   help="declare the number of features (an index beyond it is an error)")
-    p.add_argument("--skip-invalid", action="store_true",
-                   help="skip invalid lines (reported with a count) instead of failing")
-    p.add_argument("--threads", type=int, default=None,
-                   help="parser threads (default: usable CPUs, at most 4)")
+    p.add_argument(
+        "--compression",
+        choices=["zstd", "lz4", "none"],
+        default=None,
+        help="shard compression (default lz4 for Zarr, zstd for Parquet; --append "
+        "keeps the store's)",
+    )
+    p.add_argument(
+        "--label-kind",
+        choices=["auto", "binary", "ordinal", "multiclass", "real"],
+        default="auto",
+        help="label kind (auto: 2 values -> binary, integers -> ordinal, else real; "
+        "integer class ids such as sector's need multiclass)",
+    )
+    p.add_argument(
+        "--n-features",
+        type=int,
+        default=None,
+        metavar="N",
+        help="declare the number of features (an index beyond it is an error)",
+    )
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="skip invalid lines (reported with a count) instead of failing",
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="parser threads (default: usable CPUs, at most 4)"
+    )
     p.add_argument("--block-mb", type=float, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--json", action="store_true",
-                   help="print the summary as one JSON object")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=run)
 
 
@@ -90,11 +124,20 @@ def run(args) -> int:
     # every module object again and again.
     gc.freeze()
     tty = sys.stderr.isatty()
-    bar = tqdm(total=total or None, unit="B", unit_scale=True, unit_divisor=1024,
-               disable=not tty, dynamic_ncols=True, desc="ingest", leave=False)
+    bar = tqdm(
+        total=total or None,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        disable=not tty,
+        dynamic_ncols=True,
+        desc="ingest",
+        leave=False,
+    )
     try:
         meta, stats = ingest_with_stats(
-            inputs, store,
+            inputs,
+            store,
             format=args.format,
             zero_based=args.zero_based,
             shard_rows=args.shard_rows,
@@ -114,14 +157,26 @@ def run(args) -> int:
     if stats.skipped:
         print(f"ooc-svm: warning: {stats.skip_report()}", file=sys.stderr)
     if args.json:
-        print(json.dumps({
-            "store": store, "rows": stats.rows, "nnz": stats.nnz, "shards": stats.shards,
-            "seconds": stats.seconds, "text_bytes": stats.text_bytes,
-            "input_bytes": stats.input_bytes, "skipped": stats.skipped,
-            "skipped_examples": stats.skipped_examples, "n_rows": meta.n_rows,
-            "n_features": meta.n_features, "label_kind": meta.label_kind,
-            "has_qid": meta.has_qid, "format": meta.backend,
-        }))
+        print(
+            json.dumps(
+                {
+                    "store": store,
+                    "rows": stats.rows,
+                    "nnz": stats.nnz,
+                    "shards": stats.shards,
+                    "seconds": stats.seconds,
+                    "text_bytes": stats.text_bytes,
+                    "input_bytes": stats.input_bytes,
+                    "skipped": stats.skipped,
+                    "skipped_examples": stats.skipped_examples,
+                    "n_rows": meta.n_rows,
+                    "n_features": meta.n_features,
+                    "label_kind": meta.label_kind,
+                    "has_qid": meta.has_qid,
+                    "format": meta.backend,
+                }
+            )
+        )
     else:
         print(stats.summary(store))
     return 0

@@ -39,12 +39,21 @@ def add_parser(sub) -> None:
     p.add_argument("model", help="model directory written by `ooc-svm train`")
     p.add_argument("store", help="store to score")
     p.add_argument("-o", "--output", required=True, help="output file (.parquet or text)")
-    p.add_argument("--format", choices=["parquet", "text"], default=None,
-                   help="output format (default: from the suffix of OUT)")
-    p.add_argument("--batch-rows", type=int, default=1_000_000,
-                   help="rows scored per batch of shards (bounds memory; default 1000000)")
     p.add_argument(
-        "--scheduler", default=None,
+        "--format",
+        choices=["parquet", "text"],
+        default=None,
+        help="output format (default: from the suffix of OUT)",
+    )
+    p.add_argument(
+        "--batch-rows",
+        type=int,
+        default=1_000_000,
+        help="rows scored per batch of shards (bounds memory; default 1000000)",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
         help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
     )
@@ -111,8 +120,13 @@ def _predict_fn(shard, bc):
     sbc, with_qid = bc
     s = score_shard(shard, sbc)
     q = shard.qid if (with_qid and shard.qid is not None) else None
-    return [(np.asarray(shard.y, dtype=np.float64).copy(), s,
-             None if q is None else np.asarray(q, dtype=np.int64).copy())]
+    return [
+        (
+            np.asarray(shard.y, dtype=np.float64).copy(),
+            s,
+            None if q is None else np.asarray(q, dtype=np.int64).copy(),
+        )
+    ]
 
 
 def shard_batches(store, max_rows: int) -> list[list[int]]:
@@ -172,8 +186,9 @@ class _TextWriter:
         if not self.header:
             self.f.write("\t".join(names) + "\n")
             self.header = True
-        fmt = ["%d" if k == "qid" else ("%.17g" if k.startswith("score") else "%.10g")
-               for k in names]
+        fmt = [
+            "%d" if k == "qid" else ("%.17g" if k.startswith("score") else "%.10g") for k in names
+        ]
         table = np.column_stack([np.asarray(cols[k], dtype=np.float64) for k in names])
         np.savetxt(self.f, table, fmt=fmt, delimiter="\t")
 
@@ -206,8 +221,9 @@ def output_format(path: str, fmt: str | None) -> str:
     return "parquet" if str(path).lower().endswith((".parquet", ".pq")) else "text"
 
 
-def predict_to_file(model, store, engine, out: str, fmt: str | None = None,
-                    max_rows: int = 1_000_000) -> dict[str, Any]:
+def predict_to_file(
+    model, store, engine, out: str, fmt: str | None = None, max_rows: int = 1_000_000
+) -> dict[str, Any]:
     """Score ``store`` and write ``out`` atomically; returns a small summary."""
     fmt = output_format(out, fmt)
     parent = os.path.dirname(os.path.abspath(out)) or "."

@@ -34,7 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("--solver", choices=list(SOLVER_MODULES), default="perf")
     p.add_argument("--C", type=float, default=None, help="regularisation (LIBLINEAR units)")
     p.add_argument(
-        "--kernel", choices=["linear", "rbf", "poly", "sigmoid"], default=None,
+        "--kernel",
+        choices=["linear", "rbf", "poly", "sigmoid"],
+        default=None,
         help="kernel (dual solvers; perf is linear only)",
     )
     p.add_argument("--gamma", type=float, default=None, help="kernel gamma (default 1/n_features)")
@@ -47,37 +49,49 @@ def add_parser(sub) -> None:
     p.add_argument("--cache-mb", type=float, default=None, help="kernel cache budget in MB")
     p.add_argument("--max-iter", type=int, default=None, help="iteration limit")
     p.add_argument(
-        "--scheduler", default=None,
+        "--scheduler",
+        default=None,
         help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
     )
     p.add_argument(
-        "--shard-cache-mb", type=float, default=None, dest="shard_cache_mb",
+        "--shard-cache-mb",
+        type=float,
+        default=None,
+        dest="shard_cache_mb",
         help="keep up to this many MiB of decoded shards in memory between passes (per "
         "process; default $OOC_SVM_SHARD_CACHE_MB or 0). Set it near the store's decoded "
         "size when that fits: later passes skip reading and decoding",
     )
     p.add_argument("--json", action="store_true", help="print a one-line JSON summary")
     p.add_argument(
-        "--config", default=None,
+        "--config",
+        default=None,
         help="TOML file of solver parameters (e.g. conf/perf.toml); flags given on the command "
         "line override its values. Keys are parameter names (C, eps, tol, ...), at top level "
         "or in a [SOLVER] table.",
     )
     p.add_argument(
-        "--multiclass", choices=["ovr"], default=None,
+        "--multiclass",
+        choices=["ovr"],
+        default=None,
         help="one-vs-rest for more than two classes (default for multiclass stores)",
     )
     p.add_argument(
-        "--checkpoint", default=None, metavar="DIR",
+        "--checkpoint",
+        default=None,
+        metavar="DIR",
         help="write the solver state to DIR after every iteration (atomically)",
     )
     p.add_argument(
-        "--resume", action="store_true",
+        "--resume",
+        action="store_true",
         help="continue from the latest checkpoint in --checkpoint DIR (same parameters)",
     )
     p.add_argument(
-        "--history", default=None, metavar="FILE.jsonl",
+        "--history",
+        default=None,
+        metavar="FILE.jsonl",
         help="record every iteration (objective, violation, passes, seconds, working set) "
         "as JSON lines; plot with `ooc-svm plot`",
     )
@@ -89,9 +103,24 @@ def add_parser(sub) -> None:
 
 
 #: CLI option names that are not solver parameters
-_NOT_PARAMS = {"store", "output", "solver", "scheduler", "json", "func", "command", "verbose",
-               "quiet", "config", "history", "_defaults", "multiclass", "checkpoint", "resume",
-               "shard_cache_mb"}
+_NOT_PARAMS = {
+    "store",
+    "output",
+    "solver",
+    "scheduler",
+    "json",
+    "func",
+    "command",
+    "verbose",
+    "quiet",
+    "config",
+    "history",
+    "_defaults",
+    "multiclass",
+    "checkpoint",
+    "resume",
+    "shard_cache_mb",
+}
 
 
 def load_config(path: str, solver: str) -> dict:
@@ -120,14 +149,18 @@ def run(args) -> int:
     mod = get_solver(args.solver)
     defaults = args._defaults
     given = {
-        k: v for k, v in vars(args).items()
+        k: v
+        for k, v in vars(args).items()
         if k not in _NOT_PARAMS and v is not None and v != defaults.get(k)
     }
     params = load_config(args.config, args.solver) if args.config else {}
     unknown = sorted(set(params) - set(mod.DEFAULTS))
     if unknown:
-        print(f"ooc-svm: error: {args.config}: --solver {args.solver} has no parameter "
-              + ", ".join(unknown), file=sys.stderr)
+        print(
+            f"ooc-svm: error: {args.config}: --solver {args.solver} has no parameter "
+            + ", ".join(unknown),
+            file=sys.stderr,
+        )
         return 2
     params.update({k: v for k, v in given.items() if k in mod.DEFAULTS})
     foreign = [k for k in given if k not in mod.DEFAULTS]
@@ -143,9 +176,11 @@ def run(args) -> int:
 
     def progress(rec: dict) -> None:
         bar.update(1)
-        shown = {k: rec[k] for k in ("objective", "xi", "violation", "gap", "working_set",
-                                     "pass_seconds")
-                 if k in rec and rec[k] is not None}
+        shown = {
+            k: rec[k]
+            for k in ("objective", "xi", "violation", "gap", "working_set", "pass_seconds")
+            if k in rec and rec[k] is not None
+        }
         bar.set_postfix({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in shown.items()})
 
     history = None
@@ -164,9 +199,15 @@ def run(args) -> int:
     t0 = time.perf_counter()
     try:
         result = train(
-            args.store, args.solver, scheduler=args.scheduler, callback=callback,
-            multiclass=args.multiclass, checkpoint=args.checkpoint, resume=args.resume,
-            shard_cache_mb=args.shard_cache_mb, **params,
+            args.store,
+            args.solver,
+            scheduler=args.scheduler,
+            callback=callback,
+            multiclass=args.multiclass,
+            checkpoint=args.checkpoint,
+            resume=args.resume,
+            shard_cache_mb=args.shard_cache_mb,
+            **params,
         )
     finally:
         bar.close()

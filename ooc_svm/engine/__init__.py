@@ -18,8 +18,14 @@ from .local import LocalEngine
 
 #: options of one engine that the other ignores (see make_engine)
 _DASK_ONLY = frozenset(
-    {"n_workers", "threads_per_worker", "connect_timeout", "state_replicas", "max_attempts",
-     "memory_limit"}
+    {
+        "n_workers",
+        "threads_per_worker",
+        "connect_timeout",
+        "state_replicas",
+        "max_attempts",
+        "memory_limit",
+    }
 )
 _LOCAL_ONLY = frozenset({"io_threads"})
 

@@ -237,8 +237,16 @@ class Engine(abc.ABC):
         return self._run(store, fn, broadcast, reduce, state, shards, read=False)
 
     @abc.abstractmethod
-    def _run(self, store, fn: Callable, broadcast: Any, reduce, state: ShardState | None,
-             shards: list[int] | None, read: bool) -> Any:
+    def _run(
+        self,
+        store,
+        fn: Callable,
+        broadcast: Any,
+        reduce,
+        state: ShardState | None,
+        shards: list[int] | None,
+        read: bool,
+    ) -> Any:
         """One pass: :meth:`map_reduce` (``read=True``) or :meth:`map_state` (``read=False``:
         ``fn`` gets a :class:`ShardStub`)."""
 

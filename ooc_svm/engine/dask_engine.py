@@ -116,8 +116,7 @@ def _state_task(fn, spec, sid, bc, st):
     out = fn(_worker_shard(spec, sid), bc, st)
     if not (isinstance(out, tuple) and len(out) == 2):
         raise EngineError(
-            f"{getattr(fn, '__name__', fn)} must return (partial, new_state) when called with "
-            "state"
+            f"{getattr(fn, '__name__', fn)} must return (partial, new_state) when called with state"
         )
     return out
 
@@ -255,8 +254,7 @@ class DaskEngine(Engine):
             ) from None
         if n_threads is not None and threads_per_worker is None:
             threads_per_worker = n_threads
-        self._connect(n_workers, threads_per_worker, connect_timeout, memory_limit,
-                      cluster_kwargs)
+        self._connect(n_workers, threads_per_worker, connect_timeout, memory_limit, cluster_kwargs)
 
     # -- connection ----------------------------------------------------------------------
     def _connect(self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs):
@@ -287,16 +285,25 @@ class DaskEngine(Engine):
                 # off glibc's dynamic mmap threshold: every decoded shard array then comes
                 # from fresh pages (page faults ~2x the decode CPU, measured). Our workers
                 # allocate shard-sized arrays over and over, so they keep glibc's defaults.
-                env = {k: v for k, v in (dask.config.get(
-                    "distributed.nanny.pre-spawn-environ", default={}) or {}).items()
-                    if k != "MALLOC_TRIM_THRESHOLD_"}
+                env = {
+                    k: v
+                    for k, v in (
+                        dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
+                    ).items()
+                    if k != "MALLOC_TRIM_THRESHOLD_"
+                }
                 if os.environ.get("MALLOC_TRIM_THRESHOLD_") == "65536":  # left by a nanny
                     os.environ.pop("MALLOC_TRIM_THRESHOLD_")
-                with dask.config.set({
-                    "distributed.scheduler.work-stealing": False,
-                    "distributed.scheduler.active-memory-manager.start": False,
-                    "distributed.nanny.pre-spawn-environ": env,
-                }), warnings.catch_warnings():
+                with (
+                    dask.config.set(
+                        {
+                            "distributed.scheduler.work-stealing": False,
+                            "distributed.scheduler.active-memory-manager.start": False,
+                            "distributed.nanny.pre-spawn-environ": env,
+                        }
+                    ),
+                    warnings.catch_warnings(),
+                ):
                     # the scheduler's HTTP endpoint falls back to a free port: not our concern
                     warnings.filterwarnings("ignore", message="Port .* is already in use")
                     self._cluster = LocalCluster(**kw)
@@ -422,10 +429,16 @@ class DaskEngine(Engine):
         for k, f in enumerate(futs):
             holders = set(who.get(f.key, ()))
             others = [w for w in workers if w not in holders] or workers
-            backups.append(client.submit(
-                _same, f, key=f"{f.key}-backup", workers=[others[k % len(others)]],
-                allow_other_workers=True, pure=False,
-            ))
+            backups.append(
+                client.submit(
+                    _same,
+                    f,
+                    key=f"{f.key}-backup",
+                    workers=[others[k % len(others)]],
+                    allow_other_workers=True,
+                    pure=False,
+                )
+            )
         wait(backups)
         if any(b.status != "finished" for b in backups):
             raise _Lost()
@@ -461,8 +474,10 @@ class DaskEngine(Engine):
                     bc_f = self._scatter_bc(broadcast)
                 place = self._placement(ids, refresh=attempt > 1)
                 redo = [
-                    k for k in range(n)
-                    if parts[k] is None or parts[k].status not in ("finished", "pending")
+                    k
+                    for k in range(n)
+                    if parts[k] is None
+                    or parts[k].status not in ("finished", "pending")
                     or (state is not None and news[k].status not in ("finished", "pending"))
                 ]
                 if attempt > 1:
@@ -489,8 +504,14 @@ class DaskEngine(Engine):
                                 f"the per-shard state of shard {sid} was lost with the workers "
                                 "holding its copies; restart from a checkpoint"
                             )
-                        dsk[key] = (_state_task if read else _stub_state_task, fn, arg, sid,
-                                    bc_f, src)
+                        dsk[key] = (
+                            _state_task if read else _stub_state_task,
+                            fn,
+                            arg,
+                            sid,
+                            bc_f,
+                            src,
+                        )
                         dsk[key + "-part"] = (operator.getitem, key, 0)
                         dsk[key + "-state"] = (operator.getitem, key, 1)
                         want += [key + "-part", key + "-state"]
@@ -572,9 +593,15 @@ class DaskEngine(Engine):
         items = []
         for sid in ids:
             where = {"workers": [place[sid]], "allow_other_workers": True} if sid in place else {}
-            f = self._client.submit(_call_init, init, store.meta.shards[sid], sid,
-                                    key=f"ooc-init{self._npass}-{os.getpid()}-s{sid}",
-                                    pure=False, **where)
+            f = self._client.submit(
+                _call_init,
+                init,
+                store.meta.shards[sid],
+                sid,
+                key=f"ooc-init{self._npass}-{os.getpid()}-s{sid}",
+                pure=False,
+                **where,
+            )
             items.append(_StateRef(f))
         return ShardState(self, store.n_shards, items, ids)
 
@@ -596,8 +623,7 @@ class DaskEngine(Engine):
             backups = self._protect(futs)
         except _Lost:
             raise EngineError(
-                "a Dask worker left while per-shard state was being sent to the cluster; "
-                "run again"
+                "a Dask worker left while per-shard state was being sent to the cluster; run again"
             ) from None
         refs = [_StateRef(f, b) for f, b in zip(futs, backups, strict=True)]
         return ShardState(self, store.n_shards, refs, ids)

@@ -30,8 +30,15 @@ def hinge_pass(shard, bc) -> tuple[np.ndarray, float, float, float]:
     g = np.zeros(w.shape[0], dtype=np.float64)
     m = np.empty(shard.n_rows, dtype=np.float64)
     cnt, hinge, gb = hinge_violated(
-        shard.indptr, u32(shard.indices), shard.data, shard.y, w, float(bias_value),
-        float(w_bias), g, m,
+        shard.indptr,
+        u32(shard.indices),
+        shard.data,
+        shard.y,
+        w,
+        float(bias_value),
+        float(w_bias),
+        g,
+        m,
     )
     return g, float(cnt), float(hinge), float(gb)
 

@@ -151,8 +151,9 @@ def _fast_parquet_shard(root: str, store, i: int) -> Shard:
 
     info = store.meta.shards[i]
     cols = ["y", "indices", "values"] + (["qid"] if store.meta.has_qid else [])
-    table = pq.read_table(os.path.join(root, info.name + ".parquet"), columns=cols,
-                          memory_map=True, use_threads=False)
+    table = pq.read_table(
+        os.path.join(root, info.name + ".parquet"), columns=cols, memory_map=True, use_threads=False
+    )
     indptr, indices, data, y, qid = table_arrays(table, store.meta.has_qid)
     if info.n_rows == 0:
         indptr = np.zeros(1, np.int64)
@@ -191,8 +192,14 @@ def materialize(shard: Shard) -> Shard:
         return a
 
     return readonly(
-        Shard(own(shard.indptr), own(shard.indices), own(shard.data), own(shard.y),
-              own(shard.qid), row_start=shard.row_start)
+        Shard(
+            own(shard.indptr),
+            own(shard.indices),
+            own(shard.data),
+            own(shard.y),
+            own(shard.qid),
+            row_start=shard.row_start,
+        )
     )
 
 
@@ -225,8 +232,9 @@ def shard_reader(store, fast: bool = True) -> Callable[[int], Shard]:
         except Exception as e:  # noqa: BLE001 - any trouble: the store's own reader decides
             if not warned:
                 warned.append(True)
-                log.debug("%s: fast shard read not possible (%s); using store.read_shard",
-                          store.path, e)
+                log.debug(
+                    "%s: fast shard read not possible (%s); using store.read_shard", store.path, e
+                )
             return readonly(store.read_shard(i))
 
     return read

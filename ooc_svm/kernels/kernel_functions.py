@@ -171,8 +171,22 @@ def gather_dot(indptr, indices, data, j, work):
 
 
 @njit(cache=True, nogil=True)
-def kernel_value(a_indptr, a_indices, a_data, a_sq, i, b_indptr, b_indices, b_data, b_sq, j,
-                 code, gamma, degree, coef0):
+def kernel_value(
+    a_indptr,
+    a_indices,
+    a_data,
+    a_sq,
+    i,
+    b_indptr,
+    b_indices,
+    b_data,
+    b_sq,
+    j,
+    code,
+    gamma,
+    degree,
+    coef0,
+):
     """K(a_i, b_j) for one pair (merge dot; use the row functions for many pairs)."""
     d = sparse_dot(a_indptr, a_indices, a_data, i, b_indptr, b_indices, b_data, j)
     return kernel_from_dot(code, d, a_sq[i], b_sq[j], gamma, degree, coef0)
@@ -182,8 +196,23 @@ def kernel_value(a_indptr, a_indices, a_data, a_sq, i, b_indptr, b_indices, b_da
 # rows / blocks
 # --------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def kernel_row(a_indptr, a_indices, a_data, a_sq, i, b_indptr, b_indices, b_data, b_sq,
-               code, gamma, degree, coef0, work, out):
+def kernel_row(
+    a_indptr,
+    a_indices,
+    a_data,
+    a_sq,
+    i,
+    b_indptr,
+    b_indices,
+    b_data,
+    b_sq,
+    code,
+    gamma,
+    degree,
+    coef0,
+    work,
+    out,
+):
     """out[j] = K(a_i, b_j) for every row j of block b; returns ``out``."""
     scatter_row(a_indptr, a_indices, a_data, i, work)
     sqi = a_sq[i]
@@ -196,8 +225,7 @@ def kernel_row(a_indptr, a_indices, a_data, a_sq, i, b_indptr, b_indices, b_data
 
 
 @njit(cache=True, nogil=True)
-def kernel_row_subset(indptr, indices, data, sq, i, rows, n, code, gamma, degree, coef0,
-                      work, out):
+def kernel_row_subset(indptr, indices, data, sq, i, rows, n, code, gamma, degree, coef0, work, out):
     """Within one block: out[rows[k]] = K(x_i, x_rows[k]) for k < n (other entries untouched).
 
     This is the column a decomposition solver needs for its active rows only.
@@ -213,8 +241,22 @@ def kernel_row_subset(indptr, indices, data, sq, i, rows, n, code, gamma, degree
 
 
 @njit(cache=True, nogil=True)
-def kernel_block(a_indptr, a_indices, a_data, a_sq, b_indptr, b_indices, b_data, b_sq,
-                 code, gamma, degree, coef0, work, out):
+def kernel_block(
+    a_indptr,
+    a_indices,
+    a_data,
+    a_sq,
+    b_indptr,
+    b_indices,
+    b_data,
+    b_sq,
+    code,
+    gamma,
+    degree,
+    coef0,
+    work,
+    out,
+):
     """out[i, j] = K(a_i, b_j) (dense, shape (n_a, n_b)); returns ``out``."""
     na = a_indptr.shape[0] - 1
     nb = b_indptr.shape[0] - 1
@@ -229,8 +271,23 @@ def kernel_block(a_indptr, a_indices, a_data, a_sq, b_indptr, b_indices, b_data,
 
 
 @njit(cache=True, nogil=True)
-def kernel_scores(a_indptr, a_indices, a_data, a_sq, sv_indptr, sv_indices, sv_data, sv_sq,
-                  coef, code, gamma, degree, coef0, work, out):
+def kernel_scores(
+    a_indptr,
+    a_indices,
+    a_data,
+    a_sq,
+    sv_indptr,
+    sv_indices,
+    sv_data,
+    sv_sq,
+    coef,
+    code,
+    gamma,
+    degree,
+    coef0,
+    work,
+    out,
+):
     """out[i] = Σ_j coef[j] K(a_i, sv_j) (the kernel expansion, no intercept); returns ``out``.
 
     ``work`` must be a zero dense float64 vector of length >= n_features.
@@ -252,8 +309,23 @@ def kernel_scores(a_indptr, a_indices, a_data, a_sq, sv_indptr, sv_indices, sv_d
 
 
 @njit(cache=True, nogil=True)
-def kernel_scores_csc(a_indptr, a_indices, a_data, a_sq, svt_indptr, svt_indices, svt_data,
-                      sv_sq, coef, code, gamma, degree, coef0, acc, out):
+def kernel_scores_csc(
+    a_indptr,
+    a_indices,
+    a_data,
+    a_sq,
+    svt_indptr,
+    svt_indices,
+    svt_data,
+    sv_sq,
+    coef,
+    code,
+    gamma,
+    degree,
+    coef0,
+    acc,
+    out,
+):
     """Same as :func:`kernel_scores` with the SVs given transposed (CSC: for every feature,
     the SVs that have it), which is never more dot-product work and much less on sparse data.
 

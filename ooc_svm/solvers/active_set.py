@@ -122,26 +122,54 @@ def _add(group, flag: str, **kw) -> None:
 
 def add_arguments(group) -> None:
     """Active-set flags (the common --C --kernel --gamma --tol --cache-mb ... are in train)."""
-    _add(group, "--pricing", choices=["sprint", "shrinking"], default=None,
-         help="active-set: pricing strategy of Scheinberg 2006 §4.1 (default sprint)")
-    _add(group, "--sprint-size", type=int, default=None, metavar="N",
-         help="active-set: rows |I0'|+|Ic'| pulled into memory per major iteration "
-              "(default: 5*sqrt(rows), at most 8000, less if --cache-mb is short)")
-    _add(group, "--shrink-after", type=int, default=None, metavar="K",
-         help="active-set shrinking: drop a row after K non-negative pricings (default 100)")
-    _add(group, "--init", default=None, metavar="MODEL",
-         help="warm start from a model of this store (or of its first rows, before "
-              "`ingest --append`): alpha from its dual coefficients by global row index")
-    _add(group, "--no-check", dest="check", action="store_const", const=False, default=None,
-         help="active-set: skip the final independent KKT check pass")
+    _add(
+        group,
+        "--pricing",
+        choices=["sprint", "shrinking"],
+        default=None,
+        help="active-set: pricing strategy of Scheinberg 2006 §4.1 (default sprint)",
+    )
+    _add(
+        group,
+        "--sprint-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="active-set: rows |I0'|+|Ic'| pulled into memory per major iteration "
+        "(default: 5*sqrt(rows), at most 8000, less if --cache-mb is short)",
+    )
+    _add(
+        group,
+        "--shrink-after",
+        type=int,
+        default=None,
+        metavar="K",
+        help="active-set shrinking: drop a row after K non-negative pricings (default 100)",
+    )
+    _add(
+        group,
+        "--init",
+        default=None,
+        metavar="MODEL",
+        help="warm start from a model of this store (or of its first rows, before "
+        "`ingest --append`): alpha from its dual coefficients by global row index",
+    )
+    _add(
+        group,
+        "--no-check",
+        dest="check",
+        action="store_const",
+        const=False,
+        default=None,
+        help="active-set: skip the final independent KKT check pass",
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # numba helpers
 # ------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def dense_expansion_add(indptr, indices, data, sq, Dt, dsq, coef, code, gamma, degree, coef0,
-                        out):
+def dense_expansion_add(indptr, indices, data, sq, Dt, dsq, coef, code, gamma, degree, coef0, out):
     """out[i] += Σⱼ coefⱼ K(xᵢ, dⱼ) with the expansion rows dense: Dt is (n_features, m).
 
     Each row's dot products with all m expansion rows are accumulated by contiguous axpys
@@ -190,8 +218,9 @@ def rows_dot_add(K, coef, out):
     return out
 
 
-def kernel_from_dots(D: np.ndarray, sq_rows: np.ndarray, sq_cols: np.ndarray,
-                     kp: KernelParams) -> np.ndarray:
+def kernel_from_dots(
+    D: np.ndarray, sq_rows: np.ndarray, sq_cols: np.ndarray, kp: KernelParams
+) -> np.ndarray:
     """K from dot products in place, vectorised (numpy's SIMD exp / tanh / power)."""
     if kp.kernel == "linear":
         return D
@@ -270,15 +299,19 @@ def _dense_transposed(indptr, indices, data, n_features: int) -> np.ndarray:
     return Dt
 
 
-def expansion_add(indptr, indices_u32, data, sq, exp_rows, kp: KernelParams, n_features: int,
-                  out: np.ndarray) -> np.ndarray:
+def expansion_add(
+    indptr, indices_u32, data, sq, exp_rows, kp: KernelParams, n_features: int, out: np.ndarray
+) -> np.ndarray:
     """out += Σⱼ coefⱼ K(xᵢ, dⱼ) for the CSR rows x against the expansion ``exp_rows``."""
     d_ip, d_ix, d_data, d_sq, coef = exp_rows
     m = d_ip.shape[0] - 1
     if m == 0 or indptr.shape[0] <= 1:
         return out
-    width = max(n_features, int(indices_u32.max()) + 1 if indices_u32.size else 0,
-                int(d_ix.max()) + 1 if d_ix.size else 0)
+    width = max(
+        n_features,
+        int(indices_u32.max()) + 1 if indices_u32.size else 0,
+        int(d_ix.max()) + 1 if d_ix.size else 0,
+    )
     if width * m <= DENSE_BLOCK_MAX:
         Dt = _dense_transposed(d_ip, d_ix, d_data, width)
         n = indptr.shape[0] - 1
@@ -291,8 +324,20 @@ def expansion_add(indptr, indices_u32, data, sq, exp_rows, kp: KernelParams, n_f
         return out
     work = np.zeros(width)
     tmp = np.empty(indptr.shape[0] - 1)
-    kernel_scores(indptr, indices_u32, data, sq, d_ip, d_ix.view(np.uint32), d_data, d_sq, coef,
-                  *kp.args(), work, tmp)
+    kernel_scores(
+        indptr,
+        indices_u32,
+        data,
+        sq,
+        d_ip,
+        d_ix.view(np.uint32),
+        d_data,
+        d_sq,
+        coef,
+        *kp.args(),
+        work,
+        tmp,
+    )
     out += tmp
     return out
 
@@ -317,13 +362,13 @@ class MajorBroadcast:
     tol: float
     k: int
     seed: int
-    upd_gids: np.ndarray            # sorted global rows whose α changed
+    upd_gids: np.ndarray  # sorted global rows whose α changed
     upd_alpha: np.ndarray
-    keep_gids: np.ndarray           # sorted global rows of I_s (their f is returned)
-    keep_rows: bool = False         # also return the I_s rows' data (warm start)
-    max_value: float = np.inf       # candidates must have reduced cost below this
-    w: np.ndarray | None = None     # linear kernel: the full w
-    delta: tuple | None = None      # kernel: (indptr, indices, data, sq, coef) of α changes
+    keep_gids: np.ndarray  # sorted global rows of I_s (their f is returned)
+    keep_rows: bool = False  # also return the I_s rows' data (warm start)
+    max_value: float = np.inf  # candidates must have reduced cost below this
+    w: np.ndarray | None = None  # linear kernel: the full w
+    delta: tuple | None = None  # kernel: (indptr, indices, data, sq, coef) of α changes
 
 
 @dataclass
@@ -413,7 +458,7 @@ def _major_fn(shard, bc: MajorBroadcast, st):
     gids = np.arange(r0, r0 + n, dtype=np.int64)
     kl, kh = np.searchsorted(bc.keep_gids, [r0, r0 + n])
     keep_local = bc.keep_gids[kl:kh] - r0
-    rc[keep_local] = np.inf          # I_s rows of the driver (may sit at a bound value)
+    rc[keep_local] = np.inf  # I_s rows of the driver (may sit at a bound value)
     stats = np.zeros(_N_STATS)
     finite = np.isfinite(rc)
     stats[_S_MAXV] = max(0.0, -float(rc[finite].min())) if finite.any() else 0.0
@@ -432,9 +477,14 @@ def _major_fn(shard, bc: MajorBroadcast, st):
     sel = cidx[_select_smallest(rc[cidx], tie, bc.k)] if bc.k > 0 else cidx[:0]
     rows = shard_rows(shard, sel, bc.positive, alpha)
     part = MajorPartial(
-        k=bc.k, stats=stats, cand_val=rc[sel], cand_tie=_tiebreak(gids[sel], bc.seed),
-        cand_f=fc[sel].copy(), cand_rows=rows,
-        keep_gids=bc.keep_gids[kl:kh].copy(), keep_f=fc[keep_local].copy(),
+        k=bc.k,
+        stats=stats,
+        cand_val=rc[sel],
+        cand_tie=_tiebreak(gids[sel], bc.seed),
+        cand_f=fc[sel].copy(),
+        cand_rows=rows,
+        keep_gids=bc.keep_gids[kl:kh].copy(),
+        keep_f=fc[keep_local].copy(),
         keep_rows=shard_rows(shard, keep_local, bc.positive, alpha) if bc.keep_rows else None,
         w=w_part,
     )
@@ -466,9 +516,16 @@ def _major_reduce(a: MajorPartial | None, b: MajorPartial | None) -> MajorPartia
     if a.w is not None or b.w is not None:
         w = b.w if a.w is None else (a.w if b.w is None else a.w + b.w)
     return MajorPartial(
-        k=a.k, stats=s, cand_val=val, cand_tie=tie, cand_f=fv, cand_rows=rows,
+        k=a.k,
+        stats=s,
+        cand_val=val,
+        cand_tie=tie,
+        cand_f=fv,
+        cand_rows=rows,
         keep_gids=np.concatenate([a.keep_gids, b.keep_gids]),
-        keep_f=np.concatenate([a.keep_f, b.keep_f]), keep_rows=keep_rows, w=w,
+        keep_f=np.concatenate([a.keep_f, b.keep_f]),
+        keep_rows=keep_rows,
+        w=w,
     )
 
 
@@ -509,8 +566,9 @@ class KernelColumns:
     flush recomputes G = Gbase + Qt (α − aflush) for the bound rows only.
     """
 
-    def __init__(self, rows: WorkingRows, y: np.ndarray, kp: KernelParams, n_features: int,
-                 capacity: int):
+    def __init__(
+        self, rows: WorkingRows, y: np.ndarray, kp: KernelParams, n_features: int, capacity: int
+    ):
         self.ip, self.ix, self.data = rows.csr()
         self.sq = rows.sq_norms()
         self.y = y
@@ -522,8 +580,11 @@ class KernelColumns:
         self.tmp = np.empty(self.n)
         # dense copy of the working rows (n_features × |W|) when small: a column is then a
         # few contiguous axpys instead of |W| sparse dot products
-        self.Dt = (_dense_transposed(self.ip, self.ix, self.data, width)
-                   if width * self.n <= DENSE_BLOCK_MAX else None)
+        self.Dt = (
+            _dense_transposed(self.ip, self.ix, self.data, width)
+            if width * self.n <= DENSE_BLOCK_MAX
+            else None
+        )
         cap = max(8, int(capacity))
         self.Qt = np.empty((self.n, cap))
         self.slot = np.full(self.n, -1, dtype=np.int64)
@@ -559,11 +620,24 @@ class KernelColumns:
         out = self.tmp
         if self.Dt is not None:
             a, b = self.ip[key], self.ip[key + 1]
-            dense_kernel_col(self.Dt, self.sq, self.ix[a:b], self.data[a:b], self.sq[key],
-                             *self.kp.args(), out)
+            dense_kernel_col(
+                self.Dt, self.sq, self.ix[a:b], self.data[a:b], self.sq[key], *self.kp.args(), out
+            )
         else:
-            kernel_row(self.ip, self.ix, self.data, self.sq, key, self.ip, self.ix, self.data,
-                       self.sq, *self.kp.args(), self.work, out)
+            kernel_row(
+                self.ip,
+                self.ix,
+                self.data,
+                self.sq,
+                key,
+                self.ip,
+                self.ix,
+                self.data,
+                self.sq,
+                *self.kp.args(),
+                self.work,
+                out,
+            )
         out *= self.y
         out *= self.y[key]
         self.Qt[:, s] = out
@@ -604,16 +678,36 @@ class KernelColumns:
             out = np.empty((keys.size, self.n))
             for t, k in enumerate(keys):
                 a, b = self.ip[k], self.ip[k + 1]
-                dense_kernel_col(self.Dt, self.sq, self.ix[a:b], self.data[a:b], self.sq[k],
-                                 *self.kp.args(), out[t])
+                dense_kernel_col(
+                    self.Dt,
+                    self.sq,
+                    self.ix[a:b],
+                    self.data[a:b],
+                    self.sq[k],
+                    *self.kp.args(),
+                    out[t],
+                )
             return out.T
         if self.width * keys.size <= DENSE_BLOCK_MAX:
             Dt = _dense_transposed(sub_ip, sub_ix, sub_data, self.width)
-            return dense_kernel_block(self.ip, self.ix, self.data, self.sq, Dt, self.sq[keys],
-                                      *self.kp.args(), out)
+            return dense_kernel_block(
+                self.ip, self.ix, self.data, self.sq, Dt, self.sq[keys], *self.kp.args(), out
+            )
         for t, k in enumerate(keys):
-            kernel_row(self.ip, self.ix, self.data, self.sq, k, self.ip, self.ix, self.data,
-                       self.sq, *self.kp.args(), self.work, self.tmp)
+            kernel_row(
+                self.ip,
+                self.ix,
+                self.data,
+                self.sq,
+                k,
+                self.ip,
+                self.ix,
+                self.data,
+                self.sq,
+                *self.kp.args(),
+                self.work,
+                self.tmp,
+            )
             out[:, t] = self.tmp
         return out
 
@@ -626,8 +720,9 @@ class KernelColumns:
     def n_released(self) -> int:
         return int(self.released[: self.p].sum())
 
-    def partial(self, rows: np.ndarray, alpha: np.ndarray, Gbase: np.ndarray,
-                G: np.ndarray) -> None:
+    def partial(
+        self, rows: np.ndarray, alpha: np.ndarray, Gbase: np.ndarray, G: np.ndarray
+    ) -> None:
         """G[rows] = Gbase[rows] + Q[rows, ·](α − α_flush): O(|rows| · n_columns)."""
         p = self.p
         delta = alpha[self.key[:p]] - self.aflush[:p]
@@ -665,8 +760,9 @@ class KernelColumns:
 
     def qss_matvec(self, keys: np.ndarray, v: np.ndarray) -> np.ndarray:
         keys = np.asarray(keys, dtype=np.int64)
-        return gather_matvec(self.Qt, keys, self.slot[keys], np.ascontiguousarray(v, np.float64),
-                             np.empty(keys.size))
+        return gather_matvec(
+            self.Qt, keys, self.slot[keys], np.ascontiguousarray(v, np.float64), np.empty(keys.size)
+        )
 
     def compacted(self, rows: WorkingRows, kept: np.ndarray, mapping: np.ndarray):
         """The same columns restricted to the rows ``kept`` (keys renamed by ``mapping``)."""
@@ -719,8 +815,9 @@ class LinearColumns:
     rows (``aflush`` is the α at which w was last brought up to date).
     """
 
-    def __init__(self, rows: WorkingRows, y: np.ndarray, w: np.ndarray, alpha: np.ndarray,
-                 n_features: int):
+    def __init__(
+        self, rows: WorkingRows, y: np.ndarray, w: np.ndarray, alpha: np.ndarray, n_features: int
+    ):
         self.ip, self.ix, self.data = rows.csr()
         self.y = y
         self.n = rows.n
@@ -747,15 +844,43 @@ class LinearColumns:
         """Q[·, key]; with ``rows`` only those entries are computed (the others are 0)."""
         if rows is None:
             out = np.empty(self.n)
-            kernel_row(self.ip, self.ix, self.data, self.zeros, key, self.ip, self.ix,
-                       self.data, self.zeros, 0, 0.0, 1, 0.0, self.work, out)
+            kernel_row(
+                self.ip,
+                self.ix,
+                self.data,
+                self.zeros,
+                key,
+                self.ip,
+                self.ix,
+                self.data,
+                self.zeros,
+                0,
+                0.0,
+                1,
+                0.0,
+                self.work,
+                out,
+            )
             out *= self.y
             self.kernel_evals += self.n
         else:
             rows = np.asarray(rows, dtype=np.int64)
             out = np.zeros(self.n)
-            kernel_row_subset(self.ip, self.ix, self.data, self.zeros, key, rows, rows.size,
-                              0, 0.0, 1, 0.0, self.work, out)
+            kernel_row_subset(
+                self.ip,
+                self.ix,
+                self.data,
+                self.zeros,
+                key,
+                rows,
+                rows.size,
+                0,
+                0.0,
+                1,
+                0.0,
+                self.work,
+                out,
+            )
             out[rows] *= self.y[rows]
             self.kernel_evals += rows.size
         out *= self.y[key]
@@ -774,11 +899,11 @@ class LinearColumns:
             scatter_add_rows(self.ip, self.ix, self.data, changed, coef, self.w)
             self.aflush[changed] = alpha[changed]
 
-    def partial(self, rows: np.ndarray, alpha: np.ndarray, Gbase: np.ndarray,
-                G: np.ndarray) -> None:
+    def partial(
+        self, rows: np.ndarray, alpha: np.ndarray, Gbase: np.ndarray, G: np.ndarray
+    ) -> None:
         self._sync_w(alpha)
-        out = csr_matvec_rows(self.ip, self.ix, self.data, rows, self.w, 0.0,
-                              np.empty(rows.size))
+        out = csr_matvec_rows(self.ip, self.ix, self.data, rows, self.w, 0.0, np.empty(rows.size))
         G[rows] = self.y[rows] * out - 1.0
         Gbase[rows] = G[rows]
 
@@ -790,8 +915,9 @@ class LinearColumns:
 
     def _sub(self, keys):
         ip, ix, data = csr_take_rows(self.ip, self.ix, self.data, np.asarray(keys, np.int64))
-        return sp.csr_matrix((data.astype(np.float64), ix.view(np.int32), ip),
-                             shape=(len(keys), self.w.shape[0]))
+        return sp.csr_matrix(
+            (data.astype(np.float64), ix.view(np.int32), ip), shape=(len(keys), self.w.shape[0])
+        )
 
     def qss(self, keys: np.ndarray) -> np.ndarray:
         X = self._sub(keys)
@@ -856,6 +982,8 @@ def take_step(keys, d, t, C, finite, beta, alpha, G, y):
         if finite:
             g = G[i]
             G[i] = g + t * (beta * y[i] - g)
+
+
 S_ZERO, S_FREE, S_UPPER, S_OUT = 0, 1, 2, -1
 
 
@@ -901,9 +1029,20 @@ class WorkingSet:
         Seed of the probe vectors.
     """
 
-    def __init__(self, rows: WorkingRows, G: np.ndarray, status: np.ndarray, columns,
-                 factor: ActiveFactor, C: float, tol: float, beta: float,
-                 counters: Counters, shrink_after: int | None = None, seed: int = 0):
+    def __init__(
+        self,
+        rows: WorkingRows,
+        G: np.ndarray,
+        status: np.ndarray,
+        columns,
+        factor: ActiveFactor,
+        C: float,
+        tol: float,
+        beta: float,
+        counters: Counters,
+        shrink_after: int | None = None,
+        seed: int = 0,
+    ):
         self.rows = rows
         self.y = rows.y
         self.alpha = rows.alpha
@@ -942,8 +1081,7 @@ class WorkingSet:
 
     def _probe(self) -> float:
         self.c.probe_checks += 1
-        return self.factor.probe_error(self.cols.qss_matvec,
-                                       seed=self.seed + self.c.probe_checks)
+        return self.factor.probe_error(self.cols.qss_matvec, seed=self.seed + self.c.probe_checks)
 
     def _bound_rows(self) -> np.ndarray:
         st = self.status
@@ -1032,8 +1170,13 @@ class WorkingSet:
     def nbytes(self) -> int:
         """Memory of the working set: rows, gradients, Q columns and the factor."""
         dt = getattr(self.cols, "Dt", None)
-        return int(self.rows.nbytes + 3 * self.G.nbytes + self.cols.nbytes()
-                   + (0 if dt is None else dt.nbytes) + self.factor.nbytes())
+        return int(
+            self.rows.nbytes
+            + 3 * self.G.nbytes
+            + self.cols.nbytes()
+            + (0 if dt is None else dt.nbytes)
+            + self.factor.nbytes()
+        )
 
     def _enter(self, key: int) -> None:
         self.cols.add(key, float(self.alpha[key]))
@@ -1102,8 +1245,9 @@ class WorkingSet:
         while self.c.iterations - start < max_iter:
             self.step1()
             self._since_full += 1
-            if (self._since_full >= FULL_FLUSH_EVERY
-                    or self.cols.n_released() > max(16, self.cols.p // 4)):
+            if self._since_full >= FULL_FLUSH_EVERY or self.cols.n_released() > max(
+                16, self.cols.p // 4
+            ):
                 self.flush_full()
                 res = self.residual()
                 lost = res > max(1e-9, 1e-4 * self.tol) * (1.0 + float(np.abs(self.G).max()))
@@ -1136,8 +1280,11 @@ class WorkingSet:
                         self._enter(i)
                         continue
                 return True
-            if (self.max_bytes and self.c.iterations - start > 0
-                    and self.nbytes() > max(self.max_bytes, 1.5 * start_bytes)):
+            if (
+                self.max_bytes
+                and self.c.iterations - start > 0
+                and self.nbytes() > max(self.max_bytes, 1.5 * start_bytes)
+            ):
                 # §4.2: the working set outgrew --cache-mb (I_s grew); end this major
                 # iteration, the next one takes fewer candidate rows. (A budget too small
                 # for even the smallest working set is exceeded by at most half per major.)
@@ -1146,8 +1293,10 @@ class WorkingSet:
                 return True
             if self.c.iterations - self._last_move > 2 * self.rows.n + 100:
                 # only zero-length (degenerate) steps for too long: stop this major iteration
-                log.warning("active-set: %d degenerate steps in a row; leaving the minor loop",
-                            self.c.iterations - self._last_move)
+                log.warning(
+                    "active-set: %d degenerate steps in a row; leaving the minor loop",
+                    self.c.iterations - self._last_move,
+                )
                 self.cycling = True
                 return True
             self._enter(i)
@@ -1214,8 +1363,9 @@ def _check_params(params: dict) -> dict:
     return p
 
 
-def _candidate_count(p: dict, n_s: int, avg_nnz: float, linear: bool, n_rows: int,
-                     n_features: int) -> int:
+def _candidate_count(
+    p: dict, n_s: int, avg_nnz: float, linear: bool, n_rows: int, n_features: int
+) -> int:
     """|I₀′ ∪ I_c′| for the next major iteration: explicit, or from the memory budget.
 
     The budget (``cache_mb``) covers the Cholesky factor, the working rows and, for kernels,
@@ -1248,7 +1398,8 @@ def _load_init(path: str, C: float, kp: KernelParams, n_rows: int):
     if model.support_ is None or model.dual_coef_ is None:
         raise SolverError(
             f"--init {path}: the model keeps no dual coefficients with their row indices "
-            "(support_); kernel models and active-set models of any kernel do")
+            "(support_); kernel models and active-set models of any kernel do"
+        )
     coef = np.asarray(model.dual_coef_, dtype=np.float64)
     if coef.ndim != 1:
         raise SolverError(f"--init {path}: one-vs-rest models cannot seed a binary problem")
@@ -1256,7 +1407,8 @@ def _load_init(path: str, C: float, kp: KernelParams, n_rows: int):
     if gids.size and (gids.min() < 0 or gids.max() >= n_rows):
         raise SolverError(
             f"--init {path}: support vector row {int(gids.max())} is outside this store "
-            f"({n_rows} rows); the model was trained on another store")
+            f"({n_rows} rows); the model was trained on another store"
+        )
     C_old = float(model.info.get("C", C))
     scale = C / C_old if C_old > 0 else 1.0
     coef = coef * scale
@@ -1276,8 +1428,14 @@ def _load_init(path: str, C: float, kp: KernelParams, n_rows: int):
 
         X = sp.csr_matrix(sv)[order]
         X.sort_indices()
-        sv_rows = WorkingRows(gids.copy(), X.indptr.astype(np.int64), X.indices.astype(np.int32),
-                              X.data.astype(np.float32), np.sign(coef), np.abs(coef))
+        sv_rows = WorkingRows(
+            gids.copy(),
+            X.indptr.astype(np.int64),
+            X.indices.astype(np.int32),
+            X.data.astype(np.float32),
+            np.sign(coef),
+            np.abs(coef),
+        )
     return gids, coef, sv_rows, w, intercept, C_old
 
 
@@ -1303,8 +1461,13 @@ def _exp_tuple(rows: WorkingRows, coef: np.ndarray):
     nz = np.flatnonzero(coef != 0.0)
     sub = rows.take(nz) if nz.size != rows.n else rows
     ip, ix, data = sub.csr()
-    return (ip, ix.view(np.int32), np.asarray(data, dtype=np.float64), sub.sq_norms(),
-            np.asarray(coef[nz], dtype=np.float64))
+    return (
+        ip,
+        ix.view(np.int32),
+        np.asarray(data, dtype=np.float64),
+        sub.sq_norms(),
+        np.asarray(coef[nz], dtype=np.float64),
+    )
 
 
 def solve(store, engine, params: dict, callback: Callback | None = None) -> Result:
@@ -1350,19 +1513,30 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
     delta = None
     upd_gids = np.zeros(0, dtype=np.int64)
     upd_alpha = np.zeros(0)
-    s_rows = WorkingRows.empty()          # rows of I_s, in factor-key order 0..n_s−1
+    s_rows = WorkingRows.empty()  # rows of I_s, in factor-key order 0..n_s−1
     factor = ActiveFactor(capacity=64)
     warm = p["init"] is not None
     keep_rows = False
     if warm:
-        gids, coef, sv_rows, w_init, intercept, C_old = _load_init(str(p["init"]), C, kp,
-                                                                   meta.n_rows)
-        bad = engine.map_reduce(store, _warm_fn, (gids, coef, pos), state=state,
-                                shards=split_updates_by_shard(store, gids)) if gids.size else 0
+        gids, coef, sv_rows, w_init, intercept, C_old = _load_init(
+            str(p["init"]), C, kp, meta.n_rows
+        )
+        bad = (
+            engine.map_reduce(
+                store,
+                _warm_fn,
+                (gids, coef, pos),
+                state=state,
+                shards=split_updates_by_shard(store, gids),
+            )
+            if gids.size
+            else 0
+        )
         if bad:
             raise SolverError(
                 f"--init {p['init']}: {bad} support vector(s) have the opposite label in this "
-                "store; the model was trained on another store")
+                "store; the model was trained on another store"
+            )
         beta = -intercept
         a_abs = np.abs(coef)
         free = (a_abs > 0) & (a_abs < C)
@@ -1378,11 +1552,18 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
                 scatter_add_rows(ip, ix, data, np.arange(sv_rows.n), coef, w)
         else:
             if sv_rows is None:
-                raise SolverError(f"--init {p['init']}: kernel warm start needs the support "
-                                  "vectors in the model")
+                raise SolverError(
+                    f"--init {p['init']}: kernel warm start needs the support vectors in the model"
+                )
             delta = _exp_tuple(sv_rows, coef)
-        log.info("active-set: warm start from %s: %d SVs (%d free), C %.6g -> %.6g",
-                 p["init"], gids.size, int(free.sum()), C_old, C)
+        log.info(
+            "active-set: warm start from %s: %d SVs (%d free), C %.6g -> %.6g",
+            p["init"],
+            gids.size,
+            int(free.sum()),
+            C_old,
+            C,
+        )
     else:
         s_gids = np.zeros(0, dtype=np.int64)
 
@@ -1396,13 +1577,25 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         k = _candidate_count(p, s_gids.size, avg_nnz, linear, meta.n_rows, nf)
         tp = time.perf_counter()
         bc = MajorBroadcast(
-            kp=kp, n_features=nf, C=C, beta=beta, positive=pos, tol=tol, k=k, seed=seed,
-            upd_gids=upd_gids, upd_alpha=upd_alpha, keep_gids=np.sort(s_gids),
-            keep_rows=keep_rows, w=w if linear else None, delta=None if linear else delta,
+            kp=kp,
+            n_features=nf,
+            C=C,
+            beta=beta,
+            positive=pos,
+            tol=tol,
+            k=k,
+            seed=seed,
+            upd_gids=upd_gids,
+            upd_alpha=upd_alpha,
+            keep_gids=np.sort(s_gids),
+            keep_rows=keep_rows,
+            w=w if linear else None,
+            delta=None if linear else delta,
             max_value=0.0 if shrinking else np.inf,
         )
-        res: MajorPartial = engine.map_reduce(store, _major_fn, bc, reduce=_major_reduce,
-                                              state=state)
+        res: MajorPartial = engine.map_reduce(
+            store, _major_fn, bc, reduce=_major_reduce, state=state
+        )
         pass_seconds = time.perf_counter() - tp
         major += 1
         stats = res.stats
@@ -1413,19 +1606,31 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         dual = 0.5 * aqa - float(stats[_S_SUMA])
         primal = 0.5 * aqa + C * float(stats[_S_HINGE])
         rec = {
-            "iteration": major, "minor_iterations": counters.iterations,
-            "violation": stop_value, "n_violators": int(stats[_S_NVIOL]),
-            "dual_objective": dual, "objective": primal, "n_s": int(s_gids.size),
-            "n_c": int(stats[_S_NC]), "n_sv": int(stats[_S_NSV]),
+            "iteration": major,
+            "minor_iterations": counters.iterations,
+            "violation": stop_value,
+            "n_violators": int(stats[_S_NVIOL]),
+            "dual_objective": dual,
+            "objective": primal,
+            "n_s": int(s_gids.size),
+            "n_c": int(stats[_S_NC]),
+            "n_sv": int(stats[_S_NSV]),
             "working_set": int(res.cand_rows.n + s_gids.size),
-            "pass_seconds": pass_seconds, "seconds": time.perf_counter() - t0,
+            "pass_seconds": pass_seconds,
+            "seconds": time.perf_counter() - t0,
             "passes": engine.passes - passes0,
         }
         history.append(rec)
         if callback is not None:
             callback(rec)
-        log.debug("active-set major %d: violation %.3g, n_s %d, n_c %d, dual %.10g", major,
-                  stop_value, s_gids.size, int(stats[_S_NC]), dual)
+        log.debug(
+            "active-set major %d: violation %.3g, n_s %d, n_c %d, dual %.10g",
+            major,
+            stop_value,
+            s_gids.size,
+            int(stats[_S_NC]),
+            dual,
+        )
         if hit_max_iter:
             break
         if stop_value <= tol:
@@ -1453,12 +1658,14 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
             if abs(imb) > 1e-12 * C * max(1.0, float(stats[_S_NSV])):
                 a0 = W.alpha.copy()
                 left = _repair_equality(W, status, C, imb)
-                log.info("active-set: warm start: restored y'alpha = 0 (imbalance %.3g, "
-                         "%.3g left)", imb, left)
+                log.info(
+                    "active-set: warm start: restored y'alpha = 0 (imbalance %.3g, %.3g left)",
+                    imb,
+                    left,
+                )
                 fix_pos = np.flatnonzero(W.alpha != a0)
                 fix_old = a0[fix_pos]
-                status = np.where(W.alpha <= 0.0, S_ZERO,
-                                  np.where(W.alpha >= C, S_UPPER, S_FREE))
+                status = np.where(W.alpha <= 0.0, S_ZERO, np.where(W.alpha >= C, S_UPPER, S_FREE))
         if linear:
             cols = LinearColumns(W, W.y, w, W.alpha, nf)
             if fix_pos.size:
@@ -1477,8 +1684,9 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
             factor = ActiveFactor(capacity=max(64, free_pos.size + 16))
             if free_pos.size:
                 factor.refactor(free_pos, W.y[free_pos], cols.qss(free_pos))
-        ws = WorkingSet(W, G, status, cols, factor, C, tol, beta, counters,
-                        shrink_after=shrink_after, seed=seed)
+        ws = WorkingSet(
+            W, G, status, cols, factor, C, tol, beta, counters, shrink_after=shrink_after, seed=seed
+        )
         ws.max_bytes = int(float(p["cache_mb"]) * (1 << 20))
         if fix_pos.size:
             ws.alpha0[fix_pos] = fix_old
@@ -1493,8 +1701,12 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         if ch_rows.n == 0 and not hit_max_iter:
             stall += 1
             if stall >= 3:
-                log.warning("active-set: no progress in 3 major iterations (violation %.3g > "
-                            "tol %.3g); stopping", stop_value, tol)
+                log.warning(
+                    "active-set: no progress in 3 major iterations (violation %.3g > "
+                    "tol %.3g); stopping",
+                    stop_value,
+                    tol,
+                )
                 break
         else:
             stall = 0
@@ -1526,8 +1738,15 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
     dual = 0.5 * aqa - (float(stats[_S_SUMA]) if stats is not None else 0.0)
     primal = 0.5 * aqa + C * (float(stats[_S_HINGE]) if stats is not None else 0.0)
     n_c = int(np.sum(sv.alpha >= C)) if sv.n else 0
-    info = {"solver": "active-set", "C": C, "tol": tol, "pricing": p["pricing"],
-            "dual_objective": dual, "objective": primal, "converged": converged}
+    info = {
+        "solver": "active-set",
+        "C": C,
+        "tol": tol,
+        "pricing": p["pricing"],
+        "dual_objective": dual,
+        "objective": primal,
+        "converged": converged,
+    }
     model = make_model(sv, intercept, kp, nf, (neg, pos), info=info)
     if model.kind == "linear" and sv.n:
         # keep the dual coefficients (by global row) so the model can warm-start a new run
@@ -1536,7 +1755,8 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         order = np.argsort(sv.gids, kind="stable")
         svo = sv.take(order)
         model.support_vectors_ = sp.csr_matrix(
-            (svo.data.astype(np.float64), svo.indices, svo.indptr), shape=(svo.n, nf))
+            (svo.data.astype(np.float64), svo.indices, svo.indptr), shape=(svo.n, nf)
+        )
         model.dual_coef_ = svo.y * svo.alpha
         model.support_ = svo.gids.copy()
     summary = {
@@ -1573,9 +1793,15 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
     seconds = time.perf_counter() - t0
     summary["seconds"] = seconds
     return Result(
-        model=model, objective=primal, dual_objective=dual, iterations=counters.iterations,
-        passes=engine.passes - passes0, seconds=seconds, stop_value=stop_value,
-        history=history, summary=summary,
+        model=model,
+        objective=primal,
+        dual_objective=dual,
+        iterations=counters.iterations,
+        passes=engine.passes - passes0,
+        seconds=seconds,
+        stop_value=stop_value,
+        history=history,
+        summary=summary,
     )
 
 

@@ -186,7 +186,7 @@ class ActiveFactor:
         self.dep_tol = float(dep_tol)
         self.R = np.zeros((cap, cap))
         self.Lam = np.zeros((cap, 4))
-        self.T = np.zeros((cap, 2))       # columns: r1 = L⁻¹y_B, r2 = L⁻¹g_B
+        self.T = np.zeros((cap, 2))  # columns: r1 = L⁻¹y_B, r2 = L⁻¹g_B
         self.r2_valid = True
         self.bkeys = np.zeros(cap, dtype=np.int64)
         self.by = np.zeros(cap)
@@ -195,7 +195,7 @@ class ActiveFactor:
         self.ddiag = np.zeros(4)
         self.nb = 0
         self.nd = 0
-        self.updates = 0          # appends + deletions since the last accuracy check
+        self.updates = 0  # appends + deletions since the last accuracy check
         self.refactorisations = 0
         self.promotions = 0
 
@@ -306,8 +306,9 @@ class ActiveFactor:
         self.nd = nd + 1
         return False
 
-    def remove(self, key: int, col_fn: Callable[[int], np.ndarray],
-               g: np.ndarray | None = None) -> None:
+    def remove(
+        self, key: int, col_fn: Callable[[int], np.ndarray], g: np.ndarray | None = None
+    ) -> None:
         """Remove member ``key``. O(n_s²) Givens rotations when it is a basis member.
 
         ``col_fn(k)`` returns the Q column of member k (indexed by key); it is called only
@@ -422,12 +423,21 @@ class ActiveFactor:
         nb, nd = self.nb, self.nd
         outb = np.empty(nb)
         outd = np.empty(nd)
-        factor_matvec(self.R, nb, self.Lam, nd, np.ascontiguousarray(v[:nb]),
-                      np.ascontiguousarray(v[nb:]), outb, outd)
+        factor_matvec(
+            self.R,
+            nb,
+            self.Lam,
+            nd,
+            np.ascontiguousarray(v[:nb]),
+            np.ascontiguousarray(v[nb:]),
+            outb,
+            outd,
+        )
         return np.concatenate([outb, outd])
 
-    def probe_error(self, qss_matvec: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                    seed: int = 0) -> float:
+    def probe_error(
+        self, qss_matvec: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int = 0
+    ) -> float:
         """Relative backward error of the factor on a random probe vector.
 
         ``qss_matvec(keys, v)`` must return Q_ss v for members ``keys`` (factor order). The
@@ -442,15 +452,18 @@ class ActiveFactor:
         keys = self.keys()
         exact = qss_matvec(keys, v)
         approx = self.matvec(v)
-        diag = np.concatenate([
-            np.einsum("ij,ij->j", self.R[: self.nb, : self.nb], self.R[: self.nb, : self.nb]),
-            self.ddiag[: self.nd],
-        ])
+        diag = np.concatenate(
+            [
+                np.einsum("ij,ij->j", self.R[: self.nb, : self.nb], self.R[: self.nb, : self.nb]),
+                self.ddiag[: self.nd],
+            ]
+        )
         scale = max(float(diag.max()), 1e-300) * float(np.linalg.norm(v))
         return float(np.linalg.norm(approx - exact)) / scale
 
-    def refactor(self, keys: np.ndarray, ys: np.ndarray, Q: np.ndarray,
-                 g: np.ndarray | None = None) -> None:
+    def refactor(
+        self, keys: np.ndarray, ys: np.ndarray, Q: np.ndarray, g: np.ndarray | None = None
+    ) -> None:
         """Rebuild the factor from scratch for members ``keys`` with Q_ss = ``Q``.
 
         Uses LAPACK's pivoted Cholesky (``dpstrf``): the first ``rank`` pivots form the basis,

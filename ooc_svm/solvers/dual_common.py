@@ -120,8 +120,12 @@ class WorkingRows:
 
     @property
     def nbytes(self) -> int:
-        return int(sum(a.nbytes for a in (self.gids, self.indptr, self.indices, self.data,
-                                          self.y, self.alpha)))
+        return int(
+            sum(
+                a.nbytes
+                for a in (self.gids, self.indptr, self.indices, self.data, self.y, self.alpha)
+            )
+        )
 
     @property
     def u32(self) -> np.ndarray:
@@ -140,8 +144,14 @@ class WorkingRows:
 
     @classmethod
     def empty(cls) -> WorkingRows:
-        return cls(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32),
-                   np.zeros(0, np.float32), np.zeros(0), np.zeros(0))
+        return cls(
+            np.zeros(0, np.int64),
+            np.zeros(1, np.int64),
+            np.zeros(0, np.int32),
+            np.zeros(0, np.float32),
+            np.zeros(0),
+            np.zeros(0),
+        )
 
     def take(self, idx) -> WorkingRows:
         """The rows at local positions ``idx`` (a new, compact CSR)."""
@@ -152,8 +162,14 @@ class WorkingRows:
         indptr = np.zeros(idx.size + 1, dtype=np.int64)
         np.cumsum(lens, out=indptr[1:])
         sel = np.arange(int(indptr[-1]), dtype=np.int64) + np.repeat(starts - indptr[:-1], lens)
-        return WorkingRows(self.gids[idx].copy(), indptr, self.indices[sel], self.data[sel],
-                           self.y[idx].copy(), self.alpha[idx].copy())
+        return WorkingRows(
+            self.gids[idx].copy(),
+            indptr,
+            self.indices[sel],
+            self.data[sel],
+            self.y[idx].copy(),
+            self.alpha[idx].copy(),
+        )
 
     @classmethod
     def concat(cls, parts: list[WorkingRows]) -> WorkingRows:
@@ -163,13 +179,15 @@ class WorkingRows:
         if len(parts) == 1:
             return parts[0]
         offs = np.cumsum([0] + [int(p.indptr[-1]) for p in parts])
-        indptr = np.concatenate([parts[0].indptr[:1]] + [
-            p.indptr[1:] - p.indptr[0] + o for p, o in zip(parts, offs[:-1], strict=True)])
+        indptr = np.concatenate(
+            [parts[0].indptr[:1]]
+            + [p.indptr[1:] - p.indptr[0] + o for p, o in zip(parts, offs[:-1], strict=True)]
+        )
         return cls(
             np.concatenate([p.gids for p in parts]),
             indptr.astype(np.int64),
-            np.concatenate([p.indices[p.indptr[0]:p.indptr[-1]] for p in parts]),
-            np.concatenate([p.data[p.indptr[0]:p.indptr[-1]] for p in parts]),
+            np.concatenate([p.indices[p.indptr[0] : p.indptr[-1]] for p in parts]),
+            np.concatenate([p.data[p.indptr[0] : p.indptr[-1]] for p in parts]),
             np.concatenate([p.y for p in parts]),
             np.concatenate([p.alpha for p in parts]),
         )
@@ -182,8 +200,11 @@ def shard_rows(shard, local_idx, positive: float, alpha=None) -> WorkingRows:
     a = np.zeros(local_idx.size) if alpha is None else np.asarray(alpha)[local_idx].copy()
     full = WorkingRows(
         np.arange(shard.row_start, shard.row_start + shard.n_rows, dtype=np.int64),
-        np.asarray(shard.indptr, dtype=np.int64), shard.indices, shard.data,
-        np.zeros(shard.n_rows), np.zeros(shard.n_rows),
+        np.asarray(shard.indptr, dtype=np.int64),
+        shard.indices,
+        shard.data,
+        np.zeros(shard.n_rows),
+        np.zeros(shard.n_rows),
     )
     out = full.take(local_idx)
     out.y = y
@@ -200,8 +221,9 @@ def _fetch_fn(shard, bc, st=None):
     return part if st is None else (part, st)
 
 
-def fetch_rows(store, engine: Engine, gids, positive: float,
-               state: ShardState | None = None) -> WorkingRows:
+def fetch_rows(
+    store, engine: Engine, gids, positive: float, state: ShardState | None = None
+) -> WorkingRows:
     """Bring the global rows ``gids`` into memory (α from ``state`` when given, else 0).
 
     Visits only the shards that hold them; rows come back sorted by global index.
@@ -210,8 +232,14 @@ def fetch_rows(store, engine: Engine, gids, positive: float,
     if gids.size == 0:
         return WorkingRows.empty()
     shards = split_updates_by_shard(store, gids)
-    parts = engine.map_reduce(store, _fetch_fn, (gids, float(positive)),
-                              reduce=concat_partials, state=state, shards=shards)
+    parts = engine.map_reduce(
+        store,
+        _fetch_fn,
+        (gids, float(positive)),
+        reduce=concat_partials,
+        state=state,
+        shards=shards,
+    )
     return build_working_rows(parts or [])
 
 
@@ -241,19 +269,29 @@ class Expansion:
     coef: np.ndarray | None = None
 
     @classmethod
-    def from_csr(cls, kp: KernelParams, n_features: int, indptr, indices, data,
-                 coef) -> Expansion:
+    def from_csr(cls, kp: KernelParams, n_features: int, indptr, indices, data, coef) -> Expansion:
         """Kernel expansion from SV rows in CSR form and their coefficients yᵢαᵢ."""
         n_sv = indptr.shape[0] - 1
-        X = sp.csr_matrix((np.asarray(data, dtype=np.float64), indices, indptr),
-                          shape=(n_sv, n_features))
+        X = sp.csr_matrix(
+            (np.asarray(data, dtype=np.float64), indices, indptr), shape=(n_sv, n_features)
+        )
         T = X.T.tocsr()  # rows = features
         T.sort_indices()
-        sq = row_sq_norms(np.asarray(indptr, dtype=np.int64),
-                          np.asarray(indices).view(np.uint32), data, np.empty(n_sv))
-        return cls(kp, n_features, svt_indptr=T.indptr.astype(np.int64),
-                   svt_indices=T.indices.astype(np.int64), svt_data=T.data, sv_sq=sq,
-                   coef=np.asarray(coef, dtype=np.float64).copy())
+        sq = row_sq_norms(
+            np.asarray(indptr, dtype=np.int64),
+            np.asarray(indices).view(np.uint32),
+            data,
+            np.empty(n_sv),
+        )
+        return cls(
+            kp,
+            n_features,
+            svt_indptr=T.indptr.astype(np.int64),
+            svt_indices=T.indices.astype(np.int64),
+            svt_data=T.data,
+            sv_sq=sq,
+            coef=np.asarray(coef, dtype=np.float64).copy(),
+        )
 
     def scores(self, indptr, indices_u32, data, out=None) -> np.ndarray:
         """Σ_j coef_j K(sv_j, x_i) for the rows of a CSR block (no intercept)."""
@@ -270,17 +308,33 @@ class Expansion:
             return out
         sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
         acc = np.empty(self.coef.shape[0], dtype=np.float64)
-        return kernel_scores_csc(indptr, indices_u32, data, sq, self.svt_indptr,
-                                 self.svt_indices, self.svt_data, self.sv_sq, self.coef,
-                                 *self.kp.args(), acc, out)
+        return kernel_scores_csc(
+            indptr,
+            indices_u32,
+            data,
+            sq,
+            self.svt_indptr,
+            self.svt_indices,
+            self.svt_data,
+            self.sv_sq,
+            self.coef,
+            *self.kp.args(),
+            acc,
+            out,
+        )
 
 
 def _max_col(indices) -> int:
     return int(indices.max()) if indices.size else 0
 
 
-def make_expansion(kp: KernelParams, n_features: int, rows: WorkingRows | None = None,
-                   coef: np.ndarray | None = None, w: np.ndarray | None = None) -> Expansion:
+def make_expansion(
+    kp: KernelParams,
+    n_features: int,
+    rows: WorkingRows | None = None,
+    coef: np.ndarray | None = None,
+    w: np.ndarray | None = None,
+) -> Expansion:
     """Expansion from SV rows and coefficients yᵢαᵢ (zero coefficients dropped), or from w.
 
     For the linear kernel, rows/coef are folded into w = Σ coefᵢ xᵢ (Platt eq. 22).
@@ -351,8 +405,17 @@ def _kkt_fn(shard, bc, st):
     m_up = float(myg[up].max()) if up.any() else -np.inf
     m_low = float(myg[low].min()) if low.any() else np.inf
     hinge = float(np.maximum(0.0, 1.0 - yf).sum())
-    part = (float(viol.max()) if viol.size else 0.0, int((viol > tol).sum()), m_up, m_low,
-            hinge, int((a > eps).sum()), int(atC.sum()), float(a.sum()), float((y * a).sum()))
+    part = (
+        float(viol.max()) if viol.size else 0.0,
+        int((viol > tol).sum()),
+        m_up,
+        m_low,
+        hinge,
+        int((a > eps).sum()),
+        int(atC.sum()),
+        float(a.sum()),
+        float((y * a).sum()),
+    )
     return part, st
 
 
@@ -361,12 +424,29 @@ def _kkt_reduce(p, q):
         return q
     if q is None:
         return p
-    return (max(p[0], q[0]), p[1] + q[1], max(p[2], q[2]), min(p[3], q[3]), p[4] + q[4],
-            p[5] + q[5], p[6] + q[6], p[7] + q[7], p[8] + q[8])
+    return (
+        max(p[0], q[0]),
+        p[1] + q[1],
+        max(p[2], q[2]),
+        min(p[3], q[3]),
+        p[4] + q[4],
+        p[5] + q[5],
+        p[6] + q[6],
+        p[7] + q[7],
+        p[8] + q[8],
+    )
 
 
-def kkt_violation_pass(store, engine: Engine, state: ShardState, expansion: Expansion,
-                       intercept: float, C: float, positive: float, tol: float) -> dict:
+def kkt_violation_pass(
+    store,
+    engine: Engine,
+    state: ShardState,
+    expansion: Expansion,
+    intercept: float,
+    C: float,
+    positive: float,
+    tol: float,
+) -> dict:
     """Independent streamed check of every row's KKT condition.
 
     With f(x) = expansion(x) + intercept and αᵢ from ``state``: αᵢ = 0 needs yᵢf(xᵢ) ≥ 1,
@@ -380,19 +460,33 @@ def kkt_violation_pass(store, engine: Engine, state: ShardState, expansion: Expa
         on the intercept), ``hinge`` (Σ max(0, 1 − yᵢf(xᵢ))), ``n_sv``, ``n_bound_sv``,
         ``sum_alpha``, ``sum_y_alpha``, ``ok`` (max_violation ≤ tol).
     """
-    r = engine.map_reduce(store, _kkt_fn, (expansion, float(intercept), float(C),
-                                           float(positive), float(tol)),
-                          reduce=_kkt_reduce, state=state)
-    keys = ("max_violation", "n_violators", "m_up", "m_low", "hinge", "n_sv", "n_bound_sv",
-            "sum_alpha", "sum_y_alpha")
+    r = engine.map_reduce(
+        store,
+        _kkt_fn,
+        (expansion, float(intercept), float(C), float(positive), float(tol)),
+        reduce=_kkt_reduce,
+        state=state,
+    )
+    keys = (
+        "max_violation",
+        "n_violators",
+        "m_up",
+        "m_low",
+        "hinge",
+        "n_sv",
+        "n_bound_sv",
+        "sum_alpha",
+        "sum_y_alpha",
+    )
     d = dict(zip(keys, r, strict=True))
     d["gap"] = d["m_up"] - d["m_low"]
     d["ok"] = bool(d["max_violation"] <= tol)
     return d
 
 
-def primal_objective(expansion: Expansion, hinge: float, C: float,
-                     sv_rows: WorkingRows | None = None) -> float | None:
+def primal_objective(
+    expansion: Expansion, hinge: float, C: float, sv_rows: WorkingRows | None = None
+) -> float | None:
     """½‖w‖² + C Σ ξ. Linear kernel: from w; kernel: ‖w‖² = Σ coef_i coef_j K_ij from the SVs
     (pass ``sv_rows`` with α set; None when not given)."""
     if expansion.w is not None:
@@ -407,8 +501,14 @@ def primal_objective(expansion: Expansion, hinge: float, C: float,
 # --------------------------------------------------------------------------------------------
 # models
 # --------------------------------------------------------------------------------------------
-def make_model(sv_rows: WorkingRows, intercept: float, kp: KernelParams, n_features: int,
-               classes: tuple[float, float], info: dict | None = None) -> Model:
+def make_model(
+    sv_rows: WorkingRows,
+    intercept: float,
+    kp: KernelParams,
+    n_features: int,
+    classes: tuple[float, float],
+    info: dict | None = None,
+) -> Model:
     """Model from support vectors (rows with α > 0; coefficient yᵢαᵢ) and the intercept.
 
     ``intercept`` is added to Σ yᵢαᵢK(xᵢ, x): pass ``−b`` (Platt) or ``−ρ`` (LIBSVM). The linear
@@ -423,15 +523,33 @@ def make_model(sv_rows: WorkingRows, intercept: float, kp: KernelParams, n_featu
     info.setdefault("n_sv", int(sv.n))
     classes = [float(classes[0]), float(classes[1])]
     if kp.kernel == "linear":
-        return Model(kind="linear", n_features=n_features, classes=classes,
-                     coef_=primal_w(sv, coef, n_features), intercept_=float(intercept),
-                     kernel="linear", gamma=kp.gamma, degree=kp.degree, coef0=kp.coef0,
-                     info=info)
-    X = sp.csr_matrix((sv.data.astype(np.float64), sv.indices, sv.indptr),
-                      shape=(sv.n, n_features))
-    return Model(kind="kernel", n_features=n_features, classes=classes, intercept_=float(intercept),
-                 support_vectors_=X, dual_coef_=coef, support_=sv.gids.copy(),
-                 kernel=kp.kernel, gamma=kp.gamma, degree=kp.degree, coef0=kp.coef0, info=info)
+        return Model(
+            kind="linear",
+            n_features=n_features,
+            classes=classes,
+            coef_=primal_w(sv, coef, n_features),
+            intercept_=float(intercept),
+            kernel="linear",
+            gamma=kp.gamma,
+            degree=kp.degree,
+            coef0=kp.coef0,
+            info=info,
+        )
+    X = sp.csr_matrix((sv.data.astype(np.float64), sv.indices, sv.indptr), shape=(sv.n, n_features))
+    return Model(
+        kind="kernel",
+        n_features=n_features,
+        classes=classes,
+        intercept_=float(intercept),
+        support_vectors_=X,
+        dual_coef_=coef,
+        support_=sv.gids.copy(),
+        kernel=kp.kernel,
+        gamma=kp.gamma,
+        degree=kp.degree,
+        coef0=kp.coef0,
+        info=info,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -449,14 +567,24 @@ def scoring_broadcast(model: Model) -> ScoringBroadcast:
     """Picklable scoring data for a binary linear or kernel :class:`Model`."""
     if np.ndim(model.intercept_) != 0:
         raise ValueError("kernel_scores_pass scores binary models (one intercept)")
-    kp = KernelParams(model.kernel, float(model.gamma) or 1.0 / max(model.n_features, 1),
-                      int(model.degree), float(model.coef0))
+    kp = KernelParams(
+        model.kernel,
+        float(model.gamma) or 1.0 / max(model.n_features, 1),
+        int(model.degree),
+        float(model.coef0),
+    )
     if model.kind == "linear":
         exp = Expansion(kp, model.n_features, w=np.asarray(model.coef_, dtype=np.float64))
     else:
         ip, ix, dt = csr_parts(model.support_vectors_)
-        exp = Expansion.from_csr(kp, model.n_features, ip, ix.view(np.int32), dt,
-                                 np.asarray(model.dual_coef_, dtype=np.float64).ravel())
+        exp = Expansion.from_csr(
+            kp,
+            model.n_features,
+            ip,
+            ix.view(np.int32),
+            dt,
+            np.asarray(model.dual_coef_, dtype=np.float64).ravel(),
+        )
     return ScoringBroadcast(exp, float(model.intercept_))
 
 
@@ -482,9 +610,13 @@ def _score_fn(shard, bc):
     return post(shard, s)
 
 
-def kernel_scores_pass(store, engine: Engine, model: Model,
-                       post: Callable[[Any, np.ndarray], Any] | None = None,
-                       reduce: Callable[[Any, Any], Any] | None = None) -> Any:
+def kernel_scores_pass(
+    store,
+    engine: Engine,
+    model: Model,
+    post: Callable[[Any, np.ndarray], Any] | None = None,
+    reduce: Callable[[Any, Any], Any] | None = None,
+) -> Any:
     """Stream a store against a binary (linear or kernel) model.
 
     Parameters

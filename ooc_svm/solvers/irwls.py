@@ -407,8 +407,9 @@ def _solve_free(M, y1, r, c):
     F[:n, :n] = M
     F[:n, n] = y1
     F[n, :n] = y1
-    sol = sla.lu_solve(sla.lu_factor(F, check_finite=False),
-                       np.concatenate((r, [c])), check_finite=False)
+    sol = sla.lu_solve(
+        sla.lu_factor(F, check_finite=False), np.concatenate((r, [c])), check_finite=False
+    )
     return sol[:n], float(sol[n])
 
 
@@ -520,7 +521,7 @@ def irwls_working_set(
         sets0 = sets.copy()
         n_corr = 0 if (plain_only or it > switch_after) else corrections
         eta = 0.0
-        for attempt in ((n_corr, 0) if n_corr else (0,)):
+        for attempt in (n_corr, 0) if n_corr else (0,):
             sets[:] = sets0
             # --- step 3: weights (eq. 8) -------------------------------------------------
             inv_a = np.maximum(u, u_floor) / C
@@ -553,8 +554,9 @@ def irwls_working_set(
                 line_searches += 1
                 dy = (beta_s - beta) * y
                 Kdy = K @ dy
-                eta = _line_search(float(dy @ Kdy), float((beta * y) @ Kdy) + lam * (b_s - b),
-                                   u, u_s - u, C)
+                eta = _line_search(
+                    float(dy @ Kdy), float((beta * y) @ Kdy) + lam * (b_s - b), u, u_s - u, C
+                )
             if eta > 0.0:
                 break
         if eta <= 0.0:
@@ -586,8 +588,7 @@ def irwls_working_set(
             elif viol <= inner_tol:
                 break  # solved, but an earlier point was lower: finish from that one
     if best[3] <= inner_tol or not polish:
-        return SubproblemResult(best[0], best[1], it, best[3] <= inner_tol, best[3],
-                                line_searches)
+        return SubproblemResult(best[0], best[1], it, best[3] <= inner_tol, best[3], line_searches)
     # IRWLS did not reach the tolerance (seen on rank-deficient kernels, where the null-space
     # part of β keeps the S₁ values outside [0, C]): finish from the best feasible point
     bp = best[0].copy()
@@ -595,16 +596,28 @@ def irwls_working_set(
     n_smo, b_p = _smo_finish(K, y, bp, F, C, inner_tol, 200 * q + 10_000)
     u = hinge_args(bp, b_p)
     viol = _kkt_violation(u, bp, C)
-    return SubproblemResult(bp, float(b_p), it, viol <= inner_tol, viol, line_searches,
-                            n_smo)
+    return SubproblemResult(bp, float(b_p), it, viol <= inner_tol, viol, line_searches, n_smo)
 
 
 # ============================================================================================
 # chunking: the streamed pass
 # ============================================================================================
 #: order of the statistics vector a pass returns
-(_S_MAXV, _S_NVIOL, _S_SUMB, _S_BYG, _S_HINGE, _S_NSV, _S_NBSV, _S_SUMYB, _S_NCAND, _S_MUP,
- _S_MLOW, _S_HITS, _S_MISSES) = range(13)
+(
+    _S_MAXV,
+    _S_NVIOL,
+    _S_SUMB,
+    _S_BYG,
+    _S_HINGE,
+    _S_NSV,
+    _S_NBSV,
+    _S_SUMYB,
+    _S_NCAND,
+    _S_MUP,
+    _S_MLOW,
+    _S_HITS,
+    _S_MISSES,
+) = range(13)
 _N_STATS = 13
 
 STRATEGIES = ("random", "largest", "smallest")
@@ -674,16 +687,16 @@ class _PassBroadcast:
     C: float
     b: float
     positive: float
-    upd_gids: np.ndarray          # sorted global rows whose β changed
-    upd_beta: np.ndarray          # their new β
-    w: np.ndarray | None = None   # linear kernel: the full w
+    upd_gids: np.ndarray  # sorted global rows whose β changed
+    upd_beta: np.ndarray  # their new β
+    w: np.ndarray | None = None  # linear kernel: the full w
     delta: Expansion | None = None  # kernel, no cache: Σ Δβⱼyⱼ K(xⱼ, ·) over the changed rows
-    select: bool = True           # draw the next working set
+    select: bool = True  # draw the next working set
     kp: KernelParams | None = None  # kernel: parameters (for the column cache)
     delta_rows: WorkingRows | None = None  # kernel: the changed rows (column cache keys)
-    delta_coef: np.ndarray | None = None   # their Δβⱼyⱼ
-    cache_bytes: int = 0          # column-cache budget of one shard (0: no cache)
-    token: str = ""               # this run (caches of other runs are dropped)
+    delta_coef: np.ndarray | None = None  # their Δβⱼyⱼ
+    cache_bytes: int = 0  # column-cache budget of one shard (0: no cache)
+    token: str = ""  # this run (caches of other runs are dropped)
     n_features: int = 0
 
 
@@ -695,8 +708,8 @@ class _PassPartial:
     q: int = 0
     main: _Pool | None = None
     fill: _Pool | None = None
-    special: list | None = None   # 6 pools of one row: (class −1, +1) × condition (9)–(11)
-    pair: list | None = None      # LIBSVM's maximal violating pair: argmax_up F, argmin_low F
+    special: list | None = None  # 6 pools of one row: (class −1, +1) × condition (9)–(11)
+    pair: list | None = None  # LIBSVM's maximal violating pair: argmax_up F, argmin_low F
 
 
 # --------------------------------------------------------------------------------------------
@@ -748,15 +761,29 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     rix = rows.u32
     rsq = rows.sq_norms()
     pos = {int(gid): k for k, gid in enumerate(rows.gids)}
-    width = max(int(bc.n_features), int(ix.max()) + 1 if ix.size else 1,
-                int(rix.max()) + 1 if rix.size else 1)
+    width = max(
+        int(bc.n_features),
+        int(ix.max()) + 1 if ix.size else 1,
+        int(rix.max()) + 1 if rix.size else 1,
+    )
 
     def compute(missing):
         sel = np.array([pos[int(gg)] for gg in missing], dtype=np.int64)
         sub = rows.take(sel)
         out = np.empty((sel.size, shard.n_rows), dtype=np.float64)
-        kernel_block(sub.indptr, sub.u32, sub.data, rsq[sel], ip, ix, shard.data, sq,
-                     *bc.kp.args(), np.zeros(width), out)
+        kernel_block(
+            sub.indptr,
+            sub.u32,
+            sub.data,
+            rsq[sel],
+            ip,
+            ix,
+            shard.data,
+            sq,
+            *bc.kp.args(),
+            np.zeros(width),
+            out,
+        )
         return out
 
     h0, m0 = cache.hits, cache.misses
@@ -832,10 +859,13 @@ def _pass_fn(shard, bc: _PassBroadcast, st):
         part.fill = _pool_bottom(shard, ~cand, absu, bc.q, beta, g, bc.positive)
         part.special = [
             _pool_bottom(shard, cond & (y == cls), key, 1, beta, g, bc.positive)
-            for cls in (-1.0, 1.0) for cond in (v9, v10, v11)
+            for cls in (-1.0, 1.0)
+            for cond in (v9, v10, v11)
         ]
-        part.pair = [_pool_bottom(shard, up, -F, 1, beta, g, bc.positive),
-                     _pool_bottom(shard, low, F, 1, beta, g, bc.positive)]
+        part.pair = [
+            _pool_bottom(shard, up, -F, 1, beta, g, bc.positive),
+            _pool_bottom(shard, low, F, 1, beta, g, bc.positive),
+        ]
     return part, (beta, g)
 
 
@@ -902,10 +932,19 @@ def add_arguments(group) -> None:
         except argparse.ArgumentError:  # another solver already defines the flag
             pass
 
-    add("--working-set", type=int, default=None, metavar="Q",
-        help="irwls: rows per working set (chunk), default 150")
-    add("--strategy", choices=list(STRATEGIES), default=None,
-        help="irwls: working-set selection of section 3 (default random, the paper's)")
+    add(
+        "--working-set",
+        type=int,
+        default=None,
+        metavar="Q",
+        help="irwls: rows per working set (chunk), default 150",
+    )
+    add(
+        "--strategy",
+        choices=list(STRATEGIES),
+        default=None,
+        help="irwls: working-set selection of section 3 (default random, the paper's)",
+    )
 
 
 def _check_params(params: dict) -> dict:
@@ -1013,9 +1052,27 @@ def solve(store, engine, params: dict, callback=None) -> Result:
     part = None
     while True:
         tp = time.perf_counter()
-        bc = _PassBroadcast(it, int(p["seed"]), p["strategy"], q, tol, C, b, pos,
-                            upd_gids, upd_beta, w, delta, True, kp, delta_rows, delta_coef,
-                            cache_bytes, token, nf)
+        bc = _PassBroadcast(
+            it,
+            int(p["seed"]),
+            p["strategy"],
+            q,
+            tol,
+            C,
+            b,
+            pos,
+            upd_gids,
+            upd_beta,
+            w,
+            delta,
+            True,
+            kp,
+            delta_rows,
+            delta_coef,
+            cache_bytes,
+            token,
+            nf,
+        )
         part = engine.map_reduce(store, _pass_fn, bc, reduce=_pass_reduce, state=state)
         pass_s = time.perf_counter() - tp
         st = part.stats
@@ -1041,8 +1098,14 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         just_reset = False
         stall = stall + 1 if no_progress else 0
         if converged or it >= int(p["max_iter"]) or stall >= MAX_STALL:
-            rec = {"iteration": it, "violation": viol, "n_violators": int(st[_S_NVIOL]),
-                   "objective": primal, "dual_objective": dual, "pass_seconds": pass_s}
+            rec = {
+                "iteration": it,
+                "violation": viol,
+                "n_violators": int(st[_S_NVIOL]),
+                "objective": primal,
+                "dual_objective": dual,
+                "pass_seconds": pass_s,
+            }
             history.append(rec)
             if callback is not None:
                 callback(rec)
@@ -1077,19 +1140,38 @@ def solve(store, engine, params: dict, callback=None) -> Result:
                 delta_rows = rows.take(ch)
                 delta_coef = d[ch] * rows.y[ch]
                 if not cache_bytes:  # the shards evaluate Σ Δβⱼyⱼ K(xⱼ, ·) directly
-                    delta = Expansion.from_csr(kp, nf, delta_rows.indptr, delta_rows.indices,
-                                               delta_rows.data, delta_coef)
+                    delta = Expansion.from_csr(
+                        kp, nf, delta_rows.indptr, delta_rows.indices, delta_rows.data, delta_coef
+                    )
         solve_s = time.perf_counter() - ts
-        rec = {"iteration": it, "violation": viol, "n_violators": int(st[_S_NVIOL]),
-               "objective": primal, "dual_objective": dual, "working_set": int(rows.n),
-               "changed": int(ch.size), "inner_iterations": sub.iterations,
-               "inner_converged": sub.converged, "b": b, "n_sv": int(st[_S_NSV]),
-               "n_bound_sv": int(st[_S_NBSV]), "pass_seconds": pass_s, "solve_seconds": solve_s}
+        rec = {
+            "iteration": it,
+            "violation": viol,
+            "n_violators": int(st[_S_NVIOL]),
+            "objective": primal,
+            "dual_objective": dual,
+            "working_set": int(rows.n),
+            "changed": int(ch.size),
+            "inner_iterations": sub.iterations,
+            "inner_converged": sub.converged,
+            "b": b,
+            "n_sv": int(st[_S_NSV]),
+            "n_bound_sv": int(st[_S_NBSV]),
+            "pass_seconds": pass_s,
+            "solve_seconds": solve_s,
+        }
         history.append(rec)
         if callback is not None:
             callback(rec)
-        log.debug("irwls it %d: viol %.3g dual %.10g |W| %d changed %d inner %d", it, viol,
-                  dual, rows.n, ch.size, sub.iterations)
+        log.debug(
+            "irwls it %d: viol %.3g dual %.10g |W| %d changed %d inner %d",
+            it,
+            viol,
+            dual,
+            rows.n,
+            ch.size,
+            sub.iterations,
+        )
 
     stop_value = float(part.stats[_S_MAXV])
     if cache_bytes:
@@ -1108,14 +1190,23 @@ def solve(store, engine, params: dict, callback=None) -> Result:
     st = part.stats
     dual = 0.5 * float(st[_S_BYG]) - float(st[_S_SUMB])
     primal = 0.5 * float(st[_S_BYG]) + C * float(chk["hinge"])
-    info = {"solver": "irwls", "C": C, "tol": tol, "working_set": q, "strategy": p["strategy"],
-            "dual_objective": dual, "objective": primal, "converged": converged}
+    info = {
+        "solver": "irwls",
+        "C": C,
+        "tol": tol,
+        "working_set": q,
+        "strategy": p["strategy"],
+        "dual_objective": dual,
+        "objective": primal,
+        "converged": converged,
+    }
     model = make_model(sv, b, kp, nf, (neg, pos), info=info)
     if linear and sv.n:
         order = np.argsort(sv.gids, kind="stable")
         svo = sv.take(order)
         model.support_vectors_ = sp.csr_matrix(
-            (svo.data.astype(np.float64), svo.indices, svo.indptr), shape=(svo.n, nf))
+            (svo.data.astype(np.float64), svo.indices, svo.indptr), shape=(svo.n, nf)
+        )
         model.dual_coef_ = svo.y * svo.alpha
         model.support_ = svo.gids.copy()
     seconds = time.perf_counter() - t0
@@ -1144,8 +1235,20 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         "seconds": seconds,
     }
     if not converged:
-        log.warning("irwls: stopped after %d iterations without meeting tol=%g (violation %.3g)",
-                    it, tol, stop_value)
-    return Result(model=model, objective=primal, dual_objective=dual, iterations=it,
-                  passes=engine.passes - passes0, seconds=seconds, stop_value=stop_value,
-                  history=history, summary=summary)
+        log.warning(
+            "irwls: stopped after %d iterations without meeting tol=%g (violation %.3g)",
+            it,
+            tol,
+            stop_value,
+        )
+    return Result(
+        model=model,
+        objective=primal,
+        dual_objective=dual,
+        iterations=it,
+        passes=engine.passes - passes0,
+        seconds=seconds,
+        stop_value=stop_value,
+        history=history,
+        summary=summary,
+    )

@@ -185,8 +185,13 @@ class SlotCache:
 
     @property
     def nbytes(self) -> int:
-        return int(self.buf.nbytes + self.slot_key.nbytes + self.slot_of.nbytes
-                   + self.slot_gen.nbytes + self.last_used.nbytes)
+        return int(
+            self.buf.nbytes
+            + self.slot_key.nbytes
+            + self.slot_of.nbytes
+            + self.slot_gen.nbytes
+            + self.last_used.nbytes
+        )
 
     def arrays(self):
         """``(buf, slot_key, slot_of, slot_gen, last_used, stats)`` for numba functions."""

@@ -122,38 +122,57 @@ VARIANTS = ("paper", "accelerated")
 def add_arguments(group) -> None:
     """Flags of ``--solver perf`` (the common ones are defined by ``ooc-svm train``)."""
     group.add_argument(
-        "--loss", choices=LOSSES, default=None,
+        "--loss",
+        choices=LOSSES,
+        default=None,
         help="perf: error (binary, OP2), roc (binary labels, ROC area), ordinal (rank labels, "
         "OP5; with qids pairs only within a query). Default: error for binary stores, "
         "ordinal for rank labels",
     )
     group.add_argument(
-        "--variant", choices=VARIANTS, default=None,
+        "--variant",
+        choices=VARIANTS,
+        default=None,
         help="perf: paper = Joachims 2006 Algorithms 1/2; accelerated (default) = OCAS-style "
         "line search to the best point, same single pass per iteration",
     )
     group.add_argument(
-        "--c-perf", type=float, default=None, dest="c_perf",
+        "--c-perf",
+        type=float,
+        default=None,
+        dest="c_perf",
         help="perf: SVMperf's -c instead of --C: C = 100*c/n (error) or 100*c/m (roc/"
         "ordinal, m pairs), since SVMperf measures loss in percent (c_light = c_perf*100/n). "
         "SVMperf's -e is in percent too: -e 0.1 is --eps 0.001",
     )
     group.add_argument(
-        "--max-inactive", type=int, default=None, dest="max_inactive",
+        "--max-inactive",
+        type=int,
+        default=None,
+        dest="max_inactive",
         help="perf: drop a cutting plane inactive (alpha=0) this many iterations in a row "
         "(default 50; 0 = never)",
     )
     group.add_argument(
-        "--dense-limit-mb", type=float, default=None, dest="dense_limit_mb",
+        "--dense-limit-mb",
+        type=float,
+        default=None,
+        dest="dense_limit_mb",
         help="perf: memory for the working set of cutting planes (float64 up to half of it, "
         "float32 beyond; sparse where smaller). Default 1024",
     )
     group.add_argument(
-        "--line-points", type=int, default=None, dest="line_points",
+        "--line-points",
+        type=int,
+        default=None,
+        dest="line_points",
         help="perf accelerated: line-search grid points in (0, 1] (default 32)",
     )
     group.add_argument(
-        "--cut-points", type=int, default=None, dest="cut_points",
+        "--cut-points",
+        type=int,
+        default=None,
+        dest="cut_points",
         help="perf accelerated: candidate cutting planes accumulated per pass (default 5)",
     )
 
@@ -245,8 +264,17 @@ def pass_single(shard, bc):
     w, w_bias, bias, pos, dim = bc
     acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, 1, True)
     cnt, hinge = cut_single(
-        shard.indptr, u32(shard.indices), gidx, shard.data, shard.y, pos, w, w_bias, bias,
-        acc[0], bias_slot,
+        shard.indptr,
+        u32(shard.indices),
+        gidx,
+        shard.data,
+        shard.y,
+        pos,
+        w,
+        w_bias,
+        bias,
+        acc[0],
+        bias_slot,
     )
     return {
         "g": _finish_accumulator(acc, cols, dim, True),
@@ -263,8 +291,22 @@ def pass_segment(shard, bc):
     hv = np.zeros(kv.shape[0])
     cnt = np.zeros(K, dtype=np.int64)
     cut_segment(
-        shard.indptr, u32(shard.indices), gidx, shard.data, shard.y, pos, w2, tb, tc, kv, kg,
-        hv, acc, cnt, bias, bias_slot,
+        shard.indptr,
+        u32(shard.indices),
+        gidx,
+        shard.data,
+        shard.y,
+        pos,
+        w2,
+        tb,
+        tc,
+        kv,
+        kg,
+        hv,
+        acc,
+        cnt,
+        bias,
+        bias_slot,
     )
     return {
         "g": _finish_accumulator(acc, cols, dim, True),
@@ -356,7 +398,9 @@ class WorkingSet:
                 log.warning(
                     "perf: the working set of cutting planes exceeds dense_limit_mb=%g "
                     "(%d planes, %.1f MB); planes inactive for max_inactive iterations are "
-                    "dropped", self.limit / 2**20, len(self.vecs) + 1,
+                    "dropped",
+                    self.limit / 2**20,
+                    len(self.vecs) + 1,
                     (self.nbytes + size) / 2**20,
                 )
         return v, size
@@ -440,23 +484,36 @@ class WorkingSet:
 
     def state(self) -> tuple[dict, dict]:
         """(scalars, arrays) describing the whole working set, for checkpoints."""
-        arrays = {"ws_Q": self.Q, "ws_alpha": self.alpha, "ws_r": np.asarray(self.r),
-                  "ws_inactive": np.asarray(self.inactive, dtype=np.int64)}
+        arrays = {
+            "ws_Q": self.Q,
+            "ws_alpha": self.alpha,
+            "ws_r": np.asarray(self.r),
+            "ws_inactive": np.asarray(self.inactive, dtype=np.int64),
+        }
         for j, v in enumerate(self.vecs):
             if isinstance(v, np.ndarray):
                 arrays[f"ws_v{j}"] = v
             else:
                 arrays[f"ws_v{j}_idx"], arrays[f"ws_v{j}_val"] = v
-        scalars = {"ws_n": len(self.vecs), "ws_nbytes": self.nbytes, "ws_peak": self.peak,
-                   "ws_peak_bytes": self.peak_bytes, "ws_float32": self.float32,
-                   "ws_warned": self._warned}
+        scalars = {
+            "ws_n": len(self.vecs),
+            "ws_nbytes": self.nbytes,
+            "ws_peak": self.peak,
+            "ws_peak_bytes": self.peak_bytes,
+            "ws_float32": self.float32,
+            "ws_warned": self._warned,
+        }
         return scalars, arrays
 
     def restore(self, scalars: dict, arrays: dict) -> None:
         """Inverse of :meth:`state`."""
         n = int(scalars["ws_n"])
-        self.vecs = [arrays[f"ws_v{j}"] if f"ws_v{j}" in arrays
-                     else (arrays[f"ws_v{j}_idx"], arrays[f"ws_v{j}_val"]) for j in range(n)]
+        self.vecs = [
+            arrays[f"ws_v{j}"]
+            if f"ws_v{j}" in arrays
+            else (arrays[f"ws_v{j}_idx"], arrays[f"ws_v{j}_val"])
+            for j in range(n)
+        ]
         self.Q = np.array(arrays["ws_Q"], dtype=np.float64).reshape(n, n)
         self.alpha = np.array(arrays["ws_alpha"], dtype=np.float64)
         self.r = [float(v) for v in arrays["ws_r"]]
@@ -553,8 +610,12 @@ class _Progress:
         self.history.append(rec)
         log.debug(
             "perf it %d: obj %.10g xi %.6g viol %s |W| %d pass %.3fs",
-            rec["iteration"], rec["objective"], rec["xi"], rec["violation"],
-            rec["working_set"], rec["pass_seconds"],
+            rec["iteration"],
+            rec["objective"],
+            rec["xi"],
+            rec["violation"],
+            rec["working_set"],
+            rec["pass_seconds"],
         )
         if self.callback is not None:
             self.callback(dict(rec))
@@ -564,8 +625,7 @@ class _Progress:
 SUPPORTS_CHECKPOINT = True
 
 
-def solve(store, engine, params: dict, callback: Callback | None = None,
-          checkpoint=None) -> Result:
+def solve(store, engine, params: dict, callback: Callback | None = None, checkpoint=None) -> Result:
     """Train a linear SVM with the cutting-plane algorithm (see the module docstring).
 
     With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), the state (w or the
@@ -580,8 +640,9 @@ def solve(store, engine, params: dict, callback: Callback | None = None,
     if loss == "error":
         return _solve_error(store, engine, params, variant, callback, checkpoint)
     if checkpoint is not None:
-        raise SolverError("perf: --checkpoint is supported for --loss error only (not yet "
-                          "for roc / ordinal)")
+        raise SolverError(
+            "perf: --checkpoint is supported for --loss error only (not yet for roc / ordinal)"
+        )
     return _solve_rank(store, engine, params, loss, variant, callback)
 
 
@@ -604,8 +665,14 @@ def reduce_many(a, b):
 SUPPORTS_OVR_CHECKPOINT = True
 
 
-def solve_ovr(store, engine, params: dict, classes: list[float],
-              callback: Callback | None = None, checkpoint=None) -> Result:
+def solve_ovr(
+    store,
+    engine,
+    params: dict,
+    classes: list[float],
+    callback: Callback | None = None,
+    checkpoint=None,
+) -> Result:
     """One-vs-rest with every class's cutting-plane iteration sharing one streamed pass.
 
     Each class runs its own Algorithm 1 (or the accelerated variant) for "class c vs the
@@ -633,14 +700,14 @@ def solve_ovr(store, engine, params: dict, classes: list[float],
     t0 = time.perf_counter()
     steps, reqs, results = [], {}, {}
     for k, c in enumerate(classes):
+
         def cb(rec, k=k, c=c):
             if callback is not None:
                 callback({**rec, "class": c, "class_index": k})
 
         # neg: "the rest" (the binary model's classes are replaced by combine_ovr_models)
         ck = None if checkpoint is None else checkpoint(k, c)
-        g = _error_steps(meta, math.nan, c, engine, params, variant, cb, ck,
-                         share=len(classes))
+        g = _error_steps(meta, math.nan, c, engine, params, variant, cb, ck, share=len(classes))
         steps.append(g)
         reqs[k] = next(g)
     rounds = 0
@@ -650,8 +717,9 @@ def solve_ovr(store, engine, params: dict, classes: list[float],
         parts = engine.map_reduce(store, pass_many, [reqs[k] for k in ks], reduce=reduce_many)
         pt = time.perf_counter() - t
         rounds += 1
-        log.info("perf ovr: pass %d for %d of %d classes (%.2fs)", rounds, len(ks),
-                 len(classes), pt)
+        log.info(
+            "perf ovr: pass %d for %d of %d classes (%.2fs)", rounds, len(ks), len(classes), pt
+        )
         for k, part in zip(ks, parts, strict=True):
             try:
                 reqs[k] = steps[k].send((part, pt))
@@ -672,8 +740,11 @@ def solve_ovr(store, engine, params: dict, classes: list[float],
         stop_value=max(r.stop_value for r in res),
         history=[h for r in res for h in r.history],
         summary={
-            "multiclass": "ovr", "n_classes": len(classes), "shared_passes": True,
-            "variant": variant, "per_class_objective": [r.objective for r in res],
+            "multiclass": "ovr",
+            "n_classes": len(classes),
+            "shared_passes": True,
+            "variant": variant,
+            "per_class_objective": [r.objective for r in res],
             "per_class_iterations": [r.iterations for r in res],
             "converged": all(r.summary.get("converged") for r in res),
         },
@@ -709,8 +780,9 @@ def _solve_error(store, engine, params, variant, callback, checkpoint=None) -> R
             return done.value
 
 
-def _error_steps(meta, neg, pos, engine, params, variant, callback, checkpoint=None,
-                 share: int = 1):
+def _error_steps(
+    meta, neg, pos, engine, params, variant, callback, checkpoint=None, share: int = 1
+):
     """Algorithm 1 (``paper``) or its accelerated variant for the problem ``pos`` vs the rest,
     as a generator: it yields the pass it needs, ``(pass function, broadcast)``, receives
     ``(reduced partial, pass seconds)`` and returns the :class:`Result`.
@@ -752,8 +824,11 @@ def _error_steps(meta, neg, pos, engine, params, variant, callback, checkpoint=N
         if checkpoint is None:
             return
         wsc, wsa = ws.state()
-        checkpoint.save(it, scalars={**scalars, **wsc, "it": it, "passes": prog.passes(),
-                                     "dual": _finite(dual)}, arrays={**arrays, **wsa})
+        checkpoint.save(
+            it,
+            scalars={**scalars, **wsc, "it": it, "passes": prog.passes(), "dual": _finite(dual)},
+            arrays={**arrays, **wsa},
+        )
 
     if variant == "paper":
         if resume is not None:
@@ -766,10 +841,17 @@ def _error_steps(meta, neg, pos, engine, params, variant, callback, checkpoint=N
             xi_new = hinge / n
             xi_w = ws.slack()
             stop = xi_new - xi_w
-            prog.emit({
-                "iteration": it, "objective": obj, "xi": xi_new, "violation": stop,
-                "working_set": len(ws), "pass_seconds": pt, "lower_bound": _finite(dual),
-            })
+            prog.emit(
+                {
+                    "iteration": it,
+                    "objective": obj,
+                    "xi": xi_new,
+                    "violation": stop,
+                    "working_set": len(ws),
+                    "pass_seconds": pt,
+                    "lower_bound": _finite(dual),
+                }
+            )
             if stop <= eps:
                 converged = True
                 break
@@ -798,10 +880,18 @@ def _error_steps(meta, neg, pos, engine, params, variant, callback, checkpoint=N
             wb = w.copy()
             Pb = 0.5 * float(vdot(wb, wb)) + C * hinge
             xib = hinge / n
-            prog.emit({
-                "iteration": 0, "objective": Pb, "xi": xib, "violation": None,
-                "working_set": 0, "pass_seconds": pt, "lower_bound": None, "step": 0.0,
-            })
+            prog.emit(
+                {
+                    "iteration": 0,
+                    "objective": Pb,
+                    "xi": xib,
+                    "violation": None,
+                    "working_set": 0,
+                    "pass_seconds": pt,
+                    "lower_bound": None,
+                    "step": 0.0,
+                }
+            )
             ws.add(acc_row(part["g"], 0) / n, float(part["cnt"][0]) / n)
             save({"Pb": Pb, "xib": xib}, {"wb": wb})
         while True:
@@ -824,11 +914,18 @@ def _error_steps(meta, neg, pos, engine, params, variant, callback, checkpoint=N
                 Pb = 0.5 * float(vdot(wb, wb)) + C * float(part["hinge"][q])
                 xib = float(part["hinge"][q]) / n
             stop = (Pb - dual) / Cp
-            prog.emit({
-                "iteration": it, "objective": Pb, "xi": xib, "violation": stop,
-                "working_set": len(ws), "pass_seconds": pt, "lower_bound": dual,
-                "step": kstar,
-            })
+            prog.emit(
+                {
+                    "iteration": it,
+                    "objective": Pb,
+                    "xi": xib,
+                    "violation": stop,
+                    "working_set": len(ws),
+                    "pass_seconds": pt,
+                    "lower_bound": dual,
+                    "step": kstar,
+                }
+            )
             if stop <= eps:
                 converged = True
                 break
@@ -843,25 +940,50 @@ def _error_steps(meta, neg, pos, engine, params, variant, callback, checkpoint=N
             save({"Pb": Pb, "xib": xib}, {"wb": wb})
         w_final, obj_final, xi_final = wb, Pb, xib
     if not converged:
-        log.warning("perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
-                    it, stop)
+        log.warning(
+            "perf: stopped after %d iterations (max_iter) with violation %.3g > eps", it, stop
+        )
     info = {
-        "solver": "perf", "loss": "error", "variant": variant, "C": C, "C_perf": Cp,
-        "c_perf_svmperf": Cp / 100.0, "eps": eps, "bias": bias, "objective": obj_final,
-        "iterations": it, "converged": converged, "float32_planes": ws.float32,
+        "solver": "perf",
+        "loss": "error",
+        "variant": variant,
+        "C": C,
+        "C_perf": Cp,
+        "c_perf_svmperf": Cp / 100.0,
+        "eps": eps,
+        "bias": bias,
+        "objective": obj_final,
+        "iterations": it,
+        "converged": converged,
+        "float32_planes": ws.float32,
     }
     model = Model(
-        kind="linear", n_features=d, classes=[neg, pos], coef_=w_final[:d].copy(),
-        intercept_=float(w_final[d] * bias), info=info,
+        kind="linear",
+        n_features=d,
+        classes=[neg, pos],
+        coef_=w_final[:d].copy(),
+        intercept_=float(w_final[d] * bias),
+        info=info,
     )
     return Result(
-        model=model, objective=obj_final, dual_objective=None, iterations=it,
-        passes=prog.passes(), seconds=time.perf_counter() - prog.t0, stop_value=float(stop),
+        model=model,
+        objective=obj_final,
+        dual_objective=None,
+        iterations=it,
+        passes=prog.passes(),
+        seconds=time.perf_counter() - prog.t0,
+        stop_value=float(stop),
         history=prog.history,
         summary={
-            "xi": xi_final, "peak_working_set": ws.peak, "working_set": len(ws),
-            "working_set_mb": ws.peak_bytes / 2**20, "variant": variant, "loss": "error",
-            "lower_bound": _finite(dual), "C": C, "converged": converged,
+            "xi": xi_final,
+            "peak_working_set": ws.peak,
+            "working_set": len(ws),
+            "working_set_mb": ws.peak_bytes / 2**20,
+            "variant": variant,
+            "loss": "error",
+            "lower_bound": _finite(dual),
+            "C": C,
+            "converged": converged,
         },
     )
 
@@ -943,7 +1065,8 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
     m = rk.m
     if m == 0:
         raise SolverError(
-            "no pairs with different ranks" + (" within any query" if meta.has_qid else "")
+            "no pairs with different ranks"
+            + (" within any query" if meta.has_qid else "")
             + f"; --loss {loss} needs at least two ranks"
         )
     C = _resolve_C(params, m)
@@ -977,10 +1100,17 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
     viol, lossv, coef = rk.cut(s0)
     obj = C * lossv
     g, pt = accumulate(coef)
-    prog.emit({
-        "iteration": 0, "objective": obj, "xi": lossv / m, "violation": None,
-        "working_set": 0, "pass_seconds": pt, "lower_bound": None,
-    })
+    prog.emit(
+        {
+            "iteration": 0,
+            "objective": obj,
+            "xi": lossv / m,
+            "violation": None,
+            "working_set": 0,
+            "pass_seconds": pt,
+            "lower_bound": None,
+        }
+    )
     ws.add(g / m, viol / m)
     it = 0
     converged = False
@@ -1021,10 +1151,18 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
                 xib = lk / m
             stop = (Pb - dual) / Cp
             obj = Pb
-        prog.emit({
-            "iteration": it, "objective": Pb, "xi": xib, "violation": stop,
-            "working_set": len(ws), "pass_seconds": pt, "lower_bound": dual, "step": step,
-        })
+        prog.emit(
+            {
+                "iteration": it,
+                "objective": Pb,
+                "xi": xib,
+                "violation": stop,
+                "working_set": len(ws),
+                "pass_seconds": pt,
+                "lower_bound": dual,
+                "step": step,
+            }
+        )
         if stop <= eps:
             converged = True
             break
@@ -1037,26 +1175,53 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
         ws.add(g / m, viol / m)
         ws.drop_inactive(max_inactive)
     if not converged:
-        log.warning("perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
-                    it, stop)
+        log.warning(
+            "perf: stopped after %d iterations (max_iter) with violation %.3g > eps", it, stop
+        )
     classes = labels if loss == "ordinal" else labels[:2]
     info = {
-        "solver": "perf", "loss": loss, "variant": variant, "C": C, "C_perf": Cp,
-        "c_perf_svmperf": Cp / 100.0, "eps": eps, "bias": 0.0, "objective": Pb,
-        "n_pairs": m, "iterations": it, "converged": converged,
-        "has_qid": bool(meta.has_qid), "float32_planes": ws.float32,
+        "solver": "perf",
+        "loss": loss,
+        "variant": variant,
+        "C": C,
+        "C_perf": Cp,
+        "c_perf_svmperf": Cp / 100.0,
+        "eps": eps,
+        "bias": 0.0,
+        "objective": Pb,
+        "n_pairs": m,
+        "iterations": it,
+        "converged": converged,
+        "has_qid": bool(meta.has_qid),
+        "float32_planes": ws.float32,
     }
     model = Model(
-        kind="linear", n_features=d, classes=[float(c) for c in classes],
-        coef_=np.asarray(wb, dtype=np.float64).copy(), intercept_=0.0, info=info,
+        kind="linear",
+        n_features=d,
+        classes=[float(c) for c in classes],
+        coef_=np.asarray(wb, dtype=np.float64).copy(),
+        intercept_=0.0,
+        info=info,
     )
     return Result(
-        model=model, objective=Pb, dual_objective=None, iterations=it,
-        passes=prog.passes(), seconds=time.perf_counter() - prog.t0, stop_value=float(stop),
+        model=model,
+        objective=Pb,
+        dual_objective=None,
+        iterations=it,
+        passes=prog.passes(),
+        seconds=time.perf_counter() - prog.t0,
+        stop_value=float(stop),
         history=prog.history,
         summary={
-            "xi": xib, "peak_working_set": ws.peak, "working_set": len(ws),
-            "working_set_mb": ws.peak_bytes / 2**20, "variant": variant, "loss": loss,
-            "lower_bound": _finite(dual), "n_pairs": m, "C": C, "converged": converged,
+            "xi": xib,
+            "peak_working_set": ws.peak,
+            "working_set": len(ws),
+            "working_set_mb": ws.peak_bytes / 2**20,
+            "variant": variant,
+            "loss": loss,
+            "lower_bound": _finite(dual),
+            "n_pairs": m,
+            "C": C,
+            "converged": converged,
         },
     )

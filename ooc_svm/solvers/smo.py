@@ -119,14 +119,30 @@ def add_arguments(group) -> None:
         except argparse.ArgumentError:  # another dual solver already defines the flag
             pass
 
-    add("--selection", choices=["wss2", "platt"], default=None,
-        help="smo: working-set selection, Fan et al. 2005 second order (default) or Platt 1998")
-    add("--shrinking", action=argparse.BooleanOptionalAction, default=None,
-        help="smo (wss2): LIBSVM shrinking (default on)")
-    add("--working-mb", type=float, default=None,
-        help="smo: memory budget of the in-memory working set (default 256)")
-    add("--working-rows", type=int, default=None,
-        help="smo: cap on in-memory working rows (default: from --working-mb)")
+    add(
+        "--selection",
+        choices=["wss2", "platt"],
+        default=None,
+        help="smo: working-set selection, Fan et al. 2005 second order (default) or Platt 1998",
+    )
+    add(
+        "--shrinking",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="smo (wss2): LIBSVM shrinking (default on)",
+    )
+    add(
+        "--working-mb",
+        type=float,
+        default=None,
+        help="smo: memory budget of the in-memory working set (default 256)",
+    )
+    add(
+        "--working-rows",
+        type=int,
+        default=None,
+        help="smo: cap on in-memory working rows (default: from --working-mb)",
+    )
 
 
 # ============================================================================================
@@ -335,8 +351,7 @@ def _shrink(active, n_active, y, alpha, G, C, cache):
 
 
 @njit(cache=True, nogil=True)
-def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, shrinking,
-                init_grad):
+def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, shrinking, init_grad):
     """LIBSVM's Solver::Solve for C-SVC on the in-memory rows.
 
     ``G`` = Qα + p is computed here when ``init_grad`` (else given, with ``G_bar``).
@@ -375,8 +390,7 @@ def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, sh
                 if not unshrink and g12 <= 10.0 * tol:
                     unshrink = True
                     # restore everything, reconstruct, then shrink again
-                    _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar,
-                                 p, C)
+                    _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C)
                     n_active = m
                     n_new, g12 = _shrink(active, n_active, y, alpha, G, C, cache)
                 n_active = n_new
@@ -385,8 +399,7 @@ def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, sh
             if n_active < m:
                 _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C)
                 n_active = m
-                i, j, gap = _select_wss2(active, n_active, X, kp, cache, work, alpha, G,
-                                         QD, C)
+                i, j, gap = _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C)
                 if j < 0 or gap < tol:
                     status = 0
                     break
@@ -505,8 +518,11 @@ def _rho_and_gap(y, alpha, G, C):
     if nfree > 0:
         rho = sfree / nfree
     else:
-        rho = 0.5 * (ub + lb) if (np.isfinite(ub) and np.isfinite(lb)) else (
-            ub if np.isfinite(ub) else (lb if np.isfinite(lb) else 0.0))
+        rho = (
+            0.5 * (ub + lb)
+            if (np.isfinite(ub) and np.isfinite(lb))
+            else (ub if np.isfinite(ub) else (lb if np.isfinite(lb) else 0.0))
+        )
     return rho, m_up, m_low
 
 
@@ -574,8 +590,15 @@ def _take_step(i1, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w,
     E2 = E[i2] if tracked[i2] else _fresh_error(i2, X, kp, work, alpha, fs, w, linear)
     k11 = _self_kernel(code, sq[i1], gamma, degree, coef0)
     k22 = _self_kernel(code, sq[i2], gamma, degree, coef0)
-    k12 = kernel_from_dot(code, sparse_dot(indptr, indices, data, i1, indptr, indices, data, i2),
-                          sq[i1], sq[i2], gamma, degree, coef0)
+    k12 = kernel_from_dot(
+        code,
+        sparse_dot(indptr, indices, data, i1, indptr, indices, data, i2),
+        sq[i1],
+        sq[i2],
+        gamma,
+        degree,
+        coef0,
+    )
     eta = k11 + k22 - 2.0 * k12  # eq. 15
     b = fs[0]
     if eta > 0:
@@ -678,8 +701,9 @@ def _examine(i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linea
                 bv = v
                 best = k
     if n_nb > 1 and best >= 0:
-        if _take_step(best, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w,
-                      linear, C):
+        if _take_step(
+            best, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C
+        ):
             return 1
     # the non-bound rows, from a random start
     if n_t > 0:
@@ -687,36 +711,39 @@ def _examine(i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linea
         for u in range(n_t):
             k = tlist[(start + u) % n_t]
             if 0 < alpha[k] < C:
-                if _take_step(k, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w,
-                              linear, C):
+                if _take_step(
+                    k, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C
+                ):
                     return 1
     # all rows in memory, from a random start (deviation: not the whole store)
     m = y.shape[0]
     start = _rand(rs) % m
     for u in range(m):
         k = (start + u) % m
-        if _take_step(k, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w,
-                      linear, C):
+        if _take_step(k, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C):
             return 1
     return 0
 
 
 @njit(cache=True, nogil=True)
-def _platt_examine_list(order, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear,
-                        C, tol, rs):
+def _platt_examine_list(
+    order, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+):
     """examineExample over the given rows (a pass over all examples of one shard)."""
     changed = 0
     for t in range(order.shape[0]):
         if ist[2] >= ist[3]:
             break
-        changed += _examine(order[t], X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w,
-                            linear, C, tol, rs)
+        changed += _examine(
+            order[t], X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+        )
     return changed
 
 
 @njit(cache=True, nogil=True)
-def _platt_nonbound_loop(X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C,
-                         tol, rs):
+def _platt_nonbound_loop(
+    X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+):
     """Passes over the non-bound rows until one changes nothing (Platt's inner loop).
 
     Returns (total changes, number of passes)."""
@@ -729,8 +756,9 @@ def _platt_nonbound_loop(X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, 
             if ist[2] >= ist[3]:
                 break
             if 0 < alpha[k] < C:
-                changed += _examine(k, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w,
-                                    linear, C, tol, rs)
+                changed += _examine(
+                    k, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+                )
         passes += 1
         total += changed
         if changed == 0 or ist[2] >= ist[3]:
@@ -819,8 +847,13 @@ def _kernel_tuple(kp: KernelParams):
 
 
 def _x_tuple(rows: WorkingRows):
-    return (rows.indptr, rows.u32, rows.data.astype(np.float32, copy=False), rows.sq_norms(),
-            rows.y)
+    return (
+        rows.indptr,
+        rows.u32,
+        rows.data.astype(np.float32, copy=False),
+        rows.sq_norms(),
+        rows.y,
+    )
 
 
 def _cache_for(cache_mb: float, m: int) -> SlotCache:
@@ -894,14 +927,21 @@ def solve(store, engine, params: dict, callback=None, checkpoint=None) -> Result
     sv_rows, intercept, iters, extra, dual = out
 
     # independent KKT check on every row
-    exp = make_expansion(kp, store.meta.n_features, sv_rows, sv_rows.y * sv_rows.alpha) \
-        if extra.get("w") is None else make_expansion(kp, store.meta.n_features, w=extra["w"])
+    exp = (
+        make_expansion(kp, store.meta.n_features, sv_rows, sv_rows.y * sv_rows.alpha)
+        if extra.get("w") is None
+        else make_expansion(kp, store.meta.n_features, w=extra["w"])
+    )
     kkt = extra.pop("kkt", None)
     if kkt is None:
         kkt = kkt_violation_pass(store, engine, state, exp, intercept, C, pos, tol)
     if not kkt["ok"]:
-        log.warning("smo: KKT check found a violation of %.3g (> tol %.3g) on %d rows",
-                    kkt["max_violation"], tol, kkt["n_violators"])
+        log.warning(
+            "smo: KKT check found a violation of %.3g (> tol %.3g) on %d rows",
+            kkt["max_violation"],
+            tol,
+            kkt["n_violators"],
+        )
     sum_alpha = kkt["sum_alpha"]
     if dual is None:
         if exp.w is not None:
@@ -910,33 +950,64 @@ def solve(store, engine, params: dict, callback=None, checkpoint=None) -> Result
             dual = dual_objective(sv_rows, kp, store.meta.n_features)
     # ½‖w‖² = ½αᵀQα = dual + Σα
     primal = float(dual + sum_alpha + C * kkt["hinge"])
-    info = {"solver": "smo", "C": C, "tol": tol, "selection": p["selection"],
-            "dual_objective": dual, "objective": primal}
+    info = {
+        "solver": "smo",
+        "C": C,
+        "tol": tol,
+        "selection": p["selection"],
+        "dual_objective": dual,
+        "objective": primal,
+    }
     model = make_model(sv_rows, intercept, kp, store.meta.n_features, (neg, pos), info)
     if extra.get("w") is not None:  # bound SVs folded into w (eq. 22) are not in sv_rows
         model.coef_ = np.asarray(extra["w"], dtype=np.float64)
     summary = {
-        "kernel": kp.kernel, "gamma": kp.gamma, "C": C, "tol": tol,
-        "selection": p["selection"], "shrinking": bool(p["shrinking"]),
-        "n_sv": int(kkt["n_sv"]), "n_bound_sv": int(kkt["n_bound_sv"]),
+        "kernel": kp.kernel,
+        "gamma": kp.gamma,
+        "C": C,
+        "tol": tol,
+        "selection": p["selection"],
+        "shrinking": bool(p["shrinking"]),
+        "n_sv": int(kkt["n_sv"]),
+        "n_bound_sv": int(kkt["n_bound_sv"]),
         "intercept": float(intercept),
-        "kkt_max_violation": kkt["max_violation"], "kkt_violators": kkt["n_violators"],
-        "kkt_gap": kkt["gap"], "kkt_ok": kkt["ok"],
+        "kkt_max_violation": kkt["max_violation"],
+        "kkt_violators": kkt["n_violators"],
+        "kkt_gap": kkt["gap"],
+        "kkt_ok": kkt["ok"],
     }
     summary.update({k: v for k, v in extra.items() if k not in ("w", "passes")})
     seconds = time.perf_counter() - t0
-    return Result(model=model, objective=primal, dual_objective=float(dual),
-                  iterations=int(iters),
-                  passes=int(extra.get("passes", engine.passes - passes0)),
-                  seconds=seconds, stop_value=float(extra.get("stop_value", 0.0)),
-                  history=history, summary=summary)
+    return Result(
+        model=model,
+        objective=primal,
+        dual_objective=float(dual),
+        iterations=int(iters),
+        passes=int(extra.get("passes", engine.passes - passes0)),
+        seconds=seconds,
+        stop_value=float(extra.get("stop_value", 0.0)),
+        history=history,
+        summary=summary,
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # wss2
 # --------------------------------------------------------------------------------------------
-def _run_wss2(W: WorkingRows, p_lin, kp, C, tol, cache_mb, max_iter, shrinking, n_features,
-              every: int = 0, checkpoint=None, report=None):
+def _run_wss2(
+    W: WorkingRows,
+    p_lin,
+    kp,
+    C,
+    tol,
+    cache_mb,
+    max_iter,
+    shrinking,
+    n_features,
+    every: int = 0,
+    checkpoint=None,
+    report=None,
+):
     """LIBSVM's solver on the rows of ``W`` (α updated in place).
 
     With ``every`` > 0 the solver runs in chunks of at most ``every`` SMO steps (the gradient
@@ -965,9 +1036,22 @@ def _run_wss2(W: WorkingRows, p_lin, kp, C, tol, cache_mb, max_iter, shrinking, 
     step = int(every) if every and every > 0 else int(max_iter)
     while True:
         sc = _cache_for(cache_mb, W.n)  # a fresh cache: shrinking restarts in every chunk
-        it, gap, status = _wss2_solve(X, kt, sc.arrays(), work, W.alpha, G, G_bar, p_lin, QD,
-                                      C, tol, max(1, min(step, int(max_iter) - total)),
-                                      bool(shrinking), init)
+        it, gap, status = _wss2_solve(
+            X,
+            kt,
+            sc.arrays(),
+            work,
+            W.alpha,
+            G,
+            G_bar,
+            p_lin,
+            QD,
+            C,
+            tol,
+            max(1, min(step, int(max_iter) - total)),
+            bool(shrinking),
+            init,
+        )
         init = False
         total += int(it)
         chunk += 1
@@ -976,12 +1060,21 @@ def _run_wss2(W: WorkingRows, p_lin, kp, C, tol, cache_mb, max_iter, shrinking, 
         if status == 0 or total >= max_iter:
             break
         if report is not None:
-            report({"iteration": chunk, "violation": float(gap), "working_set": W.n,
-                    "smo_iterations": total, "objective": float(0.5 * np.dot(W.alpha,
-                                                                             G + p_lin))})
+            report(
+                {
+                    "iteration": chunk,
+                    "violation": float(gap),
+                    "working_set": W.n,
+                    "smo_iterations": total,
+                    "objective": float(0.5 * np.dot(W.alpha, G + p_lin)),
+                }
+            )
         if checkpoint is not None:
-            checkpoint.save(chunk, scalars={"iterations": total},
-                            arrays={"alpha": W.alpha, "G": G, "G_bar": G_bar})
+            checkpoint.save(
+                chunk,
+                scalars={"iterations": total},
+                arrays={"alpha": W.alpha, "G": G, "G_bar": G_bar},
+            )
     return total, G, stats, int(status)
 
 
@@ -995,23 +1088,47 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report):
         t1 = time.perf_counter()
         W = fetch_rows(store, engine, np.arange(n), pos)
         p_lin = -np.ones(W.n)
-        it, G, cs, status = _run_wss2(W, p_lin, kp, C, tol, p["cache_mb"], max_iter,
-                                      p["shrinking"], nf, every=int(p["checkpoint_every"]),
-                                      checkpoint=p["_checkpoint"], report=report)
+        it, G, cs, status = _run_wss2(
+            W,
+            p_lin,
+            kp,
+            C,
+            tol,
+            p["cache_mb"],
+            max_iter,
+            p["shrinking"],
+            nf,
+            every=int(p["checkpoint_every"]),
+            checkpoint=p["_checkpoint"],
+            report=report,
+        )
         rho, m_up, m_low = _rho_and_gap(W.y, W.alpha, G, C)
         dual = float(0.5 * np.dot(W.alpha, G + p_lin))
         sv = np.flatnonzero(W.alpha > 0)
         apply_alpha_updates(store, engine, state, W.gids[sv], W.alpha[sv])
-        report({"iteration": 1, "violation": float(m_up - m_low), "working_set": W.n,
-                "smo_iterations": it, "objective": dual,
-                "pass_seconds": time.perf_counter() - t1})
+        report(
+            {
+                "iteration": 1,
+                "violation": float(m_up - m_low),
+                "working_set": W.n,
+                "smo_iterations": it,
+                "objective": dual,
+                "pass_seconds": time.perf_counter() - t1,
+            }
+        )
         for k in cache_stats:
             cache_stats[k] += cs[k]
-        extra = {"working_rows": W.n, "outer_iterations": 1, "stop_value": float(m_up - m_low),
-                 "passes": 2,  # reading every row + the independent KKT pass
-                 "cache_hits": cache_stats["hits"], "cache_misses": cache_stats["misses"],
-                 "cache_evictions": cache_stats["evictions"], "in_memory": True,
-                 "status": "optimal" if status == 0 else "max_iter"}
+        extra = {
+            "working_rows": W.n,
+            "outer_iterations": 1,
+            "stop_value": float(m_up - m_low),
+            "passes": 2,  # reading every row + the independent KKT pass
+            "cache_hits": cache_stats["hits"],
+            "cache_misses": cache_stats["misses"],
+            "cache_evictions": cache_stats["evictions"],
+            "in_memory": True,
+            "status": "optimal" if status == 0 else "max_iter",
+        }
         if status != 0:
             log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, m_up - m_low)
         return W.take(sv), -float(rho), it, extra, dual
@@ -1052,8 +1169,9 @@ def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, 
         else:
             fixed = make_expansion(kp, nf, F, F.y * F.alpha)
         p_lin = -1.0 + W.y * fixed.scores(*W.csr())
-        it, G, cs, status = _run_wss2(W, p_lin, kp, C, tol, p["cache_mb"],
-                                      max(1, max_iter - total_it), p["shrinking"], nf)
+        it, G, cs, status = _run_wss2(
+            W, p_lin, kp, C, tol, p["cache_mb"], max(1, max_iter - total_it), p["shrinking"], nf
+        )
         total_it += it
         for k in cache_stats:
             cache_stats[k] += cs[k]
@@ -1077,9 +1195,16 @@ def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, 
         r = engine.map_reduce(store, _scan_fn, bc, reduce=_scan_reduce, state=state)
         m_up_o, m_low_o, n_cand, part, _ = r
         gap = max(m_w, m_up_o) - min(big_m_w, m_low_o)
-        report({"iteration": outer, "violation": float(gap), "working_set": W.n,
-                "smo_iterations": it, "candidates": int(n_cand),
-                "pass_seconds": time.perf_counter() - t1})
+        report(
+            {
+                "iteration": outer,
+                "violation": float(gap),
+                "working_set": W.n,
+                "smo_iterations": it,
+                "candidates": int(n_cand),
+                "pass_seconds": time.perf_counter() - t1,
+            }
+        )
         if gap <= tol or part is None or status != 0 or total_it >= max_iter:
             break
         cand = part[1]
@@ -1105,10 +1230,16 @@ def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, 
         log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, gap)
     # final flush of W's α (already applied by the last scan) and the model's SVs
     svw = W.take(np.flatnonzero(W.alpha > 0))
-    extra = {"working_rows": int(W.n), "outer_iterations": outer, "stop_value": float(gap),
-             "cache_hits": cache_stats["hits"], "cache_misses": cache_stats["misses"],
-             "cache_evictions": cache_stats["evictions"], "in_memory": False,
-             "status": "optimal" if gap <= tol else "max_iter"}
+    extra = {
+        "working_rows": int(W.n),
+        "outer_iterations": outer,
+        "stop_value": float(gap),
+        "cache_hits": cache_stats["hits"],
+        "cache_misses": cache_stats["misses"],
+        "cache_evictions": cache_stats["evictions"],
+        "in_memory": False,
+        "status": "optimal" if gap <= tol else "max_iter",
+    }
     if linear:
         from .dual_common import primal_w
 
@@ -1202,11 +1333,18 @@ def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
                     del mem.pending[g]
                 pg = np.array(sorted(pend), dtype=np.int64)
                 pv = np.array([pend[g] for g in pg], dtype=np.float64)
-                parts = engine.map_reduce(store, _fetch_shard_fn, (pg, pv, float(pos)),
-                                          reduce=concat_partials, state=state, shards=[sid])
+                parts = engine.map_reduce(
+                    store,
+                    _fetch_shard_fn,
+                    (pg, pv, float(pos)),
+                    reduce=concat_partials,
+                    state=state,
+                    shards=[sid],
+                )
                 shard = WorkingRows.concat(parts or [])
-                nc, st, cs = _platt_shard(mem, shard, kt, kp, fs, rs, C, tol, p,
-                                          max_iter - steps, nf)
+                nc, st, cs = _platt_shard(
+                    mem, shard, kt, kp, fs, rs, C, tol, p, max_iter - steps, nf
+                )
                 num_changed += nc
                 steps += st
                 for k in cache_stats:
@@ -1223,9 +1361,16 @@ def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
         elif num_changed == 0:
             examine_all = True
         n_nb = int(((mem.rows.alpha > 0) & (mem.rows.alpha < C)).sum())
-        report({"iteration": outer, "examine_all": was_all, "changed": int(num_changed),
-                "smo_iterations": steps, "working_set": n_nb,
-                "pass_seconds": time.perf_counter() - t1})
+        report(
+            {
+                "iteration": outer,
+                "examine_all": was_all,
+                "changed": int(num_changed),
+                "smo_iterations": steps,
+                "working_set": n_nb,
+                "pass_seconds": time.perf_counter() - t1,
+            }
+        )
         if not (num_changed > 0 or examine_all):
             # Platt's loop has ended: confirm with an independent pass before stopping
             _platt_flush(store, engine, state, mem)
@@ -1235,17 +1380,26 @@ def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
             last_gap = kkt["max_violation"]
             if not kkt["ok"] and checks < MAX_PLATT_CHECKS:
                 checks += 1
-                log.info("smo/platt: KKT check found violation %.3g; more examine-all passes",
-                         kkt["max_violation"])
+                log.info(
+                    "smo/platt: KKT check found violation %.3g; more examine-all passes",
+                    kkt["max_violation"],
+                )
                 examine_all = True
     if steps >= max_iter:
         log.warning("smo: iteration limit %d reached", max_iter)
     _platt_flush(store, engine, state, mem)
-    extra = {"outer_iterations": outer, "stop_value": float(last_gap),
-             "working_rows": int(mem.rows.n), "cache_hits": cache_stats["hits"],
-             "cache_misses": cache_stats["misses"], "cache_evictions": cache_stats["evictions"],
-             "in_memory": False, "status": "optimal" if steps < max_iter else "max_iter",
-             "passes": full_passes, "examine_all_checks": checks}
+    extra = {
+        "outer_iterations": outer,
+        "stop_value": float(last_gap),
+        "working_rows": int(mem.rows.n),
+        "cache_hits": cache_stats["hits"],
+        "cache_misses": cache_stats["misses"],
+        "cache_evictions": cache_stats["evictions"],
+        "in_memory": False,
+        "status": "optimal" if steps < max_iter else "max_iter",
+        "passes": full_passes,
+        "examine_all_checks": checks,
+    }
     if kkt is not None and steps < max_iter:
         extra["kkt"] = kkt
     if linear:
@@ -1275,8 +1429,9 @@ def _platt_flush(store, engine, state, mem: _PlattMemory) -> None:
     mem.a_state = mem.rows.alpha.copy()
 
 
-def _platt_shard(mem: _PlattMemory, shard: WorkingRows | None, kt, kp, fs, rs, C, tol, p,
-                 step_budget, nf):
+def _platt_shard(
+    mem: _PlattMemory, shard: WorkingRows | None, kt, kp, fs, rs, C, tol, p, step_budget, nf
+):
     """Examine the rows of one shard (examine-all pass) or the non-bound rows (shard None)
     with the rows in memory; update the pool. Returns (changed, steps, cache stats)."""
     pool = mem.rows
@@ -1291,8 +1446,7 @@ def _platt_shard(mem: _PlattMemory, shard: WorkingRows | None, kt, kp, fs, rs, C
         exp = _platt_expansion(mem, kp, nf)
         E = np.concatenate([mem.E, np.zeros(new.n)])
         E[order] = exp.scores(*shard.csr()) - fs[0] - shard.y
-        tracked = np.concatenate([(pool.alpha > 0) & (pool.alpha < C),
-                                  np.zeros(new.n, dtype=bool)])
+        tracked = np.concatenate([(pool.alpha > 0) & (pool.alpha < C), np.zeros(new.n, dtype=bool)])
         tracked[order] = True
         a_state = np.concatenate([mem.a_state, new.alpha])
     else:
@@ -1318,11 +1472,28 @@ def _platt_shard(mem: _PlattMemory, shard: WorkingRows | None, kt, kp, fs, rs, C
         w = np.concatenate([w, np.zeros(work.shape[0] - w.shape[0])])
     alpha = rows.alpha  # updated in place
     if order is not None:
-        changed = _platt_examine_list(order, X, kt, sc.arrays(), work, alpha, E, tracked, tlist,
-                                      fs, ist, w, mem.linear, C, tol, rs)
+        changed = _platt_examine_list(
+            order,
+            X,
+            kt,
+            sc.arrays(),
+            work,
+            alpha,
+            E,
+            tracked,
+            tlist,
+            fs,
+            ist,
+            w,
+            mem.linear,
+            C,
+            tol,
+            rs,
+        )
     else:
-        changed, _ = _platt_nonbound_loop(X, kt, sc.arrays(), work, alpha, E, tracked, tlist,
-                                          fs, ist, w, mem.linear, C, tol, rs)
+        changed, _ = _platt_nonbound_loop(
+            X, kt, sc.arrays(), work, alpha, E, tracked, tlist, fs, ist, w, mem.linear, C, tol, rs
+        )
     mem.w = w
     # new pool: non-bound rows, plus (kernel) every SV
     if mem.linear:
@@ -1337,4 +1508,3 @@ def _platt_shard(mem: _PlattMemory, shard: WorkingRows | None, kt, kp, fs, rs, C
     mem.E = E[k_idx]
     mem.a_state = a_state[k_idx]
     return int(changed), int(ist[2]), sc.stats_dict()
-

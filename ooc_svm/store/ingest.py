@@ -258,8 +258,9 @@ class _BufferPool:
         self._free.put(buf)
 
 
-def _read_blocks(idx: int, inp: _Input, path: str, block_bytes: int, stop: threading.Event,
-                 pool: _BufferPool):
+def _read_blocks(
+    idx: int, inp: _Input, path: str, block_bytes: int, stop: threading.Event, pool: _BufferPool
+):
     """Blocks of complete lines from one input (runs in the reader thread)."""
     stream, raw, kind, close = _open_stream(inp, path)
     carry = b""
@@ -398,19 +399,32 @@ class _OutputPool:
         self._free.put(out)
 
 
-def _parse(block: _Block, zero_based: bool, col_limit: int, qid_state: int, skip: bool,
-           outputs: _OutputPool):
+def _parse(
+    block: _Block,
+    zero_based: bool,
+    col_limit: int,
+    qid_state: int,
+    skip: bool,
+    outputs: _OutputPool,
+):
     n_nl, n_colon = sv.count_block(block.buf, block.n)
     out = outputs.get(n_nl + 1, n_colon)
     res = sv.parse_block(
-        block.buf, block.n, zero_based=zero_based, col_limit=col_limit, qid_state=qid_state,
-        skip_invalid=skip, max_skip_records=MAX_SKIP_EXAMPLES, padded=True, out=out,
+        block.buf,
+        block.n,
+        zero_based=zero_based,
+        col_limit=col_limit,
+        qid_state=qid_state,
+        skip_invalid=skip,
+        max_skip_records=MAX_SKIP_EXAMPLES,
+        padded=True,
+        out=out,
     )
     return _Parsed(block, *res, qid_state_in=qid_state, out=out)
 
 
 def _token(buf, s: int, e: int) -> str:
-    raw = bytes(buf[s:min(e, s + 60)])
+    raw = bytes(buf[s : min(e, s + 60)])
     text = raw.decode("utf-8", errors="replace")
     return text + ("…" if e - s > 60 else "")
 
@@ -419,31 +433,45 @@ def _describe(code: int, tok: str, extra: int, zero_based: bool, n_features: int
     """What is wrong and what to do, for an error code of the parser."""
     base = 0 if zero_based else 1
     if code == sv.E_VALUE:
-        return (f"feature value in {tok!r} is not a number; write INDEX:VALUE with a decimal "
-                "VALUE such as 0.25, -3 or 1e-4")
+        return (
+            f"feature value in {tok!r} is not a number; write INDEX:VALUE with a decimal "
+            "VALUE such as 0.25, -3 or 1e-4"
+        )
     if code == sv.E_INDEX:
-        return (f"feature index in {tok!r} is not an integer; write INDEX:VALUE with an "
-                "integer INDEX")
+        return (
+            f"feature index in {tok!r} is not an integer; write INDEX:VALUE with an integer INDEX"
+        )
     if code == sv.E_INDEX_ZERO:
-        return (f"feature index 0 in {tok!r}, but SVMlight/LIBSVM indices start at 1; if this "
-                "file is 0-based, pass --zero-based")
+        return (
+            f"feature index 0 in {tok!r}, but SVMlight/LIBSVM indices start at 1; if this "
+            "file is 0-based, pass --zero-based"
+        )
     if code == sv.E_INDEX_NEG:
-        return (f"negative feature index in {tok!r}; indices must be >= {base}"
-                + ("" if zero_based else " (>= 0 with --zero-based)"))
+        return f"negative feature index in {tok!r}; indices must be >= {base}" + (
+            "" if zero_based else " (>= 0 with --zero-based)"
+        )
     if code == sv.E_NOT_INCREASING:
-        return (f"feature indices are not strictly increasing ({extra + base} then {tok!r}); "
-                "sort each line's features by index and remove duplicates")
+        return (
+            f"feature indices are not strictly increasing ({extra + base} then {tok!r}); "
+            "sort each line's features by index and remove duplicates"
+        )
     if code == sv.E_VALUE_NAN:
         return f"feature value in {tok!r} is NaN; replace it by a number or drop the line"
     if code == sv.E_VALUE_INF:
-        return (f"feature value in {tok!r} is infinite or beyond the float32 range (±3.4e38); "
-                "rescale the feature or drop the line")
+        return (
+            f"feature value in {tok!r} is infinite or beyond the float32 range (±3.4e38); "
+            "rescale the feature or drop the line"
+        )
     if code == sv.E_LABEL_MISSING:
-        return (f"missing label: the line starts with {tok!r}; every line must be "
-                "'LABEL [qid:N] INDEX:VALUE ...'")
+        return (
+            f"missing label: the line starts with {tok!r}; every line must be "
+            "'LABEL [qid:N] INDEX:VALUE ...'"
+        )
     if code == sv.E_LABEL:
-        return (f"label {tok!r} is not a number; the first item of a line must be a numeric "
-                "label such as +1, -1, 0, 2 or 0.5")
+        return (
+            f"label {tok!r} is not a number; the first item of a line must be a numeric "
+            "label such as +1, -1, 0, 2 or 0.5"
+        )
     if code == sv.E_LABEL_NAN:
         return f"label {tok!r} is NaN; give the line a numeric label or drop it"
     if code == sv.E_LABEL_INF:
@@ -454,18 +482,26 @@ def _describe(code: int, tok: str, extra: int, zero_based: bool, n_features: int
         return f"{tok!r} must come right after the label, before the features"
     if code == sv.E_QID_MIXED:
         if extra == 1:
-            return ("this line has no qid: but earlier lines (or the store appended to) have "
-                    "one; give every line a qid: or none")
-        return ("this line has a qid: but earlier lines (or the store appended to) have none; "
-                "give every line a qid: or none")
+            return (
+                "this line has no qid: but earlier lines (or the store appended to) have "
+                "one; give every line a qid: or none"
+            )
+        return (
+            "this line has a qid: but earlier lines (or the store appended to) have none; "
+            "give every line a qid: or none"
+        )
     if code == sv.E_NO_COLON:
         return f"feature {tok!r} is not INDEX:VALUE"
     if code == sv.E_INDEX_LIMIT:
         if n_features is not None and extra < MAX_FEATURES - 1:
-            return (f"feature index in {tok!r} is beyond --n-features {n_features}; raise "
-                    "--n-features or drop it")
-        return (f"feature index in {tok!r} is too large (the largest supported index is "
-                f"{MAX_FEATURES - 1 + base})")
+            return (
+                f"feature index in {tok!r} is beyond --n-features {n_features}; raise "
+                "--n-features or drop it"
+            )
+        return (
+            f"feature index in {tok!r} is too large (the largest supported index is "
+            f"{MAX_FEATURES - 1 + base})"
+        )
     return f"invalid line (parser code {code}) near {tok!r}"
 
 
@@ -603,7 +639,10 @@ class _ShardBuilder:
             return None
         sb, r, z = self.buf, self.rows, self.nnz
         shard = Shard(
-            sb.indptr[: r + 1], sb.indices[:z], sb.data[:z], sb.y[:r],
+            sb.indptr[: r + 1],
+            sb.indices[:z],
+            sb.data[:z],
+            sb.y[:r],
             sb.qid[:r] if self.has_qid else None,
         )
         item = (shard, self.max_col + 1, sb)
@@ -852,10 +891,22 @@ def ingest_with_stats(
         ok = False
         try:
             qid_state = _run(
-                paths, infos, block_bytes, stop, pool, n_threads, wt, stats,
-                zero_based=zero_based, col_limit=col_limit, qid_state=qid_state,
-                skip_invalid=skip_invalid, n_features=n_features,
-                shard_rows=shard_rows, shard_bytes=shard_bytes, progress=progress,
+                paths,
+                infos,
+                block_bytes,
+                stop,
+                pool,
+                n_threads,
+                wt,
+                stats,
+                zero_based=zero_based,
+                col_limit=col_limit,
+                qid_state=qid_state,
+                skip_invalid=skip_invalid,
+                n_features=n_features,
+                shard_rows=shard_rows,
+                shard_bytes=shard_bytes,
+                progress=progress,
             )
             wt.close()
             ok = True
@@ -889,9 +940,25 @@ def _exists(path: str) -> bool:
     return fs.exists(root)
 
 
-def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_based,
-         col_limit, qid_state, skip_invalid, n_features, shard_rows, shard_bytes,
-         progress) -> int:
+def _run(
+    paths,
+    infos,
+    block_bytes,
+    stop,
+    pool,
+    n_threads,
+    wt,
+    stats,
+    *,
+    zero_based,
+    col_limit,
+    qid_state,
+    skip_invalid,
+    n_features,
+    shard_rows,
+    shard_bytes,
+    progress,
+) -> int:
     """The main loop: blocks in, checked rows to the shard builder, shards to the writer."""
 
     buffers = _BufferPool()
@@ -910,8 +977,9 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
     src = _background(blocks(), maxsize=2, stop=stop)
 
     def submit(block: _Block) -> None:
-        pending.append(pool.submit(_parse, block, zero_based, col_limit, qid_state,
-                                   skip_invalid, outputs))
+        pending.append(
+            pool.submit(_parse, block, zero_based, col_limit, qid_state, skip_invalid, outputs)
+        )
 
     try:
         src_done = False
@@ -951,7 +1019,11 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
             n_rows = int(info[sv.I_ROWS])
             nnz = int(info[sv.I_NNZ])
             indptr, indices, data, labels, qids = (
-                res.indptr, res.indices, res.data, res.labels, res.qids,
+                res.indptr,
+                res.indices,
+                res.data,
+                res.labels,
+                res.qids,
             )
             if info[sv.I_FALLBACK]:
                 bad = sv.resolve_fallbacks(blk.buf, res.fallback, info[sv.I_FALLBACK], data, labels)
@@ -966,8 +1038,10 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
                         )
                     drop = set()
                     for slot, line, bcode, _s, _e in bad:
-                        r = -slot - 1 if slot < 0 else int(
-                            np.searchsorted(indptr[: n_rows + 1], slot, side="right") - 1
+                        r = (
+                            -slot - 1
+                            if slot < 0
+                            else int(np.searchsorted(indptr[: n_rows + 1], slot, side="right") - 1)
                         )
                         if r not in drop:
                             drop.add(r)
@@ -991,8 +1065,9 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
                     wt.release = builder.release
                 stats.rows += n_rows
                 stats.nnz += nnz
-                for item in builder.add(indptr, indices, data, labels, qids, n_rows,
-                                        int(info[sv.I_MAX_COL])):
+                for item in builder.add(
+                    indptr, indices, data, labels, qids, n_rows, int(info[sv.I_MAX_COL])
+                ):
                     if item is not None:
                         wt.put(item)
             if blk.last and rows_in[blk.input_index] == 0 and len(paths) > 1:
@@ -1009,8 +1084,9 @@ def _run(paths, infos, block_bytes, stop, pool, n_threads, wt, stats, *, zero_ba
     return qid_state
 
 
-def _note_skip(stats: IngestStats, name: str, line: int, code: int, _tok: str,
-               count: bool = True) -> None:
+def _note_skip(
+    stats: IngestStats, name: str, line: int, code: int, _tok: str, count: bool = True
+) -> None:
     if count:
         stats.skipped += 1
     if len(stats.skipped_examples) < MAX_SKIP_EXAMPLES:
@@ -1049,5 +1125,12 @@ def _drop_rows(indptr, indices, data, labels, qids, n_rows, drop):
     new_counts = counts[keep]
     new_indptr = np.zeros(new_counts.shape[0] + 1, np.int64)
     np.cumsum(new_counts, out=new_indptr[1:])
-    return (new_indptr, new_indices, new_data, labels[:n_rows][keep], qids[:n_rows][keep],
-            int(keep.sum()), int(new_indptr[-1]))
+    return (
+        new_indptr,
+        new_indices,
+        new_data,
+        labels[:n_rows][keep],
+        qids[:n_rows][keep],
+        int(keep.sum()),
+        int(new_indptr[-1]),
+    )

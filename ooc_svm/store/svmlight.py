@@ -458,8 +458,22 @@ def count_block(buf, n):
 
 
 @njit(cache=True, nogil=True)
-def _parse_block(buf, b64, n, zero_based, col_limit, qid_state, skip_invalid,
-                 max_skip_records, indptr, indices, data, labels, qids, fb):
+def _parse_block(
+    buf,
+    b64,
+    n,
+    zero_based,
+    col_limit,
+    qid_state,
+    skip_invalid,
+    max_skip_records,
+    indptr,
+    indices,
+    data,
+    labels,
+    qids,
+    fb,
+):
     """See :func:`parse_block`.
 
     One fused pass over the bytes. Feature tokens of the common shape ``123:-0.456`` are
@@ -825,8 +839,10 @@ def parse_block(
         buf = tmp
     m = (buf.shape[0] // 8) * 8
     if m < n + PAD or buf.ctypes.data % 8:
-        raise ValueError("parse_block needs PAD spare bytes after the text and an 8-byte "
-                         "aligned buffer (or padded=False)")
+        raise ValueError(
+            "parse_block needs PAD spare bytes after the text and an 8-byte "
+            "aligned buffer (or padded=False)"
+        )
     buf[n : n + PAD] = _NL
     if out is None:
         n_nl, n_colon = count_block(buf, n)
@@ -836,9 +852,20 @@ def parse_block(
     while True:
         fb = np.empty((fb_rows, 4), np.int64)
         skips, info = _parse_block(
-            buf, buf[:m].view(np.uint64), n, bool(zero_based), int(col_limit), int(qid_state),
-            bool(skip_invalid), int(max(1, max_skip_records)), indptr, indices, data, labels,
-            qids, fb,
+            buf,
+            buf[:m].view(np.uint64),
+            n,
+            bool(zero_based),
+            int(col_limit),
+            int(qid_state),
+            bool(skip_invalid),
+            int(max(1, max_skip_records)),
+            indptr,
+            indices,
+            data,
+            labels,
+            qids,
+            fb,
         )
         if info[I_STATUS] != E_FALLBACK_FULL:
             return indptr, indices, data, labels, qids, fb, skips, info

@@ -176,8 +176,10 @@ class StoreWriter:
         self.shards.append(info)
         self.n_rows += shard.n_rows
         self.nnz += shard.nnz
-        nf = n_features if n_features is not None else (
-            int(shard.indices.max()) + 1 if shard.indices.size else 0
+        nf = (
+            n_features
+            if n_features is not None
+            else (int(shard.indices.max()) + 1 if shard.indices.size else 0)
         )
         self.n_features = max(self.n_features, nf)
         if self._labels is not None:
