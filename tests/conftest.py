@@ -32,3 +32,40 @@ def dataset(rel: str) -> Path:
 @pytest.fixture
 def data_path():
     return dataset
+
+
+def build_store(path, X, y, qid=None, shard_rows: int = 1000, n_features: int | None = None):
+    """Write ``X`` (dense or sparse), ``y`` (and ``qid``) as a store at ``path`` and open it.
+
+    The backend follows the suffix (``.zarr`` or ``.parquet``); ``shard_rows`` rows per shard.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    from ooc_svm.store import open_store
+    from ooc_svm.store.writer import csr_to_shards, write_store
+
+    X = sp.csr_matrix(X, dtype=np.float32)
+    n_features = X.shape[1] if n_features is None else n_features
+    write_store(
+        str(path), csr_to_shards(X, y, qid=qid, shard_rows=shard_rows), n_features=n_features
+    )
+    return open_store(str(path))
+
+
+@pytest.fixture
+def make_store(tmp_path):
+    """Factory fixture: ``make_store(X, y, qid=None, shard_rows=1000, name="s.zarr")`` writes a
+    real store under the test's ``tmp_path`` and returns it opened."""
+
+    def make(X, y, qid=None, shard_rows: int = 1000, name: str = "s.zarr", n_features=None):
+        return build_store(tmp_path / name, X, y, qid, shard_rows, n_features)
+
+    return make
+
+
+def ooc_cmd(*args: str) -> list[str]:
+    """The command line that runs ``ooc-svm ARGS`` with this interpreter (no venv path)."""
+    import sys
+
+    return [sys.executable, "-m", "ooc_svm", *map(str, args)]
