@@ -7,16 +7,21 @@ import os
 import time
 from typing import Any
 
-import numpy as np
-import scipy.sparse as sp
-
 from .engine import Engine, make_engine
-from .model import Model
 from .solvers import Callback, Result, SolverError, get_solver
+from .solvers.ovr import combine_ovr_models, train_ovr
+from .solvers.params import SolverParams
 from .store import open_store
-from .store.views import BinaryView
 
 log = logging.getLogger("ooc_svm")
+
+__all__ = ["combine_ovr_models", "solver_params", "train"]
+
+
+def solver_params(solver: str, params: dict[str, Any] | None = None) -> SolverParams:
+    """The validated ``Params`` of ``solver`` from keyword values (None = default); unknown
+    names are refused with the list of valid ones."""
+    return get_solver(solver).Params.from_mapping(params or {})
 
 
 def train(
@@ -55,8 +60,9 @@ def train(
         Byte budget (MiB, per process) of the engine's cache of decoded shards, when the
         engine is made here (default ``$OOC_SVM_SHARD_CACHE_MB`` or 0: every pass reads).
     **params
-        Solver parameters (``C``, ``kernel``, ``gamma``, ``eps``, ``tol``, ...); unknown
-        names are rejected. Missing ones take the solver's ``DEFAULTS``.
+        Solver parameters: the fields of the solver's ``Params`` (``C``, ``kernel``,
+        ``gamma``, ``eps``, ``tol``, ...); unknown names are rejected. Missing ones (or None)
+        take the defaults. ``params=<Params instance>`` passes a ready one.
 
     Returns
     -------
@@ -65,14 +71,14 @@ def train(
     if isinstance(store, str):
         store = open_store(store)
     mod = get_solver(solver)
-    full = dict(mod.DEFAULTS)
-    unknown = set(params) - set(full)
-    if unknown:
-        raise SolverError(
-            f"solver {solver!r} does not take {', '.join(sorted(unknown))}; "
-            f"its parameters are {', '.join(sorted(full))}"
-        )
-    full.update({k: v for k, v in params.items() if v is not None})
+    ready = params.pop("params", None)
+    if isinstance(ready, SolverParams) and not params:
+        typed = ready
+    elif ready is not None:
+        raise SolverError("give params=<Params> or keyword parameters, not both")
+    else:
+        typed = mod.Params.from_mapping(params)
+    full = typed.to_dict()
     kind = store.meta.label_kind
     if multiclass is None and kind == "multiclass":
         multiclass = "ovr"
@@ -112,97 +118,11 @@ def train(
     t0 = time.perf_counter()
     try:
         if multiclass == "ovr":
-            result = _train_ovr(store, mod, engine, full, callback, ckpt)
-        elif ckpt is not None:
-            result = mod.solve(store, engine, full, callback=callback, checkpoint=ckpt)
+            result = train_ovr(store, mod, engine, typed, callback=callback, checkpoint=ckpt)
         else:
-            result = mod.solve(store, engine, full, callback=callback)
+            result = mod.solve(store, engine, typed, callback=callback, checkpoint=ckpt)
     finally:
         if own_engine:
             engine.close()
     log.debug("trained with %s in %.3fs", solver, time.perf_counter() - t0)
     return result
-
-
-def _train_ovr(store, mod, engine: Engine, params: dict, callback, checkpoint=None) -> Result:
-    """One-vs-rest: one binary problem per class (shared passes when the solver has
-    ``solve_ovr``, else one binary training after the other)."""
-    classes = [float(c) for c in (store.meta.labels or [])]
-    if len(classes) < 2:
-        raise SolverError(f"{store.path}: one-vs-rest needs at least two classes")
-    if hasattr(mod, "solve_ovr"):
-        return mod.solve_ovr(
-            store, engine, params, classes, callback=callback, checkpoint=checkpoint
-        )
-    t0 = time.perf_counter()
-    results = []
-    for k, c in enumerate(classes):
-
-        def cb(rec, k=k, c=c):
-            if callback is not None:
-                callback({**rec, "class": c, "class_index": k})
-
-        results.append(mod.solve(BinaryView(store, c), engine, dict(params), callback=cb))
-    model = combine_ovr_models([r.model for r in results], classes)
-    objs = [r.objective for r in results]
-    duals = [r.dual_objective for r in results]
-    return Result(
-        model=model,
-        objective=None if any(o is None for o in objs) else float(sum(objs)),
-        dual_objective=None if any(d is None for d in duals) else float(sum(duals)),
-        iterations=sum(r.iterations for r in results),
-        passes=sum(r.passes for r in results),
-        seconds=time.perf_counter() - t0,
-        stop_value=max(r.stop_value for r in results),
-        history=[h for r in results for h in r.history],
-        summary={
-            "multiclass": "ovr",
-            "n_classes": len(classes),
-            "per_class_objective": objs,
-            "per_class_iterations": [r.iterations for r in results],
-        },
-    )
-
-
-def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
-    """Stack binary models (positive class = ``classes[k]``) into one OvR model."""
-    first = models[0]
-    info = dict(first.info)
-    info["multiclass"] = "ovr"
-    if all(m.kind == "linear" for m in models):
-        return Model(
-            kind="linear",
-            n_features=first.n_features,
-            classes=classes,
-            coef_=np.vstack([np.asarray(m.coef_, dtype=np.float64) for m in models]),
-            intercept_=np.array([float(m.intercept_) for m in models]),
-            kernel=first.kernel,
-            info=info,
-        )
-    # kernel models: union of support vectors (by global row index), one coefficient row each
-    index: dict[int, int] = {}
-    rows = []
-    for m in models:
-        sv = sp.csr_matrix(m.support_vectors_)
-        for j, g in enumerate(np.asarray(m.support_, dtype=np.int64)):
-            if int(g) not in index:
-                index[int(g)] = len(rows)
-                rows.append(sv[j])
-    coef = np.zeros((len(models), len(rows)))
-    for k, m in enumerate(models):
-        for j, g in enumerate(np.asarray(m.support_, dtype=np.int64)):
-            coef[k, index[int(g)]] = np.ravel(m.dual_coef_)[j]
-    return Model(
-        kind="kernel",
-        n_features=first.n_features,
-        classes=classes,
-        intercept_=np.array([float(m.intercept_) for m in models]),
-        support_vectors_=sp.vstack(rows).tocsr() if rows else None,
-        dual_coef_=coef,
-        support_=np.array(sorted(index, key=index.get), dtype=np.int64),
-        kernel=first.kernel,
-        gamma=first.gamma,
-        degree=first.degree,
-        coef0=first.coef0,
-        info=info,
-    )

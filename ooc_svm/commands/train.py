@@ -10,15 +10,89 @@ import time
 from ..solvers import SOLVER_MODULES
 
 
-def add_parser(sub) -> None:
+def _solver_params() -> dict[str, type]:
+    """``{solver name: Params class}`` of the available solvers."""
     from ..solvers import available_solvers, get_solver
 
+    return {name: get_solver(name).Params for name in available_solvers()}
+
+
+def _fmt(v) -> str:
+    return "none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type]) -> None:
+    """Solver flags generated from the ``Params`` dataclasses: ``--name-with-dashes`` per
+    field, help and default(s) from its metadata; a field several solvers share is one flag
+    (in the common group, with each solver's default where they differ)."""
+    import typing
+
+    from ..solvers.params import KernelSolverParams, SolverParams, flag_name
+
+    owners: dict[str, list[tuple[str, typing.Any]]] = {}
+    for solver, cls in classes.items():
+        for f in cls.fields():
+            owners.setdefault(f.name, []).append((solver, f))
+    base_help = {f.name: f.metadata["help"] for f in KernelSolverParams.fields()}
+    base_help.update({f.name: f.metadata["help"] for f in SolverParams.fields()})
+    common = p.add_argument_group("solver parameters (defaults per solver)")
+    groups = {s: p.add_argument_group(f"{s} options") for s in classes}
+    for name, fields in owners.items():
+        solver, f = fields[0]
+        shared = len(fields) > 1
+        group = common if shared else groups[solver]
+        defaults = {s: fl.default for s, fl in fields}
+        if len(set(map(repr, defaults.values()))) == 1:
+            shown = _fmt(f.default)
+        else:
+            shown = ", ".join(f"{s} {_fmt(d)}" for s, d in defaults.items())
+        help_ = base_help.get(name, f.metadata["help"]) if shared else f.metadata["help"]
+        if not shared:
+            help_ = f"{solver}: {help_}"
+        if len(fields) < len(classes) and shared:
+            help_ += f" ({', '.join(s for s, _ in fields)})"
+        help_ = f"{help_} (default {shown})".replace("%", "%%")
+        tp = classes[solver].types()[name]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        base = args[0] if args else tp
+        cli = f.metadata.get("cli")
+        flag = flag_name(name)
+        if cli == "bool":
+            group.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_
+            )
+        elif cli == "no":
+            group.add_argument(
+                flag_name("no_" + name),
+                dest=name,
+                action="store_const",
+                const=False,
+                default=None,
+                help=help_,
+            )
+        else:
+            choices = None
+            for _, fl in fields:
+                if fl.metadata.get("choices"):
+                    choices = list(dict.fromkeys([*(choices or []), *fl.metadata["choices"]]))
+            group.add_argument(
+                flag,
+                dest=name,
+                type=base if base in (int, float) else str,
+                choices=choices,
+                default=None,
+                help=help_,
+            )
+
+
+def add_parser(sub) -> None:
+    from ..solvers import get_solver
+
+    classes = _solver_params()
     lines = []
-    solvers = available_solvers()
-    for name in solvers:
-        mod = get_solver(name)
-        defaults = ", ".join(f"{k}={v}" for k, v in mod.DEFAULTS.items())
-        lines.append(f"  {name}: {mod.STOPPING_RULE}\n    defaults: {defaults}")
+    for name, cls in classes.items():
+        defaults = ", ".join(f"{k}={_fmt(v)}" for k, v in cls.defaults().items())
+        lines.append(f"  {name}: {get_solver(name).STOPPING_RULE}\n    defaults: {defaults}")
     p = sub.add_parser(
         "train",
         help="train an SVM on a store",
@@ -32,22 +106,6 @@ def add_parser(sub) -> None:
     p.add_argument("store", help="store made by `ooc-svm ingest` or `ooc-svm synth`")
     p.add_argument("-o", "--output", required=True, help="model directory to write")
     p.add_argument("--solver", choices=list(SOLVER_MODULES), default="perf")
-    p.add_argument("--C", type=float, default=None, help="regularisation (LIBLINEAR units)")
-    p.add_argument(
-        "--kernel",
-        choices=["linear", "rbf", "poly", "sigmoid"],
-        default=None,
-        help="kernel (dual solvers; perf is linear only)",
-    )
-    p.add_argument("--gamma", type=float, default=None, help="kernel gamma (default 1/n_features)")
-    p.add_argument("--degree", type=int, default=None, help="poly kernel degree")
-    p.add_argument("--coef0", type=float, default=None, help="poly / sigmoid kernel coef0")
-    p.add_argument("--eps", type=float, default=None, help="perf: stopping tolerance epsilon")
-    p.add_argument("--tol", type=float, default=None, help="dual solvers: KKT tolerance")
-    p.add_argument("--bias", type=float, default=None, help="value of the constant bias feature")
-    p.add_argument("--seed", type=int, default=None, help="seed of every randomised step")
-    p.add_argument("--cache-mb", type=float, default=None, help="kernel cache budget in MB")
-    p.add_argument("--max-iter", type=int, default=None, help="iteration limit")
     p.add_argument(
         "--scheduler",
         default=None,
@@ -95,32 +153,8 @@ def add_parser(sub) -> None:
         help="record every iteration (objective, violation, passes, seconds, working set) "
         "as JSON lines; plot with `ooc-svm plot`",
     )
-    for name in solvers:
-        mod = get_solver(name)
-        if hasattr(mod, "add_arguments"):
-            mod.add_arguments(p.add_argument_group(f"{name} options"))
-    p.set_defaults(func=run, _defaults={a.dest: a.default for a in p._actions})
-
-
-#: CLI option names that are not solver parameters
-_NOT_PARAMS = {
-    "store",
-    "output",
-    "solver",
-    "scheduler",
-    "json",
-    "func",
-    "command",
-    "verbose",
-    "quiet",
-    "config",
-    "history",
-    "_defaults",
-    "multiclass",
-    "checkpoint",
-    "resume",
-    "shard_cache_mb",
-}
+    add_solver_flags(p, classes)
+    p.set_defaults(func=run, _param_names=sorted({n for c in classes.values() for n in c.names()}))
 
 
 def load_config(path: str, solver: str) -> dict:
@@ -140,37 +174,41 @@ def load_config(path: str, solver: str) -> dict:
     return out
 
 
+def solver_params_from_args(args):
+    """The solver's validated ``Params``: ``--config`` values, overridden by the flags given
+    on the command line. Raises SolverError (one line) on an unknown or invalid value."""
+    from ..solvers import SolverError, get_solver
+    from ..solvers.params import flag_name
+
+    cls = get_solver(args.solver).Params
+    given = {k: getattr(args, k) for k in args._param_names if getattr(args, k, None) is not None}
+    conf = load_config(args.config, args.solver) if args.config else {}
+    try:
+        cls.check_names(conf)
+    except SolverError as e:
+        raise SolverError(f"{args.config}: {e}") from None
+    foreign = [k for k in given if k not in cls.names()]
+    if foreign:
+        hint = cls.misplaced_hint(foreign)
+        raise SolverError(
+            hint
+            or f"--solver {args.solver} does not take " + ", ".join(flag_name(k) for k in foreign)
+        )
+    # a flag overrides the config's value of the same quantity (--C vs --c-perf included)
+    if "C" in given:
+        conf.pop("c_perf", None)
+    if "c_perf" in given:
+        conf.pop("C", None)
+    params = {**conf, **given}
+    return cls.from_mapping(params), params
+
+
 def run(args) -> int:
     from tqdm import tqdm
 
     from ..api import train
-    from ..solvers import get_solver
 
-    mod = get_solver(args.solver)
-    defaults = args._defaults
-    given = {
-        k: v
-        for k, v in vars(args).items()
-        if k not in _NOT_PARAMS and v is not None and v != defaults.get(k)
-    }
-    params = load_config(args.config, args.solver) if args.config else {}
-    unknown = sorted(set(params) - set(mod.DEFAULTS))
-    if unknown:
-        print(
-            f"ooc-svm: error: {args.config}: --solver {args.solver} has no parameter "
-            + ", ".join(unknown),
-            file=sys.stderr,
-        )
-        return 2
-    params.update({k: v for k, v in given.items() if k in mod.DEFAULTS})
-    foreign = [k for k in given if k not in mod.DEFAULTS]
-    if foreign:
-        print(
-            f"ooc-svm: error: --solver {args.solver} does not take "
-            + ", ".join("--" + k.replace("_", "-") for k in foreign),
-            file=sys.stderr,
-        )
-        return 2
+    typed, params = solver_params_from_args(args)
     tty = sys.stderr.isatty()
     bar = tqdm(unit="it", disable=not tty, dynamic_ncols=True)
 
@@ -207,7 +245,7 @@ def run(args) -> int:
             checkpoint=args.checkpoint,
             resume=args.resume,
             shard_cache_mb=args.shard_cache_mb,
-            **params,
+            params=typed,
         )
     finally:
         bar.close()
@@ -220,9 +258,15 @@ def run(args) -> int:
         print(json.dumps(summary))
     else:
         obj = summary.get("objective")
+        status = ""
+        if not result.converged:
+            if result.stop_reason == "max_iter":
+                status = f", not converged (max-iter {typed.max_iter} reached)"
+            else:
+                status = f", not converged ({result.stop_reason or 'stopped early'})"
         print(
             f"{args.solver}: objective {obj if obj is None else f'{obj:.8g}'}, "
             f"{summary['iterations']} iterations, {summary['passes']} passes, "
-            f"{summary['seconds']:.2f}s -> {args.output}"
+            f"{summary['seconds']:.2f}s{status} -> {args.output}"
         )
     return 0

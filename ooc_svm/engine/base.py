@@ -26,11 +26,17 @@ that list (default: all shards in ascending order). ``engine.passes`` counts ful
 and the shard's position (``row_start``, ``n_rows``, ``nnz``): no shard data is read.
 
 Shard arrays handed to ``fn`` are read-only (they may be memory-mapped or cached).
+
+Recomputable per-process scratch of a run (e.g. a solver's kernel-column caches) is a
+:class:`WorkerScratch` placed in the broadcast: owned by the run on the local engine, by the
+Dask worker process on Dask; never module-global state.
 """
 
 from __future__ import annotations
 
 import abc
+import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -274,6 +280,62 @@ class Engine(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class WorkerScratch:
+    """Scratch space of one run for its shard functions, local to the process running them.
+
+    Only for recomputable performance aids (e.g. kernel columns): it is kept out of the
+    per-shard state that engines replicate and checkpoints save. Put it in a pass's broadcast.
+    On the local engine the broadcast is not copied, so this object itself holds the entries
+    (they belong to the run and go with it). Pickled to a Dask worker it travels as its
+    ``(kind, key)`` and resolves to that worker process's instance (kept on
+    ``distributed.get_worker()``), which lives across passes; a new run of the same ``kind``
+    drops the older runs' instances there. :meth:`clear` drops a run's entries (run it on the
+    workers too, e.g. with ``engine.map_state``).
+    """
+
+    def __init__(self, kind: str, key: str | None = None):
+        self.kind = kind
+        self.key = key or uuid.uuid4().hex
+        self._entries: dict = {}
+        self._lock = threading.Lock()
+
+    def __reduce__(self):
+        return (_resolve_scratch, (self.kind, self.key))
+
+    def get(self, name: Any, factory: Callable[[], Any]) -> Any:
+        """The entry ``name``, made by ``factory()`` the first time."""
+        with self._lock:
+            v = self._entries.get(name)
+            if v is None:
+                v = self._entries[name] = factory()
+            return v
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_RESOLVE_LOCK = threading.Lock()
+
+
+def _resolve_scratch(kind: str, key: str) -> WorkerScratch:
+    """Unpickling a :class:`WorkerScratch`: the Dask worker's instance of the run."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return WorkerScratch(kind, key)  # not on a Dask worker: scratch of this copy only
+    with _RESOLVE_LOCK:
+        spaces = worker.__dict__.setdefault("_ooc_svm_scratch", {})
+        sc = spaces.get((kind, key))
+        if sc is None:
+            for k in [k for k in spaces if k[0] == kind]:
+                del spaces[k]
+            sc = spaces[(kind, key)] = WorkerScratch(kind, key)
+        return sc
 
 
 def as_float_array(x) -> np.ndarray:

@@ -2,10 +2,15 @@
 
 Each solver module (``perf``, ``smo``, ``active_set``, ``irwls``) provides
 
-- ``DEFAULTS``: dict of its parameters and their defaults (shown by ``train --help``);
+- ``Params``: the frozen dataclass of its parameters (:mod:`ooc_svm.solvers.params`: type,
+  default and help of each; ``train`` generates its flags and ``--help`` from it);
+- ``DEFAULTS``: ``Params.defaults()``, the dict of parameter names and defaults;
 - ``STOPPING_RULE``: one line describing its stopping rule;
-- ``add_arguments(parser)``: registers its solver-specific command-line flags (optional);
-- ``solve(store, engine, params, callback=None) -> Result``.
+- ``solve(store, engine, params: Params, *, callback=None, checkpoint=None) -> Result``
+  (``params`` may also be a dict, converted by ``Params.from_mapping``);
+- ``SUPPORTS_CHECKPOINT`` (and ``SUPPORTS_OVR_CHECKPOINT``, ``solve_ovr`` for perf).
+
+One-vs-rest training of multiclass stores is :mod:`ooc_svm.solvers.ovr`.
 
 Solvers do no I/O, printing or progress drawing: they report each iteration through
 ``callback(record: dict)`` and the ``ooc_svm`` logger.
@@ -19,8 +24,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from ..model import Model
 
@@ -56,6 +59,11 @@ class Result:
         One record per iteration (what the callback received).
     summary : dict
         Solver-specific extra fields for the ``--json`` summary.
+    converged : bool or None
+        Whether the stopping rule was met (False: stopped by ``max_iter`` or a stall); None
+        takes ``summary["converged"]`` (True when absent).
+    stop_reason : str or None
+        Why an unconverged run stopped: ``"max_iter"`` or ``"stalled"``.
     """
 
     model: Model
@@ -67,6 +75,15 @@ class Result:
     stop_value: float
     history: list[dict] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
+    converged: bool | None = None
+    stop_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.converged is None:
+            self.converged = bool(self.summary.get("converged", True))
+        self.converged = bool(self.converged)
+        if not self.converged and self.stop_reason is None:
+            self.stop_reason = "max_iter"
 
     def to_json_dict(self, solver: str) -> dict[str, Any]:
         d = {
@@ -77,8 +94,10 @@ class Result:
             "passes": int(self.passes),
             "seconds": float(self.seconds),
             "stop_value": float(self.stop_value),
+            "converged": bool(self.converged),
         }
         d.update(self.summary)
+        d["converged"] = bool(self.converged)
         return d
 
 
@@ -95,7 +114,7 @@ def get_solver(name: str):
 
 
 def available_solvers() -> list[str]:
-    """Solvers whose module is present and complete (``DEFAULTS``, ``STOPPING_RULE``, ``solve``)."""
+    """Solvers whose module is present and complete (``Params``, ``STOPPING_RULE``, ``solve``)."""
     out = []
     for name, mod in SOLVER_MODULES.items():
         if importlib.util.find_spec(mod) is None:
@@ -105,7 +124,7 @@ def available_solvers() -> list[str]:
         except Exception:  # noqa: BLE001 - a broken solver must not take the CLI down
             logging.getLogger("ooc_svm").debug("solver %s failed to import", name, exc_info=True)
             continue
-        if all(hasattr(m, a) for a in ("DEFAULTS", "STOPPING_RULE", "solve")):
+        if all(hasattr(m, a) for a in ("Params", "STOPPING_RULE", "solve")):
             out.append(name)
     return out
 
@@ -113,6 +132,12 @@ def available_solvers() -> list[str]:
 def binary_classes(meta) -> tuple[float, float]:
     """(negative, positive) label values of a binary store: the smaller value is negative."""
     labels = meta.labels or []
+    if meta.label_kind == "ordinal":
+        raise SolverError(
+            "ranking data needs --solver perf (--loss ordinal or roc); the store has rank "
+            f"labels {labels[:10]}{'…' if len(labels) > 10 else ''}"
+            + (" with query ids" if getattr(meta, "has_qid", False) else "")
+        )
     if meta.label_kind != "binary" or len(labels) != 2:
         raise SolverError(
             f"this solver needs binary labels; the store has label kind {meta.label_kind!r} "
@@ -120,11 +145,6 @@ def binary_classes(meta) -> tuple[float, float]:
             "(use --multiclass ovr for more classes)"
         )
     return float(labels[0]), float(labels[1])
-
-
-def signed_labels(y: np.ndarray, positive: float) -> np.ndarray:
-    """Map raw labels to ±1 (float64): +1 where ``y == positive``."""
-    return np.where(y == positive, 1.0, -1.0)
 
 
 Callback = Callable[[dict], None]

@@ -46,12 +46,13 @@ import functools
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from ..kernels.csr import csr_matvec_rows, csr_take_rows
+from ..kernels.csr import csr_matvec_rows, csr_rmatvec_rows_add, csr_take_rows
 from ..kernels.kernel_functions import (
     KernelParams,
     kernel_from_dot,
@@ -66,33 +67,60 @@ from . import Callback, Result, SolverError, binary_classes
 from .cholesky import ActiveFactor
 from .dual_common import (
     WorkingRows,
-    apply_alpha_updates,
-    init_alpha_state,
-    kkt_violation_pass,
-    make_expansion,
-    make_model,
+    collect_support_vectors,
+    finish_dual,
     shard_rows,
     split_updates_by_shard,
 )
+from .params import KernelSolverParams, as_params, at_least, param
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpointer
 
 log = logging.getLogger("ooc_svm")
 
-DEFAULTS = {
-    "C": 1.0,
-    "kernel": "rbf",
-    "gamma": None,
-    "degree": 3,
-    "coef0": 0.0,
-    "tol": 1e-3,
-    "cache_mb": 256.0,
-    "seed": 0,
-    "max_iter": 10_000_000,
-    "pricing": "sprint",
-    "sprint_size": 0,
-    "shrink_after": 100,
-    "init": None,
-    "check": True,
-}
+
+@dataclass(frozen=True)
+class Params(KernelSolverParams):
+    """Parameters of ``--solver active-set`` (see the module docstring)."""
+
+    SOLVER: ClassVar[str] = "active-set"
+
+    tol: float = param(
+        1e-3, "stop when every bound variable's reduced cost is >= -tol (Step 2(iii))"
+    )
+    max_iter: int = param(
+        10_000_000, "active-set (minor) iterations; reaching it is reported as not converged"
+    )
+    seed: int = param(0, "tie-breaking among equal reduced costs, probe vectors")
+    cache_mb: float = param(
+        256.0, "Q columns of I_s over the working rows + the Cholesky factor, MiB (section 4.2)"
+    )
+    pricing: str = param(
+        "sprint", "pricing strategy of Scheinberg 2006 section 4.1", choices=("sprint", "shrinking")
+    )
+    sprint_size: int = param(
+        0,
+        "rows |I0'|+|Ic'| pulled into memory per major iteration (0: 5*sqrt(rows), at most "
+        "8000, less if --cache-mb is short)",
+    )
+    shrink_after: int = param(
+        100, "shrinking: drop a row after this many non-negative pricings in a row"
+    )
+    init: str | None = param(
+        None,
+        "warm start from a model of this store (or of its first rows, before `ingest "
+        "--append`): alpha from its dual coefficients by global row index",
+    )
+    check: bool = param(True, "final independent KKT check pass (--no-check skips it)", cli="no")
+
+    def rules(self) -> None:
+        super().rules()
+        at_least(self, "sprint_size", 0, " (0 = from the memory budget)")
+        at_least(self, "shrink_after", 1)
+
+
+DEFAULTS = Params.defaults()
 
 STOPPING_RULE = (
     "every bound variable's reduced cost (s for alpha=0, xi for alpha=C) >= -tol in a full "
@@ -113,87 +141,9 @@ CHECK_EVERY = 64
 FULL_FLUSH_EVERY = 16
 
 
-def _add(group, flag: str, **kw) -> None:
-    """Add a flag unless another solver's group already defined it (shared parser)."""
-    if flag in getattr(group, "_option_string_actions", {}):
-        return
-    group.add_argument(flag, **kw)
-
-
-def add_arguments(group) -> None:
-    """Active-set flags (the common --C --kernel --gamma --tol --cache-mb ... are in train)."""
-    _add(
-        group,
-        "--pricing",
-        choices=["sprint", "shrinking"],
-        default=None,
-        help="active-set: pricing strategy of Scheinberg 2006 §4.1 (default sprint)",
-    )
-    _add(
-        group,
-        "--sprint-size",
-        type=int,
-        default=None,
-        metavar="N",
-        help="active-set: rows |I0'|+|Ic'| pulled into memory per major iteration "
-        "(default: 5*sqrt(rows), at most 8000, less if --cache-mb is short)",
-    )
-    _add(
-        group,
-        "--shrink-after",
-        type=int,
-        default=None,
-        metavar="K",
-        help="active-set shrinking: drop a row after K non-negative pricings (default 100)",
-    )
-    _add(
-        group,
-        "--init",
-        default=None,
-        metavar="MODEL",
-        help="warm start from a model of this store (or of its first rows, before "
-        "`ingest --append`): alpha from its dual coefficients by global row index",
-    )
-    _add(
-        group,
-        "--no-check",
-        dest="check",
-        action="store_const",
-        const=False,
-        default=None,
-        help="active-set: skip the final independent KKT check pass",
-    )
-
-
 # ------------------------------------------------------------------------------------------
 # numba helpers
 # ------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def dense_expansion_add(indptr, indices, data, sq, Dt, dsq, coef, code, gamma, degree, coef0, out):
-    """out[i] += Σⱼ coefⱼ K(xᵢ, dⱼ) with the expansion rows dense: Dt is (n_features, m).
-
-    Each row's dot products with all m expansion rows are accumulated by contiguous axpys
-    over Dt's rows (vectorised), then turned into kernel values.
-    """
-    n = indptr.shape[0] - 1
-    m = Dt.shape[1]
-    buf = np.empty(m)
-    for i in range(n):
-        for j in range(m):
-            buf[j] = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            v = float(data[k])
-            row = Dt[indices[k]]
-            for j in range(m):
-                buf[j] += v * row[j]
-        s = 0.0
-        sqi = sq[i]
-        for j in range(m):
-            s += coef[j] * kernel_from_dot(code, buf[j], sqi, dsq[j], gamma, degree, coef0)
-        out[i] += s
-    return out
-
-
 @njit(cache=True, nogil=True)
 def dense_dots(indptr, indices, data, r0, r1, Dt, out):
     """out[i − r0, :] = x_i · Dt for rows r0 ≤ i < r1 (Dt dense, n_features × m)."""
@@ -272,18 +222,6 @@ def dense_kernel_col(Dt, sq, i_indices, i_data, sq_i, code, gamma, degree, coef0
     for r in range(n):
         out[r] = kernel_from_dot(code, out[r], sq_i, sq[r], gamma, degree, coef0)
     return out
-
-
-@njit(cache=True, nogil=True)
-def scatter_add_rows(indptr, indices, data, rows, coef, w):
-    """w += Σₖ coefₖ x_{rows[k]} (dense w)."""
-    for t in range(rows.shape[0]):
-        r = rows[t]
-        c = coef[t]
-        if c != 0.0:
-            for k in range(indptr[r], indptr[r + 1]):
-                w[indices[k]] += c * data[k]
-    return w
 
 
 #: dense expansion blocks up to this many float64 entries (n_features × rows) are used
@@ -439,7 +377,7 @@ def _major_fn(shard, bc: MajorBroadcast, st):
         nz = np.flatnonzero(alpha)
         w_part = np.zeros(bc.n_features)
         if nz.size:
-            scatter_add_rows(ip, ix, data, nz, alpha[nz] * y[nz], w_part)
+            csr_rmatvec_rows_add(ip, ix, data, nz, alpha[nz] * y[nz], w_part)
     else:
         if bc.delta is not None and bc.delta[0].shape[0] > 1:
             f = np.array(f, copy=True)
@@ -896,7 +834,7 @@ class LinearColumns:
         changed = np.flatnonzero(alpha != self.aflush)
         if changed.size:
             coef = (alpha[changed] - self.aflush[changed]) * self.y[changed]
-            scatter_add_rows(self.ip, self.ix, self.data, changed, coef, self.w)
+            csr_rmatvec_rows_add(self.ip, self.ix, self.data, changed, coef, self.w)
             self.aflush[changed] = alpha[changed]
 
     def partial(
@@ -1345,26 +1283,8 @@ class WorkingSet:
 # ------------------------------------------------------------------------------------------
 # the solver
 # ------------------------------------------------------------------------------------------
-def _check_params(params: dict) -> dict:
-    p = dict(DEFAULTS)
-    p.update({k: v for k, v in params.items() if v is not None})
-    if not p["C"] > 0:
-        raise SolverError(f"C must be positive, got {p['C']}")
-    if not p["tol"] > 0:
-        raise SolverError(f"tol must be positive, got {p['tol']}")
-    if p["pricing"] not in ("sprint", "shrinking"):
-        raise SolverError(f"pricing must be sprint or shrinking, got {p['pricing']!r}")
-    if p["kernel"] not in ("linear", "rbf", "poly", "sigmoid"):
-        raise SolverError(f"unknown kernel {p['kernel']!r}; choose linear, rbf, poly, sigmoid")
-    if int(p["sprint_size"]) < 0:
-        raise SolverError("sprint_size must be >= 0 (0 = from the memory budget)")
-    if not float(p["cache_mb"]) > 0:
-        raise SolverError("cache_mb must be positive")
-    return p
-
-
 def _candidate_count(
-    p: dict, n_s: int, avg_nnz: float, linear: bool, n_rows: int, n_features: int
+    p: Params, n_s: int, avg_nnz: float, linear: bool, n_rows: int, n_features: int
 ) -> int:
     """|I₀′ ∪ I_c′| for the next major iteration: explicit, or from the memory budget.
 
@@ -1372,9 +1292,9 @@ def _candidate_count(
     their dense copy and the Q columns of I_s over them (§4.2), with room for I_s to grow
     by half during the major iteration.
     """
-    if int(p["sprint_size"]) > 0:
-        return int(p["sprint_size"])
-    budget = float(p["cache_mb"]) * (1 << 20)
+    if int(p.sprint_size) > 0:
+        return int(p.sprint_size)
+    budget = float(p.cache_mb) * (1 << 20)
     n_cols = 1.5 * max(n_s, 64) + 32
     factor_bytes = 8.0 * n_cols**2
     left = max(budget - factor_bytes, budget * 0.1)
@@ -1384,7 +1304,7 @@ def _candidate_count(
         if n_features * SPRINT_AUTO_MAX <= DENSE_BLOCK_MAX:
             per_row += 8.0 * n_features
     k = int(left / per_row) - n_s
-    if p["pricing"] == "sprint":
+    if p.pricing == "sprint":
         k = min(k, SPRINT_AUTO_MAX, int(SPRINT_SQRT * np.sqrt(max(n_rows, 1))))
     return int(max(MIN_CANDIDATES, min(k, n_rows)))
 
@@ -1470,7 +1390,14 @@ def _exp_tuple(rows: WorkingRows, coef: np.ndarray):
     )
 
 
-def solve(store, engine, params: dict, callback: Callback | None = None) -> Result:
+def solve(
+    store,
+    engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
     """Train with the active-set method (see the module docstring).
 
     Parameters
@@ -1478,10 +1405,12 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
     store : Store
         Binary-labelled store.
     engine : Engine
-    params : dict
-        Keys of :data:`DEFAULTS`.
+    params : Params
+        (or a dict of its fields)
     callback : callable, optional
         Called with one record per major iteration.
+    checkpoint : Checkpointer, optional
+        Not supported yet (refused).
 
     Returns
     -------
@@ -1490,18 +1419,21 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         ``major_iterations``, ``minor_iterations``, ``refactorisations`` and more.
     """
     t0 = time.perf_counter()
-    p = _check_params(params)
+    p = as_params(Params, params)
+    if checkpoint is not None:
+        raise SolverError("solver 'active-set' does not support checkpoints")
+    p.validate(store.meta)
     neg, pos = binary_classes(store.meta)
     meta = store.meta
     nf = int(meta.n_features)
-    kp = KernelParams.from_params(p, nf)
+    kp = KernelParams.from_params(p.kernel_dict(), nf)
     linear = kp.kernel == "linear"
-    C = float(p["C"])
-    tol = float(p["tol"])
-    seed = int(p["seed"])
-    max_iter = int(p["max_iter"])
-    shrinking = p["pricing"] == "shrinking"
-    shrink_after = int(p["shrink_after"]) if shrinking else None
+    C = float(p.C)
+    tol = float(p.tol)
+    seed = int(p.seed)
+    max_iter = int(p.max_iter)
+    shrinking = p.pricing == "shrinking"
+    shrink_after = int(p.shrink_after) if shrinking else None
     passes0 = engine.passes
     avg_nnz = meta.nnz / max(meta.n_rows, 1)
 
@@ -1515,12 +1447,10 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
     upd_alpha = np.zeros(0)
     s_rows = WorkingRows.empty()  # rows of I_s, in factor-key order 0..n_s−1
     factor = ActiveFactor(capacity=64)
-    warm = p["init"] is not None
+    warm = p.init is not None
     keep_rows = False
     if warm:
-        gids, coef, sv_rows, w_init, intercept, C_old = _load_init(
-            str(p["init"]), C, kp, meta.n_rows
-        )
+        gids, coef, sv_rows, w_init, intercept, C_old = _load_init(str(p.init), C, kp, meta.n_rows)
         bad = (
             engine.map_reduce(
                 store,
@@ -1549,7 +1479,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
             elif sv_rows is not None:
                 w = np.zeros(nf)
                 ip, ix, data = sv_rows.csr()
-                scatter_add_rows(ip, ix, data, np.arange(sv_rows.n), coef, w)
+                csr_rmatvec_rows_add(ip, ix, data, np.arange(sv_rows.n), coef, w)
         else:
             if sv_rows is None:
                 raise SolverError(
@@ -1558,7 +1488,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
             delta = _exp_tuple(sv_rows, coef)
         log.info(
             "active-set: warm start from %s: %d SVs (%d free), C %.6g -> %.6g",
-            p["init"],
+            p.init,
             gids.size,
             int(free.sum()),
             C_old,
@@ -1687,7 +1617,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         ws = WorkingSet(
             W, G, status, cols, factor, C, tol, beta, counters, shrink_after=shrink_after, seed=seed
         )
-        ws.max_bytes = int(float(p["cache_mb"]) * (1 << 20))
+        ws.max_bytes = int(float(p.cache_mb) * (1 << 20))
         if fix_pos.size:
             ws.alpha0[fix_pos] = fix_old
         ok = ws.run(max_iter - counters.iterations, 0.5 * tol)
@@ -1730,9 +1660,8 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         s_gids = s_rows.gids.copy()
         del ws, cols, W
 
-    # ---- the model ------------------------------------------------------------------------
-    parts = engine.map_reduce(store, _collect_fn, pos, reduce=_concat, state=state)
-    sv = WorkingRows.concat(parts or [])
+    # ---- the model, independent KKT check -------------------------------------------------
+    sv = collect_support_vectors(store, engine, state, pos, _collect_fn)
     intercept = -beta
     aqa = float(stats[_S_AQA]) if stats is not None else 0.0
     dual = 0.5 * aqa - (float(stats[_S_SUMA]) if stats is not None else 0.0)
@@ -1742,23 +1671,16 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         "solver": "active-set",
         "C": C,
         "tol": tol,
-        "pricing": p["pricing"],
+        "pricing": p.pricing,
         "dual_objective": dual,
         "objective": primal,
         "converged": converged,
     }
-    model = make_model(sv, intercept, kp, nf, (neg, pos), info=info)
-    if model.kind == "linear" and sv.n:
-        # keep the dual coefficients (by global row) so the model can warm-start a new run
-        import scipy.sparse as sp
-
-        order = np.argsort(sv.gids, kind="stable")
-        svo = sv.take(order)
-        model.support_vectors_ = sp.csr_matrix(
-            (svo.data.astype(np.float64), svo.indices, svo.indptr), shape=(svo.n, nf)
-        )
-        model.dual_coef_ = svo.y * svo.alpha
-        model.support_ = svo.gids.copy()
+    # linear models keep the dual coefficients (by global row) to warm-start a new run
+    fin = finish_dual(
+        store, engine, sv, intercept, kp, C, tol, (neg, pos), info, check=p.check, keep_dual=True
+    )
+    model = fin.model
     summary = {
         "n_s": int(s_gids.size),
         "n_c": n_c,
@@ -1776,16 +1698,13 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         "shrunk": counters.shrunk,
         "memory_stops": counters.memory_stops,
         "working_set_peak_mb": counters.peak_bytes / (1 << 20),
-        "pricing": p["pricing"],
+        "pricing": p.pricing,
         "converged": converged,
         "intercept": intercept,
         "warm_start": warm,
     }
-    if p["check"]:
-        a_state = init_alpha_state(engine, store)
-        apply_alpha_updates(store, engine, a_state, sv.gids, sv.alpha)
-        exp = make_expansion(kp, nf, sv, sv.y * sv.alpha)
-        chk = kkt_violation_pass(store, engine, a_state, exp, intercept, C, pos, tol)
+    if fin.kkt is not None:
+        chk = fin.kkt
         summary["kkt_max_violation"] = chk["max_violation"]
         summary["kkt_n_violators"] = chk["n_violators"]
         summary["kkt_ok"] = chk["ok"]
@@ -1796,6 +1715,8 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         model=model,
         objective=primal,
         dual_objective=dual,
+        converged=converged,
+        stop_reason=None if converged else ("max_iter" if hit_max_iter else "stalled"),
         iterations=counters.iterations,
         passes=engine.passes - passes0,
         seconds=seconds,
@@ -1803,11 +1724,3 @@ def solve(store, engine, params: dict, callback: Callback | None = None) -> Resu
         history=history,
         summary=summary,
     )
-
-
-def _concat(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return list(a) + list(b)

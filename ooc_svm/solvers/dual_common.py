@@ -374,11 +374,6 @@ def dual_objective(rows: WorkingRows, kp: KernelParams, n_features: int) -> floa
     return float(0.5 * np.dot(coef, f) - sv.alpha.sum())
 
 
-def dual_objective_from_gradient(alpha: np.ndarray, grad: np.ndarray) -> float:
-    """½αᵀQα − eᵀα = ½ Σ αᵢ (Gᵢ − 1) when G = Qα − e is known exactly."""
-    return float(0.5 * np.dot(alpha, np.asarray(grad) - 1.0))
-
-
 # --------------------------------------------------------------------------------------------
 # KKT check pass
 # --------------------------------------------------------------------------------------------
@@ -484,20 +479,6 @@ def kkt_violation_pass(
     return d
 
 
-def primal_objective(
-    expansion: Expansion, hinge: float, C: float, sv_rows: WorkingRows | None = None
-) -> float | None:
-    """½‖w‖² + C Σ ξ. Linear kernel: from w; kernel: ‖w‖² = Σ coef_i coef_j K_ij from the SVs
-    (pass ``sv_rows`` with α set; None when not given)."""
-    if expansion.w is not None:
-        return float(0.5 * np.dot(expansion.w, expansion.w) + C * hinge)
-    if sv_rows is None:
-        return None
-    f = expansion.scores(*sv_rows.csr())
-    coef = sv_rows.y * sv_rows.alpha
-    return float(0.5 * np.dot(coef, f) + C * hinge)
-
-
 # --------------------------------------------------------------------------------------------
 # models
 # --------------------------------------------------------------------------------------------
@@ -550,6 +531,104 @@ def make_model(
         coef0=kp.coef0,
         info=info,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# the dual solvers' common epilogue
+# --------------------------------------------------------------------------------------------
+def _collect_fn(shard, positive, st):
+    a = np.asarray(st)
+    idx = np.flatnonzero(a > 0.0)
+    return ([shard_rows(shard, idx, positive, a)] if idx.size else None), st
+
+
+def collect_support_vectors(
+    store, engine: Engine, state: ShardState, positive: float, fn: Callable | None = None
+) -> WorkingRows:
+    """The rows with α > 0 (with α) from the per-shard state, in one streamed pass.
+
+    ``fn(shard, positive, st)`` returns ``([WorkingRows] or None, st)``; the default reads
+    an α-array state (:func:`init_alpha_state`).
+    """
+    parts = engine.map_reduce(
+        store, fn or _collect_fn, positive, reduce=concat_partials, state=state
+    )
+    return WorkingRows.concat(parts or [])
+
+
+@dataclass
+class DualFinish:
+    """What :func:`finish_dual` returns: the model and the KKT check (None when skipped)."""
+
+    model: Model
+    kkt: dict | None
+
+
+def finish_dual(
+    store,
+    engine: Engine,
+    sv: WorkingRows,
+    intercept: float,
+    kp: KernelParams,
+    C: float,
+    tol: float,
+    classes: tuple[float, float],
+    info: dict | Callable[[dict | None], dict],
+    *,
+    check: bool = True,
+    state: ShardState | None = None,
+    w: np.ndarray | None = None,
+    keep_dual: bool = False,
+    kkt: dict | None = None,
+) -> DualFinish:
+    """The dual solvers' epilogue: independent KKT pass, then the model.
+
+    Parameters
+    ----------
+    sv : WorkingRows
+        Support vectors with their α.
+    intercept : float
+        Added to Σ yᵢαᵢK(xᵢ, x) (``−b`` / ``−ρ``).
+    info : dict or callable
+        The model's ``info``, or a function of the KKT result (None when skipped) giving it
+        (the primal objective needs the KKT pass's hinge sum).
+    check : bool
+        Run :func:`kkt_violation_pass` (skipped when ``kkt`` is given: a solver that already
+        made the pass).
+    state : ShardState, optional
+        α of every row for the check; default: built from ``sv`` (one update pass).
+    w : ndarray, optional
+        Linear kernel: the explicit w (bound SVs folded in, Platt eq. 22); it becomes the
+        expansion of the check and the model's ``coef_``.
+    keep_dual : bool
+        Linear models keep their SVs, dual coefficients and global row indices (so they can
+        warm-start a later run).
+    """
+    nf = int(store.meta.n_features)
+    pos = float(classes[1])
+    if kkt is None and check:
+        if state is None:
+            state = init_alpha_state(engine, store)
+            apply_alpha_updates(store, engine, state, sv.gids, sv.alpha)
+        exp = (
+            make_expansion(kp, nf, sv, sv.y * sv.alpha)
+            if w is None
+            else make_expansion(kp, nf, w=w)
+        )
+        kkt = kkt_violation_pass(store, engine, state, exp, intercept, C, pos, tol)
+    model_info = info(kkt) if callable(info) else info
+    model = make_model(sv, intercept, kp, nf, classes, info=model_info)
+    if w is not None:
+        model.coef_ = np.asarray(w, dtype=np.float64)
+    if keep_dual and model.kind == "linear" and sv.n:
+        order = np.argsort(sv.gids, kind="stable")
+        svo = sv.take(order)
+        model.support_vectors_ = sp.csr_matrix(
+            (svo.data.astype(np.float64), svo.indices, svo.indptr), shape=(svo.n, nf)
+        )
+        model.dual_coef_ = svo.y * svo.alpha
+        model.support_ = svo.gids.copy()
+    return DualFinish(model=model, kkt=kkt)
 
 
 # --------------------------------------------------------------------------------------------
@@ -654,14 +733,13 @@ __all__ = [
     "apply_alpha_updates",
     "build_working_rows",
     "dual_objective",
-    "dual_objective_from_gradient",
     "fetch_rows",
+    "finish_dual",
     "init_alpha_state",
     "kernel_scores_pass",
     "kkt_violation_pass",
     "make_expansion",
     "make_model",
-    "primal_objective",
     "primal_w",
     "score_shard",
     "scoring_broadcast",

@@ -107,31 +107,30 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import threading
 import time
-import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import scipy.linalg as sla
-import scipy.sparse as sp
 from numba import njit
 
-from ..engine.base import concat_partials
+from ..engine.base import WorkerScratch
 from ..kernels.kernel_functions import KernelParams, kernel_block, linear_scores, row_sq_norms
-from . import Result, SolverError, binary_classes
+from . import Callback, Result, SolverError, binary_classes
 from .dual_common import (
     Expansion,
     WorkingRows,
-    apply_alpha_updates,
-    init_alpha_state,
-    kkt_violation_pass,
-    make_expansion,
-    make_model,
+    collect_support_vectors,
+    finish_dual,
     primal_w,
     shard_rows,
 )
 from .kernel_cache import MB, KernelCache
+from .params import KernelSolverParams, as_params, at_least, param
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpointer
 
 log = logging.getLogger("ooc_svm")
 
@@ -696,7 +695,7 @@ class _PassBroadcast:
     delta_rows: WorkingRows | None = None  # kernel: the changed rows (column cache keys)
     delta_coef: np.ndarray | None = None  # their Δβⱼyⱼ
     cache_bytes: int = 0  # column-cache budget of one shard (0: no cache)
-    token: str = ""  # this run (caches of other runs are dropped)
+    scratch: WorkerScratch | None = None  # this run's column caches (per process)
     n_features: int = 0
 
 
@@ -715,29 +714,17 @@ class _PassPartial:
 # --------------------------------------------------------------------------------------------
 # kernel column cache: K(shard rows, xⱼ) for rows j whose β changes again and again
 # --------------------------------------------------------------------------------------------
-#: process-local caches of the running solve, keyed by (token, first row of the shard). A pure
-#: performance aid (every column is recomputable from the data), so it is kept out of the
-#: per-shard state the engines replicate; on a Dask worker it lives as long as the run (the
-#: engine places a shard on the same worker in every pass), like the engine's shard cache.
-_CACHES: dict = {}
-_CACHES_LOCK = threading.Lock()
+#: the column caches of a run live in a :class:`~ooc_svm.engine.base.WorkerScratch` (one
+#: :class:`KernelCache` per shard, keyed by its first row): a pure performance aid (every
+#: column is recomputable from the data), kept out of the per-shard state the engines
+#: replicate; on a Dask worker it lives as long as the run (the engine places a shard on the
+#: same worker in every pass), like the engine's shard cache.
+def _shard_cache(scratch: WorkerScratch, row_start: int, max_bytes: int) -> KernelCache:
+    return scratch.get(row_start, lambda: KernelCache(max_bytes))
 
 
-def _shard_cache(token: str, row_start: int, max_bytes: int) -> KernelCache:
-    with _CACHES_LOCK:
-        stale = [k for k in _CACHES if k[0] != token]
-        for k in stale:  # one solve at a time per process: drop other runs' columns
-            del _CACHES[k]
-        c = _CACHES.get((token, row_start))
-        if c is None:
-            c = _CACHES[(token, row_start)] = KernelCache(max_bytes)
-        return c
-
-
-def _drop_caches_fn(stub, token, st=None):
-    with _CACHES_LOCK:
-        for k in [k for k in _CACHES if k[0] == token]:
-            del _CACHES[k]
+def _drop_caches_fn(stub, scratch: WorkerScratch, st=None):
+    scratch.clear()
     return None if st is None else (None, st)
 
 
@@ -756,7 +743,7 @@ def _add_columns(cols, coef, out):
 def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     """Σⱼ Δβⱼyⱼ K(xᵢ, xⱼ) for the shard's rows, with the columns from the shard's cache."""
     rows = bc.delta_rows
-    cache = _shard_cache(bc.token, int(shard.row_start), bc.cache_bytes)
+    cache = _shard_cache(bc.scratch, int(shard.row_start), bc.cache_bytes)
     sq = row_sq_norms(ip, ix, shard.data, np.empty(shard.n_rows, dtype=np.float64))
     rix = rows.u32
     rsq = rows.sq_norms()
@@ -894,19 +881,33 @@ def _pass_reduce(a: _PassPartial | None, b: _PassPartial | None) -> _PassPartial
 # ============================================================================================
 # chunking: the driver
 # ============================================================================================
-DEFAULTS = {
-    "C": 1.0,
-    "kernel": "rbf",  # LIBSVM's default
-    "gamma": None,  # -> 1 / n_features
-    "degree": 3,
-    "coef0": 0.0,
-    "tol": 1e-3,
-    "working_set": 150,
-    "strategy": "random",
-    "cache_mb": 256.0,
-    "seed": 0,
-    "max_iter": 100_000,
-}
+@dataclass(frozen=True)
+class Params(KernelSolverParams):
+    """Parameters of ``--solver irwls`` (see the module docstring)."""
+
+    SOLVER: ClassVar[str] = "irwls"
+
+    tol: float = param(1e-3, "stopping conditions (9)-(11): |y_i e_i| within tol")
+    max_iter: int = param(
+        100_000, "outer iterations (working sets); reaching it is reported as not converged"
+    )
+    seed: int = param(0, "the random selection's draws (seeded per iteration and shard)")
+    cache_mb: float = param(
+        256.0, "kernel columns K(shard rows, x_j) of rows whose beta keeps changing, MiB"
+    )
+    working_set: int = param(150, "q, rows per working set (chunk); one streamed pass each")
+    strategy: str = param(
+        "random",
+        "working-set selection of section 3 (random is the paper's)",
+        choices=STRATEGIES,
+    )
+
+    def rules(self) -> None:
+        super().rules()
+        at_least(self, "working_set", 2)
+
+
+DEFAULTS = Params.defaults()
 
 STOPPING_RULE = (
     "Perez-Cruz et al. eqs. (9)-(11) on every row: y_i e_i < tol at beta_i=0, -y_i e_i < tol "
@@ -920,48 +921,6 @@ INNER_TOL_FACTOR = 0.1
 MAX_INNER = 150
 #: outer iterations in a row without any change before the run is declared stalled
 MAX_STALL = 20
-
-
-def add_arguments(group) -> None:
-    """``--working-set`` and ``--strategy``."""
-    import argparse
-
-    def add(*a, **k):
-        try:
-            group.add_argument(*a, **k)
-        except argparse.ArgumentError:  # another solver already defines the flag
-            pass
-
-    add(
-        "--working-set",
-        type=int,
-        default=None,
-        metavar="Q",
-        help="irwls: rows per working set (chunk), default 150",
-    )
-    add(
-        "--strategy",
-        choices=list(STRATEGIES),
-        default=None,
-        help="irwls: working-set selection of section 3 (default random, the paper's)",
-    )
-
-
-def _check_params(params: dict) -> dict:
-    unknown = set(params) - set(DEFAULTS)
-    if unknown:
-        raise SolverError(f"irwls does not take {', '.join(sorted(unknown))}")
-    p = dict(DEFAULTS)
-    p.update({k: v for k, v in params.items() if v is not None})
-    if not (float(p["C"]) > 0):
-        raise SolverError(f"C must be positive (got {p['C']})")
-    if not (float(p["tol"]) > 0):
-        raise SolverError(f"tol must be positive (got {p['tol']})")
-    if int(p["working_set"]) < 2:
-        raise SolverError(f"--working-set must be at least 2 (got {p['working_set']})")
-    if p["strategy"] not in STRATEGIES:
-        raise SolverError(f"unknown --strategy {p['strategy']!r}; choose {', '.join(STRATEGIES)}")
-    return p
 
 
 def _select(part: _PassPartial, q: int) -> tuple[WorkingRows, np.ndarray]:
@@ -1006,7 +965,14 @@ def _collect_fn(shard, positive, st):
     return ([shard_rows(shard, idx, positive, beta)] if idx.size else None), st
 
 
-def solve(store, engine, params: dict, callback=None) -> Result:
+def solve(
+    store,
+    engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
     """Train a C-SVC by IRWLS chunking (see the module docstring).
 
     Parameters
@@ -1015,10 +981,12 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         An opened store with binary labels.
     engine : Engine
         Runs the streamed passes.
-    params : dict
-        Keys of :data:`DEFAULTS`.
+    params : Params
+        (or a dict of its fields)
     callback : callable, optional
         Receives one dict per outer iteration.
+    checkpoint : Checkpointer, optional
+        Not supported yet (refused).
 
     Returns
     -------
@@ -1027,11 +995,14 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         support vectors kept), ``dual_objective`` (LIBSVM sign), ``objective`` (primal).
     """
     t0 = time.perf_counter()
-    p = _check_params(params)
+    p = as_params(Params, params)
+    if checkpoint is not None:
+        raise SolverError("solver 'irwls' does not support checkpoints")
+    p.validate(store.meta)
     neg, pos = binary_classes(store.meta)
     nf = int(store.meta.n_features)
-    kp = KernelParams.from_params(p, nf)
-    C, tol, q = float(p["C"]), float(p["tol"]), int(p["working_set"])
+    kp = KernelParams.from_params(p.kernel_dict(), nf)
+    C, tol, q = float(p.C), float(p.tol), int(p.working_set)
     linear = kp.kernel == "linear"
     inner_tol = INNER_TOL_FACTOR * tol
     passes0 = engine.passes
@@ -1041,8 +1012,8 @@ def solve(store, engine, params: dict, callback=None) -> Result:
     upd_gids = np.zeros(0, dtype=np.int64)
     upd_beta = np.zeros(0)
     delta = delta_rows = delta_coef = None
-    token = uuid.uuid4().hex
-    cache_bytes = 0 if linear else int(float(p["cache_mb"]) * MB / max(1, store.n_shards))
+    scratch = WorkerScratch("irwls-columns")
+    cache_bytes = 0 if linear else int(float(p.cache_mb) * MB / max(1, store.n_shards))
     hits = misses = 0
     history: list[dict] = []
     inner_total = line_total = failures = stall = smo_total = fallbacks = b_resets = 0
@@ -1054,8 +1025,8 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         tp = time.perf_counter()
         bc = _PassBroadcast(
             it,
-            int(p["seed"]),
-            p["strategy"],
+            int(p.seed),
+            p.strategy,
             q,
             tol,
             C,
@@ -1070,7 +1041,7 @@ def solve(store, engine, params: dict, callback=None) -> Result:
             delta_rows,
             delta_coef,
             cache_bytes,
-            token,
+            scratch,
             nf,
         )
         part = engine.map_reduce(store, _pass_fn, bc, reduce=_pass_reduce, state=state)
@@ -1097,7 +1068,7 @@ def solve(store, engine, params: dict, callback=None) -> Result:
             continue
         just_reset = False
         stall = stall + 1 if no_progress else 0
-        if converged or it >= int(p["max_iter"]) or stall >= MAX_STALL:
+        if converged or it >= int(p.max_iter) or stall >= MAX_STALL:
             rec = {
                 "iteration": it,
                 "violation": viol,
@@ -1175,43 +1146,36 @@ def solve(store, engine, params: dict, callback=None) -> Result:
 
     stop_value = float(part.stats[_S_MAXV])
     if cache_bytes:
-        _drop_caches_fn(None, token)
+        _drop_caches_fn(None, scratch)
         try:
-            engine.map_state(store, _drop_caches_fn, token)
+            engine.map_state(store, _drop_caches_fn, scratch)
         except NotImplementedError:  # pragma: no cover - engines without map_state
             pass
     # ---- model, independent KKT check ---------------------------------------------------------
-    parts = engine.map_reduce(store, _collect_fn, pos, reduce=concat_partials, state=state)
-    sv = WorkingRows.concat(parts or [])
-    a_state = init_alpha_state(engine, store)
-    apply_alpha_updates(store, engine, a_state, sv.gids, sv.alpha)
-    exp = make_expansion(kp, nf, sv, sv.y * sv.alpha)
-    chk = kkt_violation_pass(store, engine, a_state, exp, b, C, pos, tol)
+    sv = collect_support_vectors(store, engine, state, pos, _collect_fn)
     st = part.stats
     dual = 0.5 * float(st[_S_BYG]) - float(st[_S_SUMB])
-    primal = 0.5 * float(st[_S_BYG]) + C * float(chk["hinge"])
-    info = {
-        "solver": "irwls",
-        "C": C,
-        "tol": tol,
-        "working_set": q,
-        "strategy": p["strategy"],
-        "dual_objective": dual,
-        "objective": primal,
-        "converged": converged,
-    }
-    model = make_model(sv, b, kp, nf, (neg, pos), info=info)
-    if linear and sv.n:
-        order = np.argsort(sv.gids, kind="stable")
-        svo = sv.take(order)
-        model.support_vectors_ = sp.csr_matrix(
-            (svo.data.astype(np.float64), svo.indices, svo.indptr), shape=(svo.n, nf)
-        )
-        model.dual_coef_ = svo.y * svo.alpha
-        model.support_ = svo.gids.copy()
+    primal = math.nan
+
+    def info(chk: dict | None) -> dict:
+        nonlocal primal
+        primal = 0.5 * float(st[_S_BYG]) + C * float(chk["hinge"])
+        return {
+            "solver": "irwls",
+            "C": C,
+            "tol": tol,
+            "working_set": q,
+            "strategy": p.strategy,
+            "dual_objective": dual,
+            "objective": primal,
+            "converged": converged,
+        }
+
+    fin = finish_dual(store, engine, sv, b, kp, C, tol, (neg, pos), info, keep_dual=True)
+    model, chk = fin.model, fin.kkt
     seconds = time.perf_counter() - t0
     summary = {
-        "strategy": p["strategy"],
+        "strategy": p.strategy,
         "working_set": q,
         "outer_iterations": it,
         "inner_iterations": inner_total,
@@ -1245,6 +1209,8 @@ def solve(store, engine, params: dict, callback=None) -> Result:
         model=model,
         objective=primal,
         dual_objective=dual,
+        converged=converged,
+        stop_reason=None if converged else ("max_iter" if it >= p.max_iter else "stalled"),
         iterations=it,
         passes=engine.passes - passes0,
         seconds=seconds,

@@ -63,7 +63,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -84,26 +86,13 @@ from ..kernels.perf import (
 )
 from ..model import Model
 from . import Callback, Result, SolverError, binary_classes
+from .params import KERNELS, SolverParams, as_params, at_least, param, positive
 from .qp import solve_simplex_qp
 
-log = logging.getLogger("ooc_svm")
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpointer
 
-DEFAULTS: dict[str, Any] = {
-    "C": 1.0,
-    "eps": 0.001,
-    "bias": 1.0,
-    "loss": None,
-    "variant": "accelerated",
-    "c_perf": None,
-    "max_iter": 10000,
-    "max_inactive": 50,
-    "dense_limit_mb": 1024.0,
-    "line_points": 32,
-    "cut_points": 5,
-    "mu": 0.1,
-    "kernel": "linear",
-    "seed": 0,
-}
+log = logging.getLogger("ooc_svm")
 
 STOPPING_RULE = (
     "paper: most violated constraint violated by <= eps (xi' <= xi_W + eps, Joachims 2006 "
@@ -119,62 +108,114 @@ LOSSES = ("error", "roc", "ordinal")
 VARIANTS = ("paper", "accelerated")
 
 
-def add_arguments(group) -> None:
-    """Flags of ``--solver perf`` (the common ones are defined by ``ooc-svm train``)."""
-    group.add_argument(
-        "--loss",
+@dataclass(frozen=True)
+class Params(SolverParams):
+    """Parameters of ``--solver perf`` (see the module docstring)."""
+
+    SOLVER: ClassVar[str] = "perf"
+
+    eps: float = param(
+        0.001,
+        "stopping tolerance epsilon: P(w) <= P* + C*n*eps (SVMperf's -e is in percent: "
+        "-e 0.1 is --eps 0.001)",
+    )
+    bias: float = param(1.0, "value of the constant bias feature; 0 = no bias")
+    loss: str | None = param(
+        None,
+        "error (binary, OP2), roc (binary labels, ROC area), ordinal (rank labels, OP5; with "
+        "qids pairs only within a query). Default: error for binary stores, ordinal for rank "
+        "labels",
         choices=LOSSES,
-        default=None,
-        help="perf: error (binary, OP2), roc (binary labels, ROC area), ordinal (rank labels, "
-        "OP5; with qids pairs only within a query). Default: error for binary stores, "
-        "ordinal for rank labels",
     )
-    group.add_argument(
-        "--variant",
+    variant: str = param(
+        "accelerated",
+        "paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line search to the "
+        "best point, same single pass per iteration",
         choices=VARIANTS,
-        default=None,
-        help="perf: paper = Joachims 2006 Algorithms 1/2; accelerated (default) = OCAS-style "
-        "line search to the best point, same single pass per iteration",
     )
-    group.add_argument(
-        "--c-perf",
-        type=float,
-        default=None,
-        dest="c_perf",
-        help="perf: SVMperf's -c instead of --C: C = 100*c/n (error) or 100*c/m (roc/"
-        "ordinal, m pairs), since SVMperf measures loss in percent (c_light = c_perf*100/n). "
-        "SVMperf's -e is in percent too: -e 0.1 is --eps 0.001",
+    c_perf: float | None = param(
+        None,
+        "SVMperf's -c instead of --C: C = 100*c/n (error) or 100*c/m (roc/ordinal, m pairs), "
+        "since SVMperf measures loss in percent (c_light = c_perf*100/n)",
     )
-    group.add_argument(
-        "--max-inactive",
-        type=int,
-        default=None,
-        dest="max_inactive",
-        help="perf: drop a cutting plane inactive (alpha=0) this many iterations in a row "
-        "(default 50; 0 = never)",
+    max_inactive: int = param(
+        50, "drop a cutting plane inactive (alpha=0) this many iterations in a row (0 = never)"
     )
-    group.add_argument(
-        "--dense-limit-mb",
-        type=float,
-        default=None,
-        dest="dense_limit_mb",
-        help="perf: memory for the working set of cutting planes (float64 up to half of it, "
-        "float32 beyond; sparse where smaller). Default 1024",
+    dense_limit_mb: float = param(
+        1024.0,
+        "memory for the working set of cutting planes (float64 up to half of it, float32 "
+        "beyond; sparse where smaller)",
     )
-    group.add_argument(
-        "--line-points",
-        type=int,
-        default=None,
-        dest="line_points",
-        help="perf accelerated: line-search grid points in (0, 1] (default 32)",
-    )
-    group.add_argument(
-        "--cut-points",
-        type=int,
-        default=None,
-        dest="cut_points",
-        help="perf accelerated: candidate cutting planes accumulated per pass (default 5)",
-    )
+    line_points: int = param(32, "accelerated: line-search grid points in (0, 1]")
+    cut_points: int = param(5, "accelerated: candidate cutting planes accumulated per pass")
+    mu: float = param(0.1, "accelerated: cut at k* + mu*(1 - k*) (OCAS)")
+    kernel: str = param("linear", "perf trains linear SVMs only", choices=KERNELS)
+
+    @classmethod
+    def from_mapping(cls, params=None, **kw):
+        given = {k: v for k, v in {**(params or {}), **kw}.items() if v is not None}
+        if "C" in given and "c_perf" in given:
+            raise SolverError(
+                "give --C or --c-perf, not both (--c-perf is SVMperf's scale: C = 100*c_perf/n)"
+            )
+        return super().from_mapping(given)
+
+    @classmethod
+    def misplaced_hint(cls, unknown: list[str]) -> str | None:
+        if "tol" in unknown:
+            return (
+                "perf stops on --eps (the duality gap, as SVMperf's -e); --tol is for the "
+                "dual solvers"
+            )
+        return None
+
+    def rules(self) -> None:
+        if self.kernel != "linear":
+            raise SolverError(
+                f"--solver perf trains linear SVMs only (got --kernel {self.kernel}); use smo, "
+                "active-set or irwls for kernels"
+            )
+        if self.c_perf is None:
+            positive(self, "C")
+        positive(self, "c_perf")
+        at_least(self, "max_iter", 0)
+        positive(self, "eps")
+        at_least(self, "bias", 0, " (0 = no bias)")
+        at_least(self, "max_inactive", 0)
+        positive(self, "dense_limit_mb")
+        at_least(self, "line_points", 1)
+        at_least(self, "cut_points", 1)
+
+    def validate(self, meta) -> None:
+        super().validate(meta)
+        self.resolve_loss(meta)
+
+    def resolve_loss(self, meta) -> str:
+        """The loss for this store (default: error for binary, ordinal for rank labels)."""
+        loss = self.loss
+        if loss is None:
+            loss = "ordinal" if meta.label_kind == "ordinal" else "error"
+        if loss in ("error", "roc") and meta.label_kind != "binary":
+            if loss == "error":
+                binary_classes(meta)  # raises the standard message
+            raise SolverError(
+                f"--loss roc needs binary labels; the store has label kind {meta.label_kind!r} "
+                "(use --loss ordinal for rank labels)"
+            )
+        if loss == "ordinal" and meta.label_kind == "binary":
+            raise SolverError(
+                "--loss ordinal needs rank labels; the store's labels are binary: use --loss roc "
+                "(ROC area, the ordinal loss of two ranks)"
+            )
+        if loss == "ordinal" and meta.label_kind != "ordinal":
+            raise SolverError(
+                f"--loss ordinal needs rank labels (integers); the store has label kind "
+                f"{meta.label_kind!r}"
+            )
+        return loss
+
+
+DEFAULTS: dict[str, Any] = Params.defaults()
 
 
 # ------------------------------------------------------------------------------------------
@@ -530,49 +571,10 @@ class WorkingSet:
 # ------------------------------------------------------------------------------------------
 
 
-def _check_params(params: dict, meta) -> tuple[str, str]:
-    kernel = params.get("kernel", "linear")
-    if kernel not in (None, "linear"):
-        raise SolverError(
-            f"--solver perf trains linear SVMs only (got --kernel {kernel}); use smo, "
-            "active-set or irwls for kernels"
-        )
-    variant = params.get("variant") or "accelerated"
-    if variant not in VARIANTS:
-        raise SolverError(f"unknown perf variant {variant!r}; choose {' or '.join(VARIANTS)}")
-    loss = params.get("loss")
-    if loss is None:
-        loss = "ordinal" if meta.label_kind == "ordinal" else "error"
-    if loss not in LOSSES:
-        raise SolverError(f"unknown perf loss {loss!r}; choose one of {', '.join(LOSSES)}")
-    if loss in ("error", "roc") and meta.label_kind != "binary":
-        if loss == "error":
-            binary_classes(meta)  # raises the standard message
-        raise SolverError(
-            f"--loss roc needs binary labels; the store has label kind {meta.label_kind!r} "
-            "(use --loss ordinal for rank labels)"
-        )
-    if loss == "ordinal" and meta.label_kind not in ("ordinal", "binary"):
-        raise SolverError(
-            f"--loss ordinal needs rank labels (integers); the store has label kind "
-            f"{meta.label_kind!r}"
-        )
-    for name in ("eps",):
-        if not float(params[name]) > 0:
-            raise SolverError(f"--{name} must be positive")
-    if params.get("c_perf") is None and not float(params["C"]) > 0:
-        raise SolverError("--C must be positive")
-    if params.get("c_perf") is not None and not float(params["c_perf"]) > 0:
-        raise SolverError("--c-perf must be positive")
-    if float(params.get("bias", 1.0)) < 0:
-        raise SolverError("--bias must be >= 0 (0 = no bias)")
-    return loss, variant
-
-
-def _resolve_C(params: dict, count: int) -> float:
-    if params.get("c_perf") is not None:
-        return 100.0 * float(params["c_perf"]) / count
-    return float(params["C"])
+def _resolve_C(params: Params, count: int) -> float:
+    if params.c_perf is not None:
+        return 100.0 * float(params.c_perf) / count
+    return float(params.C)
 
 
 def _line_grid(points: int) -> np.ndarray:
@@ -625,18 +627,24 @@ class _Progress:
 SUPPORTS_CHECKPOINT = True
 
 
-def solve(store, engine, params: dict, callback: Callback | None = None, checkpoint=None) -> Result:
+def solve(
+    store,
+    engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
     """Train a linear SVM with the cutting-plane algorithm (see the module docstring).
 
     With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), the state (w or the
     best point, the working set of cutting planes and its QP solution) is saved after every
     iteration, and a resumed run continues exactly where the checkpoint was taken.
     """
-    params = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+    params = as_params(Params, params)
     meta = store.meta
-    if meta.n_rows == 0:
-        raise SolverError("the store has no rows")
-    loss, variant = _check_params(params, meta)
+    params.validate(meta)
+    loss, variant = params.resolve_loss(meta), params.variant
     if loss == "error":
         return _solve_error(store, engine, params, variant, callback, checkpoint)
     if checkpoint is not None:
@@ -668,10 +676,11 @@ SUPPORTS_OVR_CHECKPOINT = True
 def solve_ovr(
     store,
     engine,
-    params: dict,
+    params: Params,
     classes: list[float],
+    *,
     callback: Callback | None = None,
-    checkpoint=None,
+    checkpoint: Callable[[int, float], Checkpointer] | None = None,
 ) -> Result:
     """One-vs-rest with every class's cutting-plane iteration sharing one streamed pass.
 
@@ -687,15 +696,15 @@ def solve_ovr(
     class k (label c): every class saves its own state after each of its iterations and
     resumes from it, so an interrupted run ends with the same model as an uninterrupted one.
     """
-    from ..api import combine_ovr_models
+    from .ovr import combine_ovr_models
 
-    params = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+    params = as_params(Params, params)
     meta = store.meta
     if meta.n_rows == 0:
         raise SolverError("the store has no rows")
-    if params.get("loss") not in (None, "error"):
+    if params.loss not in (None, "error"):
         raise SolverError("one-vs-rest perf trains --loss error only")
-    _, variant = _check_params({**params, "loss": "error"}, _BinaryMeta(meta))
+    variant = params.variant
     classes = [float(c) for c in classes]
     t0 = time.perf_counter()
     steps, reqs, results = [], {}, {}
@@ -751,17 +760,6 @@ def solve_ovr(
     )
 
 
-class _BinaryMeta:
-    """A store's metadata seen as binary (for the parameter checks of one-vs-rest)."""
-
-    def __init__(self, meta):
-        self._meta = meta
-        self.label_kind = "binary"
-
-    def __getattr__(self, name):
-        return getattr(self._meta, name)
-
-
 def _qp_atol(eps: float) -> float:
     return 1e-4 * eps
 
@@ -794,13 +792,13 @@ def _error_steps(
     n = meta.n_rows
     d = meta.n_features
     dim = d + 1
-    bias = float(params["bias"])
+    bias = float(params.bias)
     C = _resolve_C(params, n)
     Cp = C * n
-    eps = float(params["eps"])
-    max_iter = int(params["max_iter"])
-    max_inactive = int(params["max_inactive"])
-    ws = WorkingSet(dim, float(params["dense_limit_mb"]) * 2**20)
+    eps = float(params.eps)
+    max_iter = int(params.max_iter)
+    max_inactive = int(params.max_inactive)
+    ws = WorkingSet(dim, float(params.dense_limit_mb) * 2**20)
     prog = _Progress(engine, callback)
     atol = _qp_atol(eps)
 
@@ -864,9 +862,9 @@ def _error_steps(
             save({}, {"w": w})
         w_final, obj_final, xi_final = w, obj, xi_new
     else:
-        kv = _line_grid(params["line_points"])
-        mu = float(params["mu"])
-        K = max(1, int(params["cut_points"]))
+        kv = _line_grid(params.line_points)
+        mu = float(params.mu)
+        K = max(1, int(params.cut_points))
         # a pass holds a few K-row accumulators (the fold of the reduction): at most
         # three dense ones within the working-set budget
         K = int(max(min(K, 2), min(K, ws.limit / (3 * 8.0 * dim * max(1, share)))))
@@ -1071,10 +1069,10 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
         )
     C = _resolve_C(params, m)
     Cp = C * m
-    eps = float(params["eps"])
-    max_iter = int(params["max_iter"])
-    max_inactive = int(params["max_inactive"])
-    ws = WorkingSet(dim, float(params["dense_limit_mb"]) * 2**20)
+    eps = float(params.eps)
+    max_iter = int(params.max_iter)
+    max_inactive = int(params.max_inactive)
+    ws = WorkingSet(dim, float(params.dense_limit_mb) * 2**20)
     atol = _qp_atol(eps)
     shard_rows = [(s.row_start, s.n_rows) for s in meta.shards]
 
@@ -1169,7 +1167,7 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
         if it >= max_iter:
             break
         if variant != "paper":
-            kc = step + float(params["mu"]) * (1.0 - step)
+            kc = step + float(params.mu) * (1.0 - step)
             viol, lossv, coef = rk.cut(sb + kc * (sc - sb))
         g, _ = accumulate(coef)
         ws.add(g / m, viol / m)

@@ -45,9 +45,10 @@ the support vectors (kernel models need them), O(n_features) vectors and the ker
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from numba import njit
@@ -61,39 +62,59 @@ from ..kernels.kernel_functions import (
     scatter_row,
     sparse_dot,
 )
-from . import Result, SolverError, binary_classes
+from . import Callback, Result, SolverError, binary_classes
 from .dual_common import (
     Expansion,
     WorkingRows,
     apply_alpha_updates,
     dual_objective,
     fetch_rows,
+    finish_dual,
     init_alpha_state,
     kkt_violation_pass,
     make_expansion,
-    make_model,
     shard_rows,
 )
 from .kernel_cache import MB, SlotCache, slot_acquire_prefix
+from .params import KernelSolverParams, as_params, at_least, param, positive
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpointer
 
 log = logging.getLogger("ooc_svm")
 
-DEFAULTS = {
-    "C": 1.0,
-    "kernel": "rbf",  # LIBSVM's default
-    "gamma": None,  # -> 1 / n_features
-    "degree": 3,
-    "coef0": 0.0,
-    "tol": 1e-3,
-    "selection": "wss2",
-    "shrinking": True,
-    "cache_mb": 256.0,
-    "working_mb": 256.0,
-    "working_rows": 0,  # 0: derived from working_mb
-    "seed": 0,
-    "max_iter": 10_000_000,
-    "checkpoint_every": 100_000,
-}
+
+@dataclass(frozen=True)
+class Params(KernelSolverParams):
+    """Parameters of ``--solver smo`` (see the module docstring)."""
+
+    SOLVER: ClassVar[str] = "smo"
+
+    tol: float = param(1e-3, "KKT tolerance (LIBSVM -e, Platt's tol)")
+    max_iter: int = param(10_000_000, "SMO steps; reaching it is reported as not converged")
+    seed: int = param(0, "Platt's random starting points; the decomposition's first sample")
+    cache_mb: float = param(256.0, "kernel column cache budget in MiB")
+    selection: str = param(
+        "wss2",
+        "working-set selection: wss2 = Fan et al. 2005 second order (LIBSVM), platt = Platt "
+        "1998 as written",
+        choices=("wss2", "platt"),
+    )
+    shrinking: bool = param(True, "LIBSVM shrinking (wss2 only)", cli="bool")
+    working_mb: float = param(256.0, "memory budget of the in-memory working set (MiB)")
+    working_rows: int = param(0, "cap on in-memory working rows (0: from --working-mb)")
+    checkpoint_every: int = param(
+        100_000, "wss2 in memory: SMO steps per chunk (--checkpoint saves after each)"
+    )
+
+    def rules(self) -> None:
+        super().rules()
+        at_least(self, "working_rows", 0)
+        positive(self, "working_mb")
+        at_least(self, "checkpoint_every", 0)
+
+
+DEFAULTS = Params.defaults()
 
 #: ``--checkpoint`` works for the in-memory wss2 path (the whole problem within --working-mb).
 SUPPORTS_CHECKPOINT = True
@@ -108,41 +129,6 @@ TAU = 1e-12
 PLATT_EPS = 1e-10
 #: Platt: how many times a failed final KKT check restarts the examine-all passes.
 MAX_PLATT_CHECKS = 20
-
-
-def add_arguments(group) -> None:
-    """``--selection``, ``--shrinking/--no-shrinking``, ``--working-mb``, ``--working-rows``."""
-
-    def add(*a, **k):
-        try:
-            group.add_argument(*a, **k)
-        except argparse.ArgumentError:  # another dual solver already defines the flag
-            pass
-
-    add(
-        "--selection",
-        choices=["wss2", "platt"],
-        default=None,
-        help="smo: working-set selection, Fan et al. 2005 second order (default) or Platt 1998",
-    )
-    add(
-        "--shrinking",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="smo (wss2): LIBSVM shrinking (default on)",
-    )
-    add(
-        "--working-mb",
-        type=float,
-        default=None,
-        help="smo: memory budget of the in-memory working set (default 256)",
-    )
-    add(
-        "--working-rows",
-        type=int,
-        default=None,
-        help="smo: cap on in-memory working rows (default: from --working-mb)",
-    )
 
 
 # ============================================================================================
@@ -860,41 +846,32 @@ def _cache_for(cache_mb: float, m: int) -> SlotCache:
     return SlotCache(int(cache_mb * MB), max(m, 1), max(m, 1))
 
 
-def _params(store, params: dict):
-    unknown = set(params) - set(DEFAULTS)
-    if unknown:
-        raise SolverError(f"smo does not take {', '.join(sorted(unknown))}")
-    p = dict(DEFAULTS)
-    p.update({k: v for k, v in params.items() if v is not None})
-    C = float(p["C"])
-    if not C > 0:
-        raise SolverError(f"--C must be positive, got {C}")
-    tol = float(p["tol"])
-    if not tol > 0:
-        raise SolverError(f"--tol must be positive, got {tol}")
-    if p["selection"] not in ("wss2", "platt"):
-        raise SolverError(f"--selection must be wss2 or platt, got {p['selection']!r}")
+def _kernel_params(store, p: Params) -> KernelParams:
     try:
-        kp = KernelParams.from_params(p, store.meta.n_features)
+        return KernelParams.from_params(p.kernel_dict(), store.meta.n_features)
     except ValueError as e:
         raise SolverError(str(e)) from None
-    if kp.kernel == "poly" and kp.degree < 0:
-        raise SolverError("--degree must be >= 0")
-    return p, C, tol, kp
 
 
 def _budget_rows(store, p) -> int:
-    if int(p["working_rows"]) > 0:
-        return max(2, int(p["working_rows"]))
+    if int(p.working_rows) > 0:
+        return max(2, int(p.working_rows))
     meta = store.meta
     per_row = 8.0 * (meta.nnz / max(meta.n_rows, 1)) + 10 * 8.0
-    return max(2, int(float(p["working_mb"]) * MB / per_row))
+    return max(2, int(float(p.working_mb) * MB / per_row))
 
 
 # ============================================================================================
 # solve
 # ============================================================================================
-def solve(store, engine, params: dict, callback=None, checkpoint=None) -> Result:
+def solve(
+    store,
+    engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
     """Train with SMO; see the module docstring for the problem and the stopping rules.
 
     With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), the in-memory wss2
@@ -903,8 +880,10 @@ def solve(store, engine, params: dict, callback=None, checkpoint=None) -> Result
     resumed run ends with exactly the model of an uninterrupted one.
     """
     t0 = time.perf_counter()
-    p, C, tol, kp = _params(store, params)
-    p["_checkpoint"] = checkpoint
+    p = as_params(Params, params)
+    p.validate(store.meta)
+    C, tol = p.C, p.tol
+    kp = _kernel_params(store, p)
     neg, pos = binary_classes(store.meta)
     if store.meta.n_rows < 2:
         raise SolverError("smo needs at least two rows")
@@ -918,23 +897,52 @@ def solve(store, engine, params: dict, callback=None, checkpoint=None) -> Result
         if callback is not None:
             callback(rec)
 
-    if p["selection"] == "platt":
+    if p.selection == "platt":
         if checkpoint is not None:
             raise SolverError("smo: --checkpoint is supported with --selection wss2 only")
         out = _solve_platt(store, engine, state, p, C, tol, kp, pos, report)
     else:
-        out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report)
+        out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint)
     sv_rows, intercept, iters, extra, dual = out
 
-    # independent KKT check on every row
-    exp = (
-        make_expansion(kp, store.meta.n_features, sv_rows, sv_rows.y * sv_rows.alpha)
-        if extra.get("w") is None
-        else make_expansion(kp, store.meta.n_features, w=extra["w"])
+    # independent KKT check on every row, the model
+    w = extra.get("w")
+    objs: dict[str, float] = {}
+
+    def info(kkt: dict | None) -> dict:
+        d = dual
+        if d is None:
+            if w is not None:
+                d = 0.5 * float(w @ w) - kkt["sum_alpha"]
+            else:
+                d = dual_objective(sv_rows, kp, store.meta.n_features)
+        # ½‖w‖² = ½αᵀQα = dual + Σα
+        objs["dual"] = d
+        objs["primal"] = float(d + kkt["sum_alpha"] + C * kkt["hinge"])
+        return {
+            "solver": "smo",
+            "C": C,
+            "tol": tol,
+            "selection": p.selection,
+            "dual_objective": d,
+            "objective": objs["primal"],
+        }
+
+    fin = finish_dual(
+        store,
+        engine,
+        sv_rows,
+        intercept,
+        kp,
+        C,
+        tol,
+        (neg, pos),
+        info,
+        state=state,
+        w=None if w is None else np.asarray(w, dtype=np.float64),
+        kkt=extra.pop("kkt", None),
     )
-    kkt = extra.pop("kkt", None)
-    if kkt is None:
-        kkt = kkt_violation_pass(store, engine, state, exp, intercept, C, pos, tol)
+    kkt, model = fin.kkt, fin.model
     if not kkt["ok"]:
         log.warning(
             "smo: KKT check found a violation of %.3g (> tol %.3g) on %d rows",
@@ -942,32 +950,13 @@ def solve(store, engine, params: dict, callback=None, checkpoint=None) -> Result
             tol,
             kkt["n_violators"],
         )
-    sum_alpha = kkt["sum_alpha"]
-    if dual is None:
-        if exp.w is not None:
-            dual = 0.5 * float(exp.w @ exp.w) - sum_alpha
-        else:
-            dual = dual_objective(sv_rows, kp, store.meta.n_features)
-    # ½‖w‖² = ½αᵀQα = dual + Σα
-    primal = float(dual + sum_alpha + C * kkt["hinge"])
-    info = {
-        "solver": "smo",
-        "C": C,
-        "tol": tol,
-        "selection": p["selection"],
-        "dual_objective": dual,
-        "objective": primal,
-    }
-    model = make_model(sv_rows, intercept, kp, store.meta.n_features, (neg, pos), info)
-    if extra.get("w") is not None:  # bound SVs folded into w (eq. 22) are not in sv_rows
-        model.coef_ = np.asarray(extra["w"], dtype=np.float64)
     summary = {
         "kernel": kp.kernel,
         "gamma": kp.gamma,
         "C": C,
         "tol": tol,
-        "selection": p["selection"],
-        "shrinking": bool(p["shrinking"]),
+        "selection": p.selection,
+        "shrinking": bool(p.shrinking),
         "n_sv": int(kkt["n_sv"]),
         "n_bound_sv": int(kkt["n_bound_sv"]),
         "intercept": float(intercept),
@@ -977,11 +966,12 @@ def solve(store, engine, params: dict, callback=None, checkpoint=None) -> Result
         "kkt_ok": kkt["ok"],
     }
     summary.update({k: v for k, v in extra.items() if k not in ("w", "passes")})
+    summary["converged"] = extra.get("status") != "max_iter"
     seconds = time.perf_counter() - t0
     return Result(
         model=model,
-        objective=primal,
-        dual_objective=float(dual),
+        objective=objs["primal"],
+        dual_objective=float(objs["dual"]),
         iterations=int(iters),
         passes=int(extra.get("passes", engine.passes - passes0)),
         seconds=seconds,
@@ -1078,11 +1068,11 @@ def _run_wss2(
     return total, G, stats, int(status)
 
 
-def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report):
+def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=None):
     n = store.meta.n_rows
     nf = store.meta.n_features
     budget = _budget_rows(store, p)
-    max_iter = int(p["max_iter"])
+    max_iter = int(p.max_iter)
     cache_stats = {"hits": 0, "misses": 0, "evictions": 0}
     if n <= budget:
         t1 = time.perf_counter()
@@ -1094,12 +1084,12 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report):
             kp,
             C,
             tol,
-            p["cache_mb"],
+            p.cache_mb,
             max_iter,
-            p["shrinking"],
+            p.shrinking,
             nf,
-            every=int(p["checkpoint_every"]),
-            checkpoint=p["_checkpoint"],
+            every=int(p.checkpoint_every),
+            checkpoint=checkpoint,
             report=report,
         )
         rho, m_up, m_low = _rho_and_gap(W.y, W.alpha, G, C)
@@ -1132,7 +1122,7 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report):
         if status != 0:
             log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, m_up - m_low)
         return W.take(sv), -float(rho), it, extra, dual
-    if p["_checkpoint"] is not None:
+    if checkpoint is not None:
         raise SolverError(
             "smo: --checkpoint needs the whole problem in memory (raise --working-mb); "
             "the out-of-core decomposition does not checkpoint yet"
@@ -1144,8 +1134,8 @@ def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, 
     n = store.meta.n_rows
     nf = store.meta.n_features
     linear = kp.kernel == "linear"
-    rng = np.random.default_rng(int(p["seed"]))
-    max_iter = int(p["max_iter"])
+    rng = np.random.default_rng(int(p.seed))
+    max_iter = int(p.max_iter)
     top_k = max(1, budget // 4)
     first = np.sort(rng.choice(n, size=min(n, max(2, budget // 2)), replace=False))
     W = fetch_rows(store, engine, first, pos, state)
@@ -1170,7 +1160,7 @@ def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, 
             fixed = make_expansion(kp, nf, F, F.y * F.alpha)
         p_lin = -1.0 + W.y * fixed.scores(*W.csr())
         it, G, cs, status = _run_wss2(
-            W, p_lin, kp, C, tol, p["cache_mb"], max(1, max_iter - total_it), p["shrinking"], nf
+            W, p_lin, kp, C, tol, p.cache_mb, max(1, max_iter - total_it), p.shrinking, nf
         )
         total_it += it
         for k in cache_stats:
@@ -1306,8 +1296,8 @@ def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
     mem = _PlattMemory(nf, linear)
     kt = _kernel_tuple(kp)
     fs = np.zeros(1)  # b
-    rs = np.array([np.uint64(int(p["seed"]) & 0xFFFFFFFFFFFFFFFF)], dtype=np.uint64)
-    max_iter = int(p["max_iter"])
+    rs = np.array([np.uint64(int(p.seed) & 0xFFFFFFFFFFFFFFFF)], dtype=np.uint64)
+    max_iter = int(p.max_iter)
     steps = 0
     starts = np.array([s.row_start for s in store.meta.shards] + [store.meta.n_rows])
     examine_all = True
@@ -1465,7 +1455,7 @@ def _platt_shard(
     tlist[:nt] = np.flatnonzero(tracked)
     ist = np.array([nt, 0, 0, max(0, int(step_budget))], dtype=np.int64)
     X = _x_tuple(rows)
-    sc = _cache_for(float(p["cache_mb"]), m)
+    sc = _cache_for(float(p.cache_mb), m)
     work = np.zeros(max(nf, int(rows.indices.max()) + 1 if rows.indices.size else 1))
     w = mem.w if mem.linear else np.zeros(1)
     if mem.linear and w.shape[0] < work.shape[0]:

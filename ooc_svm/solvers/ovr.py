@@ -1,0 +1,126 @@
+"""One-vs-rest training of multiclass stores: one binary problem per class.
+
+Solvers with a fused driver (``solve_ovr``: perf, every class's pass sharing one streamed
+pass) use it; the others train one binary problem after the other on a
+:class:`~ooc_svm.store.views.BinaryView` ("class c vs the rest"). :func:`combine_ovr_models`
+stacks the binary models into one OvR model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..model import Model
+from ..store.views import BinaryView
+from . import Callback, Result, SolverError
+from .params import SolverParams
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpointer
+    from ..engine import Engine
+
+
+def train_ovr(
+    store,
+    mod: ModuleType,
+    engine: Engine,
+    params: SolverParams,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Callable[[int, float], Checkpointer] | None = None,
+) -> Result:
+    """One-vs-rest: one binary problem per class (shared passes when the solver has
+    ``solve_ovr``, else one binary training after the other).
+
+    ``checkpoint(k, c)`` gives the checkpointer of class k (solvers with
+    ``SUPPORTS_OVR_CHECKPOINT`` only).
+    """
+    classes = [float(c) for c in (store.meta.labels or [])]
+    if len(classes) < 2:
+        raise SolverError(f"{store.path}: one-vs-rest needs at least two classes")
+    if hasattr(mod, "solve_ovr"):
+        return mod.solve_ovr(
+            store, engine, params, classes, callback=callback, checkpoint=checkpoint
+        )
+    t0 = time.perf_counter()
+    results = []
+    for k, c in enumerate(classes):
+
+        def cb(rec, k=k, c=c):
+            if callback is not None:
+                callback({**rec, "class": c, "class_index": k})
+
+        results.append(mod.solve(BinaryView(store, c), engine, params, callback=cb))
+    model = combine_ovr_models([r.model for r in results], classes)
+    objs = [r.objective for r in results]
+    duals = [r.dual_objective for r in results]
+    converged = all(r.converged for r in results)
+    reasons = [r.stop_reason for r in results if not r.converged]
+    return Result(
+        model=model,
+        objective=None if any(o is None for o in objs) else float(sum(objs)),
+        dual_objective=None if any(d is None for d in duals) else float(sum(duals)),
+        iterations=sum(r.iterations for r in results),
+        passes=sum(r.passes for r in results),
+        seconds=time.perf_counter() - t0,
+        stop_value=max(r.stop_value for r in results),
+        history=[h for r in results for h in r.history],
+        summary={
+            "multiclass": "ovr",
+            "n_classes": len(classes),
+            "per_class_objective": objs,
+            "per_class_iterations": [r.iterations for r in results],
+        },
+        converged=converged,
+        stop_reason=reasons[0] if reasons else None,
+    )
+
+
+def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
+    """Stack binary models (positive class = ``classes[k]``) into one OvR model."""
+    first = models[0]
+    info = dict(first.info)
+    info["multiclass"] = "ovr"
+    if all(m.kind == "linear" for m in models):
+        return Model(
+            kind="linear",
+            n_features=first.n_features,
+            classes=classes,
+            coef_=np.vstack([np.asarray(m.coef_, dtype=np.float64) for m in models]),
+            intercept_=np.array([float(m.intercept_) for m in models]),
+            kernel=first.kernel,
+            info=info,
+        )
+    # kernel models: union of support vectors (by global row index), one coefficient row each
+    index: dict[int, int] = {}
+    rows = []
+    for m in models:
+        sv = sp.csr_matrix(m.support_vectors_)
+        for j, g in enumerate(np.asarray(m.support_, dtype=np.int64)):
+            if int(g) not in index:
+                index[int(g)] = len(rows)
+                rows.append(sv[j])
+    coef = np.zeros((len(models), len(rows)))
+    for k, m in enumerate(models):
+        for j, g in enumerate(np.asarray(m.support_, dtype=np.int64)):
+            coef[k, index[int(g)]] = np.ravel(m.dual_coef_)[j]
+    return Model(
+        kind="kernel",
+        n_features=first.n_features,
+        classes=classes,
+        intercept_=np.array([float(m.intercept_) for m in models]),
+        support_vectors_=sp.vstack(rows).tocsr() if rows else None,
+        dual_coef_=coef,
+        support_=np.array(sorted(index, key=index.get), dtype=np.int64),
+        kernel=first.kernel,
+        gamma=first.gamma,
+        degree=first.degree,
+        coef0=first.coef0,
+        info=info,
+    )

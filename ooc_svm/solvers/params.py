@@ -1,0 +1,246 @@
+"""The typed parameter contract of the solvers.
+
+Every solver module defines one frozen dataclass of its parameters (``Params``), derived from
+:class:`SolverParams` (perf) or :class:`KernelSolverParams` (smo, active-set, irwls). Each
+field carries its type, its default and, in ``field(metadata=...)``, its help text (and its
+``choices``); ``ooc-svm train`` generates its solver flags, and the defaults ``train --help``
+shows, from these fields (flag ``--name-with-dashes``), so the command line, the TOML files in
+``conf/`` and ``ooc_svm.train(store, solver, **params)`` share one list of names.
+
+Validation happens once:
+
+- :meth:`SolverParams.__post_init__` checks every rule that needs no data (types, ranges,
+  choices), one wording per rule (``--C must be positive (got -1.0)``);
+- :meth:`SolverParams.validate` checks what depends on the store (label kind, ...).
+
+Both raise :class:`~ooc_svm.solvers.SolverError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from . import SolverError
+
+P = TypeVar("P", bound="SolverParams")
+
+KERNELS = ("linear", "rbf", "poly", "sigmoid")
+
+
+def param(default: Any, help: str, *, choices: tuple | None = None, cli: str | None = None):
+    """A dataclass field with its help text (and allowed values) in the metadata.
+
+    ``cli`` overrides how the flag is generated: ``"bool"`` (``--x/--no-x``), ``"no"`` (a
+    ``--no-x`` flag that sets False) or ``"hidden"`` (no flag).
+    """
+    return field(default=default, metadata={"help": help, "choices": choices, "cli": cli})
+
+
+def flag_name(name: str) -> str:
+    """Command-line flag of a parameter: ``cache_mb`` -> ``--cache-mb``."""
+    return "--" + name.replace("_", "-")
+
+
+def _base_type(tp: Any) -> type:
+    """``float | None`` -> float; ``int`` -> int."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return args[0] if args else tp
+
+
+def _optional(tp: Any) -> bool:
+    return type(None) in typing.get_args(tp)
+
+
+@dataclass(frozen=True)
+class SolverParams:
+    """Parameters every solver takes."""
+
+    #: ``--solver`` name (set by subclasses; not a parameter)
+    SOLVER: typing.ClassVar[str] = ""
+
+    C: float = param(1.0, "regularisation: minimise 1/2 |w|^2 + C * sum_i xi_i (LIBLINEAR units)")
+    max_iter: int = param(10_000, "iteration limit; reaching it is reported as not converged")
+    seed: int = param(0, "seed of every randomised step")
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def fields(cls) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(cls))
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def types(cls) -> dict[str, Any]:
+        return typing.get_type_hints(cls)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """``{name: default}`` of every parameter (the solver module's ``DEFAULTS``)."""
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_mapping(cls: type[P], params: Mapping[str, Any] | None = None, **kw: Any) -> P:
+        """Parameters from a dict (None values take the default); unknown names are refused
+        with the list of valid ones (and the right flag for ``tol`` / ``eps``)."""
+        given = {**(params or {}), **kw}
+        given = {k.replace("-", "_"): v for k, v in given.items() if v is not None}
+        cls.check_names(given)
+        return cls(**given)
+
+    @classmethod
+    def check_names(cls, names) -> None:
+        """Refuse names that are not parameters of this solver."""
+        valid = set(cls.names())
+        unknown = sorted(set(names) - valid)
+        if not unknown:
+            return
+        hint = cls.misplaced_hint(unknown)
+        if hint:
+            raise SolverError(hint)
+        raise SolverError(
+            f"--solver {cls.SOLVER} does not take {', '.join(flag_name(k) for k in unknown)}; "
+            f"its parameters are {', '.join(sorted(valid))}"
+        )
+
+    @classmethod
+    def misplaced_hint(cls, unknown: list[str]) -> str | None:
+        """A message naming the right flag for a parameter of another solver, or None."""
+        return None
+
+    def __post_init__(self) -> None:
+        types = self.types()
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            tp = types[f.name]
+            if v is None:
+                if not _optional(tp):
+                    object.__setattr__(self, f.name, f.default)
+                continue
+            object.__setattr__(self, f.name, _coerce(f.name, v, _base_type(tp)))
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise SolverError(
+                    f"{flag_name(f.name)} must be one of {', '.join(map(str, choices))} (got {v!r})"
+                )
+        self.rules()
+
+    def rules(self) -> None:
+        """Store-independent rules (called once, at construction)."""
+        positive(self, "C")
+        at_least(self, "max_iter", 0)
+
+    def validate(self, meta) -> None:
+        """Rules that depend on the store (``meta``: its metadata)."""
+        if meta.n_rows == 0:
+            raise SolverError("the store has no rows")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self: P, **changes: Any) -> P:
+        return dataclasses.replace(self, **changes)
+
+
+def _coerce(name: str, v: Any, tp: type) -> Any:
+    if tp is bool:
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return v.lower() in ("true", "1", "yes")
+        if isinstance(v, (int,)) and v in (0, 1):
+            return bool(v)
+        raise SolverError(f"{flag_name(name)} must be true or false (got {v!r})")
+    if tp is int:
+        if isinstance(v, bool) or not (
+            isinstance(v, int) or (isinstance(v, float) and float(v).is_integer())
+        ):
+            try:
+                if isinstance(v, str) and str(int(v)) == v.strip():
+                    return int(v)
+            except ValueError:
+                pass
+            raise SolverError(f"{flag_name(name)} must be an integer (got {v!r})")
+        return int(v)
+    if tp is float:
+        try:
+            if isinstance(v, bool):
+                raise ValueError
+            return float(v)
+        except (TypeError, ValueError):
+            raise SolverError(f"{flag_name(name)} must be a number (got {v!r})") from None
+    if tp is str:
+        return str(v)
+    return v
+
+
+def positive(p: SolverParams, name: str, extra: str = "") -> None:
+    """Rule: ``name`` > 0."""
+    v = getattr(p, name)
+    if v is not None and not v > 0:
+        raise SolverError(f"{flag_name(name)} must be positive (got {v}){extra}")
+
+
+def at_least(p: SolverParams, name: str, low: float, extra: str = "") -> None:
+    """Rule: ``name`` >= low."""
+    v = getattr(p, name)
+    if v is not None and not v >= low:
+        raise SolverError(f"{flag_name(name)} must be >= {low} (got {v}){extra}")
+
+
+@dataclass(frozen=True)
+class KernelSolverParams(SolverParams):
+    """Parameters of the dual (kernel) solvers: smo, active-set, irwls."""
+
+    kernel: str = param("rbf", "kernel (perf: linear only)", choices=KERNELS)
+    gamma: float | None = param(None, "kernel gamma, > 0 (default: 1/n_features, LIBSVM's)")
+    degree: int = param(3, "poly kernel degree")
+    coef0: float = param(0.0, "poly / sigmoid kernel coef0")
+    tol: float = param(1e-3, "stopping tolerance on the KKT conditions (LIBSVM -e)")
+    cache_mb: float = param(256.0, "kernel cache budget in MiB")
+
+    def rules(self) -> None:
+        super().rules()
+        positive(self, "gamma", "; omit --gamma for 1/n_features")
+        positive(self, "tol")
+        at_least(self, "degree", 0)
+        positive(self, "cache_mb")
+
+    @classmethod
+    def misplaced_hint(cls, unknown: list[str]) -> str | None:
+        if "eps" in unknown:
+            return (
+                f"--solver {cls.SOLVER} stops on --tol (the KKT tolerance, as LIBSVM's -e); "
+                "--eps is for perf (the duality gap)"
+            )
+        return None
+
+    def validate(self, meta) -> None:
+        """Binary labels (rank data is refused, pointing to ``--solver perf``)."""
+        from . import binary_classes
+
+        super().validate(meta)
+        binary_classes(meta)
+
+    def kernel_dict(self) -> dict[str, Any]:
+        """``kernel, gamma, degree, coef0`` for :meth:`KernelParams.from_params`."""
+        return {
+            "kernel": self.kernel,
+            "gamma": self.gamma,
+            "degree": self.degree,
+            "coef0": self.coef0,
+        }
+
+
+def as_params(cls: type[P], params: SolverParams | Mapping[str, Any] | None) -> P:
+    """``params`` as a ``cls`` instance (a dict is converted and checked)."""
+    if isinstance(params, cls):
+        return params
+    if isinstance(params, SolverParams):
+        raise SolverError(f"--solver {cls.SOLVER} got the parameters of --solver {params.SOLVER}")
+    return cls.from_mapping(params or {})
