@@ -134,8 +134,9 @@ def binary_classes(meta) -> tuple[float, float]:
     labels = meta.labels or []
     if meta.label_kind == "ordinal":
         raise SolverError(
-            "ranking data needs --solver perf (--loss ordinal or roc); the store has rank "
-            f"labels {labels[:10]}{'…' if len(labels) > 10 else ''}"
+            "ranking data needs --solver perf (--loss ordinal or roc); this solver trains "
+            f"binary classifiers and the store has rank labels {labels[:10]}"
+            f"{'…' if len(labels) > 10 else ''}"
             + (" with query ids" if getattr(meta, "has_qid", False) else "")
         )
     if meta.label_kind != "binary" or len(labels) != 2:

@@ -72,7 +72,7 @@ from .dual_common import (
     shard_rows,
     split_updates_by_shard,
 )
-from .params import KernelSolverParams, as_params, at_least, param
+from .params import KernelSolverParams, as_params, at_least, param, positive
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpointer
@@ -116,6 +116,7 @@ class Params(KernelSolverParams):
 
     def rules(self) -> None:
         super().rules()
+        positive(self, "cache_mb")
         at_least(self, "sprint_size", 0, " (0 = from the memory budget)")
         at_least(self, "shrink_after", 1)
 
@@ -1464,7 +1465,7 @@ def solve(
         )
         if bad:
             raise SolverError(
-                f"--init {p['init']}: {bad} support vector(s) have the opposite label in this "
+                f"--init {p.init}: {bad} support vector(s) have the opposite label in this "
                 "store; the model was trained on another store"
             )
         beta = -intercept
@@ -1483,7 +1484,7 @@ def solve(
         else:
             if sv_rows is None:
                 raise SolverError(
-                    f"--init {p['init']}: kernel warm start needs the support vectors in the model"
+                    f"--init {p.init}: kernel warm start needs the support vectors in the model"
                 )
             delta = _exp_tuple(sv_rows, coef)
         log.info(

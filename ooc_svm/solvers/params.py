@@ -209,7 +209,7 @@ class KernelSolverParams(SolverParams):
         positive(self, "gamma", "; omit --gamma for 1/n_features")
         positive(self, "tol")
         at_least(self, "degree", 0)
-        positive(self, "cache_mb")
+        at_least(self, "cache_mb", 0)
 
     @classmethod
     def misplaced_hint(cls, unknown: list[str]) -> str | None:
