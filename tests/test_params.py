@@ -337,3 +337,21 @@ def test_loss_ordinal_on_binary_says_roc(work):
     # roc on the same store trains
     r = _cli(work, "--solver", "perf", "b.zarr", "-o", "m2", "--loss", "roc")
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.cluster
+def test_irwls_column_cache_works_on_dask_workers(tmp_path):
+    """The worker scratch persists across passes on a Dask worker: same cache hits as local."""
+    pytest.importorskip("distributed")
+    from ooc_svm.engine import make_engine
+
+    X, y = _binary(n=300, d=6, seed=4)
+    path = _write(tmp_path / "c.zarr", X, y, shard_rows=80)
+    params = dict(C=3.0, gamma=0.5, working_set=10, seed=7)
+    a = train(path, "irwls", **params)
+    with make_engine("processes", n_workers=2, threads_per_worker=1) as eng:
+        b = train(path, "irwls", engine=eng, **params)
+    assert a.summary["cache_hits"] > 0
+    assert b.summary["cache_hits"] == a.summary["cache_hits"]
+    assert b.iterations == a.iterations
+    assert b.dual_objective == pytest.approx(a.dual_objective, rel=1e-12)

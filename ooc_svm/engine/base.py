@@ -289,7 +289,7 @@ class WorkerScratch:
     per-shard state that engines replicate and checkpoints save. Put it in a pass's broadcast.
     On the local engine the broadcast is not copied, so this object itself holds the entries
     (they belong to the run and go with it). Pickled to a Dask worker it travels as its
-    ``(kind, key)`` and resolves to that worker process's instance (kept on
+    ``(kind, key)``; inside a task it resolves to that worker process's instance (kept on
     ``distributed.get_worker()``), which lives across passes; a new run of the same ``kind``
     drops the older runs' instances there. :meth:`clear` drops a run's entries (run it on the
     workers too, e.g. with ``engine.map_state``).
@@ -300,42 +300,51 @@ class WorkerScratch:
         self.key = key or uuid.uuid4().hex
         self._entries: dict = {}
         self._lock = threading.Lock()
+        self._remote = False
 
     def __reduce__(self):
-        return (_resolve_scratch, (self.kind, self.key))
+        return (_unpickled_scratch, (self.kind, self.key))
+
+    def _space(self) -> WorkerScratch:
+        if not self._remote:
+            return self
+        try:
+            from distributed import get_worker
+
+            worker = get_worker()
+        except (ImportError, ValueError):
+            return self  # not in a Dask task: scratch of this copy only
+        with _RESOLVE_LOCK:
+            spaces = worker.__dict__.setdefault("_ooc_svm_scratch", {})
+            sc = spaces.get((self.kind, self.key))
+            if sc is None:
+                for k in [k for k in spaces if k[0] == self.kind]:
+                    del spaces[k]
+                sc = spaces[(self.kind, self.key)] = WorkerScratch(self.kind, self.key)
+            return sc
 
     def get(self, name: Any, factory: Callable[[], Any]) -> Any:
         """The entry ``name``, made by ``factory()`` the first time."""
-        with self._lock:
-            v = self._entries.get(name)
+        sc = self._space()
+        with sc._lock:
+            v = sc._entries.get(name)
             if v is None:
-                v = self._entries[name] = factory()
+                v = sc._entries[name] = factory()
             return v
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        sc = self._space()
+        with sc._lock:
+            sc._entries.clear()
 
 
 _RESOLVE_LOCK = threading.Lock()
 
 
-def _resolve_scratch(kind: str, key: str) -> WorkerScratch:
-    """Unpickling a :class:`WorkerScratch`: the Dask worker's instance of the run."""
-    try:
-        from distributed import get_worker
-
-        worker = get_worker()
-    except (ImportError, ValueError):
-        return WorkerScratch(kind, key)  # not on a Dask worker: scratch of this copy only
-    with _RESOLVE_LOCK:
-        spaces = worker.__dict__.setdefault("_ooc_svm_scratch", {})
-        sc = spaces.get((kind, key))
-        if sc is None:
-            for k in [k for k in spaces if k[0] == kind]:
-                del spaces[k]
-            sc = spaces[(kind, key)] = WorkerScratch(kind, key)
-        return sc
+def _unpickled_scratch(kind: str, key: str) -> WorkerScratch:
+    sc = WorkerScratch(kind, key)
+    sc._remote = True
+    return sc
 
 
 def as_float_array(x) -> np.ndarray:
