@@ -8,14 +8,38 @@ import time
 from typing import Any
 
 from .engine import Engine, make_engine
-from .solvers import Callback, Result, SolverError, get_solver
+from .solvers import SOLVER_MODULES, Callback, Result, SolverError, available_solvers, get_solver
 from .solvers.ovr import combine_ovr_models, train_ovr
-from .solvers.params import SolverParams
+from .solvers.params import KernelSolverParams, SolverParams, flag_name
 from .store import open_store
 
 log = logging.getLogger("ooc_svm")
 
-__all__ = ["combine_ovr_models", "solver_params", "train"]
+__all__ = [
+    "KernelSolverParams",
+    "SolverError",
+    "SolverParams",
+    "combine_ovr_models",
+    "flag_name",
+    "solver_catalogue",
+    "solver_names",
+    "solver_params",
+    "train",
+]
+
+
+def solver_names() -> list[str]:
+    """Every ``--solver`` name."""
+    return list(SOLVER_MODULES)
+
+
+def solver_catalogue() -> dict[str, tuple[type[SolverParams], str]]:
+    """``{solver: (Params class, stopping rule)}`` of the available solvers."""
+    out = {}
+    for name in available_solvers():
+        mod = get_solver(name)
+        out[name] = (mod.Params, mod.STOPPING_RULE)
+    return out
 
 
 def solver_params(solver: str, params: dict[str, Any] | None = None) -> SolverParams:

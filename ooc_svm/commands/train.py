@@ -7,15 +7,6 @@ import json
 import sys
 import time
 
-from ..solvers import SOLVER_MODULES
-
-
-def _solver_params() -> dict[str, type]:
-    """``{solver name: Params class}`` of the available solvers."""
-    from ..solvers import available_solvers, get_solver
-
-    return {name: get_solver(name).Params for name in available_solvers()}
-
 
 def _fmt(v) -> str:
     return "none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
@@ -27,7 +18,7 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type]) -> No
     (in the common group, with each solver's default where they differ)."""
     import typing
 
-    from ..solvers.params import KernelSolverParams, SolverParams, flag_name
+    from ..api import KernelSolverParams, SolverParams, flag_name
 
     owners: dict[str, list[tuple[str, typing.Any]]] = {}
     for solver, cls in classes.items():
@@ -86,13 +77,14 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type]) -> No
 
 
 def add_parser(sub) -> None:
-    from ..solvers import get_solver
+    from ..api import solver_catalogue, solver_names
 
-    classes = _solver_params()
+    catalogue = solver_catalogue()
+    classes = {name: cls for name, (cls, _) in catalogue.items()}
     lines = []
-    for name, cls in classes.items():
+    for name, (cls, rule) in catalogue.items():
         defaults = ", ".join(f"{k}={_fmt(v)}" for k, v in cls.defaults().items())
-        lines.append(f"  {name}: {get_solver(name).STOPPING_RULE}\n    defaults: {defaults}")
+        lines.append(f"  {name}: {rule}\n    defaults: {defaults}")
     p = sub.add_parser(
         "train",
         help="train an SVM on a store",
@@ -105,7 +97,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("store", help="store made by `ooc-svm ingest` or `ooc-svm synth`")
     p.add_argument("-o", "--output", required=True, help="model directory to write")
-    p.add_argument("--solver", choices=list(SOLVER_MODULES), default="perf")
+    p.add_argument("--solver", choices=solver_names(), default="perf")
     p.add_argument(
         "--scheduler",
         default=None,
@@ -177,10 +169,9 @@ def load_config(path: str, solver: str) -> dict:
 def solver_params_from_args(args):
     """The solver's validated ``Params``: ``--config`` values, overridden by the flags given
     on the command line. Raises SolverError (one line) on an unknown or invalid value."""
-    from ..solvers import SolverError, get_solver
-    from ..solvers.params import flag_name
+    from ..api import SolverError, flag_name, solver_catalogue
 
-    cls = get_solver(args.solver).Params
+    cls = solver_catalogue()[args.solver][0]
     given = {k: getattr(args, k) for k in args._param_names if getattr(args, k, None) is not None}
     conf = load_config(args.config, args.solver) if args.config else {}
     try:
