@@ -61,10 +61,17 @@ class SolverParams:
 
     #: ``--solver`` name (set by subclasses; not a parameter)
     SOLVER: typing.ClassVar[str] = ""
+    #: whether the solver implements ``class_weight`` (others refuse it)
+    SUPPORTS_CLASS_WEIGHT: typing.ClassVar[bool] = False
 
     C: float = param(1.0, "regularisation: minimise 1/2 |w|^2 + C * sum_i xi_i (LIBLINEAR units)")
     max_iter: int = param(10_000, "iteration limit; reaching it is reported as not converged")
     seed: int = param(0, "seed of every randomised step")
+    class_weight: str | None = param(
+        None,
+        "per-class C multipliers, as LIBLINEAR/LIBSVM -wi: 'pos=10', 'neg=2,pos=5', "
+        "'LABEL=W,...' (store labels) or 'balanced' (n / (2 n_class)); default: all 1",
+    )
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -134,6 +141,21 @@ class SolverParams:
         """Store-independent rules (called once, at construction)."""
         positive(self, "C")
         at_least(self, "max_iter", 0)
+        if self.class_weight is not None:
+            if not self.SUPPORTS_CLASS_WEIGHT:
+                raise SolverError(f"--solver {self.SOLVER} does not support --class-weight yet")
+            parse_class_weight(self.class_weight)
+
+    def class_costs(
+        self, negative: float, positive: float, counts: Mapping[float, int] | None = None
+    ) -> tuple[float, float]:
+        """``(C_neg, C_pos)``: C times each class's weight (LIBLINEAR/LIBSVM ``-wi``).
+
+        ``negative`` / ``positive`` are the store's label values of the binary problem;
+        ``counts`` (label value -> rows) is needed for ``balanced`` only.
+        """
+        weights = class_weights(self.class_weight, negative, positive, counts)
+        return self.C * weights[0], self.C * weights[1]
 
     def validate(self, meta) -> None:
         """Rules that depend on the store (``meta``: its metadata)."""
@@ -244,3 +266,75 @@ def as_params(cls: type[P], params: SolverParams | Mapping[str, Any] | None) -> 
     if isinstance(params, SolverParams):
         raise SolverError(f"--solver {cls.SOLVER} got the parameters of --solver {params.SOLVER}")
     return cls.from_mapping(params or {})
+
+
+def parse_class_weight(spec: str) -> dict[str, float] | str:
+    """``'pos=10,neg=1'`` / ``'1=10,-1=2'`` -> ``{key: weight}``; ``'balanced'`` as is.
+
+    Keys are ``pos``, ``neg`` or a label value; weights must be positive numbers.
+    """
+    text = str(spec).strip()
+    if text == "balanced":
+        return text
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        key, sep, val = item.partition("=")
+        key = key.strip()
+        try:
+            w = float(val)
+        except ValueError:
+            w = float("nan")
+        if not sep or not key or not w > 0 or w == float("inf"):
+            raise SolverError(
+                f"--class-weight: bad item {item.strip()!r} in {spec!r}; use 'pos=10', "
+                "'neg=2,pos=5', 'LABEL=WEIGHT,...' with positive weights, or 'balanced'"
+            )
+        if key not in ("pos", "neg"):
+            try:
+                key = repr(float(key))
+            except ValueError:
+                raise SolverError(
+                    f"--class-weight: {key!r} is neither pos, neg nor a label value"
+                ) from None
+        if key in out:
+            raise SolverError(f"--class-weight: {key!r} given twice in {spec!r}")
+        out[key] = w
+    return out
+
+
+def class_weights(
+    spec: str | None,
+    negative: float,
+    positive: float,
+    counts: Mapping[float, int] | None = None,
+) -> tuple[float, float]:
+    """``(w_neg, w_pos)`` of a binary problem whose labels are ``negative`` / ``positive``.
+
+    ``balanced`` is scikit-learn's and LIBLINEAR users' convention: ``w_k = n / (2 n_k)``.
+    A label value that is neither class of the problem is an error.
+    """
+    if spec is None:
+        return 1.0, 1.0
+    parsed = parse_class_weight(spec)
+    if parsed == "balanced":
+        if counts is None:
+            raise SolverError("--class-weight balanced needs the label counts of the store")
+        n_neg, n_pos = int(counts.get(negative, 0)), int(counts.get(positive, 0))
+        if n_neg == 0 or n_pos == 0:
+            raise SolverError("--class-weight balanced: one class has no rows")
+        n = n_neg + n_pos
+        return n / (2.0 * n_neg), n / (2.0 * n_pos)
+    assert isinstance(parsed, dict)
+    w_neg, w_pos = 1.0, 1.0
+    known = {"neg", "pos", repr(float(negative)), repr(float(positive))}
+    for key, w in parsed.items():
+        if key not in known:
+            raise SolverError(
+                f"--class-weight: label {key} is not a class of this problem "
+                f"(classes {negative:g} and {positive:g})"
+            )
+        if key in ("neg", repr(float(negative))):
+            w_neg = w
+        else:
+            w_pos = w
+    return w_neg, w_pos
