@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ._util import json_default
+
 CHECKPOINT_FORMAT = "ooc-svm-checkpoint"
 
 
@@ -206,12 +208,4 @@ class Checkpointer:
 
 
 def _jsonable(d: dict) -> dict:
-    return json.loads(json.dumps(d, default=_default))
-
-
-def _default(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
+    return json.loads(json.dumps(d, default=json_default))

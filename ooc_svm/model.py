@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ._util import json_default
+
 MODEL_FORMAT = "ooc-svm-model"
 MODEL_VERSION = 1
 
@@ -125,7 +127,7 @@ class Model:
                 "info": self.info,
             }
             with open(os.path.join(tmp, "model.json"), "w") as f:
-                json.dump(meta, f, indent=1, default=_json_default)
+                json.dump(meta, f, indent=1, default=json_default)
             if os.path.isdir(path):
                 old = path + ".old-" + os.path.basename(tmp)
                 os.rename(path, old)
@@ -138,16 +140,6 @@ class Model:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-
-
-def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def load_model(path: str) -> Model:

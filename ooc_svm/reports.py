@@ -12,6 +12,8 @@ from typing import IO
 
 import numpy as np
 
+from ._util import json_default
+
 
 class HistoryWriter:
     """Append one JSON object per iteration to a ``.jsonl`` file, flushed as it goes.
@@ -23,23 +25,15 @@ class HistoryWriter:
         self.path = path
         self._f: IO[str] = open(path, "w")
         if header:
-            self._f.write(json.dumps({"header": header}, default=_default) + "\n")
+            self._f.write(json.dumps({"header": header}, default=json_default) + "\n")
             self._f.flush()
 
     def __call__(self, record: dict) -> None:
-        self._f.write(json.dumps(record, default=_default) + "\n")
+        self._f.write(json.dumps(record, default=json_default) + "\n")
         self._f.flush()
 
     def close(self) -> None:
         self._f.close()
-
-
-def _default(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
 
 
 def read_history(path: str) -> tuple[dict, list[dict]]:

@@ -55,6 +55,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
+from ._util import cpu_count
 from .store.format import Shard
 
 __all__ = [
@@ -813,13 +814,6 @@ class SynthModel:
 # ----------------------------------------------------------------------------------------
 # streaming: blocks in a thread pool, consumed in order
 # ----------------------------------------------------------------------------------------
-def _default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def default_block_rows(spec: SynthSpec) -> int:
     """Rows per generation block (about ``BLOCK_NNZ`` non-zeros, whole queries)."""
     b = max(256, int(BLOCK_NNZ // max(1.0, float(spec.nnz_per_row))))
@@ -914,7 +908,7 @@ def synth_blocks(
     model = SynthModel.get(spec)
     model.keys(split)
     step = _round_to_query(int(block_rows), spec) if block_rows else default_block_rows(spec)
-    threads = threads or _default_threads()
+    threads = threads or cpu_count()
     yield from _ordered_map(
         lambda ab: model.block(split, ab[0], ab[1] - ab[0]), _ranges(0, rows, step), threads
     )
@@ -1041,7 +1035,7 @@ def synth(
     model = SynthModel.get(spec)
     model.keys(split)
     fmt = output_format(out, format)
-    threads = threads or _default_threads()
+    threads = threads or cpu_count()
     step = _round_to_query(int(block_rows), spec) if block_rows else default_block_rows(spec)
     params = {"rows": rows, "split": split, **asdict(spec)}
     if fmt == "svmlight":

@@ -60,10 +60,11 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from .._util import cpu_count
 from .base import Engine, EngineError, ShardState, add_partials, shard_stub, tree_reduce
 from .reader import ShardCache, readonly, shard_reader, store_token
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------
 # worker side (module level: pickled by reference)
@@ -168,13 +169,6 @@ def _same(x):
     return x
 
 
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover
-        return max(1, os.cpu_count() or 1)
-
-
 def _is_lost_error(e: BaseException) -> bool:
     from asyncio import CancelledError as AioCancelled
     from concurrent.futures import CancelledError as CfCancelled
@@ -263,7 +257,7 @@ class DaskEngine(Engine):
         s = self.scheduler
         if s in ("threads", "processes"):
             procs = s == "processes"
-            cores = _cores()
+            cores = cpu_count()
             kw = dict(
                 processes=procs,
                 n_workers=n_workers or (cores if procs else 1),

@@ -19,23 +19,16 @@ partials of shards finished out of order.
 from __future__ import annotations
 
 import logging
-import os
 import weakref
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from .._util import cpu_count
 from .base import Engine, StreamingTreeReduce, add_partials, shard_stub
 from .reader import ShardCache, shard_reader, store_token
 
-log = logging.getLogger("ooc_svm")
-
-
-def _default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
+log = logging.getLogger(__name__)
 
 
 class LocalEngine(Engine):
@@ -71,7 +64,7 @@ class LocalEngine(Engine):
         fast_read: bool = True,
         local_reads: int = 1,
     ):
-        self.n_threads = int(n_threads or _default_threads())
+        self.n_threads = int(n_threads or cpu_count())
         self.prefetch = max(0, int(prefetch))
         self.io_threads = int(io_threads or max(1, min(self.prefetch, 4)))
         self.local_reads = max(1, int(local_reads))

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._util import cpu_count
 from . import svmlight as sv
 from .format import MAX_FEATURES, Shard, StoreError, StoreMeta
 from .writer import StoreWriter, backend_from_path
@@ -739,14 +740,6 @@ class _ShardWriters:
 # ------------------------------------------------------------------------------------------
 # Public API
 # ------------------------------------------------------------------------------------------
-def _default_threads() -> int:
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    return max(1, min(4, n))
-
-
 def ingest(inputs: str | Sequence[str], store: str, **options) -> StoreMeta:
     """Ingest SVMlight / LIBSVM text files into a store; returns the store's metadata.
 
@@ -851,7 +844,7 @@ def ingest_with_stats(
         shard_mb = DEFAULT_SHARD_MB
     shard_bytes = None if shard_mb is None else max(1, int(shard_mb * 1e6))
     block_bytes = max(1 << 12, int(block_mb * (1 << 20)))
-    n_threads = max(1, int(threads)) if threads else _default_threads()
+    n_threads = max(1, int(threads)) if threads else min(4, cpu_count())
     col_limit = min(n_features, MAX_FEATURES) if n_features is not None else MAX_FEATURES
 
     store = os.fspath(store)
