@@ -1,55 +1,82 @@
 """The ``ooc-svm`` command. Each sub-command lives in ``ooc_svm/commands/<name>.py`` and
-provides ``add_parser(subparsers)`` and ``run(args) -> int``; this module only dispatches."""
+provides ``add_parser(subparsers)`` and ``run(args) -> int``; this module only dispatches.
+
+Start-up is kept cheap: only the module of the command being run is imported (``ooc-svm``
+alone, ``ooc-svm --help`` and ``--version`` import no command module, hence no numpy, numba,
+zarr, pyarrow or dask); the other commands appear in ``--help`` by their one-line summary.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import os
 import sys
 
-#: sub-commands in the order ``--help`` lists them
-COMMANDS = [
-    "ingest",
-    "info",
-    "verify",
-    "synth",
-    "train",
-    "predict",
-    "evaluate",
-    "plot",
-    "bench",
-]
+from . import __version__
 
-log = logging.getLogger("ooc_svm")
+#: sub-commands in the order ``--help`` lists them, with their one-line summary
+COMMANDS: dict[str, str] = {
+    "ingest": "convert SVMlight/LIBSVM text into a store",
+    "info": "show a store's metadata",
+    "verify": "re-read every shard and check its checksum",
+    "synth": "generate a synthetic RCV1-like dataset",
+    "train": "train an SVM on a store",
+    "predict": "score a store with a model (streamed); write scores and labels",
+    "evaluate": "accuracy, precision/recall/F1, PRBEP, ROC AUC (binary) or pairwise accuracy, "
+    "Kendall tau, NDCG@10 (ranks) of a model on a store",
+    "plot": "plot a training history (needs matplotlib)",
+}
 
+log = logging.getLogger(__name__)
 
-def _load_commands():
-    mods = []
-    for name in COMMANDS:
-        try:
-            mods.append(importlib.import_module(f"ooc_svm.commands.{name}"))
-        except ModuleNotFoundError as e:
-            if e.name != f"ooc_svm.commands.{name}":
-                raise
-    return mods
+_DESCRIPTION = (
+    "Out-of-core SVM training on sparse data larger than memory: ingest SVMlight "
+    "files into sharded Zarr/Parquet stores once, then train linear or kernel SVMs "
+    "(perf, smo, active-set, irwls) in bounded memory, locally or on a Dask cluster."
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="ooc-svm",
-        description=(
-            "Out-of-core SVM training on sparse data larger than memory: ingest SVMlight "
-            "files into sharded Zarr/Parquet stores once, then train linear or kernel SVMs "
-            "(perf, smo, active-set, irwls) in bounded memory, locally or on a Dask cluster."
-        ),
-    )
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line that points to ``--help``."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The sub-command named in ``argv`` (the first word not starting with ``-``)."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a if a in COMMANDS else None
+    return None
+
+
+def _add_verbosity(p: argparse.ArgumentParser, suppress: bool) -> None:
+    # after the sub-command too (``ooc-svm train -q ...``); SUPPRESS keeps the top-level
+    # value when the flag is not repeated there
+    taken = set(p._option_string_actions)
+    d = {"default": argparse.SUPPRESS} if suppress else {}
+    if not {"-v", "--verbose"} & taken:
+        p.add_argument("-v", "--verbose", action="count", help="more log output (-vv: debug)", **d)
+    if not {"-q", "--quiet"} & taken:
+        p.add_argument("-q", "--quiet", action="store_true", help="only errors", **d)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``ooc-svm``; the full parser of ``command`` only (all when ``"*"``)."""
+    p = _Parser(prog="ooc-svm", description=_DESCRIPTION)
+    p.add_argument("--version", action="version", version=f"ooc-svm {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    for mod in _load_commands():
-        mod.add_parser(sub)
+    for name, summary in COMMANDS.items():
+        if command in (name, "*"):
+            importlib.import_module(f"ooc_svm.commands.{name}").add_parser(sub)
+            _add_verbosity(sub.choices[name], suppress=True)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
     return p
 
 
@@ -70,13 +97,29 @@ def _known_errors():
     return tuple(errs)
 
 
+def _quiet_dask(verbose: int) -> None:
+    """No Dask INFO lines unless ``-v`` (this process and the worker processes it starts)."""
+    level = "critical" if not verbose else ("info" if verbose == 1 else "debug")
+    # read by dask.config when (and if) dask is imported, here and in spawned workers
+    os.environ["DASK_LOGGING__DISTRIBUTED"] = level
+    if "distributed" in sys.modules:  # already imported (e.g. main() called from Python)
+        logging.getLogger("distributed").setLevel(level.upper())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_in(argv))
+    if not argv:
+        parser.print_help()
+        return 2
     args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:  # only top-level options
+        parser.print_help()
+        return 2
     level = logging.ERROR if args.quiet else (logging.DEBUG if args.verbose > 1 else logging.INFO)
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
-    logging.getLogger("distributed").setLevel(logging.WARNING if args.verbose else logging.ERROR)
+    _quiet_dask(args.verbose)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -62,7 +62,7 @@ from typing import Any
 
 from .._util import cpu_count
 from .base import Engine, EngineError, ShardState, add_partials, shard_stub, tree_reduce
-from .reader import ShardCache, readonly, shard_reader, store_token
+from .reader import ShardCache, readonly, shard_reader
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,22 @@ _W_STORES: dict[tuple[str, str], tuple[Any, Callable]] = {}
 _W_CACHE = ShardCache(0)
 
 
+def store_identity(store) -> str:
+    """Identity of a store's contents, independent of the path it was opened by.
+
+    The shard table (names, sizes, checksums) and shape; the client sends it with every task
+    and a worker compares it with the store it opened from the (absolute) path.
+    """
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=12)
+    meta = store.meta
+    h.update(f"{meta.n_rows}|{meta.nnz}|{meta.n_features}|".encode())
+    for s in meta.shards:
+        h.update(f"{s.name}:{s.n_rows}:{s.nnz}:{s.checksum};".encode())
+    return h.hexdigest()
+
+
 def _worker_reader(path: str, token: str, fast: bool) -> Callable:
     key = (path, token)
     entry = _W_STORES.get(key)
@@ -84,12 +100,20 @@ def _worker_reader(path: str, token: str, fast: bool) -> Callable:
         with _W_LOCK:
             entry = _W_STORES.get(key)
             if entry is None:
-                store = open_store(path)
-                if store_token(store) != token:
+                try:
+                    store = open_store(path)
+                except Exception as e:  # noqa: BLE001 - reported with the likely cause
                     raise EngineError(
-                        f"{path}: the store a worker opened differs from the client's (it was "
-                        "rewritten, or the worker sees another file system); workers must "
-                        "read the same store path as the client"
+                        f"a Dask worker cannot open the store {path} ({e}); is the path on a "
+                        "file system the workers share? relative paths are resolved against "
+                        "the client's working directory"
+                    ) from None
+                if store_identity(store) != token.split("|", 1)[0]:
+                    raise EngineError(
+                        f"workers see a different store at {path} than this client: is the "
+                        "path on a shared file system? relative paths are resolved against "
+                        "the client's working directory (or the store was rewritten while "
+                        "training)"
                     )
                 for k in [k for k in _W_STORES if k[0] == path]:
                     del _W_STORES[k]
@@ -355,8 +379,11 @@ class DaskEngine(Engine):
             store, transform = store.base, store.transform
         path = str(store.path)
         if is_local(path):
+            # workers may run in another working directory: send an absolute path
             path = local_path(path)
-        return (path, store_token(store), self.cache_bytes, self.fast_read, transform)
+        # content identity (checked by the workers) | absolute path (keys their shard cache)
+        token = f"{store_identity(store)}|{path}"
+        return (path, token, self.cache_bytes, self.fast_read, transform)
 
     def _placement(self, ids: list[int], refresh: bool = False) -> dict[int, str]:
         """Preferred worker of every shard: contiguous blocks of the shard order.
