@@ -99,11 +99,16 @@ def _known_errors():
 
 def _quiet_dask(verbose: int) -> None:
     """No Dask INFO lines unless ``-v`` (this process and the worker processes it starts)."""
-    level = "critical" if not verbose else ("info" if verbose == 1 else "debug")
+    if verbose:
+        levels = {"distributed": "info" if verbose == 1 else "debug"}
+    else:  # Dask sets some child loggers explicitly: they need their own entry
+        names = ("distributed", "distributed.client", "distributed.gc", "tornado.application")
+        levels = dict.fromkeys(names, "critical")
     # read by dask.config when (and if) dask is imported, here and in spawned workers
-    os.environ["DASK_LOGGING__DISTRIBUTED"] = level
+    os.environ["DASK_LOGGING"] = repr(levels)
     if "distributed" in sys.modules:  # already imported (e.g. main() called from Python)
-        logging.getLogger("distributed").setLevel(level.upper())
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level.upper())
 
 
 def main(argv: list[str] | None = None) -> int:

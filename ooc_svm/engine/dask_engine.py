@@ -253,6 +253,7 @@ class DaskEngine(Engine):
         **cluster_kwargs: Any,
     ):
         self.scheduler = str(scheduler)
+        self._address = self.scheduler
         self.cache_bytes = int(float(cache_mb or 0) * 2**20)
         self.state_replicas = max(1, min(2, int(state_replicas)))
         self.max_attempts = max(1, int(max_attempts))
@@ -326,6 +327,7 @@ class DaskEngine(Engine):
                     warnings.filterwarnings("ignore", message="Port .* is already in use")
                     self._cluster = LocalCluster(**kw)
                 self._client = Client(self._cluster, timeout=timeout)
+                self._address = str(self._cluster.scheduler_address)
             except Exception as e:  # noqa: BLE001
                 self.close()
                 raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
@@ -356,6 +358,7 @@ class DaskEngine(Engine):
                 f"({type(e).__name__}: {str(e)[:200]}); check the address and that the "
                 "scheduler is running, or use --scheduler local"
             ) from None
+        self._address = address
         log.debug("connected to %s in %.2fs", address, time.monotonic() - t0)
 
     @property
@@ -466,7 +469,40 @@ class DaskEngine(Engine):
         return backups
 
     # -- passes ----------------------------------------------------------------------------
+    def _scheduler_gone(self) -> bool:
+        """True once the client lost its scheduler (and did not reconnect in time: the
+        client retries for ``connect_timeout`` seconds before it gives up)."""
+        c = self._client
+        return c is None or c.status != "running" or getattr(c, "scheduler", None) is None
+
+    def _lost_scheduler(self, e: BaseException) -> EngineError:
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return EngineError(
+            f"lost the Dask scheduler at {self._address}: {detail[:200]}; the cluster's state "
+            "(per-shard state, results) is gone: restart the scheduler and workers and run "
+            "again (a run with --checkpoint can --resume)"
+        )
+
+    def _guarded(self, call: Callable, *args) -> Any:
+        """Run ``call``; an error raised because the scheduler went away becomes one
+        :class:`EngineError` that says so."""
+        if self._scheduler_gone():
+            raise self._lost_scheduler(ConnectionError("not connected"))
+        try:
+            return call(*args)
+        except EngineError:
+            if self._scheduler_gone():
+                raise self._lost_scheduler(ConnectionError("connection closed")) from None
+            raise
+        except Exception as e:  # noqa: BLE001 - re-raised unless the scheduler is gone
+            if self._scheduler_gone():
+                raise self._lost_scheduler(e) from None
+            raise
+
     def _run(self, store, fn, broadcast, reduce, state, shards, read: bool) -> Any:
+        return self._guarded(self._run_pass, store, fn, broadcast, reduce, state, shards, read)
+
+    def _run_pass(self, store, fn, broadcast, reduce, state, shards, read: bool) -> Any:
         from distributed import wait
 
         reduce = reduce or add_partials
@@ -569,6 +605,8 @@ class DaskEngine(Engine):
                             raise _Lost()
                     break
                 except BaseException as e:  # noqa: BLE001
+                    if not isinstance(e, KeyboardInterrupt) and self._scheduler_gone():
+                        raise self._lost_scheduler(e) from None
                     if not (isinstance(e, _Lost) or _is_lost_error(e)):
                         raise self._explain(e) from e
                     if attempt >= self.max_attempts:
@@ -608,6 +646,9 @@ class DaskEngine(Engine):
         The state futures have their ``init`` call as lineage, so Dask recomputes them if a
         worker dies before the first pass.
         """
+        return self._guarded(self._init_state, store, init, shards)
+
+    def _init_state(self, store, init: Callable[[Any, int], Any], shards=None) -> ShardState:
         ids = list(range(store.n_shards)) if shards is None else [int(i) for i in shards]
         place = self._placement(ids) if ids else {}
         self._npass += 1
@@ -628,6 +669,9 @@ class DaskEngine(Engine):
 
     def set_state(self, store, items: list[Any], shards=None) -> ShardState:
         """Per-shard state from values on the client (e.g. a checkpoint), sent to workers."""
+        return self._guarded(self._set_state, store, items, shards)
+
+    def _set_state(self, store, items: list[Any], shards=None) -> ShardState:
         items = list(items)
         ids = list(range(len(items))) if shards is None else [int(i) for i in shards]
         if len(ids) != len(items):
@@ -651,6 +695,9 @@ class DaskEngine(Engine):
 
     def gather_state(self, state: ShardState) -> list[Any]:
         """Bring the per-shard states to the client, in the order of ``state.ids``."""
+        return self._guarded(self._gather_state, state)
+
+    def _gather_state(self, state: ShardState) -> list[Any]:
         futs = []
         for sid, ref in zip(state.ids, state.items, strict=True):
             f = ref.alive()
