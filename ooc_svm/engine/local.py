@@ -53,6 +53,10 @@ class LocalEngine(Engine):
         Concurrent shard reads from a local store.
     fast_read : bool
         Use the direct Zarr chunk reader (see :mod:`ooc_svm.engine.reader`).
+    inline_nnz : int
+        A pass over a single shard, or over shards with at most this many non-zeros in all,
+        runs in the calling thread: for small stores the hand-off to reader and compute
+        threads costs more than it saves (0: always use the threads).
     """
 
     def __init__(
@@ -63,12 +67,14 @@ class LocalEngine(Engine):
         io_threads: int | None = None,
         fast_read: bool = True,
         local_reads: int = 1,
+        inline_nnz: int = 1_000_000,
     ):
         self.n_threads = int(n_threads or cpu_count())
         self.prefetch = max(0, int(prefetch))
         self.io_threads = int(io_threads or max(1, min(self.prefetch, 4)))
         self.local_reads = max(1, int(local_reads))
         self.fast_read = bool(fast_read)
+        self.inline_nnz = max(0, int(inline_nnz))
         self.cache = ShardCache(int(float(cache_mb or 0) * 2**20))
         self.passes = 0
         self.partial_passes = 0
@@ -99,6 +105,13 @@ class LocalEngine(Engine):
         token = store_token(store) if read else None
         reader = self._reader(store) if read else None
         cache = self.cache
+        if n <= 1 or sum(int(store.meta.shards[s].nnz) for s in ids) <= self.inline_nnz:
+            result = self._run_inline(store, fn, broadcast, reduce, state, ids, read, token, reader)
+            if full:
+                self.passes += 1
+            else:
+                self.partial_passes += 1
+            return result
         window = self.n_threads + self.prefetch
         max_reads = self.io_threads
         if read:
@@ -171,6 +184,29 @@ class LocalEngine(Engine):
             self.passes += 1
         else:
             self.partial_passes += 1
+        return fold.result()
+
+    def _run_inline(self, store, fn, broadcast, reduce, state, ids, read, token, reader) -> Any:
+        """The pass of :meth:`_run` in the calling thread (same fold, same result)."""
+        fold = StreamingTreeReduce(reduce)
+        new_states = []
+        for sid in ids:
+            if read:
+                shard = self.cache.get(token, sid)
+                if shard is None:
+                    shard = self.cache.put(token, sid, reader(sid))
+                    self.shards_read += 1
+            else:
+                shard = shard_stub(store, sid)
+            if state is None:
+                fold.push(fn(shard, broadcast))
+            else:
+                part, st = fn(shard, broadcast, state.get(sid))
+                fold.push(part)
+                new_states.append(st)
+        if state is not None:
+            for sid, st in zip(ids, new_states, strict=True):
+                state.set(sid, st)
         return fold.result()
 
     def close(self) -> None:
