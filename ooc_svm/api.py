@@ -80,9 +80,10 @@ def train(
         Directory for per-iteration checkpoints (solvers that support them).
     resume : bool
         Continue from the latest checkpoint in ``checkpoint``.
-    shard_cache_mb : float, optional
-        Byte budget (MiB, per process) of the engine's cache of decoded shards, when the
-        engine is made here (default ``$OOC_SVM_SHARD_CACHE_MB`` or 0: every pass reads).
+    shard_cache_mb : float or str, optional
+        Budget (MiB, per process; ``"auto"``, ``"auto:SHARE"``) of the engine's cache of
+        decoded shards, when the engine is made here (default ``$OOC_SVM_SHARD_CACHE_MB``,
+        else ``"auto"``; 0: every pass reads; see :func:`ooc_svm.engine.make_engine`).
     **params
         Solver parameters: the fields of the solver's ``Params`` (``C``, ``kernel``,
         ``gamma``, ``eps``, ``tol``, ...); unknown names are rejected. Missing ones (or None)
@@ -136,7 +137,7 @@ def train(
             ckpt = Checkpointer(checkpoint, solver, full, resume=resume)
     own_engine = engine is None
     if own_engine:
-        if shard_cache_mb is not None and not shard_cache_mb >= 0:
+        if isinstance(shard_cache_mb, int | float) and not shard_cache_mb >= 0:
             raise SolverError("--shard-cache-mb must be >= 0")
         engine = make_engine(scheduler, cache_mb=shard_cache_mb)
     t0 = time.perf_counter()

@@ -213,14 +213,54 @@ def test_train_shard_cache_flag(store, tmp_path, monkeypatch):
 
     monkeypatch.delenv("OOC_SVM_SHARD_CACHE_MB", raising=False)
     monkeypatch.setattr(api, "make_engine", spy)
-    for cache, out in ((None, "plain"), (64, "cached")):
+    # issue 16: the default is now "auto"; 0 turns the cache off (was the default)
+    for cache, out in ((0, "plain"), (64, "cached"), (None, "auto")):
         argv = ["train", "--solver", "perf", st.path, "-o", str(tmp_path / out), "--C", "1"]
         assert main(argv + ([] if cache is None else ["--shard-cache-mb", str(cache)])) == 0
-    plain, cached = made
+    plain, cached, auto = made
     assert plain.cache.budget == 0 and plain.shards_read > st.n_shards
     assert cached.cache.budget == 64 * 2**20 and cached.shards_read == st.n_shards
     assert cached.cache.hits > 0
+    # auto: bounded by available memory, filled from the second pass on
+    assert 0 < auto.cache.budget <= 8192 * 2**20 and auto.shards_read == 2 * st.n_shards
     a, b = load_model(str(tmp_path / "plain")), load_model(str(tmp_path / "cached"))
     np.testing.assert_array_equal(a.coef_, b.coef_)
+    np.testing.assert_array_equal(a.coef_, load_model(str(tmp_path / "auto")).coef_)
     with pytest.raises(SolverError, match="shard-cache-mb"):
         api.train(st, "perf", shard_cache_mb=-1)
+
+
+@pytest.mark.parametrize("inline_nnz", [0, 10**9])
+def test_auto_cache_bounded_and_filled_from_second_pass(store, monkeypatch, inline_nnz):
+    """issue 16: ``auto`` never caches beyond SHARE × MemAvailable; a single pass caches
+    nothing; later passes come from the cache (threaded and inline passes alike)."""
+    import ooc_svm._util as util
+    from ooc_svm.engine import make_engine
+    from ooc_svm.engine.passes import hinge_pass
+
+    st, _, _ = store
+    shard_bytes = st.read_shard(0).nbytes
+    # pretend 3 shards' worth of memory is available: auto may use half of it
+    monkeypatch.setattr(util, "mem_available_bytes", lambda: 3 * shard_bytes + 10)
+    w = np.zeros(200)
+    with LocalEngine(cache_mb="auto", inline_nnz=inline_nnz) as eng:
+        assert eng.cache.budget == int(0.5 * (3 * shard_bytes + 10))
+        ref = eng.map_reduce(st, hinge_pass, (w, 1.0, 0.0))
+        assert eng.cache.used == 0 and eng.shards_read == st.n_shards
+        for _ in range(3):
+            again = eng.map_reduce(st, hinge_pass, (w, 1.0, 0.0))
+            assert 0 < eng.cache.used <= eng.cache.budget
+            np.testing.assert_array_equal(again[0], ref[0])
+        # only some shards fit (1.5 shards of budget): passes 3 and 4 read the others
+        assert 2 * st.n_shards < eng.shards_read < 4 * st.n_shards
+    # the whole store fits: after pass 2, no reads
+    monkeypatch.setattr(util, "mem_available_bytes", lambda: 4 * 10 * shard_bytes)
+    monkeypatch.setenv("OOC_SVM_SHARD_CACHE_MB", "auto:0.25")
+    with make_engine("local", inline_nnz=inline_nnz) as eng:
+        assert eng.cache.budget == int(0.25 * 4 * 10 * shard_bytes)
+        for _ in range(4):
+            eng.map_reduce(st, hinge_pass, (w, 1.0, 0.0))
+        assert eng.shards_read == 2 * st.n_shards
+    monkeypatch.setenv("OOC_SVM_SHARD_CACHE_MB", "0")
+    with make_engine("local") as eng:
+        assert eng.cache.budget == 0

@@ -76,6 +76,15 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type]) -> No
             )
 
 
+def _cache_mb(value: str):
+    from .._util import parse_cache_mb
+
+    try:
+        return parse_cache_mb(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_parser(sub) -> None:
     from ..api import solver_catalogue, solver_names
 
@@ -106,12 +115,14 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--shard-cache-mb",
-        type=float,
+        type=_cache_mb,
         default=None,
         dest="shard_cache_mb",
+        metavar="MB|auto",
         help="keep up to this many MiB of decoded shards in memory between passes (per "
-        "process; default $OOC_SVM_SHARD_CACHE_MB or 0). Set it near the store's decoded "
-        "size when that fits: later passes skip reading and decoding",
+        "process; 0: off). Default $OOC_SVM_SHARD_CACHE_MB, else auto: at most half the "
+        "available memory (auto:SHARE for another share), at most 8 GiB, filled from the "
+        "second pass on, so a store that fits is read and decoded twice, not every pass",
     )
     p.add_argument("--json", action="store_true", help="print a one-line JSON summary")
     p.add_argument(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from .._util import parse_cache_mb
 from .base import (
     Engine,
     EngineError,
@@ -40,22 +41,24 @@ def make_engine(scheduler: str | None = None, **kwargs) -> Engine:
     Keyword arguments go to :class:`LocalEngine` or :class:`~.dask_engine.DaskEngine`;
     options only the other engine knows (e.g. ``n_workers`` for a local run) are ignored, so
     callers can pass one set of options (``cache_mb``, ``prefetch``, ``n_threads``, ...)
-    whatever the scheduler. ``cache_mb`` (decoded-shard cache, per process) defaults to
-    ``$OOC_SVM_SHARD_CACHE_MB`` or 0.
+    whatever the scheduler. ``cache_mb`` (decoded-shard cache, per process: MiB, ``"auto"``
+    or ``"auto:SHARE"``, see :class:`LocalEngine`) defaults to ``$OOC_SVM_SHARD_CACHE_MB``,
+    else ``"auto"``; 0 turns the cache off.
     """
     import inspect
 
     scheduler = scheduler or os.environ.get("OOC_SVM_SCHEDULER") or "local"
-    if kwargs.get("cache_mb") is None and os.environ.get("OOC_SVM_SHARD_CACHE_MB"):
+    if kwargs.get("cache_mb") is None:
+        env = os.environ.get("OOC_SVM_SHARD_CACHE_MB", "").strip()
         try:
-            kwargs["cache_mb"] = float(os.environ["OOC_SVM_SHARD_CACHE_MB"])
-        except ValueError:
-            raise EngineError(
-                "OOC_SVM_SHARD_CACHE_MB must be a number of MiB, got "
-                f"{os.environ['OOC_SVM_SHARD_CACHE_MB']!r}"
-            ) from None
-    elif "cache_mb" in kwargs and kwargs["cache_mb"] is None:
-        del kwargs["cache_mb"]
+            kwargs["cache_mb"] = parse_cache_mb(env) if env else "auto"
+        except ValueError as e:
+            raise EngineError(f"$OOC_SVM_SHARD_CACHE_MB: {e}") from None
+    else:
+        try:
+            kwargs["cache_mb"] = parse_cache_mb(kwargs["cache_mb"])
+        except ValueError as e:
+            raise EngineError(f"--shard-cache-mb: {e}") from None
     if scheduler == "local":
         cls = LocalEngine
     else:

@@ -60,7 +60,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._util import cpu_count
+from .._util import AUTO_CACHE_SHARE, auto_cache_bytes, cpu_count, parse_cache_mb
 from .base import Engine, EngineError, ShardState, add_partials, shard_stub, tree_reduce
 from .reader import ShardCache, readonly, shard_reader
 
@@ -122,10 +122,30 @@ def _worker_reader(path: str, token: str, fast: bool) -> Callable:
     return entry[1]
 
 
+_W_AUTO: dict[float, int] = {}
+
+
+def _worker_auto_budget(share: float) -> int:
+    """Automatic cache budget of this worker process: SHARE of MemAvailable, at most the cap
+    and at most a quarter of the worker's Dask memory limit (so the cache never pushes a
+    worker towards Dask's spill / pause thresholds). Computed once per process."""
+    if share not in _W_AUTO:
+        limit = None
+        try:
+            from distributed import get_worker
+
+            limit = int(get_worker().memory_manager.memory_limit or 0) // 4 or None
+        except (ImportError, ValueError, AttributeError):
+            pass
+        _W_AUTO[share] = auto_cache_bytes(f"auto:{share}", limit)
+    return _W_AUTO[share]
+
+
 def _worker_shard(spec: tuple, sid: int):
     path, token, cache_bytes, fast, transform = spec
-    if cache_bytes != _W_CACHE.budget:
-        _W_CACHE.resize(max(cache_bytes, 0))
+    budget = _worker_auto_budget(-cache_bytes) if cache_bytes < 0 else int(cache_bytes)
+    if budget != _W_CACHE.budget:
+        _W_CACHE.resize(budget)
     shard = _W_CACHE.get(token, sid)
     if shard is None:
         shard = _W_CACHE.put(token, sid, _worker_reader(path, token, fast)(sid))
@@ -254,7 +274,15 @@ class DaskEngine(Engine):
     ):
         self.scheduler = str(scheduler)
         self._address = self.scheduler
-        self.cache_bytes = int(float(cache_mb or 0) * 2**20)
+        spec = parse_cache_mb(cache_mb if cache_mb is not None else 0)
+        # auto: each worker sizes its own cache (-SHARE travels in the task spec)
+        self.auto_cache = isinstance(spec, str)
+        if isinstance(spec, str):
+            share = float(spec[5:]) if spec.startswith("auto:") else AUTO_CACHE_SHARE
+            self.cache_bytes = -share
+        else:
+            self.cache_bytes = int(spec * 2**20)
+        self._warm: set[str] = set()
         self.state_replicas = max(1, min(2, int(state_replicas)))
         self.max_attempts = max(1, int(max_attempts))
         self.fast_read = bool(fast_read)
@@ -386,7 +414,9 @@ class DaskEngine(Engine):
             path = local_path(path)
         # content identity (checked by the workers) | absolute path (keys their shard cache)
         token = f"{store_identity(store)}|{path}"
-        return (path, token, self.cache_bytes, self.fast_read, transform)
+        # an automatic cache fills from the second pass over a store on
+        cache = self.cache_bytes if not self.auto_cache or token in self._warm else 0
+        return (path, token, cache, self.fast_read, transform)
 
     def _placement(self, ids: list[int], refresh: bool = False) -> dict[int, str]:
         """Preferred worker of every shard: contiguous blocks of the shard order.
@@ -620,6 +650,8 @@ class DaskEngine(Engine):
         if state is not None:
             for k, sid in enumerate(ids):
                 state.set(sid, _StateRef(news[k], backups[k]))
+        if spec is not None:
+            self._warm.add(spec[1])
         self._count(full)
         return result
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from .._util import cpu_count
+from .._util import auto_cache_bytes, cpu_count, parse_cache_mb
 from .base import Engine, StreamingTreeReduce, add_partials, shard_stub
 from .reader import ShardCache, shard_reader, store_token
 
@@ -40,9 +40,13 @@ class LocalEngine(Engine):
         Compute threads (default: the CPUs this process may use).
     prefetch : int
         Shards read ahead beyond the ones being computed.
-    cache_mb : float
+    cache_mb : float or str
         Budget of the decoded-shard cache in MiB (0 = no cache). A store that fits is read
-        and decoded once; repeated passes then touch no file.
+        and decoded once; repeated passes then touch no file. ``"auto"`` (the default of
+        :func:`~ooc_svm.engine.make_engine`; ``"auto:SHARE"``): at most SHARE (0.5) of the
+        memory available when the engine is made (``MemAvailable``), at most
+        :data:`~ooc_svm._util.AUTO_CACHE_CAP_MB`, and shards are cached from the second pass
+        over a store on (a single pass, e.g. ``predict``, caches nothing).
     io_threads : int or None
         Reader threads (default ``max(1, min(prefetch, 4))``). For a store on the local
         file system at most ``local_reads`` of them read at a time (default 1: one
@@ -75,7 +79,11 @@ class LocalEngine(Engine):
         self.local_reads = max(1, int(local_reads))
         self.fast_read = bool(fast_read)
         self.inline_nnz = max(0, int(inline_nnz))
-        self.cache = ShardCache(int(float(cache_mb or 0) * 2**20))
+        spec = parse_cache_mb(cache_mb if cache_mb is not None else 0)
+        self.auto_cache = isinstance(spec, str)
+        budget = auto_cache_bytes(spec) if isinstance(spec, str) else int(spec * 2**20)
+        self.cache = ShardCache(budget)
+        self._warm: set[str] = set()  # stores with a completed pass (auto caches from then)
         self.passes = 0
         self.partial_passes = 0
         self.shards_read = 0
@@ -105,8 +113,13 @@ class LocalEngine(Engine):
         token = store_token(store) if read else None
         reader = self._reader(store) if read else None
         cache = self.cache
+        fill = read and (not self.auto_cache or token in self._warm)
         if n <= 1 or sum(int(store.meta.shards[s].nnz) for s in ids) <= self.inline_nnz:
-            result = self._run_inline(store, fn, broadcast, reduce, state, ids, read, token, reader)
+            result = self._run_inline(
+                store, fn, broadcast, reduce, state, ids, read, token, reader, fill
+            )
+            if read:
+                self._warm.add(token)
             if full:
                 self.passes += 1
             else:
@@ -125,9 +138,9 @@ class LocalEngine(Engine):
         def load(k: int):
             # only called after a cache miss in this pass
             sid = ids[k]
-            shard = cache.put(token, sid, reader(sid))
+            shard = reader(sid)
             self.shards_read += 1
-            return shard
+            return cache.put(token, sid, shard) if fill else shard
 
         def compute(k: int, shard):
             if state is None:
@@ -180,13 +193,17 @@ class LocalEngine(Engine):
         if state is not None:
             for k, st in new_states.items():
                 state.set(ids[k], st)
+        if read:
+            self._warm.add(token)
         if full:
             self.passes += 1
         else:
             self.partial_passes += 1
         return fold.result()
 
-    def _run_inline(self, store, fn, broadcast, reduce, state, ids, read, token, reader) -> Any:
+    def _run_inline(
+        self, store, fn, broadcast, reduce, state, ids, read, token, reader, fill
+    ) -> Any:
         """The pass of :meth:`_run` in the calling thread (same fold, same result)."""
         fold = StreamingTreeReduce(reduce)
         new_states = []
@@ -194,8 +211,10 @@ class LocalEngine(Engine):
             if read:
                 shard = self.cache.get(token, sid)
                 if shard is None:
-                    shard = self.cache.put(token, sid, reader(sid))
+                    shard = reader(sid)
                     self.shards_read += 1
+                    if fill:
+                        shard = self.cache.put(token, sid, shard)
             else:
                 shard = shard_stub(store, sid)
             if state is None:
