@@ -229,6 +229,17 @@ class LocalEngine(Engine):
         return fold.result()
 
     def close(self) -> None:
+        c = self.cache
+        if c.budget:
+            log.debug(
+                "shard cache: %.0f MiB used of %.0f MiB (%s), %d hits, %d misses, %d reads",
+                c.used / 2**20,
+                c.budget / 2**20,
+                "auto" if self.auto_cache else "--shard-cache-mb",
+                c.hits,
+                c.misses,
+                self.shards_read,
+            )
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._io.shutdown(wait=True, cancel_futures=True)
         self.cache.clear()
