@@ -301,3 +301,30 @@ def test_worker_killed_mid_state_pass(engine, local, stores):
     assert got[1:] == ref[1:]  # includes Σ|m - previous m|: the states survived the kill
     for a, b in zip(engine.gather_state(hd), local.gather_state(hl), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_auto_shard_cache_on_workers(stores, tmp_path):
+    """issue 16: make_engine's default cache (auto) on Dask: the first pass over a store
+    caches nothing, later passes hit the workers' caches, each bounded by its budget (at most
+    a quarter of the worker's memory limit)."""
+    X, y = _data()
+    path = str(tmp_path / "fresh.zarr")
+    write_store(path, csr_to_shards(X, y, shard_rows=550))
+    st = open_store(path)
+    old = os.environ.pop("OOC_SVM_SHARD_CACHE_MB", None)
+    try:
+        eng = make_engine("processes", n_workers=2, threads_per_worker=1, memory_limit="1GiB")
+    finally:
+        if old is not None:
+            os.environ["OOC_SVM_SHARD_CACHE_MB"] = old
+    with eng:
+        ref = eng.map_reduce(st, hinge_pass, (_w(), 1.0, 0.0))
+        stats = eng.worker_cache_stats()
+        assert sum(s["used"] for s in stats.values()) == 0
+        for _ in range(3):
+            again = eng.map_reduce(st, hinge_pass, (_w(), 1.0, 0.0))
+            np.testing.assert_array_equal(again[0], ref[0])
+        stats = eng.worker_cache_stats()
+        assert sum(s["hits"] for s in stats.values()) > 0
+        for s in stats.values():
+            assert 0 < s["budget"] <= 2**30 // 4 and s["used"] <= s["budget"]

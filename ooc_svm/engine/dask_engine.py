@@ -181,6 +181,11 @@ def _call_init(init, info, i):
     return init(info, i)
 
 
+def _worker_cache_stats() -> dict[str, int]:
+    c = _W_CACHE
+    return {"budget": c.budget, "used": c.used, "hits": c.hits, "misses": c.misses}
+
+
 def _worker_rss_kb() -> int:
     import resource
 
@@ -395,6 +400,10 @@ class DaskEngine(Engine):
 
     def worker_addresses(self) -> list[str]:
         return sorted(self._client.nthreads())
+
+    def worker_cache_stats(self) -> dict[str, dict[str, int]]:
+        """Shard cache of every worker process: ``budget``, ``used`` (bytes), hits, misses."""
+        return self._client.run(_worker_cache_stats)
 
     def worker_peak_rss_kb(self) -> dict[str, int]:
         """Peak RSS (ru_maxrss, KiB) of every worker process."""
