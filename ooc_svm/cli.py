@@ -97,15 +97,24 @@ def _known_errors():
     return tuple(errs)
 
 
+_DASK_LOGGING_SET: str | None = None  # the value this module put in $DASK_LOGGING
+
+
 def _quiet_dask(verbose: int) -> None:
-    """No Dask INFO lines unless ``-v`` (this process and the worker processes it starts)."""
+    """No Dask INFO lines unless ``-v`` (this process and the worker processes it starts).
+
+    A ``$DASK_LOGGING`` the user set is left alone.
+    """
+    global _DASK_LOGGING_SET
+    if os.environ.get("DASK_LOGGING") not in (None, _DASK_LOGGING_SET):
+        return
     if verbose:
         levels = {"distributed": "info" if verbose == 1 else "debug"}
     else:  # Dask sets some child loggers explicitly: they need their own entry
         names = ("distributed", "distributed.client", "distributed.gc", "tornado.application")
         levels = dict.fromkeys(names, "critical")
     # read by dask.config when (and if) dask is imported, here and in spawned workers
-    os.environ["DASK_LOGGING"] = repr(levels)
+    os.environ["DASK_LOGGING"] = _DASK_LOGGING_SET = repr(levels)
     if "distributed" in sys.modules:  # already imported (e.g. main() called from Python)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level.upper())

@@ -1,0 +1,81 @@
+"""Issue 13 items 1-2 (command-line part) and issue 16 goal 3: the ``ooc-svm`` command itself.
+
+Bare ``ooc-svm`` lists the commands, ``--version``, ``-v``/``-q`` after the sub-command,
+one-line argument errors pointing to ``--help``, ``python -m ooc_svm``, and a start-up that
+imports none of the heavy libraries for ``--help``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+
+from ooc_svm import __version__
+from ooc_svm.cli import COMMANDS
+from ooc_svm.store import csr_to_shards, write_store
+
+
+def _ooc(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ooc_svm", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+
+
+def test_bare_command_lists_commands():
+    r = _ooc()
+    assert r.returncode == 2
+    for name in COMMANDS:
+        assert f"    {name}" in r.stdout
+    assert "bench" not in COMMANDS
+
+
+def test_version():
+    r = _ooc("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"ooc-svm {__version__}"
+
+
+def test_argument_error_is_one_line_naming_the_argument(tmp_path):
+    r = _ooc("train", "--C", "x", "s.zarr", "-o", "m", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        "ooc-svm train: error: argument --C: invalid float value: 'x' (see ooc-svm train --help)"
+    ]
+    r = _ooc("trian")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    assert "invalid choice: 'trian'" in r.stderr and "(see ooc-svm --help)" in r.stderr
+
+
+def test_quiet_and_verbose_after_the_command(tmp_path):
+    X = sp.random(300, 20, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    y = np.where(np.arange(300) % 2 == 0, 1.0, -1.0)
+    write_store(str(tmp_path / "s.zarr"), csr_to_shards(X, y, shard_rows=100))
+    for flag in ("-q", "-v"):
+        r = _ooc("train", flag, "--solver", "perf", "s.zarr", "-o", f"m{flag}", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / f"m{flag}" / "model.json").is_file()
+    r = _ooc("info", "-q", "s.zarr", cwd=tmp_path)
+    assert r.returncode == 0 and "n_rows" in r.stdout
+
+
+def test_help_imports_no_heavy_library():
+    code = (
+        "import sys\n"
+        "from ooc_svm.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ['numpy', 'scipy', 'numba', 'zarr', 'pyarrow', 'dask', 'distributed']\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
