@@ -18,8 +18,12 @@ COMMANDS = [
     "predict",
     "evaluate",
     "plot",
+    "export",
+    "import",
     "bench",
 ]
+#: command name -> module name where they differ (``import`` is a Python keyword)
+_MODULES = {"import": "import_model"}
 
 log = logging.getLogger("ooc_svm")
 
@@ -27,10 +31,11 @@ log = logging.getLogger("ooc_svm")
 def _load_commands():
     mods = []
     for name in COMMANDS:
+        modname = f"ooc_svm.commands.{_MODULES.get(name, name)}"
         try:
-            mods.append(importlib.import_module(f"ooc_svm.commands.{name}"))
+            mods.append(importlib.import_module(modname))
         except ModuleNotFoundError as e:
-            if e.name != f"ooc_svm.commands.{name}":
+            if e.name != modname:
                 raise
     return mods
 

@@ -15,6 +15,8 @@ for the layouts and how classes map:
 
 from __future__ import annotations
 
+import os
+
 from ..model import Model
 from . import liblinear, libsvm, svmlight
 from ._io import FormatError, LineReader
@@ -47,7 +49,9 @@ def import_model(path: str, fmt: str | None = None, n_features: int | None = Non
     fmt = fmt or detect_format(path)
     if fmt not in _MODULES:
         raise FormatError(f"unknown model format {fmt!r}; use one of {', '.join(FORMATS)}")
-    return _MODULES[fmt].read(path, n_features=n_features)
+    model = _MODULES[fmt].read(path, n_features=n_features)
+    model.info["imported_from"] = os.path.abspath(str(path))
+    return model
 
 
 def export_model(model: Model, fmt: str, out: str) -> None:

@@ -58,3 +58,20 @@ def model_summary(model: Model) -> dict[str, Any]:
 def describe_model(path: str) -> dict[str, Any]:
     """Summary of the model directory ``path`` (see :func:`model_summary`), plus its path."""
     return {"path": str(path), **model_summary(load_model(path))}
+
+
+def print_model_info(path: str, as_json: bool = False) -> int:
+    """``ooc-svm info MODEL``: print :func:`describe_model` as JSON or ``key value`` lines."""
+    import json
+
+    d = describe_model(path)
+    if as_json:
+        print(json.dumps(d))
+        return 0
+    for k, v in d.items():
+        if v is None:
+            continue
+        if k == "classes" and len(v) > 20:
+            v = f"{v[:20]} … ({len(v)} values)"
+        print(f"{k:18s} {v}")
+    return 0
