@@ -32,9 +32,9 @@ class LineReader:
     A line longer than :data:`MAX_LINE_BYTES` is an error, so memory stays bounded per line.
     """
 
-    def __init__(self, path: str, max_line: int = MAX_LINE_BYTES):
+    def __init__(self, path: str, max_line: int | None = None):
         self.path = str(path)
-        self.max_line = int(max_line)
+        self.max_line = int(MAX_LINE_BYTES if max_line is None else max_line)
         self.lineno = 0
         try:
             with open(self.path, "rb") as f:
