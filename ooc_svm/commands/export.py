@@ -4,16 +4,20 @@ LIBLINEAR's ``predict``, LIBSVM's ``svm-predict`` or SVMlight's ``svm_classify``
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "export",
         help="write a model as a LIBLINEAR, LIBSVM or SVMlight model file",
-        description="Write an ooc-svm model in the text format of LIBLINEAR (linear models, "
-        "binary or one-vs-rest), LIBSVM (binary kernel or linear models, one-vs-one "
-        "models imported from LIBSVM) or SVMlight/SVMperf (binary models). The decision "
-        "values those tools compute from the file are the ones ooc-svm computes.",
+        description=textwrap.fill(
+            "Write an ooc-svm model in the text format of LIBLINEAR (linear models, "
+            "binary or one-vs-rest), LIBSVM (binary kernel or linear models, one-vs-one "
+            "models imported from LIBSVM) or SVMlight/SVMperf (binary models). The decision "
+            "values those tools compute from the file are the ones ooc-svm computes.",
+            90,
+        ),
         epilog="examples:\n"
         "  ooc-svm export model --format liblinear a9a.model && predict a9a.t a9a.model out\n"
         "  ooc-svm export rbf_model --format libsvm rbf.model && svm-predict test rbf.model out\n"

@@ -4,6 +4,7 @@ into an ooc-svm model directory (``import`` is a Python keyword, hence the modul
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 #: the command's name on the command line
 COMMAND = "import"
@@ -13,11 +14,14 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         COMMAND,
         help="read a LIBLINEAR, LIBSVM or SVMlight model file into an ooc-svm model",
-        description="Read a model file written by LIBLINEAR's train (-s 0..7 classifiers), "
-        "LIBSVM's svm-train (C-SVC / nu-SVC, any kernel, one-vs-one multiclass) or "
-        "SVMlight's svm_learn / SVMperf (linear and kernel models) and save it as an "
-        "ooc-svm model: `ooc-svm predict` / `evaluate` then give the decision values those "
-        "tools give. The format is recognised from the first line.",
+        description=textwrap.fill(
+            "Read a model file written by LIBLINEAR's train (-s 0..7 classifiers), "
+            "LIBSVM's svm-train (C-SVC / nu-SVC, any kernel, one-vs-one multiclass) or "
+            "SVMlight's svm_learn / SVMperf (linear and kernel models) and save it as an "
+            "ooc-svm model: `ooc-svm predict` / `evaluate` then give the decision values those "
+            "tools give. The format is recognised from the first line.",
+            90,
+        ),
         epilog="examples:\n"
         "  ooc-svm import a9a.model model && ooc-svm evaluate model a9a.t\n"
         "  ooc-svm import rbf.model model --n-features 123",
