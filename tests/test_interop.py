@@ -405,3 +405,86 @@ def test_sector_libsvm_one_vs_one_identical_predictions(tmp_path):
     _close(ours, dec)
     inside = yte[te] <= 8
     assert np.mean(pred[inside] == yte[te][inside]) > 0.5  # a real classifier
+
+
+# ------------------------------------------------------------------------------------------
+# predict / evaluate read SVMlight text directly (plain, gz, bz2, xz, stdin)
+# ------------------------------------------------------------------------------------------
+def _svmlight_text(n=3000, d=50, seed=0):
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(n):
+        idx = np.sort(rng.choice(d, size=rng.integers(1, 8), replace=False)) + 1
+        lab = "+1" if rng.random() < 0.4 else "-1"
+        lines.append(lab + "".join(f" {i}:{rng.normal():.4g}" for i in idx) + "\n")
+        if rng.random() < 0.01:
+            lines.append("# a comment line\n\n")
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("comp", ["plain", "gz", "bz2", "xz"])
+def test_text_store_shards_equal_the_ingested_store(tmp_path, comp):
+    import bz2
+    import gzip
+    import lzma
+
+    from ooc_svm.store import open_store
+    from ooc_svm.store.ingest import ingest
+    from ooc_svm.store.text_view import TextStore, open_input
+
+    text = _svmlight_text().encode()
+    opener = {"plain": open, "gz": gzip.open, "bz2": bz2.open, "xz": lzma.open}[comp]
+    path = tmp_path / f"d.svm.{comp}"
+    with opener(path, "wb") as f:
+        f.write(text)
+    ingest(str(path), str(tmp_path / "s.zarr"))
+    ref = open_store(str(tmp_path / "s.zarr"))
+    ts = open_input(str(path), n_features=60, shard_mb=0.01)  # ~10 kB of text per shard
+    assert isinstance(ts, TextStore) and ts.n_shards > 3
+    assert ts.meta.n_rows == ref.meta.n_rows and ts.meta.nnz == ref.meta.nnz
+    assert ts.meta.label_kind == "binary" and ts.meta.n_features == 60
+    # shards read out of order (compressed: the stream is reopened to go back)
+    order = list(range(ts.n_shards))[::-1] + [1, 0, 2]
+    parts = {i: ts.read_shard(i) for i in order}
+    X = sp.vstack([parts[i].to_scipy(60) for i in range(ts.n_shards)]).tocsr()
+    y = np.concatenate([parts[i].y for i in range(ts.n_shards)])
+    Xr = sp.vstack([ref.read_shard(i).to_scipy(60) for i in range(ref.n_shards)]).tocsr()
+    yr = np.concatenate([ref.read_shard(i).y for i in range(ref.n_shards)])
+    assert (X != Xr).nnz == 0 and np.array_equal(y, yr)
+    assert [parts[i].row_start for i in range(ts.n_shards)] == [s.row_start for s in ts.meta.shards]
+    assert isinstance(open_input(str(tmp_path / "s.zarr")), type(ref))
+
+
+def test_predict_and_evaluate_read_text_and_stdin(tmp_path):
+    os.chdir(tmp_path)
+    text = _svmlight_text(seed=1)
+    (tmp_path / "t.svm").write_text(text)
+    rng = np.random.default_rng(2)
+    Model(kind="linear", n_features=50, classes=[-1.0, 1.0], coef_=rng.normal(size=50),
+          intercept_=0.1).save("m")  # fmt: skip
+    from ooc_svm.store.ingest import ingest
+
+    ingest("t.svm", "t.zarr")
+    outs = {}
+    for src, stdin in (("t.zarr", None), ("t.svm", None), ("-", text)):
+        r = subprocess.run(ooc_cmd("predict", "m", src, "-o", f"p{len(outs)}.tsv"),
+                           input=stdin, capture_output=True, text=True)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        outs[src] = open(f"p{len(outs)}.tsv").read()
+        r = subprocess.run(ooc_cmd("evaluate", "m", src, "--json"), input=stdin,
+                           capture_output=True, text=True)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        outs[src + "e"] = json.loads(r.stdout)
+    assert outs["t.svm"] == outs["t.zarr"] == outs["-"]
+    assert outs["t.svme"] == outs["t.zarre"] == outs["-e"]
+    assert not [f for f in os.listdir(tempfile_dir()) if f.startswith("ooc-svm-stdin-")]
+    (tmp_path / "bad.svm").write_text("+1 1:1\n-1 3:1 2:1\n")
+    r = subprocess.run(ooc_cmd("evaluate", "m", "bad.svm"), capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("ooc-svm: error: bad.svm: line 2 ")
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()

@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", help="model directory written by `ooc-svm train`")
-    p.add_argument("store", help="store with true labels")
+    p.add_argument("store", help="store, or SVMlight/LIBSVM text file (.gz .bz2 .xz, - for stdin)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--k", type=int, default=10, help="cut-off of NDCG (default 10)")
     p.add_argument(
@@ -153,11 +153,11 @@ def evaluate_model(model, store, engine, k: int = 10, plot: str | None = None) -
 def run(args) -> int:
     from ..engine import make_engine
     from ..model import load_model
-    from ..store import open_store
+    from ..store.text_view import open_input
 
     model = load_model(args.model)
     model.info.setdefault("path", args.model)  # named in the --plot title
-    store = open_store(args.store)
+    store = open_input(args.store, model.n_features)  # a store, or SVMlight text
     with make_engine(args.scheduler) as engine:
         res = evaluate_model(model, store, engine, args.k, plot=args.plot)
     if args.json:
