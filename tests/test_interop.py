@@ -488,3 +488,50 @@ def tempfile_dir() -> str:
     import tempfile
 
     return tempfile.gettempdir()
+
+
+_SVMPERF_LINEAR = """SVM-light Version V6.20
+0 # kernel type
+3 # kernel parameter -d
+1 # kernel parameter -g
+1 # kernel parameter -s
+1 # kernel parameter -r
+empty# kernel parameter -u
+4 # highest feature index
+100 # number of training documents
+2 # number of support vectors plus 1
+0.25 # threshold b, each following line is a SV (starting with alpha*y)
+1 1:0.5 2:-1.25 4:2 #
+"""
+
+_SVMLIGHT_RBF = """SVM-light Version V6.02
+2 # kernel type
+3 # kernel parameter -d
+0.5 # kernel parameter -g
+1 # kernel parameter -s
+1 # kernel parameter -r
+empty# kernel parameter -u
+3 # highest feature index
+10 # number of training documents
+3 # number of support vectors plus 1
+-0.1 # threshold b, each following line is a SV (starting with alpha*y)
+0.75 1:1 3:0.5 #
+-0.5 2:1 #docid 7
+"""
+
+
+def test_svmperf_linear_and_svmlight_rbf_models(tmp_path):
+    """f(x) = sum alpha_i y_i K(x_i, x) - b, as svm_classify / svm_perf_classify compute it."""
+    X = sp.csr_matrix(np.array([[1.0, 0.0, 2.0, -1.0], [0.0, 3.0, 0.0, 0.5], [0, 0, 0, 0]]))
+    (tmp_path / "perf.model").write_text(_SVMPERF_LINEAR)
+    m = import_model(str(tmp_path / "perf.model"))
+    assert m.kind == "linear" and m.n_features == 4 and m.classes == [-1.0, 1.0]
+    w = np.array([0.5, -1.25, 0.0, 2.0])
+    _close(m.decision_function(X), X @ w - 0.25, 1e-15)
+    (tmp_path / "rbf.model").write_text(_SVMLIGHT_RBF)
+    m = import_model(str(tmp_path / "rbf.model"))
+    assert m.kind == "kernel" and m.kernel == "rbf" and m.gamma == 0.5
+    Xd = X.toarray()[:, :3]
+    sv = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, 0.0]])
+    K = np.exp(-0.5 * ((Xd[:, None, :] - sv[None]) ** 2).sum(-1))
+    _close(m.decision_function(X[:, :3]), K @ np.array([0.75, -0.5]) + 0.1, 1e-15)
