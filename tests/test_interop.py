@@ -383,13 +383,36 @@ def test_a9a_libsvm_rbf_identical_decisions_streamed(tmp_path, a9a):
     np.testing.assert_array_equal(out[:, 2], lab)
 
 
-def test_sector_libsvm_one_vs_one_identical_predictions(tmp_path):
+@pytest.fixture(scope="module")
+def sector():
+    Xtr, ytr = _read(dataset("sector/sector.scale.bz2"))
+    Xte, yte = _read(dataset("sector/sector.t.scale.bz2"), n_features=Xtr.shape[1])
+    return Xtr, ytr, Xte, yte
+
+
+@pytest.mark.slow
+def test_sector_liblinear_one_vs_rest_identical_predictions(tmp_path, sector):
+    """LIBLINEAR -s 3 on all of sector (105 classes, one-vs-rest w matrix), imported and
+    scored: same labels and decision values as liblinear-official's predict."""
+    ll = pytest.importorskip("liblinear.liblinearutil")
+    Xtr, ytr, Xte, yte = sector
+    ref = ll.train(ytr, Xtr, "-s 3 -c 1 -B 1 -q")
+    ll.save_model(str(tmp_path / "sector.model"), ref)
+    lab, dec = _ll_scores(tmp_path / "sector.model", Xte)
+    model = import_model(str(tmp_path / "sector.model"))
+    assert model.kind == "linear" and np.shape(model.coef_) == (105, Xtr.shape[1])
+    pred, ours = _ours(model, Xte)
+    np.testing.assert_array_equal(pred, lab)
+    _close(ours, dec)
+    assert np.mean(pred == yte) > 0.8
+
+
+def test_sector_libsvm_one_vs_one_identical_predictions(tmp_path, sector):
     """One-vs-one LIBSVM model on a subset of sector (the rows of 8 of its 105 classes: 28
     pairwise problems; LIBSVM's Python binding needs ~0.3 s per pair here), imported and
     scored."""
     sv = pytest.importorskip("libsvm.svmutil")
-    Xtr, ytr = _read(dataset("sector/sector.scale.bz2"))
-    Xte, yte = _read(dataset("sector/sector.t.scale.bz2"), n_features=Xtr.shape[1])
+    Xtr, ytr, Xte, yte = sector
     tr = np.flatnonzero(ytr <= 8)
     te = np.concatenate([np.flatnonzero(yte <= 8), np.arange(100)])  # + rows of other classes
     ref = sv.svm_train(ytr[tr], Xtr[tr], "-t 2 -g 0.5 -c 10 -q")
