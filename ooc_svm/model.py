@@ -293,9 +293,14 @@ def ovo_votes(k: int, dec: np.ndarray) -> np.ndarray:
     return votes
 
 
-def ovo_predict(model: Model, X) -> np.ndarray:
-    """Labels by one-vs-one voting; ties go to the class listed first (smaller index),
-    as in LIBSVM's ``svm_predict``."""
-    dec = ovo_decision_function(model, X)
-    votes = ovo_votes(len(model.classes), dec)
+def ovo_labels(model: Model, dec: np.ndarray) -> np.ndarray:
+    """Labels from pairwise decision values (n, k(k-1)/2) by voting; ties go to the class
+    listed first (smaller index), as in LIBSVM's ``svm_predict``. For streamed scoring:
+    score a shard with :func:`ovo_decision_function`, then label it with this."""
+    votes = ovo_votes(len(model.classes), np.atleast_2d(dec))
     return np.asarray(model.classes, dtype=np.float64)[np.argmax(votes, axis=1)]
+
+
+def ovo_predict(model: Model, X) -> np.ndarray:
+    """Labels by one-vs-one voting (see :func:`ovo_labels`)."""
+    return ovo_labels(model, ovo_decision_function(model, X))
