@@ -27,7 +27,11 @@ COMMANDS: dict[str, str] = {
     "evaluate": "accuracy, precision/recall/F1, PRBEP, ROC AUC (binary) or pairwise accuracy, "
     "Kendall tau, NDCG@10 (ranks) of a model on a store",
     "plot": "plot a training history (needs matplotlib)",
+    "export": "write a model as a LIBLINEAR, LIBSVM or SVMlight model file",
+    "import": "read a LIBLINEAR, LIBSVM or SVMlight/SVMperf model file as a model",
 }
+#: command name -> module name where they differ (``import`` is a Python keyword)
+_MODULES = {"import": "import_model"}
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, summary in COMMANDS.items():
         if command in (name, "*"):
-            importlib.import_module(f"ooc_svm.commands.{name}").add_parser(sub)
+            importlib.import_module(f"ooc_svm.commands.{_MODULES.get(name, name)}").add_parser(sub)
             _add_verbosity(sub.choices[name], suppress=True)
         else:
             sub.add_parser(name, help=summary, add_help=False)

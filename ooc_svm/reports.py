@@ -36,19 +36,49 @@ class HistoryWriter:
         self._f.close()
 
 
+class HistoryError(ValueError):
+    """A file is not a training history (the message names the file and line)."""
+
+
 def read_history(path: str) -> tuple[dict, list[dict]]:
-    """Return ``(header, records)`` of a history file."""
+    """Return ``(header, records)`` of a history file.
+
+    Raises
+    ------
+    HistoryError
+        The file is not JSON lines of objects (file and line in the message).
+    """
     header: dict = {}
     records: list[dict] = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
+    if os.path.isdir(path):
+        raise HistoryError(
+            f"{path}: is a directory, not a history file (write one with `ooc-svm train "
+            "--history FILE.jsonl`)"
+        )
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise HistoryError(f"{path}: no such history file") from None
+    with f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise HistoryError(
+                    f"{path}:{n}: binary data, not a JSON-lines history (write one with "
+                    "`ooc-svm train --history FILE.jsonl`)"
+                ) from None
             if not line:
                 continue
             try:
                 obj = json.loads(line)
             except ValueError:
-                raise ValueError(f"{path}:{n}: not a JSON line") from None
+                raise HistoryError(
+                    f"{path}:{n}: not a JSON line; a history is written by `ooc-svm train "
+                    "--history FILE.jsonl`"
+                ) from None
+            if not isinstance(obj, dict):
+                raise HistoryError(f"{path}:{n}: not a JSON object; not a training history")
             if "header" in obj and len(obj) == 1:
                 header = obj["header"]
             else:
@@ -62,9 +92,97 @@ def _series(records: list[dict], key: str) -> np.ndarray:
     )
 
 
-def plot_history(path: str, out: str) -> None:
-    """Convergence plot: objective gap (to the best objective seen) and violation, against
-    passes and against seconds, log scale."""
+def _has(recs: list[dict], key: str) -> bool:
+    return any(r.get(key) is not None for r in recs)
+
+
+#: history keys that make a record an iteration record of some solver
+_ITERATION_KEYS = ("objective", "dual_objective", "violation", "gap", "lower_bound")
+#: gaps below this fraction of the objective are float64 noise: drawn at that floor
+GAP_FLOOR = 1e-10
+#: at most this many classes of a one-vs-rest history are drawn one line each (else: worst)
+MAX_CLASS_LINES = 8
+
+
+def _tolerance(header: dict) -> tuple[float | None, str]:
+    """The stopping tolerance of the run (header params, else the solver's default)."""
+    solver = str(header.get("solver", "") or "")
+    params = header.get("params") or {}
+    name = "eps" if solver == "perf" else "tol"
+    for key in (name, "eps", "tol"):
+        if params.get(key) is not None:
+            return float(params[key]), key
+    try:
+        import importlib
+
+        mod = importlib.import_module(f"ooc_svm.solvers.{solver.replace('-', '_')}")
+        if name in mod.DEFAULTS:
+            return float(mod.DEFAULTS[name]), name
+    except (ImportError, AttributeError, ValueError, TypeError):
+        pass
+    return None, name
+
+
+def _certified_gap(recs: list[dict]) -> tuple[np.ndarray | None, str]:
+    """A gap that bounds the distance to the optimum at every record, or None.
+
+    ``lower_bound`` (perf): best primal so far − best lower bound so far. ``dual_objective``
+    (dual solvers): best primal − best dual, with the dual in LIBSVM's minimisation form
+    (½αᵀQα − eᵀα ≤ 0, so the gap is P + D) or in maximisation form (P − D).
+    """
+    P = _series(recs, "objective")
+    if np.all(np.isnan(P)):
+        return None, ""
+    Pbest = np.fmin.accumulate(np.where(np.isnan(P), np.inf, P))
+    if _has(recs, "lower_bound"):
+        lb = _series(recs, "lower_bound")
+        LB = np.fmax.accumulate(np.where(np.isnan(lb), -np.inf, lb))
+        return Pbest - LB, "primal − lower bound\n(certified gap)"
+    if _has(recs, "dual_objective"):
+        D = _series(recs, "dual_objective")
+        ok = ~np.isnan(D)
+        dual = -D if np.nanmedian(D[ok]) <= 0 else D  # both forms -> a lower bound on P*
+        best = np.fmax.accumulate(np.where(np.isnan(dual), -np.inf, dual))
+        return Pbest - best, "primal − dual\n(duality gap)"
+    return None, ""
+
+
+def _groups(recs: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Records per class for one-vs-rest histories (``class_index``), else one group."""
+    if not any("class_index" in r for r in recs):
+        return [("", recs)]
+    by: dict[int, list[dict]] = {}
+    names: dict[int, str] = {}
+    for r in recs:
+        k = int(r.get("class_index", -1))
+        by.setdefault(k, []).append(r)
+        c = r.get("class", k)
+        names[k] = f"class {float(c):g}" if isinstance(c, (int, float)) else f"class {c}"
+    return [(names[k], by[k]) for k in sorted(by)]
+
+
+def _x_values(recs: list[dict], key: str) -> np.ndarray | None:
+    x = _series(recs, key)
+    return None if np.all(np.isnan(x)) else x
+
+
+def history_figure(path: str):
+    """Build the convergence figure of a history file (matplotlib Figure, Agg backend).
+
+    Layout: two rows — the certified gap (perf: primal − lower bound; dual solvers: primal
+    − dual), or the objective itself when the history has no bound; then the stopping
+    quantity (violation) with the solver's tolerance drawn — against passes (left) and
+    seconds (right), log scale. A column whose x quantity the history does not record says
+    so instead of drawing a false panel. One-vs-rest histories get one line per class (at
+    most :data:`MAX_CLASS_LINES`, else the worst class in colour and the others in grey).
+    Values below a floor (gap: :data:`GAP_FLOOR` of the objective; violation: tolerance / 1000) are
+    drawn at the floor with a triangle marker, so nothing plunges to 1e-16.
+
+    Raises
+    ------
+    HistoryError
+        The file is not a training history.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,39 +190,166 @@ def plot_history(path: str, out: str) -> None:
 
     header, recs = read_history(path)
     if not recs:
-        raise ValueError(f"{path}: no iteration records to plot")
-    passes = _series(recs, "passes")
-    secs = _series(recs, "seconds")
-    if np.all(np.isnan(passes)):
-        passes = np.arange(1, len(recs) + 1, dtype=float)
-    if np.all(np.isnan(secs)):
-        secs = np.arange(1, len(recs) + 1, dtype=float)
-    obj = _series(recs, "objective")
-    if np.all(np.isnan(obj)):
-        obj = _series(recs, "dual_objective")
-    viol = _series(recs, "violation")
-    if np.all(np.isnan(viol)):
-        viol = _series(recs, "gap")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, x, xl in ((axes[0], passes, "passes"), (axes[1], secs, "seconds")):
-        if not np.all(np.isnan(obj)):
-            best = np.nanmin(obj)
-            gap = np.maximum(obj - best, 1e-16)
-            ax.semilogy(x, gap, "o-", ms=3, label="objective − best")
-        if not np.all(np.isnan(viol)):
-            ax.semilogy(x, np.maximum(np.abs(viol), 1e-16), "s-", ms=3, label="violation")
-        ax.set_xlabel(xl)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    title = header.get("solver", "") if header else ""
-    fig.suptitle(f"convergence {title}".strip())
+        raise HistoryError(f"{path}: no iteration records to plot")
+    if not any(any(k in r for k in _ITERATION_KEYS) for r in recs):
+        keys = ", ".join(list(recs[0])[:5])
+        raise HistoryError(
+            f"{path}: not a training history (records have {keys}, none of "
+            f"{', '.join(_ITERATION_KEYS)}); write one with `ooc-svm train --history FILE.jsonl`"
+        )
+    solver = str(header.get("solver", "") or "")
+    tol, tol_name = _tolerance(header)
+    groups = _groups(recs)
+
+    # the worst class: largest final stopping value (then: most records)
+    def final_violation(g):
+        v = _series(g[1], "violation")
+        v = v[~np.isnan(v)]
+        return (float(np.abs(v[-1])) if v.size else -1.0, len(g[1]))
+
+    worst = max(range(len(groups)), key=lambda i: final_violation(groups[i]))
+    many = len(groups) > MAX_CLASS_LINES
+    gap_label = ""
+    for _, g in groups:
+        gap, gap_label = _certified_gap(g)
+        if gap is not None:
+            break
+    obj_key = "objective" if _has(recs, "objective") else "dual_objective"
+    have_viol = _has(recs, "violation")
+    viol_key = "violation" if have_viol else "gap"
+    viol_label = (
+        "ξ violation of the most\nviolated constraint" if solver == "perf" else "KKT violation"
+    )
+    have_passes = _has(recs, "passes")
+    have_secs = _has(recs, "seconds")
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex="col", squeeze=False)
+    floors = {}
+    for col, (xkey, xlabel, have) in enumerate(
+        (("passes", "passes over the data", have_passes), ("seconds", "seconds", have_secs))
+    ):
+        if not have and xkey == "passes":
+            xkey, xlabel = "iteration", "iteration (passes not recorded)"
+        elif not have:
+            for row in range(2):
+                ax = axes[row][col]
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"seconds not recorded\nin this {solver or 'training'} history",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                    fontsize=12,
+                    color="0.35",
+                )
+                ax.set_xticks([])
+                ax.set_yticks([])
+            axes[0][col].set_title("against seconds")
+            continue
+        for gi, (name, g) in enumerate(groups):
+            x = _x_values(g, xkey)
+            if x is None:
+                x = np.arange(1, len(g) + 1, dtype=float)
+            if many and gi != worst:
+                style = dict(color="0.7", lw=0.6, alpha=0.5, label=None)
+            else:
+                label = name + (f" (worst of {len(groups)})" if many else "")
+                style = dict(lw=1.4, marker="o", ms=2.5, label=label or None)
+            # row 0: certified gap, or the objective on a linear scale
+            gap, _ = _certified_gap(g)
+            ax = axes[0][col]
+            if gap is not None:
+                P = np.abs(_series(g, "objective"))
+                floor = GAP_FLOOR * max(1.0, float(np.nanmax(P)) if np.any(~np.isnan(P)) else 1.0)
+                _log_line(ax, x, gap, floor, style)
+                floors[(0, col)] = min(floors.get((0, col), np.inf), floor)
+            else:
+                ax.plot(x, _series(g, obj_key), **style)
+            # row 1: the stopping quantity and the tolerance
+            v = np.abs(_series(g, viol_key))
+            if not np.all(np.isnan(v)):
+                vmax = float(np.nanmax(v))
+                floor = (tol if tol else max(vmax, 1e-300)) * 1e-3
+                _log_line(axes[1][col], x, v, floor, style)
+                floors[(1, col)] = min(floors.get((1, col), np.inf), floor)
+        ax0, ax1 = axes[0][col], axes[1][col]
+        if gap_label:
+            ax0.set_yscale("log")
+            ax0.set_ylabel(gap_label)
+        else:
+            ax0.set_ylabel(_objective_label(recs, obj_key, solver))
+        ax1.set_yscale("log")
+        ax1.set_ylabel(viol_label)
+        if tol:
+            ax1.axhline(tol, color="C3", ls="--", lw=1.2, label=f"tolerance {tol_name} = {tol:g}")
+        ax1.set_xlabel(xlabel)
+        ax0.set_title(f"against {xkey if xkey != 'iteration' else 'iterations'}")
+        if not have_passes and col == 0:
+            ax0.set_title("against iterations — passes not recorded")
+        for ax in (ax0, ax1):
+            ax.grid(True, which="both", alpha=0.3)
+            handles, labels = ax.get_legend_handles_labels()
+            if labels:
+                ax.legend(fontsize=8, loc="best")
+    fig._ooc_svm_floors = floors  # for tests: the floor of each log panel
+    what = f"{solver} " if solver else ""
+    store = header.get("store")
+    multi = f", one-vs-rest, {len(groups)} classes" if len(groups) > 1 else ""
+    fig.suptitle(f"convergence of {what}training" + (f" on {store}" if store else "") + multi)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    return fig
 
 
-def plot_roc_pr(scores: np.ndarray, positive: np.ndarray, out: str) -> None:
-    """ROC and precision–recall curves of binary scores (``positive`` is a boolean array)."""
+def _objective_label(recs: list[dict], key: str, solver: str) -> str:
+    """Axis label of an objective drawn as recorded (no bound to make a gap from)."""
+    v = _series(recs, key)
+    v = v[~np.isnan(v)]
+    if key == "dual_objective" or (solver != "perf" and v.size and np.all(v <= 0)):
+        # dual solvers that record only ½αᵀQα − eᵀα (≤ 0) under "objective"
+        return "dual objective ½αᵀQα − eᵀα\n(as recorded; no primal recorded)"
+    return "primal objective\n(no lower bound recorded)"
+
+
+def _log_line(ax, x, y, floor, style) -> None:
+    """Draw y on a log axis, values below ``floor`` at the floor with a triangle marker."""
+    y = np.asarray(y, dtype=float)
+    ok = ~np.isnan(y)
+    low = ok & (y < floor)
+    yy = np.where(low, floor, y)
+    ax.plot(x[ok], yy[ok], **style)
+    if np.any(low):
+        label = f"below {floor:.0e} (drawn at it)"
+        seen = label in ax.get_legend_handles_labels()[1]
+        ax.plot(x[low], yy[low], "v", color="k", ms=5, label=None if seen else label)
+
+
+def plot_history(path: str, out: str) -> None:
+    """Write the convergence plot of a history file (see :func:`history_figure`) as PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = history_figure(path)
+    try:
+        parent = os.path.dirname(os.path.abspath(out))
+        os.makedirs(parent, exist_ok=True)
+        fig.savefig(out, dpi=100)
+    finally:
+        plt.close(fig)
+
+
+def roc_figure(
+    scores: np.ndarray,
+    positive: np.ndarray,
+    model: str | None = None,
+    store: str | None = None,
+):
+    """ROC and precision–recall curves of binary scores (``positive`` is a boolean array);
+    returns the matplotlib Figure (Agg backend).
+
+    The precision–recall break-even point (PRBEP: precision = recall, reached at the
+    threshold that ranks as many rows positive as there are positives) is marked on both
+    curves; the title names ``model`` and ``store`` when given.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,19 +365,44 @@ def plot_roc_pr(scores: np.ndarray, positive: np.ndarray, out: str) -> None:
     fpr = np.concatenate([[0.0], fp / N])
     prec = tp / np.maximum(tp + fp, 1)
     rec = tp / P
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
-    axes[0].plot(fpr, tpr)
-    axes[0].plot([0, 1], [0, 1], "k:", lw=0.8)
+    k = min(P, pos.shape[0]) - 1  # the top-P rows: precision = recall = PRBEP
+    prbep = float(prec[k]) if pos.shape[0] else float("nan")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.8))
+    axes[0].plot(fpr, tpr, label="ROC")
+    axes[0].plot([0, 1], [0, 1], "k:", lw=0.8, label="chance")
+    axes[0].plot(fpr[k + 1], tpr[k + 1], "o", color="C3", ms=7, label=f"PRBEP {prbep:.4f}")
     axes[0].set_xlabel("false positive rate")
     axes[0].set_ylabel("true positive rate")
     axes[0].set_title(f"ROC (AUC {np.trapezoid(tpr, fpr):.4f})")
-    axes[1].plot(rec, prec)
+    axes[1].plot(rec, prec, label="precision–recall")
+    axes[1].plot([0, 1], [0, 1], ":", color="0.6", lw=0.8, label="precision = recall")
+    axes[1].plot(rec[k], prec[k], "o", color="C3", ms=7, label=f"PRBEP {prbep:.4f}")
     axes[1].set_xlabel("recall")
     axes[1].set_ylabel("precision")
     axes[1].set_title("precision–recall")
     for ax in axes:
         ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    n = pos.shape[0]
+    name = " on ".join(str(v) for v in (model, store) if v)
+    fig.suptitle((name + ": " if name else "") + f"{n:,} rows, {int(pos.sum()):,} positive")
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def plot_roc_pr(
+    scores: np.ndarray,
+    positive: np.ndarray,
+    out: str,
+    model: str | None = None,
+    store: str | None = None,
+) -> None:
+    """Write the ROC / precision–recall figure of :func:`roc_figure` as PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = roc_figure(scores, positive, model, store)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        fig.savefig(out, dpi=100)
+    finally:
+        plt.close(fig)

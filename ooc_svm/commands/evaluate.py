@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub) -> None:
@@ -33,7 +36,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", help="model directory written by `ooc-svm train`")
-    p.add_argument("store", help="store with true labels")
+    p.add_argument("store", help="store, or SVMlight/LIBSVM text file (.gz .bz2 .xz, - for stdin)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--k", type=int, default=10, help="cut-off of NDCG (default 10)")
     p.add_argument(
@@ -113,8 +116,9 @@ def evaluate_model(model, store, engine, k: int = 10, plot: str | None = None) -
     else:
         mode = "multiclass"
         classes = tuple(float(c) for c in model.classes)
-    if plot and mode != "binary":
-        raise SolverError("--plot draws ROC / precision-recall curves: binary labels only")
+    if plot and mode != "binary":  # the metrics are still computed and printed
+        log.warning("evaluate: --plot skipped: ROC curves need binary labels (store: %s)", kind)
+        plot = None
     bc = (scoring_broadcast(model, meta.n_features), mode, classes, bool(meta.has_qid))
     part = engine.map_reduce(store, _eval_fn, bc, reduce=_eval_reduce)
     if part is None:
@@ -131,7 +135,7 @@ def evaluate_model(model, store, engine, k: int = 10, plot: str | None = None) -
         if plot:
             from ..reports import plot_roc_pr
 
-            plot_roc_pr(s.astype(np.float64), t.astype(bool), plot)
+            plot_roc_pr(s, t, plot, model.info.get("path"), store.path)
         if qid is not None:
             out["pairwise_accuracy"] = M.pairwise_accuracy(t.astype(np.float64), s, qid)
             out[f"ndcg@{k}"] = M.ndcg_at_k(t.astype(np.float64), s, qid, k)
@@ -149,10 +153,11 @@ def evaluate_model(model, store, engine, k: int = 10, plot: str | None = None) -
 def run(args) -> int:
     from ..engine import make_engine
     from ..model import load_model
-    from ..store import open_store
+    from ..store.text_view import open_input
 
     model = load_model(args.model)
-    store = open_store(args.store)
+    model.info.setdefault("path", args.model)  # named in the --plot title
+    store = open_input(args.store, model.n_features)  # a store, or SVMlight text
     with make_engine(args.scheduler) as engine:
         res = evaluate_model(model, store, engine, args.k, plot=args.plot)
     if args.json:

@@ -9,7 +9,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "info", help="show a store's metadata", description="Show a store's metadata."
     )
-    p.add_argument("store", help="store path (Zarr directory or Parquet directory)")
+    p.add_argument("store", help="store path (Zarr or Parquet directory), or a model directory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--shards", action="store_true", help="also list the shard table")
     p.set_defaults(func=run)
@@ -34,7 +34,11 @@ def store_summary(store) -> dict:
 
 
 def run(args) -> int:
+    from ..interop.describe import is_model_dir, print_model_info
     from ..store import open_store
+
+    if is_model_dir(args.store):  # `ooc-svm info MODEL`
+        return print_model_info(args.store, args.json)
 
     store = open_store(args.store)
     d = store_summary(store)

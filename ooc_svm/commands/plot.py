@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "plot",
         help="plot a training history (needs matplotlib)",
-        description="Draw objective gap and violation against passes and time (log scale) "
-        "from a history file written by `ooc-svm train --history FILE.jsonl`.",
+        description="Draw a training history written by `ooc-svm train --history FILE.jsonl`:\n"
+        "the certified gap (perf: primal - lower bound; dual solvers: primal - dual) and the\n"
+        "stopping quantity (violation) with the solver's tolerance, against passes and\n"
+        "seconds, log scale; one line per class for one-vs-rest runs (the worst class when\n"
+        "there are many). Quantities the solver did not record are said to be missing.",
+        epilog="example:\n  ooc-svm train --solver perf a9a.zarr -o model --history h.jsonl\n"
+        "  ooc-svm plot h.jsonl -o convergence.png",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("history", help="JSON-lines history file")
     p.add_argument("-o", "--output", required=True, help="PNG file to write")

@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", help="model directory written by `ooc-svm train`")
-    p.add_argument("store", help="store to score")
+    p.add_argument("store", help="store, or SVMlight/LIBSVM text file (.gz .bz2 .xz, - for stdin)")
     p.add_argument("-o", "--output", required=True, help="output file (.parquet or text)")
     p.add_argument(
         "--format",
@@ -264,10 +264,10 @@ def predict_to_file(
 def run(args) -> int:
     from ..engine import make_engine
     from ..model import load_model
-    from ..store import open_store
+    from ..store.text_view import open_input
 
     model = load_model(args.model)
-    store = open_store(args.store)
+    store = open_input(args.store, model.n_features)  # a store, or SVMlight text
     with make_engine(args.scheduler) as engine:
         info = predict_to_file(model, store, engine, args.output, args.format, args.batch_rows)
     print(f"predict: {info['rows']} rows -> {info['output']} ({info['format']})")

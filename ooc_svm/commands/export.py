@@ -1,0 +1,48 @@
+"""``ooc-svm export MODEL --format liblinear|libsvm|svmlight OUT``: write a model for
+LIBLINEAR's ``predict``, LIBSVM's ``svm-predict`` or SVMlight's ``svm_classify``."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write a model as a LIBLINEAR, LIBSVM or SVMlight model file",
+        description=textwrap.fill(
+            "Write an ooc-svm model in the text format of LIBLINEAR (linear models, "
+            "binary or one-vs-rest), LIBSVM (binary kernel or linear models, one-vs-one "
+            "models imported from LIBSVM) or SVMlight/SVMperf (binary models). The decision "
+            "values those tools compute from the file are the ones ooc-svm computes.",
+            90,
+        ),
+        epilog="examples:\n"
+        "  ooc-svm export model --format liblinear a9a.model && predict a9a.t a9a.model out\n"
+        "  ooc-svm export rbf_model --format libsvm rbf.model && svm-predict test rbf.model out\n"
+        "  ooc-svm export model --format svmlight svm.model && svm_classify test svm.model out",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", help="model directory written by `ooc-svm train` or `import`")
+    p.add_argument(
+        "--format", required=True, choices=["liblinear", "libsvm", "svmlight"], dest="fmt"
+    )
+    p.add_argument("output", help="model file to write")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+
+    from ..interop import export_model
+    from ..model import load_model
+
+    model = load_model(args.model)
+    export_model(model, args.fmt, args.output)
+    if args.json:
+        print(json.dumps({"model": args.model, "format": args.fmt, "output": args.output}))
+    elif not getattr(args, "quiet", False):
+        print(f"export: {args.model} -> {args.output} ({args.fmt})")
+    return 0

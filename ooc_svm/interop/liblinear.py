@@ -1,0 +1,181 @@
+"""LIBLINEAR model files (``train`` / ``save_model``) of linear classifiers.
+
+Layout, as LIBLINEAR writes it::
+
+    solver_type L2R_L1LOSS_SVC_DUAL     -s 3 (L2R_L2LOSS_SVC is -s 2, ...)
+    nr_class 2
+    label 1 -1                          class labels in LIBLINEAR's order
+    nr_feature 123
+    bias 1                              -1: no bias feature
+    w
+    w_1                                 one line per feature (plus one for the bias feature),
+    ...                                 nr_w values each: 1 for two classes, else nr_class
+
+Decision values: w·x (+ w_bias · bias). Two classes: positive → ``label[0]``; more classes:
+one-vs-rest (``MCSVM_CS``: Crammer-Singer), the largest value wins, ties to the first class.
+
+Mapping to ooc-svm: ``kind="linear"``; two classes → ``classes = [label[1], label[0]]``,
+``coef_ = w``, ``intercept_ = w_bias · bias``; more classes → one row of ``coef_`` per class
+in LIBLINEAR's label order (argmax, as LIBLINEAR predicts). Regression and one-class solvers
+are refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import Model
+from ._io import (
+    FormatError,
+    LineReader,
+    atomic_text,
+    check_finite,
+    fmt,
+    linear_weights,
+    to_float,
+    to_int,
+)
+
+#: LIBLINEAR's solver_type names of linear classifiers, with their ``-s`` numbers
+CLASSIFIERS = {
+    "L2R_LR": 0,
+    "L2R_L2LOSS_SVC_DUAL": 1,
+    "L2R_L2LOSS_SVC": 2,
+    "L2R_L1LOSS_SVC_DUAL": 3,
+    "MCSVM_CS": 4,
+    "L1R_L2LOSS_SVC": 5,
+    "L1R_LR": 6,
+    "L2R_LR_DUAL": 7,
+}
+OTHER = ("L2R_L2LOSS_SVR", "L2R_L2LOSS_SVR_DUAL", "L2R_L1LOSS_SVR_DUAL", "ONECLASS_SVM")
+_KEYS = ("solver_type", "nr_class", "label", "nr_feature", "bias", "rho")
+
+
+def read(path: str, n_features: int | None = None) -> Model:
+    """Read a LIBLINEAR model file (plain or compressed).
+
+    ``n_features`` widens the model (weights 0) when the data is wider than ``nr_feature``.
+    """
+    with LineReader(path) as r:
+        head: dict[str, list[str]] = {}
+        lines: dict[str, int] = {}
+        while True:
+            line = r.need("the header of a LIBLINEAR model ending with a line 'w'")
+            toks = line.split()
+            if not toks:
+                continue
+            if toks[0] == "w" and len(toks) == 1:
+                break
+            if toks[0] not in _KEYS:
+                if r.lineno == 1:
+                    raise r.error(
+                        f"starts with {line[:40]!r}, not 'solver_type'; not a LIBLINEAR model "
+                        "(LIBSVM models start with 'svm_type', SVMlight models with "
+                        "'SVM-light Version')"
+                    )
+                raise r.error(f"unknown header line {line[:60]!r} in a LIBLINEAR model")
+            head[toks[0]] = toks[1:]
+            lines[toks[0]] = r.lineno
+        for key in ("solver_type", "nr_class", "nr_feature", "bias"):
+            if len(head.get(key, [])) != 1:
+                raise r.error(f"the header needs one '{key}' line with one value", lines.get(key))
+        solver = head["solver_type"][0]
+        if solver in OTHER:
+            raise r.error(
+                f"solver_type {solver}: only classifiers can be imported", lines["solver_type"]
+            )
+        if solver not in CLASSIFIERS:
+            raise r.error(f"unknown solver_type {solver!r}", lines["solver_type"])
+        k = to_int(r, head["nr_class"][0], "nr_class", 2)
+        nf = to_int(r, head["nr_feature"][0], "nr_feature", 0)
+        bias = to_float(r, head["bias"][0], "bias")
+        labels = [to_float(r, t, "label") for t in head.get("label", [])]
+        if len(labels) != k:
+            raise r.error(f"'label' needs {k} values (nr_class {k})", lines.get("label"))
+        nr_w = 1 if (k == 2 and solver != "MCSVM_CS") else k
+        n = nf + (1 if bias >= 0 else 0)
+        w = np.empty((n, nr_w))
+        for i in range(n):
+            toks = r.need(f"weight line {i + 1} of {n}").split()
+            if len(toks) != nr_w:
+                raise r.error(f"a weight line needs {nr_w} values, found {len(toks)}")
+            try:
+                w[i] = np.array(toks, dtype=np.float64)
+            except ValueError:
+                w[i] = [to_float(r, t, "weight") for t in toks]
+            if not np.all(np.isfinite(w[i])):
+                raise r.error("a weight is not finite")
+        for line in r:
+            if line.strip():
+                raise r.error(f"text after the {n} weight lines")
+    width = max(nf, int(n_features or 0), 1)
+    coef = np.zeros((nr_w, width))
+    coef[:, :nf] = w[:nf].T
+    b = w[nf] * bias if bias >= 0 else np.zeros(nr_w)
+    info = {
+        "solver": f"liblinear {solver}",
+        "liblinear_solver": solver,
+        "liblinear_s": CLASSIFIERS[solver],
+        "bias": bias,
+        "imported_from": str(path),
+        "format": "liblinear",
+    }
+    if nr_w == 1:
+        return Model(
+            kind="linear",
+            n_features=width,
+            classes=[labels[1], labels[0]],
+            coef_=coef[0],
+            intercept_=float(b[0]),
+            info=info,
+        )
+    info["multiclass"] = "crammer-singer" if solver == "MCSVM_CS" else "ovr"
+    return Model(
+        kind="linear", n_features=width, classes=labels, coef_=coef, intercept_=b, info=info
+    )
+
+
+def write(model: Model, out: str, solver: str | None = None) -> None:
+    """Write a linear model as a LIBLINEAR model file (atomically).
+
+    ``solver``: the ``solver_type`` line (default: from the model's info, else
+    ``L2R_L1LOSS_SVC_DUAL``, the hinge-loss SVM all ooc-svm solvers train). The intercept
+    becomes the weight of a bias feature of value 1 (``bias 1``), or ``bias -1`` when it is 0.
+    """
+    check_finite(model, out)
+    if model.kind == "ovo" or (model.kind == "kernel" and model.kernel != "linear"):
+        raise FormatError(
+            f"{out}: a {model.kernel} kernel model has no LIBLINEAR form (LIBLINEAR models are "
+            "linear); use --format libsvm or --format svmlight"
+        )
+    if model.kind == "kernel" and np.ndim(model.intercept_) != 0:
+        raise FormatError(f"{out}: one-vs-rest kernel models cannot be written for LIBLINEAR")
+    solver = solver or model.info.get("liblinear_solver") or "L2R_L1LOSS_SVC_DUAL"
+    if solver not in CLASSIFIERS:
+        raise FormatError(f"{out}: unknown LIBLINEAR solver_type {solver!r}")
+    if np.ndim(model.intercept_) == 0:
+        labels = [float(model.classes[1]), float(model.classes[0])]
+        W = linear_weights(model)[:, None]
+        b = np.array([float(model.intercept_)])
+        if solver == "MCSVM_CS":
+            solver = "L2R_L1LOSS_SVC_DUAL"
+    else:
+        labels = [float(c) for c in model.classes]
+        W = np.atleast_2d(np.asarray(model.coef_, dtype=np.float64)).T
+        b = np.asarray(model.intercept_, dtype=np.float64)
+        if len(labels) == 2 and solver != "MCSVM_CS":
+            raise FormatError(
+                f"{out}: a two-class model with two weight rows is LIBLINEAR's MCSVM_CS only"
+            )
+    has_bias = bool(np.any(b != 0))
+    with atomic_text(out) as f:
+        f.write(f"solver_type {solver}\n")
+        f.write(f"nr_class {len(labels)}\n")
+        f.write("label " + " ".join(fmt(v) for v in labels) + "\n")
+        f.write(f"nr_feature {W.shape[0]}\n")
+        f.write(f"bias {1 if has_bias else -1}\n")
+        f.write("w\n")
+        for row in W:
+            f.write(" ".join(format(v, ".17g") for v in row) + " \n")
+        if has_bias:
+            f.write(" ".join(format(v, ".17g") for v in b) + " \n")
