@@ -8,6 +8,7 @@ parameters), so Dask workers re-open the base store themselves.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 
@@ -62,3 +63,94 @@ def _reopen_binary_view(path: str, positive: float) -> BinaryView:
     from .writer import open_store
 
     return BinaryView(open_store(path), positive)
+
+
+class KeepShards:
+    """Shard transform of :class:`ShardSubsetView` (picklable).
+
+    A shard of the base store whose ``row_start`` is in ``new_start`` is kept and renumbered
+    (its rows get the subset's consecutive row ids); any other shard becomes an empty shard.
+    """
+
+    def __init__(self, new_start: dict[int, int], next_start: dict[int, int]):
+        self.new_start = new_start  # base row_start of a kept shard -> its subset row_start
+        self.next_start = next_start  # base row_start of a dropped shard -> subset row_start
+
+    def __call__(self, s: Shard) -> Shard:
+        r0 = int(s.row_start)
+        if r0 in self.new_start:
+            return Shard(s.indptr, s.indices, s.data, s.y, s.qid, self.new_start[r0])
+        return Shard(
+            np.zeros(1, dtype=s.indptr.dtype),
+            np.zeros(0, dtype=s.indices.dtype),
+            np.zeros(0, dtype=s.data.dtype),
+            np.zeros(0, dtype=s.y.dtype),
+            None if s.qid is None else np.zeros(0, dtype=s.qid.dtype),
+            self.next_start[r0],
+        )
+
+
+class ShardSubsetView:
+    """Store view holding only the rows of some shards (e.g. the training folds of a
+    cross-validation made of shards, see :func:`ooc_svm.probability.fold_assignment`).
+
+    The view keeps the base store's shard numbering so engines read it through the base
+    store (shard caches, Dask workers and the fast reader work unchanged), but every shard not
+    in ``shards`` is presented as an *empty* shard (zero rows) and the kept shards' rows are
+    renumbered consecutively: ``meta.n_rows`` is the subset's row count and row ``i`` of the
+    view is row ``i`` of the subset in shard order. Engines still read the dropped shards (the
+    view cannot skip a shard id); a k-fold training fold reads k/(k−1) of what it uses.
+    """
+
+    def __init__(self, base, shards):
+        self.base = base
+        keep = sorted({int(i) for i in np.asarray(shards, dtype=np.int64).ravel()})
+        n = base.n_shards
+        if keep and not (0 <= keep[0] and keep[-1] < n):
+            raise ValueError(f"{base.path}: shard ids must be in [0, {n}), got {keep}")
+        self.shards = tuple(keep)
+        kept = set(keep)
+        meta = copy.copy(base.meta)
+        infos = []
+        new_start: dict[int, int] = {}
+        next_start: dict[int, int] = {}
+        row = 0
+        nnz = 0
+        for i, s in enumerate(base.meta.shards):
+            if i in kept:
+                new_start[int(s.row_start)] = row
+                infos.append(dataclasses.replace(s, row_start=row))
+                row += int(s.n_rows)
+                nnz += int(s.nnz)
+            else:
+                next_start[int(s.row_start)] = row
+                infos.append(
+                    dataclasses.replace(s, row_start=row, n_rows=0, nnz=0, checksum="empty")
+                )
+        meta.shards = infos
+        meta.n_rows = row
+        meta.nnz = nnz
+        self.meta = meta
+        self.transform = KeepShards(new_start, next_start)
+        self.path = base.path
+        self.backend = base.backend
+
+    @property
+    def n_shards(self) -> int:
+        return self.base.n_shards
+
+    @property
+    def cache_key(self) -> tuple:
+        return (getattr(self.base, "cache_key", self.path), "shards", self.shards)
+
+    def read_shard(self, i: int, verify: bool = False) -> Shard:
+        return self.transform(self.base.read_shard(i, verify=verify))
+
+    def __reduce__(self):
+        return (_reopen_shard_subset_view, (self.path, self.shards))
+
+
+def _reopen_shard_subset_view(path: str, shards: tuple) -> ShardSubsetView:
+    from .writer import open_store
+
+    return ShardSubsetView(open_store(path), shards)
