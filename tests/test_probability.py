@@ -343,3 +343,39 @@ def test_calibration_rejects_bad_probabilities():
         warnings.simplefilter("error")
         cal = calibration(np.array([1, 0, 1]), np.array([1.0, 0.0, 1.0]), bins=4)
     assert cal.brier == 0.0 and np.isnan(cal.mean_predicted[1])
+
+
+# ------------------------------------------------------------------------- class-weight refs
+def test_reference_weights_agree_on_a_tiny_problem(data_path):
+    """The class-weight references (tests/reference_weights.py) agree with each other."""
+    import scipy.sparse as sp
+    from reference_weights import (
+        balanced_weights,
+        dcd_reference,
+        liblinear_reference,
+        libsvm_reference,
+        qp_reference,
+    )
+    from sklearn.datasets import load_svmlight_file
+
+    X, y = load_svmlight_file(str(data_path("a9a/a9a")), n_features=123)
+    X, y = X[:150], y[:150]
+    wts = {1: 5.0}
+    # free bias: LIBSVM -w1 5 against the SciPy dual QP
+    q = qp_reference(X, y, 0.5, wts, free_bias=True)
+    r = libsvm_reference(X, y, 0.5, wts, eps=1e-8)
+    assert r["dual"] == pytest.approx(q["dual"], rel=1e-7)
+    assert r["primal"] == pytest.approx(q["primal"], rel=1e-5)
+    # regularised bias feature: LIBLINEAR -s 3 -B 1, dual CD and the QP on [X, 1]
+    Xb = sp.hstack([X, np.ones((150, 1))]).tocsr()
+    q = qp_reference(Xb, y, 0.5, wts, free_bias=False)
+    d = dcd_reference(X, y, 0.5, wts, bias=1.0, eps=1e-8)
+    ll = liblinear_reference(X, y, 0.5, wts, bias=1.0)
+    assert d["dual"] == pytest.approx(q["dual"], rel=1e-8)
+    assert d["primal"] - d["dual"] < 1e-5 * d["primal"]
+    assert ll["dual"] <= d["primal"] + 1e-6 and ll["primal"] >= d["dual"] - 1e-6
+    # LIBLINEAR's hard-coded iteration cap can stop it short even here: a bracket only
+    bw = balanced_weights(y)
+    n1 = np.count_nonzero(y > 0)
+    assert bw[1.0] == pytest.approx(150 / (2 * n1))
+    assert np.all(q["costs"][y > 0] == 2.5) and np.all(q["costs"][y < 0] == 0.5)
