@@ -425,6 +425,11 @@ def cross_val_decision_values(
     multi = meta.label_kind == "multiclass" or (
         meta.label_kind == "ordinal" and params.get("multiclass") == "ovr"
     )
+    if not multi and meta.label_kind != "binary":
+        raise ValueError(
+            f"{store.path}: probability outputs need binary or multiclass labels, the store's "
+            f"are {meta.label_kind}; for integer classes stored as ordinal pass multiclass='ovr'"
+        )
     n = int(meta.n_rows)
     dec = np.empty((n, len(classes)) if multi else n, dtype=np.float64)
     y = np.empty(n, dtype=np.float64)

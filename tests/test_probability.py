@@ -317,6 +317,27 @@ def test_cross_val_decision_values_over_shard_folds(small_store):
     assert cal.brier < 0.15  # a9a: a linear SVM's calibrated Brier score is ~0.11
 
 
+def test_cross_val_one_vs_rest_multiclass(tmp_path, monkeypatch):
+    from sklearn.datasets import dump_svmlight_file
+
+    import ooc_svm
+
+    monkeypatch.chdir(tmp_path)
+    X, lab = _synthetic(900, 4, seed=21)
+    dump_svmlight_file(X, lab + 1, "m.svm", zero_based=False)
+    ooc_svm.ingest("m.svm", "m.zarr", shard_rows=90, label_kind="multiclass")
+    ooc_svm.ingest("m.svm", "o.zarr", shard_rows=90)  # integer labels 1..4: ordinal
+    cv = cross_val_decision_values("m.zarr", k=3, seed=0, solver="perf", C=1.0)
+    assert cv.dec_values.shape == (900, 4) and cv.classes == [1.0, 2.0, 3.0, 4.0]
+    probA, probB = fit_platt(cv)
+    assert probA.shape == (4,) and np.all(probA < 0)
+    P = ovr_probability(cv.dec_values, probA, probB)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    assert np.mean(np.argmax(P, axis=1) == lab) > 0.7
+    with pytest.raises(ValueError, match="ordinal"):
+        cross_val_decision_values("o.zarr", k=3, solver="perf", C=1.0)
+
+
 # ------------------------------------------------------------------------- calibration
 def test_calibration_matches_sklearn():
     from sklearn.calibration import calibration_curve
