@@ -173,6 +173,15 @@ def child(args) -> None:
             res = one()
             for _ in range(args.repeat):
                 res = timed(one)
+    elif args.child == "local-fresh":
+        # every timed pass on a newly opened store object: each shard is validated and
+        # checksummed again (what the first pass of every process pays)
+        eng = LocalEngine(n_threads=args.threads, prefetch=args.prefetch)
+        res = eng.map_reduce(store, hinge_pass, bc)
+        for _ in range(args.repeat):
+            fresh = open_store(args.store)
+            res = timed(lambda fresh=fresh: eng.map_reduce(fresh, hinge_pass, bc))
+        eng.close()
     elif args.child in ("local", "memtest", "local-cached", "local-auto"):
         cache_mb = args.cache_mb if args.child == "memtest" else 0.0
         if args.child == "local-cached":  # room for every decoded shard: passes 2.. hit
@@ -320,7 +329,9 @@ def main() -> None:
         default="local,processes",
         help="comma list of local, processes, local-cached (every shard in the "
         "shard cache after the untimed first pass), local-auto (the default "
-        "--shard-cache-mb auto, after two untimed passes)",
+        "--shard-cache-mb auto, after two untimed passes), local-fresh (the store re-opened "
+        "before every pass: every shard validated and checksummed again, the once-per-process "
+        "cost)",
     )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prefetch", type=int, default=2)

@@ -119,7 +119,8 @@ def _check_dataset(tmp_path, rel, qid, kind, shard_rows, suffix):
         [str(path)],
         str(out),
         shard_rows=shard_rows,
-        label_kind="multiclass" if kind == "multiclass" else "auto",
+        # abalone's integer targets are ranks: ordinal on request (auto gives multiclass)
+        label_kind="ordinal" if rel.startswith("abalone") else "auto",
     )
     assert meta.n_shards >= 2, "small shard_rows must give several shards"
     assert meta.label_kind == kind
@@ -391,7 +392,12 @@ def test_label_kinds(tmp_path):
     (tmp_path / "r.svm").write_bytes(b"0.5 1:1\n1.25 2:1\n-3 1:2\n")
     assert ingest(str(tmp_path / "r.svm"), str(tmp_path / "r.zarr")).label_kind == "real"
     (tmp_path / "o.svm").write_bytes(b"1 1:1\n2 2:1\n3 1:2\n")
-    assert ingest(str(tmp_path / "o.svm"), str(tmp_path / "o.zarr")).label_kind == "ordinal"
+    # issue 12 item 3: integer class ids without qid are classes (LIBSVM); ordinal on request
+    assert ingest(str(tmp_path / "o.svm"), str(tmp_path / "o.zarr")).label_kind == "multiclass"
+    m = ingest(str(tmp_path / "o.svm"), str(tmp_path / "od.zarr"), label_kind="ordinal")
+    assert m.label_kind == "ordinal"
+    (tmp_path / "q.svm").write_bytes(b"1 qid:1 1:1\n2 qid:1 2:1\n3 qid:2 1:2\n")
+    assert ingest(str(tmp_path / "q.svm"), str(tmp_path / "q.zarr")).label_kind == "ordinal"
     m = ingest(str(tmp_path / "o.svm"), str(tmp_path / "m.zarr"), label_kind="multiclass")
     assert m.label_kind == "multiclass" and m.labels == [1.0, 2.0, 3.0]
     m = ingest(str(tmp_path / "o.svm"), str(tmp_path / "x.zarr"), label_kind="real")

@@ -168,9 +168,10 @@ def _tiny_binary(seed=0, n=400, d=30, bias_shift=0.7):
     return _csr32(X), y
 
 
-def _store(tmp_path, X, y, qid=None, shard_rows=97, name="s.zarr"):
+def _store(tmp_path, X, y, qid=None, shard_rows=97, name="s.zarr", label_kind=None):
     path = str(tmp_path / name)
-    write_store(path, csr_to_shards(X, y, qid=qid, shard_rows=shard_rows), n_features=X.shape[1])
+    shards = csr_to_shards(X, y, qid=qid, shard_rows=shard_rows)
+    write_store(path, shards, n_features=X.shape[1], label_kind=label_kind)
     return open_store(path)
 
 
@@ -370,7 +371,7 @@ def _tiny_ranks(seed, n=80, d=6, R=3, qids=False):
 @pytest.mark.parametrize("qids", [False, True])
 def test_ordinal_matches_op4(tmp_path, variant, qids):
     X, y, qid = _tiny_ranks(7 + qids, qids=qids)
-    st = _store(tmp_path, X, y, qid=qid, shard_rows=23)  # queries span shards
+    st = _store(tmp_path, X, y, qid=qid, shard_rows=23, label_kind="ordinal")  # queries span shards
     assert st.meta.label_kind == "ordinal" and st.meta.has_qid == qids
     C = 0.05
     p_ref, d_ref, m = op4_reference(X, y, C, qid)
@@ -405,7 +406,7 @@ def test_abalone_and_mq2008_report(tmp_path):
 
     X, y = load_svmlight_file(str(dataset("abalone/abalone_scale")), n_features=8)
     X = _csr32(X)
-    st = _store(tmp_path, X, y, shard_rows=1000, name="ab.zarr")
+    st = _store(tmp_path, X, y, shard_rows=1000, name="ab.zarr", label_kind="ordinal")
     res = train(st, "perf", C=0.001)
     acc = pairwise_accuracy(y, X @ res.model.coef_)
     assert acc > 0.75

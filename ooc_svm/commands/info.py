@@ -34,14 +34,21 @@ def store_summary(store) -> dict:
 
 
 def run(args) -> int:
+    import sys
+
     from ..interop.describe import is_model_dir, print_model_info
     from ..store import open_store
+    from ..store.format import label_kind_note
+    from ..store.gc import find_leftovers
 
     if is_model_dir(args.store):  # `ooc-svm info MODEL`
         return print_model_info(args.store, args.json)
 
     store = open_store(args.store)
     d = store_summary(store)
+    d["label_note"] = label_kind_note(store.meta)
+    left = find_leftovers(store.path, [s.name for s in store.meta.shards])
+    d["leftovers"] = left.to_dict() if left.count else None
     if args.shards:
         d["shards"] = [s.__dict__ for s in store.meta.shards]
     if args.json:
@@ -50,9 +57,14 @@ def run(args) -> int:
     for k, v in d.items():
         if k == "labels" and v is not None and len(v) > 20:
             v = f"{v[:20]} … ({len(v)} values)"
-        if k == "shards":
+        if k in ("shards", "label_note", "leftovers"):
             continue
         print(f"{k:12s} {v}")
+    print(d["label_note"])
+    if left.count:
+        print(f"ooc-svm: warning: {store.path}: {left.summary()}", file=sys.stderr)
+    if left.busy:
+        print(f"ooc-svm: note: {store.path} is being written by {left.busy}", file=sys.stderr)
     if args.shards:
         for s in store.meta.shards:
             print(

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
             "examples:\n"
             "  ooc-svm ingest a9a a9a.zarr\n"
             "  ooc-svm ingest train.txt.xz vali.txt.xz mq2008.parquet\n"
-            "  ooc-svm ingest sector.scale.bz2 sector.zarr --label-kind multiclass\n"
+            "  ooc-svm ingest abalone_scale abalone.zarr --label-kind ordinal\n"
             "  zcat big.svm.gz | ooc-svm ingest - big.zarr --shard-mb 128"
         ),
     )
@@ -75,8 +75,9 @@ def add_parser(sub) -> None:
         "--label-kind",
         choices=["auto", "binary", "ordinal", "multiclass", "real"],
         default="auto",
-        help="label kind (auto: 2 values -> binary, integers -> ordinal, else real; "
-        "integer class ids such as sector's need multiclass)",
+        help="label kind (auto: 2 values -> binary; 3+ integers -> ordinal (ranks) with qid:, "
+        "else multiclass (one-vs-rest); other values -> real); --label-kind ordinal for "
+        "ordinal regression without qids",
     )
     p.add_argument(
         "--n-features",
@@ -98,13 +99,41 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM / SIGHUP: unwinds like Ctrl-C, so the partial store is removed."""
+
+
+def _on_signal(signum, frame) -> None:
+    import signal
+
+    raise _Terminated(f"terminated by {signal.Signals(signum).name}")
+
+
+def _install_signal_handlers() -> dict:
+    """SIGTERM and SIGHUP clean up like SIGINT; returns the previous handlers."""
+    import signal
+    import threading
+
+    old: dict = {}
+    if threading.current_thread() is not threading.main_thread():
+        return old
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[sig] = signal.signal(sig, _on_signal)
+        except (ValueError, OSError):
+            pass
+    return old
+
+
 def run(args) -> int:
     import gc
     import json
     import os
+    import signal
 
     from tqdm import tqdm
 
+    from ..store.format import label_kind_note
     from ..store.ingest import DEFAULT_BLOCK_MB, ingest_with_stats
 
     inputs, store = args.inputs, args.store
@@ -134,6 +163,7 @@ def run(args) -> int:
         desc="ingest",
         leave=False,
     )
+    old_handlers = _install_signal_handlers()
     try:
         meta, stats = ingest_with_stats(
             inputs,
@@ -153,7 +183,10 @@ def run(args) -> int:
             progress=bar.update if tty else None,
         )
     finally:
+        for sig, h in old_handlers.items():
+            signal.signal(sig, h)
         bar.close()
+    note = label_kind_note(meta)
     if stats.skipped:
         print(f"ooc-svm: warning: {stats.skip_report()}", file=sys.stderr)
     if args.json:
@@ -172,6 +205,7 @@ def run(args) -> int:
                     "n_rows": meta.n_rows,
                     "n_features": meta.n_features,
                     "label_kind": meta.label_kind,
+                    "label_note": note,
                     "has_qid": meta.has_qid,
                     "format": meta.backend,
                 }
@@ -179,4 +213,6 @@ def run(args) -> int:
         )
     else:
         print(stats.summary(store))
+        if meta.label_kind != "binary":
+            print(note)
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -54,6 +55,12 @@ class BinaryView:
 
     def read_shard(self, i: int, verify: bool = False) -> Shard:
         return self.transform(self.base.read_shard(i, verify=verify))
+
+    def shard_reader(self, fast: bool = True) -> Callable[[int], Shard]:
+        """The base store's reader followed by :attr:`transform`."""
+        base_read = self.base.shard_reader(fast=fast)
+        transform = self.transform
+        return lambda i: transform(base_read(i))
 
     def __reduce__(self):
         return (_reopen_binary_view, (self.path, self.positive))
@@ -145,6 +152,12 @@ class ShardSubsetView:
 
     def read_shard(self, i: int, verify: bool = False) -> Shard:
         return self.transform(self.base.read_shard(i, verify=verify))
+
+    def shard_reader(self, fast: bool = True) -> Callable[[int], Shard]:
+        """The base store's reader followed by :attr:`transform`."""
+        base_read = self.base.shard_reader(fast=fast)
+        transform = self.transform
+        return lambda i: transform(base_read(i))
 
     def __reduce__(self):
         return (_reopen_shard_subset_view, (self.path, self.shards))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import uuid
 
 import numpy as np
 
 from .format import (
+    FORMAT_VERSION,
     LABEL_KINDS,
     MAX_DISCRETE_LABELS,
     Shard,
@@ -19,11 +21,12 @@ from .format import (
     shard_checksum,
     shard_name,
 )
+from .lock import StoreLock
 from .parquet_store import ParquetShardWriter, ParquetStore
 from .paths import get_fs, is_local, local_path, temp_sibling
 from .zarr_store import ZarrShardWriter, ZarrStore
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 def backend_from_path(path: str) -> str:
@@ -101,10 +104,18 @@ class StoreWriter:
         self.overwrite = overwrite
         exists = self.fs.exists(self.root)
         self._base: StoreMeta | None = None
+        self._lock: StoreLock | None = None
         if append:
             if not exists:
                 raise StoreError(f"{self.path}: --append needs an existing store; there is none")
-            self._base = open_store(self.path).meta
+            if is_local(self.path):
+                # serialise appends: the lock is taken before the shard table is read
+                self._lock = StoreLock(local_path(self.path), self.path).acquire()
+            try:
+                self._base = open_store(self.path).meta
+            except BaseException:
+                self._release()
+                raise
             backend = self._base.backend
             compression = self._base.compression
             self.target = self.path
@@ -123,6 +134,9 @@ class StoreWriter:
         self.compression = compression
         cls = ZarrShardWriter if self.backend == "zarr" else ParquetShardWriter
         self._writer = cls(self.target, compression=compression)
+        if not append and is_local(self.target):
+            # marks the temporary store as in use (`verify --repair` leaves it alone)
+            self._lock = StoreLock(local_path(self.target), self.target).acquire()
         self.shards: list[ShardInfo] = list(self._base.shards) if self._base else []
         self.n_rows = self._base.n_rows if self._base else 0
         self.nnz = self._base.nnz if self._base else 0
@@ -130,6 +144,7 @@ class StoreWriter:
         self.has_qid: bool | None = (
             self._base.has_qid if (self._base and self._base.n_rows) else None
         )
+        self.version = self._base.version if self._base else FORMAT_VERSION
         self._labels: set[float] | None = set()
         if self._base is not None:
             if self._base.labels is None and self._base.n_rows:
@@ -143,7 +158,7 @@ class StoreWriter:
         """Write one shard (its ``row_start`` is assigned here) and return its table entry."""
         name = self._next_name(shard)
         self._writer.write(name, shard)
-        return self._enter(shard, name, n_features, shard_checksum(shard))
+        return self._enter(shard, name, n_features, shard_checksum(shard, self.version))
 
     def reserve(self, shard: Shard, n_features: int | None = None) -> ShardInfo:
         """:meth:`add` in two steps, for writing several shards concurrently: this first step
@@ -156,7 +171,7 @@ class StoreWriter:
         """Second step of :meth:`reserve`: write the shard and record its checksum.
         Thread-safe for different shards."""
         self._writer.write(info.name, shard)
-        info.checksum = shard_checksum(shard)
+        info.checksum = shard_checksum(shard, self.version)
         return info
 
     def _next_name(self, shard: Shard) -> str:
@@ -192,7 +207,9 @@ class StoreWriter:
         if self._labels is None:
             kind, labels = "real", None
         else:
-            kind, labels = infer_label_kind(np.array(sorted(self._labels)))
+            kind, labels = infer_label_kind(
+                np.array(sorted(self._labels)), has_qid=bool(self.has_qid)
+            )
         if self.label_kind is not None:
             kind = self.label_kind
             if kind != "real" and labels is None:
@@ -211,6 +228,8 @@ class StoreWriter:
             has_qid=bool(self.has_qid),
             shards=list(self.shards),
             compression=self.compression,
+            version=self.version,
+            uuid=uuid.uuid4().hex,
         )
         m.validate(self.path)
         return m
@@ -220,11 +239,21 @@ class StoreWriter:
         meta = self.meta()
         base_sources = self._base.sources if self._base else []
         meta.sources = list(base_sources) + list(sources or [])
-        self._writer.write_meta(meta)
-        if not self.append:
-            self._move_into_place()
-        self._done = True
+        try:
+            self._writer.write_meta(meta)
+            if not self.append:
+                self._release()  # the temporary store's lock must not move into place
+                self._move_into_place()
+            self._done = True
+        finally:
+            if self._done:
+                self._release()
         return meta
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _move_into_place(self) -> None:
         old = None
@@ -235,7 +264,16 @@ class StoreWriter:
                     "nothing was changed"
                 )
             old = temp_sibling(self.path, "old")
-            self._rename(self.root, old)
+            local_dir = is_local(self.path) and os.path.isdir(local_path(self.path))
+            lock = StoreLock(local_path(self.path), self.path) if local_dir else None
+            if lock is not None:
+                lock.acquire()  # not while an append is writing into the old store
+            try:
+                self._rename(self.root, old)
+            except BaseException:
+                if lock is not None:
+                    lock.release()
+                raise
         try:
             self._rename(self.target, self.root)
         except OSError as e:
@@ -258,7 +296,14 @@ class StoreWriter:
 
     def _remove(self, p: str) -> None:
         if is_local(self.path):
-            shutil.rmtree(local_path(p), ignore_errors=True)
+            lp = local_path(p)
+            if os.path.isdir(lp) and not os.path.islink(lp):
+                shutil.rmtree(lp, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(lp)  # a Parquet shard is a file (rmtree would leave it)
+                except FileNotFoundError:
+                    pass
         else:
             try:
                 self.fs.rm(p, recursive=True)
@@ -270,6 +315,12 @@ class StoreWriter:
         if self._done:
             return
         self._done = True
+        try:
+            self._abort()
+        finally:
+            self._release()
+
+    def _abort(self) -> None:
         if self.append:
             base_names = {s.name for s in (self._base.shards if self._base else [])}
             for s in self.shards:

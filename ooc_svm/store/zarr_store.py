@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
 
-from .format import Shard, ShardCorruptError, StoreError, StoreMeta
+from .base import (
+    MAX_ARRAY_META_BYTES,
+    ShardGuard,
+    _SizeMismatch,
+    load_meta_json,
+    map_file,
+    read_file,
+    read_into,
+    store_fs,
+)
+from .format import Shard, StoreError, StoreMeta
 from .paths import atomic_write_bytes, get_fs, is_local, local_path
 
 META_KEY = "ooc_svm"
@@ -74,18 +86,57 @@ class ZarrShardWriter:
         atomic_write_bytes(fs, zpath, json.dumps(doc, indent=1).encode())
 
 
-class ZarrStore:
-    """Read access to a Zarr store."""
+_DTYPES = {"int64": np.int64, "int32": np.int32, "float32": np.float32, "float64": np.float64}
+
+#: dtype of every array of a shard
+ARRAY_DTYPES = {
+    "indptr": np.dtype(np.int64),
+    "indices": np.dtype(np.int32),
+    "data": np.dtype(np.float32),
+    "y": np.dtype(np.float64),
+    "qid": np.dtype(np.int64),
+}
+
+
+def _compressed_bound(nbytes: int) -> int:
+    """Largest chunk file a compressor can produce for ``nbytes`` of input (generous)."""
+    return nbytes + nbytes // 8 + (1 << 16)
+
+
+class ZarrStore(ShardGuard):
+    """Read access to a Zarr store.
+
+    The store's JSON and chunk files are read directly (not through Zarr's generic machinery,
+    which costs 3-10x more than the kernels of a pass over the same bytes): every array is
+    single-chunk with the ``bytes`` codec plus at most one of ``blosc`` (lz4) / ``zstd``, as
+    :class:`ZarrShardWriter` writes them. Uncompressed chunks are memory-mapped by the fast
+    reader (kernels read the page cache without a copy); blosc decodes straight into the
+    output array and zstd through pyarrow (both release the GIL). A chunk file that is absent
+    reads as zeros, as in Zarr (the checksum then decides).
+    """
 
     backend = "zarr"
 
     def __init__(self, path: str):
         self.path = str(path)
+        self._fs, root, local = store_fs(self.path)
+        self._init_guard(local, root)
         try:
-            self.group = zarr.open_group(_zarr_store(self.path, "r"), mode="r", zarr_format=3)
-        except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError) as e:
-            raise StoreError(f"{self.path}: not an ooc-svm store ({e})") from None
-        attrs = dict(self.group.attrs)
+            doc = load_meta_json(self._fs, root, "zarr.json", self.path)
+        except FileNotFoundError:
+            raise StoreError(
+                f"{self.path}: not an ooc-svm store (no zarr.json); "
+                "create one with `ooc-svm ingest INPUT STORE`"
+            ) from None
+        if doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
+            raise StoreError(
+                f"{self.path}: zarr.json is not a Zarr v3 group (zarr_format "
+                f"{doc.get('zarr_format')!r}, node_type {doc.get('node_type')!r}); "
+                "not an ooc-svm store, re-ingest it with `ooc-svm ingest`"
+            )
+        attrs = doc.get("attributes")
+        if not isinstance(attrs, dict):
+            attrs = {}
         self.meta = StoreMeta.from_dict(attrs.get(META_KEY), where=self.path)
 
     @property
@@ -101,43 +152,154 @@ class ZarrStore:
         return (ZarrStore, (self.path,))
 
     def read_shard(self, i: int, verify: bool = False) -> Shard:
-        """Read and decode shard ``i``; with ``verify`` compare its checksum."""
-        from .format import shard_checksum
+        """Read, decode and validate shard ``i`` (writable arrays); ``verify``: always
+        re-check the checksum, even when this store object checked these files before."""
+        shard, ident = self._read(i, mapped=False)
+        return self.accept(i, shard, ident, verify)
 
+    def shard_reader(self, fast: bool = True) -> Callable[[int], Shard]:
+        """``read(i) -> Shard`` for passes; ``fast``: memory-map uncompressed local chunks."""
+        mapped = bool(fast) and self._local
+
+        def read(i: int) -> Shard:
+            shard, ident = self._read(i, mapped=mapped)
+            return self.accept(i, shard, ident, False)
+
+        return read
+
+    # -- decoding ---------------------------------------------------------------------------
+    def _read(self, i: int, mapped: bool) -> tuple[Shard, tuple | None]:
+        if not (0 <= i < self.meta.n_shards):
+            raise IndexError(f"{self.path}: no shard {i} (the store has {self.meta.n_shards})")
         info = self.meta.shards[i]
+        sizes = {"indptr": info.n_rows + 1, "indices": info.nnz, "data": info.nnz}
+        sizes["y"] = info.n_rows
+        if self.meta.has_qid:
+            sizes["qid"] = info.n_rows
+        arrays: dict[str, np.ndarray] = {}
+        ids = []
         try:
-            g = self.group[info.name]
-            indptr = g["indptr"][:]
-            indices = g["indices"][:]
-            data = g["data"][:]
-            y = g["y"][:]
-            qid = g["qid"][:] if self.meta.has_qid else None
+            for key, n in sizes.items():
+                rel = f"{info.name}/{key}"
+                arrays[key], fid = self._array(i, rel, ARRAY_DTYPES[key], n, mapped)
+                ids.append(fid)
+        except StoreError:
+            self.check_unchanged()
+            raise
+        except _SizeMismatch as e:
+            raise self.damaged(i, f"{key} has {e} bytes, not the size of the shard table") from None
+        except FileNotFoundError as e:
+            raise self.damaged(i, f"missing file {e.filename or e}") from None
         except Exception as e:  # noqa: BLE001 - any decode failure means a damaged shard
-            raise ShardCorruptError(
-                f"{self.path}: shard {i} ({info.name}) cannot be read: {type(e).__name__}: {e}; "
-                "run `ooc-svm verify` and re-ingest"
-            ) from None
-        shard = Shard(indptr, indices, data, y, qid, row_start=info.row_start)
-        _check_shape(self.path, i, info, shard)
-        if verify and shard_checksum(shard) != info.checksum:
-            raise ShardCorruptError(
-                f"{self.path}: shard {i} ({info.name}) checksum mismatch: the data is corrupted; "
-                "re-ingest the store"
-            )
-        return shard
-
-
-def _check_shape(path, i, info, shard: Shard) -> None:
-    ok = (
-        shard.indptr.shape[0] == info.n_rows + 1
-        and shard.indices.shape[0] == info.nnz
-        and shard.data.shape[0] == info.nnz
-        and shard.y.shape[0] == info.n_rows
-        and (shard.qid is None or shard.qid.shape[0] == info.n_rows)
-        and (info.n_rows == 0 or (shard.indptr[0] == 0 and shard.indptr[-1] == info.nnz))
-    )
-    if not ok:
-        raise ShardCorruptError(
-            f"{path}: shard {i} ({info.name}) has the wrong size for the shard table: it is "
-            "truncated or corrupted; re-ingest the store"
+            raise self.damaged(i, f"{key} cannot be decoded ({type(e).__name__}: {e})") from None
+        shard = Shard(
+            arrays["indptr"],
+            arrays["indices"],
+            arrays["data"],
+            arrays["y"],
+            arrays.get("qid"),
+            row_start=info.row_start,
         )
+        ident = None if any(f is None for f in ids) or not self._local else tuple(ids)
+        return shard, ident
+
+    def _array(self, i: int, rel: str, dtype: np.dtype, n: int, mapped: bool):
+        root = self._root
+        what = self.describe(i)
+        raw, meta_id = read_file(self._fs, root, f"{rel}/zarr.json", MAX_ARRAY_META_BYTES, what)
+        codec = _check_array_meta(json.loads(raw), dtype, n)
+        if codec is None:
+            raise self.damaged(i, f"{rel}/zarr.json does not match the shard table")
+        nbytes = n * dtype.itemsize
+        if n == 0:
+            return np.zeros(0, dtype=dtype), meta_id
+        chunk = f"{rel}/c/0"
+        if codec == "none" and self._local:
+            if mapped:
+                try:
+                    mm, fid = map_file(f"{root}/{chunk}", nbytes, what)
+                except FileNotFoundError:
+                    return np.zeros(n, dtype=dtype), (meta_id, None)
+                return np.frombuffer(mm, dtype=dtype, count=n), (meta_id, fid)
+            out = np.empty(n, dtype=dtype)
+            try:
+                fid = read_into(f"{root}/{chunk}", out, what)
+            except FileNotFoundError:
+                return np.zeros(n, dtype=dtype), (meta_id, None)
+            return out, (meta_id, fid)
+        bound = nbytes if codec == "none" else _compressed_bound(nbytes)
+        try:
+            raw, fid = read_file(self._fs, root, chunk, bound, what)
+        except FileNotFoundError:
+            return np.zeros(n, dtype=dtype), (meta_id, None)
+        if codec == "none":
+            if len(raw) != nbytes:
+                raise _SizeMismatch(len(raw))
+            return np.frombuffer(bytearray(raw), dtype=dtype, count=n), (meta_id, fid)
+        if codec == "blosc":
+            if len(raw) < 16 or int.from_bytes(raw[4:8], "little") != nbytes:
+                raise _SizeMismatch("a blosc header with another size")
+            from numcodecs import Blosc
+
+            out = np.empty(n, dtype=dtype)
+            Blosc().decode(raw, out=out)
+            return out, (meta_id, fid)
+        declared = _zstd_content_size(raw)
+        if declared is not None and declared != nbytes:
+            raise _SizeMismatch(f"a zstd frame of {declared}")
+        import pyarrow as pa
+
+        buf = pa.Codec("zstd").decompress(raw, decompressed_size=nbytes, asbytes=False)
+        if buf.size != nbytes:
+            raise _SizeMismatch(buf.size)
+        arr = np.frombuffer(buf, dtype=dtype, count=n)
+        return (arr if mapped else arr.copy()), (meta_id, fid)
+
+
+def _check_array_meta(doc: Any, dtype: np.dtype, n: int) -> str | None:
+    """The codec (``none``, ``blosc``, ``zstd``) of a single-chunk 1-D array of ``n``
+    elements of ``dtype`` as this package writes it, or None for anything else."""
+    if not isinstance(doc, dict) or doc.get("zarr_format") != 3:
+        return None
+    if doc.get("node_type") != "array" or doc.get("storage_transformers"):
+        return None
+    if doc.get("shape") != [n] or _DTYPES.get(doc.get("data_type")) is not dtype.type:
+        return None
+    grid = doc.get("chunk_grid")
+    if not isinstance(grid, dict) or grid.get("name") != "regular":
+        return None
+    if (grid.get("configuration") or {}).get("chunk_shape") != [max(1, n)]:
+        return None
+    cke = doc.get("chunk_key_encoding")
+    if not isinstance(cke, dict) or cke.get("name") != "default":
+        return None
+    if (cke.get("configuration") or {}).get("separator", "/") != "/":
+        return None
+    codecs = doc.get("codecs")
+    if not isinstance(codecs, list) or not codecs or not all(isinstance(c, dict) for c in codecs):
+        return None
+    if codecs[0].get("name") != "bytes":
+        return None
+    if (codecs[0].get("configuration") or {}).get("endian", "little") != "little":
+        return None
+    if len(codecs) == 1:
+        return "none"
+    if len(codecs) == 2 and codecs[1].get("name") in ("blosc", "zstd"):
+        return str(codecs[1]["name"])
+    return None
+
+
+def _zstd_content_size(raw: bytes) -> int | None:
+    """The decompressed size a zstd frame header declares (None when it declares none)."""
+    if len(raw) < 6 or raw[:4] != b"\x28\xb5\x2f\xfd":
+        raise ValueError("not a zstd frame")
+    fhd = raw[4]
+    fcs_flag, single, dict_flag = fhd >> 6, (fhd >> 5) & 1, fhd & 3
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+    size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if size == 0:
+        return None
+    if len(raw) < pos + size:
+        raise ValueError("truncated zstd frame header")
+    v = int.from_bytes(raw[pos : pos + size], "little")
+    return v + 256 if size == 2 else v

@@ -1,0 +1,282 @@
+"""The ``Store`` interface every backend and view implements, and the checks every read runs.
+
+Every shard a backend hands out (``read_shard`` or the function ``shard_reader`` returns) has
+been checked here before any kernel sees it:
+
+1. *bounded I/O*: only regular files are opened (a FIFO, device or ``/dev/zero`` symlink is
+   refused), their sizes are compared with what the shard table declares before anything is
+   read, and compressed chunks are decoded into buffers of exactly the declared size;
+2. *structure*: array sizes against the shard table, ``indptr`` from 0 to nnz and never
+   decreasing, ``0 <= indices < n_features``, finite values and labels
+   (:func:`ooc_svm.kernels.validate.check_csr`, one numba pass);
+3. *checksum*: the shard's checksum against the shard table.
+
+Steps 2 and 3 run **once per store object and shard** while the shard's files keep their
+identity (device, inode, size, modification time): a later read of the same unchanged files
+skips them, so only the first pass of a training pays (measured in ``scripts/bench_pass.py``).
+``read_shard(i, verify=True)`` (``ooc-svm verify``) always re-checks. Remote (fsspec) stores
+have no file identity and are checked on every read.
+
+A reader also holds a *snapshot*: the directory it opened (device and inode of the local store
+root). When ``ingest --overwrite`` has moved another store into place, the next read fails with
+:class:`StoreChangedError` instead of mixing shards of two stores.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import stat
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .format import (
+    MAX_META_BYTES,
+    Shard,
+    ShardCorruptError,
+    StoreChangedError,
+    StoreError,
+    StoreMeta,
+    shard_checksum,
+)
+from .paths import get_fs, is_local, local_path
+
+#: a JSON document describing one Zarr array is a few hundred bytes
+MAX_ARRAY_META_BYTES = 1 << 16
+
+#: local file identity used to remember verified shards (None for remote files)
+FileId = tuple[int, int, int, int] | None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What engines, solvers and commands use of a store (backends and views alike)."""
+
+    path: str
+    backend: str
+    meta: StoreMeta
+
+    @property
+    def n_shards(self) -> int: ...
+
+    @property
+    def cache_key(self) -> Hashable: ...
+
+    def read_shard(self, i: int, verify: bool = False) -> Shard:
+        """Shard ``i``, validated (``verify``: re-check the checksum even if done before)."""
+        ...
+
+    def shard_reader(self, fast: bool = True) -> Callable[[int], Shard]:
+        """A function ``read(i) -> Shard`` for passes (``fast``: the backend's fastest way,
+        e.g. memory-mapped chunks; arrays may be read-only). Shards are validated."""
+        ...
+
+
+# ------------------------------------------------------------------------------------------
+# bounded local / remote reads
+# ------------------------------------------------------------------------------------------
+def open_regular(path: str, max_bytes: int, what: str) -> tuple[int, os.stat_result]:
+    """Open a local file for reading only if it is a regular file of at most ``max_bytes``.
+
+    Returns the file descriptor (caller closes it) and its ``fstat``. ``O_NONBLOCK`` keeps a
+    FIFO from blocking the open; it is refused right after.
+
+    Raises
+    ------
+    FileNotFoundError
+        When it does not exist.
+    StoreError
+        When it is not a regular file or is larger than ``max_bytes``.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(f"{what}: {path} is not a regular file; refusing to read it")
+        if st.st_size > max_bytes:
+            raise StoreError(
+                f"{what}: {path} is {st.st_size:,} bytes, more than the {max_bytes:,} its "
+                "declared size allows; refusing to read it"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def file_id(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def read_file(fs, root: str, rel: str, max_bytes: int, what: str) -> tuple[bytes, FileId]:
+    """Bytes of ``root/rel`` (local or fsspec), refusing non-regular or too large files."""
+    path = f"{root}/{rel}"
+    if fs is None:
+        fd, st = open_regular(path, max_bytes, what)
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                raw = f.read(max_bytes + 1)
+        finally:
+            os.close(fd)
+        if len(raw) > max_bytes:
+            raise StoreError(f"{what}: {path} grew while being read; refusing it")
+        return raw, file_id(st)
+    size = fs.size(path)
+    if size is None or size > max_bytes:
+        raise StoreError(
+            f"{what}: {path} is {size} bytes, more than the {max_bytes:,} its declared size "
+            "allows; refusing to read it"
+        )
+    return fs.cat_file(path), None
+
+
+def read_into(path: str, out: np.ndarray, what: str) -> FileId:
+    """Fill ``out`` with the bytes of a local regular file of exactly ``out.nbytes`` bytes."""
+    fd, st = open_regular(path, out.nbytes, what)
+    try:
+        if st.st_size != out.nbytes:
+            raise _SizeMismatch(st.st_size)
+        view = memoryview(out.view(np.uint8))
+        got = 0
+        while got < out.nbytes:
+            n = os.readv(fd, [view[got:]])
+            if n <= 0:
+                raise _SizeMismatch(got)
+            got += n
+    finally:
+        os.close(fd)
+    return file_id(st)
+
+
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
+
+def map_file(path: str, nbytes: int, what: str) -> tuple[mmap.mmap, FileId]:
+    """Read-only memory map of a local regular file of exactly ``nbytes`` bytes."""
+    fd, st = open_regular(path, nbytes, what)
+    try:
+        if st.st_size != nbytes:
+            raise _SizeMismatch(st.st_size)
+        mm = mmap.mmap(fd, nbytes, flags=_MAP_FLAGS, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    return mm, file_id(st)
+
+
+class _SizeMismatch(Exception):
+    """A file's size differs from the size the shard table declares."""
+
+
+def load_meta_json(fs, root: str, rel: str, path: str) -> dict[str, Any]:
+    """Parse a store's metadata JSON (bounded size, regular file) into a dict."""
+    try:
+        raw, _ = read_file(fs, root, rel, MAX_META_BYTES, path)
+    except FileNotFoundError:
+        raise
+    except StoreError as e:
+        raise StoreError(
+            f"{e}; store metadata is limited to {MAX_META_BYTES >> 20} MiB (about 100,000 shards)"
+        ) from None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise StoreError(
+            f"{path}: unreadable store metadata {rel} ({e}); re-ingest the store"
+        ) from None
+    if not isinstance(doc, dict):
+        raise StoreError(f"{path}: {rel} is not a JSON object; not an ooc-svm store")
+    return doc
+
+
+# ------------------------------------------------------------------------------------------
+# the checks every backend runs on a shard
+# ------------------------------------------------------------------------------------------
+class ShardGuard:
+    """Mixin of the backends: validation, remembered checksums, snapshot of the store root."""
+
+    path: str
+    meta: StoreMeta
+
+    def _init_guard(self, local: bool, root: str) -> None:
+        self._local = local
+        self._root = root
+        self._verified: dict[int, tuple] = {}
+        self._vlock = threading.Lock()
+        self._root_id = self._stat_root() if local else None
+
+    def _stat_root(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self._root)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`StoreChangedError` if another store was moved to this path."""
+        if self._root_id is not None and self._stat_root() != self._root_id:
+            raise StoreChangedError(
+                f"store {self.path} changed while reading (rewritten by another ingest); rerun"
+            )
+
+    def describe(self, i: int) -> str:
+        info = self.meta.shards[i]
+        last = info.row_start + info.n_rows - 1
+        return f"store {self.path}: shard {i} ({info.name}, rows {info.row_start}-{last})"
+
+    def damaged(self, i: int, what: str) -> ShardCorruptError:
+        """The error for a damaged shard (a replaced store is reported as such instead)."""
+        self.check_unchanged()
+        return ShardCorruptError(
+            f"{self.describe(i)} is damaged: {what} — run `ooc-svm verify {self.path}` and "
+            "re-ingest the store"
+        )
+
+    def accept(self, i: int, shard: Shard, ident: tuple | None, verify: bool) -> Shard:
+        """Validate shard ``i`` (sizes, structure, checksum) unless these files passed before."""
+        info = self.meta.shards[i]
+        n, nnz = info.n_rows, info.nnz
+        sizes_ok = (
+            shard.indptr.dtype == np.int64
+            and shard.indices.dtype == np.int32
+            and shard.data.dtype == np.float32
+            and shard.y.dtype == np.float64
+            and (shard.qid is None or shard.qid.dtype == np.int64)
+            and shard.indptr.shape == (n + 1,)
+            and shard.indices.shape == (nnz,)
+            and shard.data.shape == (nnz,)
+            and shard.y.shape == (n,)
+            and (
+                (shard.qid is None) == (not self.meta.has_qid)
+                and (shard.qid is None or shard.qid.shape == (n,))
+            )
+        )
+        if not sizes_ok:
+            raise self.damaged(i, "its arrays do not have the sizes of the shard table")
+        if not verify and ident is not None and self._verified.get(i) == ident:
+            self.check_unchanged()
+            return shard
+        from ..kernels.validate import MESSAGES, check_csr
+
+        m = self.meta
+        code, pos = check_csr(shard.indptr, shard.indices, shard.data, shard.y, m.n_features)
+        if code:
+            raise self.damaged(i, MESSAGES[int(code)].format(pos=int(pos)))
+        if shard_checksum(shard, self.meta.version) != info.checksum:
+            raise self.damaged(i, "checksum mismatch")
+        self.check_unchanged()
+        if ident is not None:
+            with self._vlock:
+                self._verified[i] = ident
+        return shard
+
+
+def store_fs(path: str) -> tuple[Any, str, bool]:
+    """``(fs or None for local, root, local)`` of a store path."""
+    if is_local(path):
+        return None, local_path(path), True
+    fs, root = get_fs(path)
+    return fs, root, False

@@ -1,0 +1,103 @@
+"""A writer lock inside a store directory, so concurrent ``ingest --append`` runs serialise.
+
+The lock is the file ``STORE/.lock``, created with ``O_CREAT | O_EXCL`` (atomic on local file
+systems) and holding ``PID HOST TIME``. A second writer fails at once with a message naming
+the holder. A lock left by a process that no longer exists on this host is taken over; one
+from another host is left for the user to remove. Remote (fsspec) stores are not locked.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+
+from .format import StoreError
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".lock"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class StoreLock:
+    """Exclusive writer lock of the local store directory ``root`` (use as a context manager
+    or call :meth:`acquire` / :meth:`release`)."""
+
+    def __init__(self, root: str, display: str | None = None):
+        self.root = root
+        self.display = display or root
+        self.path = os.path.join(root, LOCK_NAME)
+        self.held = False
+
+    def acquire(self) -> StoreLock:
+        host = socket.gethostname()
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        payload = f"{os.getpid()} {host} {stamp}\n".encode()
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                holder = self._holder()
+                if holder is not None and holder[1] == host and not _alive(holder[0]):
+                    log.warning(
+                        "%s: removing the stale lock of PID %d (no longer running)",
+                        self.display,
+                        holder[0],
+                    )
+                    try:
+                        os.unlink(self.path)
+                    except FileNotFoundError:
+                        pass
+                    continue
+                who = (
+                    f"PID {holder[0]} on {holder[1]} since {holder[2]}"
+                    if holder
+                    else "another process"
+                )
+                raise StoreError(
+                    f"{self.display}: store is being written by {who}; wait, or remove "
+                    f"{self.path} if that process is gone"
+                ) from None
+            except FileNotFoundError:
+                raise StoreError(f"{self.display}: no such store") from None
+            try:
+                os.write(fd, payload)
+            finally:
+                os.close(fd)
+            self.held = True
+            return self
+        raise StoreError(f"{self.display}: could not take the writer lock {self.path}; retry")
+
+    def _holder(self) -> tuple[int, str, str] | None:
+        try:
+            with open(self.path, "rb") as f:
+                text = f.read(4096).decode("utf-8", "replace")
+            pid, host, stamp = text.strip().split(" ", 2)
+            return int(pid), host, stamp
+        except (OSError, ValueError):
+            return None
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> StoreLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
