@@ -63,12 +63,21 @@ def check_csr(indptr, indices, data, y, n_features):
         prev = b
     if indptr[n] != nnz or data.shape[0] != nnz:
         return 3, n
+    # branch-free first pass (vectorises): an index as uint32 is >= n_features when it is out
+    # of range or negative; a float32 is NaN or infinite when its exponent bits are all ones
+    ui = indices.view(np.uint32)
+    bits = data.view(np.uint32)
+    nf = np.uint32(min(n_features, 0xFFFFFFFF))
+    bad = 0
     for k in range(nnz):
-        j = indices[k]
-        if j < 0 or j >= n_features:
-            return 4, k
-        if not np.isfinite(data[k]):
-            return 5, k
+        bad |= (ui[k] >= nf) | ((bits[k] & np.uint32(0x7F800000)) == np.uint32(0x7F800000))
+    if bad:
+        for k in range(nnz):
+            j = indices[k]
+            if j < 0 or j >= n_features:
+                return 4, k
+            if not np.isfinite(data[k]):
+                return 5, k
     for r in range(y.shape[0]):
         if not np.isfinite(y[r]):
             return 6, r

@@ -170,7 +170,7 @@ class StoreMeta:
                 "create one with `ooc-svm ingest INPUT STORE`"
             )
         version = d.get("version")
-        if not isinstance(version, int) or version < 1:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise StoreError(f"{where}: invalid store format version {version!r}")
         if version > FORMAT_VERSION:
             raise StoreError(
