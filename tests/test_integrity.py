@@ -412,7 +412,7 @@ def test_million_shard_table_is_refused_quickly_in_bounded_memory(tmp_path):
         timeout=120,
     )
     line = one_line_error(r)
-    assert "limited to 16 MiB" in line, line
+    assert "16 MiB, about 100,000 shards) store metadata is limited to" in line, line
     assert time.monotonic() - t0 < 60
     rss = _peak_rss_kb(r.stderr)
     assert rss is None or rss < 500_000, rss
@@ -456,3 +456,46 @@ def test_store_modes_follow_umask(tmp_path, umask):
             for fn in filenames:
                 mode = os.stat(os.path.join(dirpath, fn)).st_mode & 0o777
                 assert mode == 0o666 & ~umask, (fn, oct(mode))
+
+
+# -- format version 2 (XXH3-64) reads version 1 (CRC-32) stores; the Store protocol ---------------
+@pytest.mark.parametrize("name", BACKENDS)
+def test_version_1_crc32_store_still_read_verified_and_appended(tmp_path, name):
+    from ooc_svm.store import FORMAT_VERSION, shard_checksum
+
+    path = make_store(tmp_path, name, "lz4")
+    st = open_store(str(path))
+    assert FORMAT_VERSION == 2 and st.meta.version == 2
+    assert all(len(s.checksum) == 16 for s in st.meta.shards)
+    crcs = [shard_checksum(st.read_shard(i), 1) for i in range(st.n_shards)]
+
+    def to_v1(m):
+        m["version"] = 1
+        m.pop("uuid", None)
+        for s, c in zip(m["shards"], crcs, strict=True):
+            s["checksum"] = c
+
+    _edit_meta(path, to_v1)
+    assert cli("verify", name, cwd=tmp_path).returncode == 0
+    (tmp_path / "more.svm").write_text(_text(100, seed=5))
+    r = cli("ingest", "more.svm", name, "--append", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    st = open_store(str(path))
+    assert st.meta.version == 1 and len(st.meta.shards[-1].checksum) == 8
+    assert cli("verify", name, cwd=tmp_path).returncode == 0
+
+
+def test_backends_and_views_implement_the_store_protocol(tmp_path):
+    from ooc_svm.store import Store
+    from ooc_svm.store.views import BinaryView
+
+    for name in BACKENDS:
+        st = open_store(str(make_store(tmp_path, name)))
+        view = BinaryView(st, 1.0)
+        for s in (st, view):
+            assert isinstance(s, Store)
+            read = s.shard_reader(fast=True)
+            a, b = read(1), s.read_shard(1)
+            np.testing.assert_array_equal(a.indices, b.indices)
+            np.testing.assert_array_equal(a.y, b.y)
+        assert set(np.unique(view.read_shard(0).y)) <= {0.0, 1.0}

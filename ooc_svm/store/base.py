@@ -79,7 +79,9 @@ class Store(Protocol):
 # ------------------------------------------------------------------------------------------
 # bounded local / remote reads
 # ------------------------------------------------------------------------------------------
-def open_regular(path: str, max_bytes: int, what: str) -> tuple[int, os.stat_result]:
+def open_regular(
+    path: str, max_bytes: int, what: str, limit: str = "its declared size allows"
+) -> tuple[int, os.stat_result]:
     """Open a local file for reading only if it is a regular file of at most ``max_bytes``.
 
     Returns the file descriptor (caller closes it) and its ``fstat``. ``O_NONBLOCK`` keeps a
@@ -99,8 +101,8 @@ def open_regular(path: str, max_bytes: int, what: str) -> tuple[int, os.stat_res
             raise StoreError(f"{what}: {path} is not a regular file; refusing to read it")
         if st.st_size > max_bytes:
             raise StoreError(
-                f"{what}: {path} is {st.st_size:,} bytes, more than the {max_bytes:,} its "
-                "declared size allows; refusing to read it"
+                f"{what}: {path} is {st.st_size:,} bytes, more than the {max_bytes:,} {limit}; "
+                "refusing to read it"
             )
     except BaseException:
         os.close(fd)
@@ -112,11 +114,13 @@ def file_id(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def read_file(fs, root: str, rel: str, max_bytes: int, what: str) -> tuple[bytes, FileId]:
+def read_file(
+    fs, root: str, rel: str, max_bytes: int, what: str, limit: str = "its declared size allows"
+) -> tuple[bytes, FileId]:
     """Bytes of ``root/rel`` (local or fsspec), refusing non-regular or too large files."""
     path = f"{root}/{rel}"
     if fs is None:
-        fd, st = open_regular(path, max_bytes, what)
+        fd, st = open_regular(path, max_bytes, what, limit)
         try:
             with os.fdopen(fd, "rb", closefd=False) as f:
                 raw = f.read(max_bytes + 1)
@@ -128,8 +132,8 @@ def read_file(fs, root: str, rel: str, max_bytes: int, what: str) -> tuple[bytes
     size = fs.size(path)
     if size is None or size > max_bytes:
         raise StoreError(
-            f"{what}: {path} is {size} bytes, more than the {max_bytes:,} its declared size "
-            "allows; refusing to read it"
+            f"{what}: {path} is {size} bytes, more than the {max_bytes:,} {limit}; "
+            "refusing to read it"
         )
     return fs.cat_file(path), None
 
@@ -173,14 +177,8 @@ class _SizeMismatch(Exception):
 
 def load_meta_json(fs, root: str, rel: str, path: str) -> dict[str, Any]:
     """Parse a store's metadata JSON (bounded size, regular file) into a dict."""
-    try:
-        raw, _ = read_file(fs, root, rel, MAX_META_BYTES, path)
-    except FileNotFoundError:
-        raise
-    except StoreError as e:
-        raise StoreError(
-            f"{e}; store metadata is limited to {MAX_META_BYTES >> 20} MiB (about 100,000 shards)"
-        ) from None
+    limit = f"bytes ({MAX_META_BYTES >> 20} MiB, about 100,000 shards) store metadata is limited to"
+    raw, _ = read_file(fs, root, rel, MAX_META_BYTES, path, limit)
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
