@@ -65,9 +65,10 @@ def libsvm_dual(X, y, C, kernel, gamma):
     return float(0.5 * coef @ K @ coef - np.abs(coef).sum()), clf
 
 
-def make_store(tmp_path, X, y, shard_rows, name="s.zarr"):
+def make_store(tmp_path, X, y, shard_rows, name="s.zarr", label_kind=None):
     path = str(tmp_path / name)
-    write_store(path, csr_to_shards(sp.csr_matrix(X), y, shard_rows=shard_rows))
+    shards = csr_to_shards(sp.csr_matrix(X), y, shard_rows=shard_rows)
+    write_store(path, shards, label_kind=label_kind)
     return open_store(path)
 
 
@@ -206,7 +207,8 @@ def test_bad_parameters(tmp_path):
     with pytest.raises(SolverError, match="C must be positive"):
         train(st, "irwls", C=0.0)
     yy = np.arange(20.0) % 3
-    st3 = make_store(tmp_path, X, yy, shard_rows=20, name="m.zarr")
+    # ordinal (ranks): irwls needs binary labels (a multiclass store would train one-vs-rest)
+    st3 = make_store(tmp_path, X, yy, shard_rows=20, name="m.zarr", label_kind="ordinal")
     with pytest.raises(SolverError, match="binary"):
         train(st3, "irwls")
 
