@@ -521,3 +521,66 @@ def test_conf_file_matches_defaults():
     for k, v in doc.items():
         assert k in perf.DEFAULTS, k
         assert perf.DEFAULTS[k] == v, k
+
+
+# ------------------------------------------------------------------------------------------
+# extreme C (issue 17 finding 10)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["paper", "accelerated"])
+def test_extreme_C_finishes_or_stops_in_bounded_time(tmp_path, variant):
+    """``--C 1e9``: the lower bound never decreases (it went to −1e11 when the working-set QP
+    broke down), and the run either meets the guarantee against LIBLINEAR's objective or
+    stops with the one-line breakdown message, within a bounded time."""
+    import time
+
+    X, y = _tiny_binary(0)
+    st = _store(tmp_path, X, y)
+    C, eps = 1e9, 1e-3
+    lbs = []
+
+    def cb(rec):
+        if rec["lower_bound"] is not None:
+            lbs.append(rec["lower_bound"])
+
+    t = time.perf_counter()
+    try:
+        res = train(st, "perf", C=C, eps=eps, variant=variant, callback=cb)
+    except perf.SolverError as e:
+        res = None
+        assert "use --solver active-set or smo, or a smaller --C" in str(e)
+        assert "\n" not in str(e)
+    assert time.perf_counter() - t < 120
+    assert lbs and all(b >= a - 1e-9 * abs(a) for a, b in zip(lbs, lbs[1:], strict=False))
+    if res is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = LinearSVC(C=C, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
+        p_ref = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), C)
+        check_guarantee(res, p_ref, C, X.shape[0], eps)
+
+
+def test_extreme_C_cli_one_line(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    X, y = _tiny_binary(0)
+    _store(tmp_path, X, y)
+    t = time.perf_counter()
+    p = subprocess.run(
+        [sys.executable, "-m", "ooc_svm", "train", "--solver", "perf", "--C", "1e9", "s.zarr"]
+        + ["-o", "m.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert time.perf_counter() - t < 120
+    if p.returncode == 1:
+        lines = p.stderr.strip().splitlines()
+        assert lines[-1].startswith("ooc-svm: error: perf: the cutting-plane QP")
+        assert not (tmp_path / "m.json").exists()
+    else:
+        assert p.returncode == 0, p.stderr

@@ -764,6 +764,36 @@ def _qp_atol(eps: float) -> float:
     return 1e-4 * eps
 
 
+#: a working-set QP slower than this many seconds and than QP_STALL_PASSES passes means breakdown
+QP_STALL_SECONDS = 10.0
+QP_STALL_PASSES = 20.0
+
+
+def check_qp(
+    gap: float, C: float, Cp: float, eps: float, qp_seconds: float = 0.0, pass_seconds: float = 0.0
+) -> None:
+    """Stop when the working-set QP could not be solved even to the whole tolerance ε·C_perf.
+
+    This happens at extreme C (C_perf = C·n of 1e12 and more): α grows to C_perf, the Gram
+    matrix of the planes is singular, round-off in the gradient Qα − r exceeds the QP's
+    tolerance and every QP step costs seconds, while the cutting-plane method itself would
+    need O(C_perf·R²/ε²) iterations (Joachims 2006, Theorem 5). The dual-coordinate-descent
+    solvers have no such dependence on C, so the message points to them.
+    """
+    slow = qp_seconds > max(QP_STALL_SECONDS, QP_STALL_PASSES * pass_seconds)
+    if slow:
+        raise SolverError(
+            f"perf: the cutting-plane QP stalls at --C {C:g} (C*n = {Cp:.3g}: one working-set "
+            f"QP took {qp_seconds:.0f} s); use --solver active-set or smo, or a smaller --C"
+        )
+    if gap > eps * Cp:
+        raise SolverError(
+            f"perf: the cutting-plane QP breaks down at --C {C:g} (C*n = {Cp:.3g}: QP gap "
+            f"{gap:.3g} > eps*C*n = {eps * Cp:.3g}); use --solver active-set or smo, or a "
+            "smaller --C"
+        )
+
+
 def _solve_error(store, engine, params, variant, callback, checkpoint=None) -> Result:
     neg, pos = binary_classes(store.meta)
     steps = _error_steps(store.meta, neg, pos, engine, params, variant, callback, checkpoint)
@@ -810,6 +840,7 @@ def _error_steps(
     converged = False
     stop = math.inf
     dual = -math.inf
+    pt = 0.0
     resume = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
     if resume is not None:
         ws.restore(resume.scalars, resume.arrays)
@@ -857,7 +888,9 @@ def _error_steps(
                 break
             ws.add(acc_row(part["g"], 0) / n, cnt / n)
             ws.drop_inactive(max_inactive)
-            w, dual, _ = ws.solve(Cp, atol)
+            tq = time.perf_counter()
+            w, dual, gap = ws.solve(Cp, atol)
+            check_qp(gap, C, Cp, eps, time.perf_counter() - tq, pt)
             it += 1
             save({}, {"w": w})
         w_final, obj_final, xi_final = w, obj, xi_new
@@ -894,7 +927,9 @@ def _error_steps(
             save({"Pb": Pb, "xib": xib}, {"wb": wb})
         while True:
             it += 1
-            wc, dual, _ = ws.solve(Cp, atol)
+            tq = time.perf_counter()
+            wc, dual, gap = ws.solve(Cp, atol)
+            check_qp(gap, C, Cp, eps, time.perf_counter() - tq, pt)
             w2 = np.ascontiguousarray(np.stack([wb[:d], wc[:d]], axis=1))
             part, pt = yield (
                 pass_segment,
@@ -1117,7 +1152,9 @@ def _solve_rank(store, engine, params, loss, variant, callback) -> Result:
     wb, Pb, xib = w, obj, lossv / m
     while True:
         it += 1
-        wc, dual, _ = ws.solve(Cp, atol)
+        tq = time.perf_counter()
+        wc, dual, gap = ws.solve(Cp, atol)
+        check_qp(gap, C, Cp, eps, time.perf_counter() - tq, pt)
         if variant == "paper":
             (s,), pt = scores(wc)
             viol, lossv, coef = rk.cut(s)

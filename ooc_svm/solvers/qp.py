@@ -274,6 +274,17 @@ def _active_set(Qa, ba, xa, s, atol, max_steps):
     return max_steps, False
 
 
+def _objective_aug(Qa: np.ndarray, ba: np.ndarray, xa: np.ndarray) -> float:
+    return float(0.5 * vdot(xa, matvec(Qa, xa)) - vdot(ba, xa))
+
+
+def _no_worse(Qa, ba, xa, f_start: float, s: float, floor: float) -> bool:
+    """Whether ``xa`` is finite and not above the warm start's objective (beyond round-off)."""
+    if not np.all(np.isfinite(xa)):
+        return False
+    return _objective_aug(Qa, ba, xa) <= f_start + s * floor
+
+
 def qp_objective(Q: np.ndarray, b: np.ndarray, x: np.ndarray) -> float:
     """``½ xᵀQx − bᵀx``."""
     return float(0.5 * x @ (Q @ x) - b @ x)
@@ -340,14 +351,22 @@ def solve_simplex_qp(
     )
     atol = tol * scale if atol is None else float(atol)
     start = xa.copy()
+    f_start = _objective_aug(Qa, ba, start)
+    # round-off level of a gradient entry: with a huge ``s`` (extreme C) the gradient
+    # Qx − b is a difference of large terms and cannot be resolved below this
+    floor = 64.0 * np.finfo(np.float64).eps * (s * (float(np.abs(Q).max()) if m else 0.0) + 1.0)
     steps, ok = _active_set(Qa, ba, xa, s, atol, max_steps)
+    if ok and not _no_worse(Qa, ba, xa, f_start, s, floor):
+        ok = False  # breakdown: the active-set method left the warm start uphill
     ga = matvec(Qa, xa) - ba
-    if not ok or not np.all(np.isfinite(xa)):
-        if not np.all(np.isfinite(xa)):
-            xa = start
+    if not ok:
+        if not _no_worse(Qa, ba, xa, f_start, s, floor):
+            xa = start.copy()
             ga = matvec(Qa, xa) - ba
-        it, _ = _smo_simplex(Qa, ba, xa, ga, atol, max_smo_iter)
+        it, _ = _smo_simplex(Qa, ba, xa, ga, max(atol, floor), max_smo_iter)
         steps += int(it)
+        if not _no_worse(Qa, ba, xa, f_start, s, floor):  # pragma: no cover - SMO descends
+            xa = start
         ga = matvec(Qa, xa) - ba
     x = xa[:m].copy()
     return QPResult(
