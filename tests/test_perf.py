@@ -584,3 +584,63 @@ def test_extreme_C_cli_one_line(tmp_path):
         assert not (tmp_path / "m.json").exists()
     else:
         assert p.returncode == 0, p.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# bounded dense memory (issue 17 finding 3)
+# ------------------------------------------------------------------------------------------
+
+_RSS = (
+    "import resource, subprocess, sys\n"
+    "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + '\\n')\n"
+    "sys.stdout.write(str(p.returncode) + '\\n' + p.stderr)\n"
+)
+
+
+def _train_rss(tmp_path, text: str, *flags: str) -> tuple[int, float, str]:
+    """(exit status, peak RSS in MiB, stderr) of ``train --solver perf`` on a text input."""
+    import subprocess
+    import sys
+
+    ooc = [sys.executable, "-m", "ooc_svm"]
+    if not (tmp_path / "s.zarr").exists():
+        (tmp_path / "in.txt").write_text(text)
+        subprocess.run([*ooc, "ingest", "in.txt", "s.zarr"], cwd=tmp_path, check=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS, *ooc, "train", "--solver", "perf", "s.zarr", "-o", "m.json"]
+        + list(flags),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout.splitlines()
+    return int(out[1]), int(out[0]) / 1024, "\n".join(out[2:])
+
+
+@pytest.mark.parametrize(
+    "line,flags",
+    [("1 2147483648:1\n", []), ("1 200000000:1\n", ["--dense-limit-mb", "1024"])],
+    ids=["2^31", "2e8-limit-1024"],
+)
+def test_huge_feature_index_refused_up_front(tmp_path, line, flags):
+    rc, rss, err = _train_rss(tmp_path, line + "-1 3:1\n", *flags)
+    assert rc == 1, err
+    msg = err.strip().splitlines()[-1]
+    assert msg.startswith("ooc-svm: error: perf: the store has ")
+    assert "features: a dense w needs" in msg and "MiB" in msg
+    assert "re-ingest with hashing or a smaller --n-features" in msg
+    assert rss < 500
+    assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize("extra", [[], ["--variant", "paper"], ["--loss", "roc"]])
+def test_dense_limit_bounds_memory(tmp_path, extra):
+    """5M features within --dense-limit-mb 400: trains, and the peak RSS stays within the
+    limit above the interpreter's own footprint (measured on a refused run)."""
+    text = "1 2:1 5000000:1\n-1 3:1\n1 4:1 7:0.5\n-1 2:0.3 5:1\n"
+    rc0, base, _ = _train_rss(tmp_path, text, "--dense-limit-mb", "1")
+    assert rc0 == 1
+    rc, rss, err = _train_rss(tmp_path, text, "--dense-limit-mb", "400", *extra)
+    assert rc == 0, err
+    assert rss < base + 400

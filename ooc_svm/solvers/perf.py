@@ -100,6 +100,11 @@ STOPPING_RULE = (
     "for roc/ordinal)"
 )
 
+#: dense float64 vectors over the features perf holds at once per problem (w, w_b, w_c,
+#: w_c − w_b, the two-column copy for the pass, the new cut and temporaries), all within
+#: ``dense_limit_mb``
+DENSE_VECTORS = 10
+
 #: stores with more columns than this (and than 2 × a shard's non-zeros) accumulate cutting
 #: planes per shard over the shard's distinct columns only
 COMPACT_MIN_DIM = 1 << 16
@@ -144,7 +149,8 @@ class Params(SolverParams):
     dense_limit_mb: float = param(
         1024.0,
         "memory for the working set of cutting planes (float64 up to half of it, float32 "
-        "beyond; sparse where smaller)",
+        "beyond; sparse where smaller); perf's dense vectors over the features (10 per "
+        "problem, 8 bytes per feature each) must fit it too, else the store is refused",
     )
     line_points: int = param(32, "accelerated: line-search grid points in (0, 1]")
     cut_points: int = param(5, "accelerated: candidate cutting planes accumulated per pass")
@@ -189,6 +195,28 @@ class Params(SolverParams):
     def validate(self, meta) -> None:
         super().validate(meta)
         self.resolve_loss(meta)
+        self.check_dense(meta)
+
+    def check_dense(self, meta, copies: int = 1) -> None:
+        """Refuse up front a store whose dense vectors would not fit ``dense_limit_mb``.
+
+        perf keeps about ``DENSE_VECTORS`` dense float64 vectors over the features (w, the
+        best point, the cutting-plane solution, their difference, the new cut, ...) per
+        problem (``copies``: one-vs-rest classes); together they must fit the limit, which
+        also bounds the working set of cutting planes. A legal line such as
+        ``1 2147483648:1`` would otherwise make training ask for tens of GiB.
+        """
+        dim = int(meta.n_features) + 1
+        need = DENSE_VECTORS * 8.0 * dim * max(1, copies)
+        limit = float(self.dense_limit_mb) * 2**20
+        if need > limit:
+            raise SolverError(
+                f"perf: the store has {int(meta.n_features):,} features: a dense w needs "
+                f"{8.0 * dim / 2**20:,.0f} MiB and perf keeps {DENSE_VECTORS * max(1, copies)} "
+                f"such vectors ({need / 2**20:,.0f} MiB), more than --dense-limit-mb "
+                f"{self.dense_limit_mb:g}; re-ingest with hashing or a smaller --n-features, "
+                "or raise --dense-limit-mb"
+            )
 
     def resolve_loss(self, meta) -> str:
         """The loss for this store (default: error for binary, ordinal for rank labels)."""
@@ -706,6 +734,7 @@ def solve_ovr(
         raise SolverError("one-vs-rest perf trains --loss error only")
     variant = params.variant
     classes = [float(c) for c in classes]
+    params.check_dense(meta, copies=len(classes))
     t0 = time.perf_counter()
     steps, reqs, results = [], {}, {}
     for k, c in enumerate(classes):
