@@ -580,7 +580,7 @@ def test_extreme_C_cli_one_line(tmp_path):
     assert time.perf_counter() - t < 120
     if p.returncode == 1:
         lines = p.stderr.strip().splitlines()
-        assert lines[-1].startswith("ooc-svm: error: perf: the cutting-plane QP")
+        assert lines[-1].startswith("ooc-svm: error: perf: the cutting-plane QP stalls")
         assert not (tmp_path / "m.json").exists()
     else:
         assert p.returncode == 0, p.stderr
@@ -644,3 +644,73 @@ def test_dense_limit_bounds_memory(tmp_path, extra):
     rc, rss, err = _train_rss(tmp_path, text, "--dense-limit-mb", "400", *extra)
     assert rc == 0, err
     assert rss < base + 400
+
+
+# ------------------------------------------------------------------------------------------
+# checkpoint / resume of the ranking losses (issue 12 item 7)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", ["roc", "ordinal"])
+def test_rank_kill_and_resume_same_model(tmp_path, loss):
+    """perf --loss roc / ordinal killed (SIGKILL) mid-run and resumed ends with exactly the
+    model of the uninterrupted run."""
+    import signal
+    import subprocess
+    import sys
+
+    from sklearn.datasets import make_classification
+    from test_checkpoint import _latest_iteration, _run_until
+
+    X, yb = make_classification(
+        n_samples=3000, n_features=20, n_informative=10, flip_y=0.1, random_state=0
+    )
+    if loss == "ordinal":
+        y = (
+            np.digitize(
+                X[:, 0] + X[:, 1] + 0.5 * np.random.default_rng(0).normal(size=3000),
+                [-1.0, 0.0, 1.0],
+            )
+            + 1.0
+        )
+        qid = np.repeat(np.arange(30), 100)
+        kw = {"label_kind": "ordinal"}
+    else:
+        y, qid, kw = yb, None, {}
+    write_store(
+        str(tmp_path / "s.zarr"), csr_to_shards(_csr32(X), y, qid=qid, shard_rows=500), **kw
+    )
+
+    def args(out, ck):
+        return [sys.executable, "-m", "ooc_svm", "train", "--solver", "perf", "s.zarr"] + [
+            "-o", out, "--json", "--loss", loss, "--C", "10", "--eps", "1e-7",
+            "--variant", "paper", "--checkpoint", ck,
+        ]  # fmt: skip
+
+    def run(a):
+        return subprocess.run(a, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+    full = run(args("full", "ck_full"))
+    assert full.returncode == 0, full.stderr
+    n_ckpt = _latest_iteration(tmp_path / "ck_full")
+    assert n_ckpt >= 4, f"too few checkpoints ({n_ckpt}) to interrupt the run"
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        killed = _run_until(args("m", "ck"), tmp_path / "ck", max(1, n_ckpt // 2), signal.SIGKILL)
+    finally:
+        os.chdir(cwd)
+    assert killed.returncode == -signal.SIGKILL, "training ended before it could be killed"
+    assert not (tmp_path / "m").exists()
+    at = _latest_iteration(tmp_path / "ck")
+    assert 1 <= at < n_ckpt
+    resumed = run(args("m", "ck") + ["--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = load_model(str(tmp_path / "full")), load_model(str(tmp_path / "m"))
+    np.testing.assert_array_equal(b.coef_, a.coef_)
+    sa = json.loads(full.stdout.strip().splitlines()[-1])
+    sb = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert sb["objective"] == sa["objective"] and sb["iterations"] == sa["iterations"]
+    assert sb["passes"] == sa["passes"]
