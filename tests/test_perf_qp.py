@@ -171,3 +171,20 @@ def test_rank_cut_matches_pairs(seed):
     assert viol == CP.sum() and loss == pytest.approx(L, abs=1e-9)
     assert rank_loss(order, s, r, starts, R)[1] == pytest.approx(L, abs=1e-9)
     assert count_pairs(order, r, starts, R) == M
+
+
+def test_smo_fallback_chunked_is_identical(monkeypatch):
+    """The SMO fallback runs in numba chunks (Ctrl-C is seen between them); the chunking
+    changes nothing: same steps, same solution, bit for bit."""
+    from ooc_svm.solvers import qp
+
+    rng = np.random.default_rng(3)
+    G = rng.normal(size=(60, 8))
+    Q, b = G @ G.T, rng.uniform(0, 1, 60)
+    monkeypatch.setattr(qp, "SMO_CHUNK", 10**9)
+    a = qp.solve_simplex_qp(Q, b, 50.0, tol=1e-14, max_steps=0)
+    monkeypatch.setattr(qp, "SMO_CHUNK", 2000)
+    c = qp.solve_simplex_qp(Q, b, 50.0, tol=1e-14, max_steps=0)
+    assert a.iterations > 2000
+    np.testing.assert_array_equal(a.x, c.x)
+    assert a.iterations == c.iterations

@@ -147,3 +147,71 @@ def test_item1_worker_sees_another_store_names_the_cause(tmp_path):
     path = os.path.join(tmp_path, "a.zarr")
     with pytest.raises(EngineError, match="workers see a different store at .*shared file"):
         _worker_reader(path, "0123456789abcdef01234567|" + path, True)
+
+
+# ------------------------------------------------------------------------------------------
+# item 8: Ctrl-C within a second (perf: every loss and variant)
+# ------------------------------------------------------------------------------------------
+
+
+def _item8_perf_stores(cwd: Path) -> None:
+    rng = np.random.default_rng(8)
+    n, d = 20000, 40
+    X = sp.random(n, d, density=0.5, random_state=8, format="csr", dtype=np.float64)
+    s = X @ rng.normal(size=d) + 0.8 * rng.normal(size=n)
+    yb = np.where(s > np.median(s), 1.0, -1.0)
+    yr = np.digitize(s, np.quantile(s, [0.33, 0.66])) + 1.0
+    write_store(str(cwd / "b.zarr"), csr_to_shards(X, yb, shard_rows=2000))
+    qid = np.repeat(np.arange(n // 500), 500)
+    write_store(
+        str(cwd / "r.zarr"), csr_to_shards(X, yr, qid=qid, shard_rows=2000), label_kind="ordinal"
+    )
+
+
+@pytest.mark.parametrize(
+    "store,flags",
+    [
+        ("b.zarr", ["--variant", "paper"]),
+        ("b.zarr", ["--variant", "accelerated"]),
+        ("b.zarr", ["--loss", "roc", "--variant", "paper"]),
+        ("b.zarr", ["--loss", "roc", "--variant", "accelerated"]),
+        ("r.zarr", ["--loss", "ordinal", "--variant", "paper"]),
+        ("r.zarr", ["--loss", "ordinal", "--variant", "accelerated"]),
+        ("b.zarr", ["--C", "1e9"]),
+    ],
+    ids=["error-paper", "error-acc", "roc-paper", "roc-acc", "ord-paper", "ord-acc", "C1e9"],
+)
+def test_item8_perf_ctrl_c_within_a_second(tmp_path, store, flags):
+    """SIGINT while perf iterates: "ooc-svm: interrupted" within 1 s, exit status 130, no
+    model left; the exit itself follows after the interpreter's teardown."""
+    _item8_perf_stores(tmp_path)
+    extra = flags if "--C" in flags else ["--C", "10", *flags]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ooc_svm", "train", "--solver", "perf", store, "-o", "m.json"]
+        + ["--eps", "1e-12", "--max-iter", "100000", "--history", "h.jsonl", *extra],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    hist = tmp_path / "h.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:
+        if hist.exists() and len(hist.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.01)
+    assert p.poll() is None, "training ended before it could be interrupted"
+    time.sleep(0.5)
+    t = time.time()
+    p.send_signal(signal.SIGINT)
+    said = None
+    for line in p.stderr:
+        if line.startswith("ooc-svm: interrupted"):
+            said = time.time() - t
+    p.wait(timeout=60)
+    gone = time.time() - t
+    assert p.returncode == 130
+    assert said is not None and said < 1.0, said
+    assert gone < 3.0, gone
+    assert not (tmp_path / "m.json").exists()

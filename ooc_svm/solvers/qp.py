@@ -274,6 +274,23 @@ def _active_set(Qa, ba, xa, s, atol, max_steps):
     return max_steps, False
 
 
+#: SMO steps per numba call: Python regains control (Ctrl-C) between calls; a multiple of
+#: the 2000-step gradient refresh, so the chunked run takes exactly the unchunked steps
+SMO_CHUNK = 100_000
+
+
+def _smo_chunked(Qa, ba, xa, ga, tol: float, max_iter: int) -> int:
+    """:func:`_smo_simplex` in chunks of ``SMO_CHUNK`` steps (interruptible); returns steps."""
+    done = 0
+    while done < max_iter:
+        want = min(SMO_CHUNK, max_iter - done)
+        it, _ = _smo_simplex(Qa, ba, xa, ga, tol, want)
+        done += int(it)
+        if it < want:
+            break
+    return done
+
+
 def _objective_aug(Qa: np.ndarray, ba: np.ndarray, xa: np.ndarray) -> float:
     return float(0.5 * vdot(xa, matvec(Qa, xa)) - vdot(ba, xa))
 
@@ -363,8 +380,7 @@ def solve_simplex_qp(
         if not _no_worse(Qa, ba, xa, f_start, s, floor):
             xa = start.copy()
             ga = matvec(Qa, xa) - ba
-        it, _ = _smo_simplex(Qa, ba, xa, ga, max(atol, floor), max_smo_iter)
-        steps += int(it)
+        steps += _smo_chunked(Qa, ba, xa, ga, max(atol, floor), max_smo_iter)
         if not _no_worse(Qa, ba, xa, f_start, s, floor):  # pragma: no cover - SMO descends
             xa = start
         ga = matvec(Qa, xa) - ba
