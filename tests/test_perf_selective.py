@@ -248,12 +248,22 @@ def test_local_and_dask_engines_bit_identical(tmp_path):
 
 _CHILD = textwrap.dedent(
     """
-    import json, resource, sys
+    import json, sys
     from ooc_svm.engine import LocalEngine
     from ooc_svm.solvers import perf, perf_selective
     from ooc_svm.store import open_store
     store, variant, mb = sys.argv[1], sys.argv[2], float(sys.argv[3])
     st = open_store(store)
+    st.read_shard(0)
+
+    def hwm():
+        with open("/proc/self/status") as f:
+            return [int(x.split()[1]) / 1024.0 for x in f if x.startswith("VmHWM")][0]
+
+    before = hwm()
+    # reset the peak so that it measures the training only (Linux >= 4.0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
     with LocalEngine(n_threads=1, prefetch=0) as e:
         if variant == "selective":
             r = perf_selective.solve(st, e, {"C": 1.0, "eps": 0.01, "inner_mb": mb})
@@ -261,17 +271,16 @@ _CHILD = textwrap.dedent(
         else:
             r = perf.solve(st, e, {"C": 1.0, "eps": 0.01, "variant": variant})
             extra = {}
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"rss_mb": rss, "passes": r.passes, **extra}))
+    print(json.dumps({"rss_mb": hwm(), "before_mb": before, "passes": r.passes, **extra}))
     """
 )
 
 
 def test_selection_budget_bounds_memory(tmp_path):
-    """Peak RSS of a child process training on a store ~5× larger (decoded) than the budget:
-    selective with a 4 MiB budget stays within the accelerated variant's peak plus a few
-    budgets; with a budget that holds the whole store it grows by the store's size — so the
-    measurement does see the selection."""
+    """Peak RSS during training (VmHWM reset after imports) of a child process on a store
+    ~10× larger than the budget: selective with a 4 MiB budget stays within the accelerated
+    variant's peak plus a few budgets; with a budget that holds the whole store it grows by
+    a multiple of the store's size — so the measurement does see the selection."""
     n, d, k = 60_000, 2_000, 80
     rng = np.random.default_rng(0)
     indptr = np.arange(n + 1, dtype=np.int64) * k
@@ -299,5 +308,6 @@ def test_selection_budget_bounds_memory(tmp_path):
     big = run("selective", 4 * whole_mb)
     assert small["selected_mb"] <= 4.0
     assert big["selected_mb"] >= 0.99 * whole_mb
-    assert small["rss_mb"] <= acc["rss_mb"] + 3 * 4.0 + 25.0
-    assert big["rss_mb"] >= small["rss_mb"] + 0.75 * whole_mb
+    # transient copies while a pass merges the candidates: a few budgets (module docstring)
+    assert small["rss_mb"] <= acc["rss_mb"] + 6 * 4.0 + 25.0
+    assert big["rss_mb"] >= small["rss_mb"] + 2 * whole_mb

@@ -171,3 +171,14 @@ def cut_segment_margins(
             for k in range(indptr[i], indptr[i + 1]):
                 D[hi, gidx[k]] -= yi * data[k]
             D[hi, bias_slot] -= yi * bias
+
+
+@njit(cache=True, nogil=True)
+def hinge_line(mb, dm, k):
+    """Σᵢ max(0, 1 − mbᵢ − k·dmᵢ): the hinge sum at step k of a segment."""
+    s = 0.0
+    for i in range(mb.shape[0]):
+        v = 1.0 - mb[i] - k * dm[i]
+        if v > 0.0:
+            s += v
+    return s

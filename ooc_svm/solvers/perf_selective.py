@@ -23,30 +23,41 @@ and do most of the optimisation on them, streaming the whole data only now and t
 while the rest streams). Applied to the cutting-plane method it rests on one fact of OP2:
 **every** c ∈ {0,1}ⁿ gives a valid constraint, so planes may be built from any coefficients.
 
-- *Full pass* at a point w_p (:func:`pass_select`, one streamed pass): margins of every row,
-  the exact P(w_p), the most violated constraint at w_p (added to the working set), and the
-  selection S: the rows with the smallest |1 − yᵢw_pᵀx̃ᵢ| (ties broken by a hash of the row
-  number) that fit the byte budget ``inner_mb`` — each shard returns at most that many bytes
-  of its closest rows (CSR slices), and partials are merged pairwise keeping the closest rows
-  within the budget (:func:`reduce_select`), so only O(budget) bytes travel from workers and
-  the selection is the same for any engine and any reduction tree.
-- *Inner iterations* (no pass): the rows outside S keep their coefficients cᵢ⁰ = [mᵢ(w_p) < 1]
-  from the pass; the rows in S choose cᵢ = [mᵢ(w) < 1] at the current w. Each such plane is a
-  constraint of OP2, hence a valid cut. Together they define the lower model
-  P̃(w) = ½‖w‖² + C(Σ_{i∉S} cᵢ⁰(1 − mᵢ(w)) + Σ_{i∈S} max(0, 1 − mᵢ(w))) ≤ P(w), equal to P at
-  w_p. The inner loop is OCAS (Franc & Sonnenburg, ICML 2008) on P̃: solve OP3 over the
-  working set, exact line search of P̃ between the best inner point and the QP solution
-  (piecewise quadratic, sorted breakpoints), new plane at k* + μ(1 − k*). It stops when
-  P̃(best) − D ≤ ``inner_share``·ε·C_perf (or after ``max_inner`` planes); the next full pass
-  is made at the best inner point.
+- *Full pass* (:func:`pass_select`, one streamed pass) on the segment from the best point
+  w_b to the inner loop's proposal w_c, like the accelerated pass: P and the most violated
+  constraint at the grid points ``GRID`` of k in w_b + k(w_c − w_b); w_b moves to the best
+  grid point, whose exact plane (and the one at w_c) joins the working set. The same pass
+  selects S: the rows nearest the margin along the segment (distance of 1 from the interval
+  of their margins, then |1 − margin at w_c|, ties broken by a hash of the row number) that
+  fit the byte budget ``inner_mb``. Each shard returns its closest rows up to ``SHARE`` = 2
+  times its share of the budget (CSR slices); partials concatenate these candidate lists and
+  merge them down to the budget when they exceed twice of it (:func:`reduce_select`), and the
+  driver keeps the closest within the budget. So only O(budget) bytes travel from workers,
+  and the selection is the same for any engine and any reduction tree.
+- *Inner iterations* (no pass): the rows outside S keep their coefficients cᵢ⁰ from the
+  pass's plane at the new w_b (=: w_p); the rows in S choose cᵢ = [mᵢ(w) < 1] at the current
+  w. Each such plane is a constraint of OP2, hence a valid cut. Together they define the lower
+  model P̃(w) = ½‖w‖² + C(Σ_{i∉S} cᵢ⁰(1 − mᵢ(w)) + Σ_{i∈S} max(0, 1 − mᵢ(w))) ≤ P(w), equal to
+  P at w_p. Away from w_p, P̃ can fall below the working set's own model
+  M(w) = ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (also ≤ P), so the inner loop is OCAS
+  (Franc & Sonnenburg, ICML 2008) on F = max(P̃, M): solve OP3 over the working set, line
+  search of F between the best inner point and the QP solution (F is convex; its minimiser
+  lies between k = 1, where M is least, and the exact minimiser of P̃, found from sorted
+  breakpoints; golden section between), new plane at k* + μ(1 − k*). It stops when
+  F(best) − D ≤ ``inner_share``·ε·C_perf (or after ``max_inner`` planes); the next pass runs
+  on the segment from w_b to the best inner point.
 
 P ≥ P̃ everywhere, so a small gap of P̃ says nothing about P until a pass has measured it; only
 the full pass gives the exact P(w) and the true most violated constraint. The certificate
 therefore only ever uses P values measured by passes. When S holds every row, P̃ = P and the
-method is the accelerated variant run in memory: two or three passes.
+method is the accelerated variant run in memory: two or three passes. The pass's line search
+keeps P(w_b) monotone when the proposal overshoots (rows outside S changed sides).
 
-Memory: the selection (≤ ``inner_mb`` MiB, counted as 64 bytes per row plus 8 per non-zero)
-lives in the driver; each pass partial holds at most that much more. Checkpoints are not
+Memory: the selection (≤ ``inner_mb`` MiB, counted as 64 bytes per row plus 8 per non-zero;
+default 256) lives in the driver between passes; while a pass merges candidates, transient
+copies add a few budgets (measured: a 4 MiB budget added < 30 MiB of peak RSS over the
+accelerated variant's, tests/test_perf_selective.py). When the budget holds every row, P̃ = P
+and the run is the accelerated variant in memory after one selecting pass. Checkpoints are not
 supported by this variant (yet).
 """
 
@@ -63,6 +74,7 @@ from ..kernels.csr import csr_take_rows, u32
 from ..kernels.perf import accumulate_rows, vdot
 from ..kernels.perf_selective import (
     cut_segment_margins,
+    hinge_line,
     select_prefix,
     signed_margins,
     violated_at,
@@ -89,7 +101,7 @@ log = logging.getLogger("ooc_svm")
 
 #: parameters of the selective variant beyond those of :data:`ooc_svm.solvers.perf.DEFAULTS`
 SELECTIVE_DEFAULTS: dict[str, Any] = {
-    # MiB of rows kept in memory between passes (48 bytes per row + 8 per non-zero)
+    # MiB of rows kept in memory between passes (64 bytes per row + 8 per non-zero)
     "inner_mb": 256.0,
     # at most this many inner cutting planes between two full passes
     "max_inner": 2000,
@@ -108,6 +120,8 @@ STOPPING_RULE = (
 ROW_BYTES = 64
 #: bytes per selected non-zero: int32 column + float32 value
 NZ_BYTES = 8
+#: a shard returns up to this many times its share of the selection budget
+SHARE = 2.0
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 
@@ -194,17 +208,22 @@ def select_rows(indptr, indices, data, ys, mb, mc, row_start: int, budget: int) 
     return sub
 
 
-def merge_selections(a: dict, b: dict) -> dict:
-    """The closest rows of two selections within the budget (order: key, key2, tie)."""
-    if a["key"].shape[0] == 0:
-        return b
-    if b["key"].shape[0] == 0:
-        return a
-    cat = {k: np.concatenate([a[k], b[k]]) for k in _PER_ROW}
+def merge_selections(*sels: dict) -> dict:
+    """The closest rows of several selections within the budget (order: key, key2, tie)."""
+    sels = tuple(s for s in sels if s["key"].shape[0])
+    if len(sels) == 0:
+        return _empty_selection(0)
+    if len(sels) == 1:
+        return sels[0]
+    a = sels[0]
+    cat = {k: np.concatenate([s[k] for s in sels]) for k in _PER_ROW}
     cat["budget"] = a["budget"]
-    indptr = np.concatenate([a["indptr"], b["indptr"][1:] + a["indptr"][-1]])
-    indices = np.concatenate([a["indices"], b["indices"]])
-    data = np.concatenate([a["data"], b["data"]])
+    offs = np.cumsum([0] + [int(s["indptr"][-1]) for s in sels])
+    indptr = np.concatenate(
+        [a["indptr"][:1]] + [s["indptr"][1:] + o for s, o in zip(sels, offs, strict=False)]
+    )
+    indices = np.concatenate([s["indices"] for s in sels])
+    data = np.concatenate([s["data"] for s in sels])
     order = np.lexsort((cat["tie"], cat["key2"], cat["key"]))
     k = int(select_prefix(indptr, order, ROW_BYTES, NZ_BYTES, a["budget"]))
     return _take(cat, np.ascontiguousarray(order[:k]), indptr, indices, data)
@@ -224,7 +243,7 @@ def pass_select(shard, bc):
     """One streamed pass on the segment w_b + k(w_c − w_b): hinge sums and cutting planes at
     the grid ``kg`` (as the accelerated pass), plus the shard's rows nearest the margin along
     the segment (:func:`segment_keys`) within the byte budget."""
-    w2, tb, tc, bias, pos, dim, kg, budget = bc
+    w2, tb, tc, bias, pos, dim, kg, budget, store_bytes = bc
     K = kg.shape[0]
     acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, K, True)
     hv = np.zeros(K)
@@ -252,17 +271,30 @@ def pass_select(shard, bc):
     )
     ys = np.where(np.asarray(shard.y) == pos, 1.0, -1.0)
     indptr = np.ascontiguousarray(shard.indptr, dtype=np.int64)
-    sel = select_rows(indptr, shard.indices, shard.data, ys, mb, mc, shard.row_start, budget)
+    quota = shard_quota(shard.n_rows, shard.nnz, budget, store_bytes)
+    sel = select_rows(indptr, shard.indices, shard.data, ys, mb, mc, shard.row_start, quota)
+    sel["budget"] = int(budget)
     return {
         "g": _finish_accumulator(acc, cols, dim, True),
         "cnt": cnt.astype(np.float64),
         "hinge": hv,
-        "sel": sel,
+        "sel": [sel],
     }
 
 
+def shard_quota(n_rows: int, nnz: int, budget: int, store_bytes: int) -> int:
+    """Bytes of its closest rows a shard returns: ``SHARE`` times its share of the budget
+    (its share of the store's bytes), at most the budget. A function of the shard alone, so
+    the candidates — and the selection — do not depend on the engine."""
+    own = ROW_BYTES * int(n_rows) + NZ_BYTES * int(nnz)
+    return int(min(budget, math.ceil(SHARE * budget * own / max(1, store_bytes))))
+
+
 def reduce_select(a, b):
-    """Reduce of :func:`pass_select` partials: planes summed, selections merged."""
+    """Reduce of :func:`pass_select` partials: planes summed, the shards' candidate lists
+    concatenated — and merged down to the budget whenever they exceed twice the budget, which
+    keeps every partial O(budget) and changes nothing in the final :func:`merge_selections`
+    (a row among the closest of the union is among the closest of any part holding it)."""
     if a is None:
         return b
     if b is None:
@@ -270,7 +302,10 @@ def reduce_select(a, b):
     out = reduce_cut(
         {k: v for k, v in a.items() if k != "sel"}, {k: v for k, v in b.items() if k != "sel"}
     )
-    out["sel"] = merge_selections(a["sel"], b["sel"])
+    sel = list(a["sel"]) + list(b["sel"])
+    if sel and sum(selection_bytes(s) for s in sel) > 2 * sel[0]["budget"]:
+        sel = [merge_selections(*sel)]
+    out["sel"] = sel
     return out
 
 
@@ -322,7 +357,7 @@ class _Inner:
         return out
 
     def value(self, w: np.ndarray, m: np.ndarray, C: float) -> float:
-        hinge = float(np.maximum(0.0, 1.0 - m).sum())
+        hinge = float(hinge_line(m, m, 0.0))
         return 0.5 * float(vdot(w, w)) + C * (self.R - float(vdot(w, self.G)) + hinge)
 
     def cut(self, m: np.ndarray, n: int) -> tuple[np.ndarray, float]:
@@ -362,9 +397,7 @@ def line_search(a0, a1, a2, L0, L1, mb, dm, C) -> tuple[float, float]:
             j = int(hit[0])
             k = -(s0 + float(Jb[j])) / a2 if before[j] >= 0.0 else float(t[j])
         k = max(0.0, k)
-    f = 0.5 * (a0 + 2 * k * a1 + k * k * a2) + C * (
-        L0 - k * L1 + float(np.maximum(0.0, b - k * dm).sum())
-    )
+    f = 0.5 * (a0 + 2 * k * a1 + k * k * a2) + C * (L0 - k * L1 + float(hinge_line(mb, dm, k)))
     return k, f
 
 
@@ -391,9 +424,7 @@ class _Segment:
 
     def __call__(self, k: float) -> float:
         quad = 0.5 * (self.a0 + 2 * k * self.a1 + k * k * self.a2)
-        lt = self.C * (
-            self.L0 - k * self.L1 + float(np.maximum(0.0, 1.0 - self.mb - k * self.dm).sum())
-        )
+        lt = self.C * (self.L0 - k * self.L1 + float(hinge_line(self.mb, self.dm, k)))
         lm = self.Cp * max(0.0, float(np.max(self.u - k * self.v))) if self.u.shape[0] else 0.0
         return quad + max(lt, lm)
 
@@ -448,6 +479,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None, checkpo
     atol = _qp_atol(eps)
     kg = GRID
     K = kg.shape[0]
+    sbytes = ROW_BYTES * n + NZ_BYTES * int(meta.nnz)
 
     w_b = np.zeros(dim)
     w_c = w_b
@@ -462,7 +494,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None, checkpo
     while True:
         t = time.perf_counter()
         w2 = np.ascontiguousarray(np.stack([w_b[:d], w_c[:d]], axis=1))
-        bc = (w2, float(w_b[d]) * bias, float(w_c[d]) * bias, bias, pos, dim, kg, budget)
+        bc = (w2, float(w_b[d]) * bias, float(w_c[d]) * bias, bias, pos, dim, kg, budget, sbytes)
         part = engine.map_reduce(store, pass_select, bc, reduce=reduce_select)
         pt = time.perf_counter() - t
         dw = w_c - w_b
@@ -476,7 +508,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None, checkpo
         else:
             q = 0
         stop = (P_b - D) / Cp
-        sel = part.pop("sel")
+        sel = merge_selections(*part.pop("sel"))
         sel_rows = int(sel["key"].shape[0])
         sel_peak = max(sel_peak, selection_bytes(sel))
         prog.emit(
@@ -513,6 +545,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None, checkpo
         mb = inner.margins(wb)
         Fb = inner.value(wb, mb, C)
         wc = w_b
+        seg = None
         for _ in range(max_inner):
             wc, dual, _ = ws.solve(Cp, atol)
             D = max(D, dual)
@@ -547,6 +580,7 @@ def solve(store, engine, params: dict, callback: Callback | None = None, checkpo
             converged = True
             break
         w_c = wb if wb is not w_b else wc
+        del inner, seg  # the next pass brings a new selection
     if not converged:
         log.warning("perf: stopped after %d passes (max_iter) with gap %.3g > eps", outer, stop)
     info = {
