@@ -96,14 +96,14 @@ def test_guarantee_and_few_passes_on_real_data(tmp_path, name):
     mb = (ps.ROW_BYTES * X.shape[0] + ps.NZ_BYTES * nnz) / 5 / 2**20
     eps, C = 1e-3, 1.0
     with LocalEngine() as e:
-        res = ps.solve(st, e, {"C": C, "eps": eps, "inner_mb": mb})
+        res = ps.solve_selective(st, e, {"C": C, "eps": eps, "inner_mb": mb})
     _check(res, X, y, C, eps, _liblinear(X, y, C))
     assert res.summary["selected_mb"] <= mb
     assert 0 < res.summary["selected_rows"] < X.shape[0]
     assert res.passes <= 16
     # everything in memory: one pass to select, one to certify (and maybe one more)
     with LocalEngine() as e:
-        full = ps.solve(st, e, {"C": C, "eps": eps})
+        full = ps.solve_selective(st, e, {"C": C, "eps": eps})
     assert full.summary["selected_rows"] == X.shape[0]
     _check(full, X, y, C, eps, _liblinear(X, y, C))
     assert full.passes <= 3
@@ -131,7 +131,7 @@ def test_tight_eps_and_tiny_budget_keep_the_guarantee(tmp_path, C):
     eps = 1e-5
     mb = 40 * (ps.ROW_BYTES + ps.NZ_BYTES * 10) / 2**20
     with LocalEngine() as e:
-        res = ps.solve(st, e, {"C": C, "eps": eps, "inner_mb": mb})
+        res = ps.solve_selective(st, e, {"C": C, "eps": eps, "inner_mb": mb})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = LinearSVC(C=C, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
@@ -215,8 +215,8 @@ def test_same_model_with_one_or_two_threads(tmp_path):
     st = _store(tmp_path / "s.zarr", X, y, 300)
     p = {"C": 1.0, "inner_mb": 0.05}
     with LocalEngine(n_threads=1, prefetch=0) as e1, LocalEngine(n_threads=2) as e2:
-        a = ps.solve(st, e1, p)
-        b = ps.solve(st, e2, p)
+        a = ps.solve_selective(st, e1, p)
+        b = ps.solve_selective(st, e2, p)
     np.testing.assert_array_equal(a.model.coef_, b.model.coef_)
     assert a.objective == b.objective and a.passes == b.passes
 
@@ -231,9 +231,9 @@ def test_local_and_dask_engines_bit_identical(tmp_path):
     st = _store(tmp_path / "b.zarr", X, y, 350)
     p = {"C": 0.5, "eps": 1e-4, "inner_mb": 0.06}
     with LocalEngine() as le:
-        a = ps.solve(st, le, p)
+        a = ps.solve_selective(st, le, p)
     with make_engine("processes", n_workers=2, threads_per_worker=1) as de:
-        b = ps.solve(st, de, p)
+        b = ps.solve_selective(st, de, p)
     assert 0 < a.summary["selected_rows"] < X.shape[0]
     assert b.passes == a.passes and b.iterations == a.iterations
     np.testing.assert_array_equal(b.model.coef_, a.model.coef_)
@@ -266,7 +266,7 @@ _CHILD = textwrap.dedent(
         f.write("5")
     with LocalEngine(n_threads=1, prefetch=0) as e:
         if variant == "selective":
-            r = perf_selective.solve(st, e, {"C": 1.0, "eps": 0.01, "inner_mb": mb})
+            r = perf_selective.solve_selective(st, e, {"C": 1.0, "eps": 0.01, "inner_mb": mb})
             extra = {"selected_mb": r.summary["selected_mb"]}
         else:
             r = perf.solve(st, e, {"C": 1.0, "eps": 0.01, "variant": variant})
@@ -311,3 +311,59 @@ def test_selection_budget_bounds_memory(tmp_path):
     # transient copies while a pass merges the candidates: a few budgets (module docstring)
     assert small["rss_mb"] <= acc["rss_mb"] + 6 * 4.0 + 25.0
     assert big["rss_mb"] >= small["rss_mb"] + 2 * whole_mb
+
+
+# ------------------------------------------------------------------------------------------
+# public entry points
+# ------------------------------------------------------------------------------------------
+
+
+def test_train_api_and_cli(tmp_path, monkeypatch):
+    """``train(..., variant="selective", inner_mb=...)`` and ``ooc-svm train --variant
+    selective --inner-mb`` run this variant; the model's objective is the reported one."""
+    from conftest import ooc_cmd
+
+    from ooc_svm.api import train
+
+    X, y = _tiny(13)
+    monkeypatch.chdir(tmp_path)
+    st = _store("s.zarr", X, y, 500)
+    res = train(st, "perf", C=2.0, variant="selective", inner_mb=0.03)
+    assert res.summary["variant"] == "selective" and res.summary["selected_mb"] <= 0.03
+    assert 0 < res.summary["selected_rows"] < X.shape[0]
+    out = subprocess.run(
+        ooc_cmd(
+            "train",
+            "--solver",
+            "perf",
+            "s.zarr",
+            "-o",
+            "m",
+            "--C",
+            "2",
+            "--variant",
+            "selective",
+            "--inner-mb",
+            "0.03",
+            "--json",
+        ),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["variant"] == "selective" and summary["passes"] == res.passes
+    assert summary["objective"] == pytest.approx(res.objective, rel=1e-12)
+    from ooc_svm.model import load_model
+
+    m = load_model("m")
+    p = primal_objective(X, y, m.coef_, m.intercept_, 2.0)
+    assert summary["objective"] == pytest.approx(p, rel=1e-9)
+    bad = subprocess.run(
+        ooc_cmd("train", "--solver", "perf", "s.zarr", "-o", "m2", "--inner-mb", "-1"),
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1
+    assert bad.stderr.strip().startswith("ooc-svm: error:") and "--inner-mb" in bad.stderr
+    assert not os.path.exists("m2")

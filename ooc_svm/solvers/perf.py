@@ -110,7 +110,7 @@ DENSE_VECTORS = 10
 COMPACT_MIN_DIM = 1 << 16
 
 LOSSES = ("error", "roc", "ordinal")
-VARIANTS = ("paper", "accelerated")
+VARIANTS = ("paper", "accelerated", "selective")
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,9 @@ class Params(SolverParams):
     variant: str = param(
         "accelerated",
         "paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line search to the "
-        "best point, same single pass per iteration",
+        "best point, same single pass per iteration; selective = many inner cutting planes on "
+        "the rows near the margin kept in memory (--inner-mb), full passes only to refresh "
+        "them and certify (loss error; ooc_svm/solvers/perf_selective.py)",
         choices=VARIANTS,
     )
     c_perf: float | None = param(
@@ -156,6 +158,15 @@ class Params(SolverParams):
     cut_points: int = param(5, "accelerated: candidate cutting planes accumulated per pass")
     mu: float = param(0.1, "accelerated: cut at k* + mu*(1 - k*) (OCAS)")
     kernel: str = param("linear", "perf trains linear SVMs only", choices=KERNELS)
+    inner_mb: float = param(
+        256.0,
+        "selective: MiB of rows near the margin kept in memory between full passes (64 bytes "
+        "per row + 8 per non-zero; transient copies during a pass add a few times this)",
+    )
+    max_inner: int = param(2000, "selective: inner cutting planes between two full passes")
+    inner_share: float = param(
+        0.25, "selective: inner loop stops at gap <= inner_share * eps * C * n"
+    )
 
     @classmethod
     def from_mapping(cls, params=None, **kw):
@@ -191,6 +202,9 @@ class Params(SolverParams):
         positive(self, "dense_limit_mb")
         at_least(self, "line_points", 1)
         at_least(self, "cut_points", 1)
+        at_least(self, "inner_mb", 0)
+        at_least(self, "max_inner", 1)
+        positive(self, "inner_share")
 
     def validate(self, meta) -> None:
         super().validate(meta)
@@ -673,6 +687,10 @@ def solve(
     meta = store.meta
     params.validate(meta)
     loss, variant = params.resolve_loss(meta), params.variant
+    if variant == "selective":
+        from .perf_selective import solve_selective
+
+        return solve_selective(store, engine, params, callback=callback, checkpoint=checkpoint)
     if loss == "error":
         return _solve_error(store, engine, params, variant, callback, checkpoint)
     return _solve_rank(store, engine, params, loss, variant, callback, checkpoint)
@@ -729,6 +747,10 @@ def solve_ovr(
     if params.loss not in (None, "error"):
         raise SolverError("one-vs-rest perf trains --loss error only")
     variant = params.variant
+    if variant == "selective":
+        raise SolverError(
+            "one-vs-rest perf does not support --variant selective yet; use accelerated"
+        )
     classes = [float(c) for c in classes]
     params.check_dense(meta, copies=len(classes))
     t0 = time.perf_counter()

@@ -66,7 +66,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
 
 import numpy as np
 
@@ -81,12 +80,10 @@ from ..kernels.perf_selective import (
 )
 from ..model import Model
 from . import Callback, Result, SolverError, binary_classes
+from .params import as_params
 from .perf import (
-    DEFAULTS as PERF_DEFAULTS,
-)
-from .perf import (
+    Params,
     WorkingSet,
-    _check_params,
     _finish_accumulator,
     _golden,
     _new_accumulator,
@@ -98,18 +95,6 @@ from .perf import (
 )
 
 log = logging.getLogger("ooc_svm")
-
-#: parameters of the selective variant beyond those of :data:`ooc_svm.solvers.perf.DEFAULTS`
-SELECTIVE_DEFAULTS: dict[str, Any] = {
-    # MiB of rows kept in memory between passes (64 bytes per row + 8 per non-zero)
-    "inner_mb": 256.0,
-    # at most this many inner cutting planes between two full passes
-    "max_inner": 2000,
-    # inner loop stops when P~(best) - D <= inner_share * eps * C_perf
-    "inner_share": 0.25,
-}
-
-DEFAULTS: dict[str, Any] = {**PERF_DEFAULTS, "variant": "selective", **SELECTIVE_DEFAULTS}
 
 STOPPING_RULE = (
     "selective: P(w_best) - dual(W) <= eps * C * n, P(w_best) measured by a full pass "
@@ -447,34 +432,48 @@ class _Segment:
 GRID = np.array([0.0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0])
 
 
-def solve(store, engine, params: dict, callback: Callback | None = None, checkpoint=None) -> Result:
-    """Train a linear SVM (OP2) with the selective cutting-plane variant (module docstring)."""
-    params = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+def solve_selective(
+    store,
+    engine,
+    params: Params | dict,
+    *,
+    callback: Callback | None = None,
+    checkpoint=None,
+) -> Result:
+    """Train a linear SVM (OP2) with the selective cutting-plane variant (module docstring).
+
+    ``params``: :class:`ooc_svm.solvers.perf.Params` (or a mapping of its fields; the variant
+    is taken to be ``selective``); ``inner_mb``, ``max_inner`` and ``inner_share`` are this
+    variant's own.
+    """
+    if isinstance(params, Params):
+        params = params.replace(variant="selective")
+    else:
+        params = as_params(Params, {**dict(params or {}), "variant": "selective"})
     meta = store.meta
-    if meta.n_rows == 0:
-        raise SolverError("the store has no rows")
+    params.validate(meta)
     if checkpoint is not None:
-        raise SolverError("perf --variant selective does not support --checkpoint (yet)")
-    loss, _ = _check_params({**params, "variant": "accelerated"}, meta)
+        raise SolverError("perf --variant selective does not support --checkpoint yet")
+    loss = params.resolve_loss(meta)
     if loss != "error":
-        raise SolverError(f"perf --variant selective trains --loss error only (got {loss})")
-    if not float(params["inner_mb"]) >= 0:
-        raise SolverError("--inner-mb must be >= 0")
+        raise SolverError(
+            f"perf --variant selective trains --loss error only (got {loss}); use accelerated"
+        )
     neg, pos = binary_classes(meta)
     n = meta.n_rows
     d = meta.n_features
     dim = d + 1
-    bias = float(params["bias"])
+    bias = float(params.bias)
     C = _resolve_C(params, n)
     Cp = C * n
-    eps = float(params["eps"])
-    mu = float(params["mu"])
-    share = float(params["inner_share"])
-    max_iter = int(params["max_iter"])
-    max_inner = int(params["max_inner"])
-    max_inactive = int(params["max_inactive"])
-    budget = int(float(params["inner_mb"]) * 2**20)
-    ws = WorkingSet(dim, float(params["dense_limit_mb"]) * 2**20)
+    eps = float(params.eps)
+    mu = float(params.mu)
+    share = float(params.inner_share)
+    max_iter = int(params.max_iter)
+    max_inner = int(params.max_inner)
+    max_inactive = int(params.max_inactive)
+    budget = int(float(params.inner_mb) * 2**20)
+    ws = WorkingSet(dim, float(params.dense_limit_mb) * 2**20)
     prog = _Progress(engine, callback)
     atol = _qp_atol(eps)
     kg = GRID
