@@ -52,6 +52,12 @@ Variants (``variant``):
   P(w_b) − D(α) ≤ ε·C_perf, with D the dual value of OP3 over W, a lower bound of the optimum;
   so the returned w_b satisfies P(w_b) ≤ P* + C·n·ε — the same guarantee as Theorem 3.
 
+- ``selective`` (``loss="error"``) — many cheap inner cutting-plane iterations on the rows
+  near the margin kept in memory (``inner_mb``), with the other rows' coefficients fixed at
+  their values from the last full pass (any c ∈ {0,1}ⁿ gives a valid cut), and full passes only
+  to refresh those rows and certify P(w_b) − D ≤ ε·C_perf, the accelerated variant's
+  certificate; see :mod:`ooc_svm.solvers.perf_selective`.
+
 ``C`` is LIBLINEAR's C. ``c_perf`` takes SVMperf's ``-c`` instead: SVMperf measures losses in
 percent, so its objective is ½‖w‖² + c·100·ξ, i.e. C_perf = 100·c and C = 100·c/n (``error``;
 its own help: "c_light = c_perf*100/n for the 'Errorrate' loss") or C = 100·c/m (``roc`` /
@@ -97,7 +103,8 @@ log = logging.getLogger("ooc_svm")
 STOPPING_RULE = (
     "paper: most violated constraint violated by <= eps (xi' <= xi_W + eps, Joachims 2006 "
     "Alg. 1 line 9); accelerated: P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs "
-    "for roc/ordinal)"
+    "for roc/ordinal); selective: the accelerated certificate, P(w_best) measured by a full "
+    "pass"
 )
 
 #: dense float64 vectors over the features perf holds at once per problem (w, w_b, w_c,
