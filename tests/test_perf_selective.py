@@ -280,7 +280,7 @@ def test_selection_budget_bounds_memory(tmp_path):
     """Peak RSS during training (VmHWM reset after imports) of a child process on a store
     ~10× larger than the budget: selective with a 4 MiB budget stays within the accelerated
     variant's peak plus a few budgets; with a budget that holds the whole store it grows by
-    a multiple of the store's size — so the measurement does see the selection."""
+    at least the store's size — so the measurement does see the selection."""
     n, d, k = 60_000, 2_000, 80
     rng = np.random.default_rng(0)
     indptr = np.arange(n + 1, dtype=np.int64) * k
@@ -309,8 +309,8 @@ def test_selection_budget_bounds_memory(tmp_path):
     assert small["selected_mb"] <= 4.0
     assert big["selected_mb"] >= 0.99 * whole_mb
     # transient copies while a pass merges the candidates: a few budgets (module docstring)
-    assert small["rss_mb"] <= acc["rss_mb"] + 6 * 4.0 + 25.0
-    assert big["rss_mb"] >= small["rss_mb"] + 2 * whole_mb
+    assert small["rss_mb"] <= acc["rss_mb"] + 3 * 4.0 + 25.0
+    assert big["rss_mb"] >= small["rss_mb"] + whole_mb
 
 
 # ------------------------------------------------------------------------------------------

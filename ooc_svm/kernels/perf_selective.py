@@ -182,3 +182,16 @@ def hinge_line(mb, dm, k):
         if v > 0.0:
             s += v
     return s
+
+
+@njit(cache=True, nogil=True)
+def copy_rows(indptr, indices, data, rows, out_indptr, out_pos, out_indices, out_data):
+    """Copy rows ``rows`` of a CSR into rows ``out_pos`` of an output CSR whose ``out_indptr``
+    is already filled (a gather from several sources without concatenating them)."""
+    for t in range(rows.shape[0]):
+        i = rows[t]
+        p = out_indptr[out_pos[t]]
+        for k in range(indptr[i], indptr[i + 1]):
+            out_indices[p] = indices[k]
+            out_data[p] = data[k]
+            p += 1

@@ -29,7 +29,7 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   grid point, whose exact plane (and the one at w_c) joins the working set. The same pass
   selects S: the rows nearest the margin along the segment (distance of 1 from the interval
   of their margins, then |1 − margin at w_c|, ties broken by a hash of the row number) that
-  fit the byte budget ``inner_mb``. Each shard returns its closest rows up to ``SHARE`` = 2
+  fit the byte budget ``inner_mb``. Each shard returns its closest rows up to ``SHARE`` = 1.25
   times its share of the budget (CSR slices); partials concatenate these candidate lists and
   merge them down to the budget when they exceed twice of it (:func:`reduce_select`), and the
   driver keeps the closest within the budget. So only O(budget) bytes travel from workers,
@@ -54,9 +54,10 @@ method is the accelerated variant run in memory: two or three passes. The pass's
 keeps P(w_b) monotone when the proposal overshoots (rows outside S changed sides).
 
 Memory: the selection (≤ ``inner_mb`` MiB, counted as 64 bytes per row plus 8 per non-zero;
-default 256) lives in the driver between passes; while a pass merges candidates, transient
-copies add a few budgets (measured: a 4 MiB budget added < 30 MiB of peak RSS over the
-accelerated variant's, tests/test_perf_selective.py). When the budget holds every row, P̃ = P
+default 256) lives in the driver between passes; during a pass the shards' candidates
+(≤ 1.25 budgets) and the merged result add about two budgets more (measured: a 4 MiB budget
+added 12 MiB of peak RSS over the accelerated variant's, a budget holding a 40 MiB store 87
+MiB; tests/test_perf_selective.py). When the budget holds every row, P̃ = P
 and the run is the accelerated variant in memory after one selecting pass. Checkpoints are not
 supported by this variant (yet).
 """
@@ -72,6 +73,7 @@ import numpy as np
 from ..kernels.csr import csr_take_rows, u32
 from ..kernels.perf import accumulate_rows, vdot
 from ..kernels.perf_selective import (
+    copy_rows,
     cut_segment_margins,
     hinge_line,
     select_prefix,
@@ -106,7 +108,7 @@ ROW_BYTES = 64
 #: bytes per selected non-zero: int32 column + float32 value
 NZ_BYTES = 8
 #: a shard returns up to this many times its share of the selection budget
-SHARE = 2.0
+SHARE = 1.25
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 
@@ -139,13 +141,6 @@ def _empty_selection(budget: int) -> dict:
 
 
 _PER_ROW = ("key", "key2", "tie", "row", "ys", "mb", "mc")
-
-
-def _take(sel: dict, order: np.ndarray, indptr, indices, data) -> dict:
-    ip, ix, dt = csr_take_rows(indptr, indices, data, order)
-    out = {k: sel[k][order] for k in _PER_ROW}
-    out.update(budget=sel["budget"], indptr=ip, indices=ix, data=dt)
-    return out
 
 
 def segment_keys(mb: np.ndarray, mc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -194,24 +189,42 @@ def select_rows(indptr, indices, data, ys, mb, mc, row_start: int, budget: int) 
 
 
 def merge_selections(*sels: dict) -> dict:
-    """The closest rows of several selections within the budget (order: key, key2, tie)."""
+    """The closest rows of several selections within the budget (order: key, key2, tie).
+
+    Only the per-row keys are concatenated; the chosen rows' CSR slices are copied from their
+    sources straight into the result, so the peak is the inputs plus the result."""
     sels = tuple(s for s in sels if s["key"].shape[0])
     if len(sels) == 0:
         return _empty_selection(0)
     if len(sels) == 1:
         return sels[0]
-    a = sels[0]
+    budget = sels[0]["budget"]
     cat = {k: np.concatenate([s[k] for s in sels]) for k in _PER_ROW}
-    cat["budget"] = a["budget"]
-    offs = np.cumsum([0] + [int(s["indptr"][-1]) for s in sels])
-    indptr = np.concatenate(
-        [a["indptr"][:1]] + [s["indptr"][1:] + o for s, o in zip(sels, offs, strict=False)]
+    src = np.concatenate(
+        [np.full(s["key"].shape[0], j, dtype=np.int64) for j, s in enumerate(sels)]
     )
-    indices = np.concatenate([s["indices"] for s in sels])
-    data = np.concatenate([s["data"] for s in sels])
+    local = np.concatenate([np.arange(s["key"].shape[0], dtype=np.int64) for s in sels])
+    length = np.concatenate([np.diff(s["indptr"]) for s in sels])
     order = np.lexsort((cat["tie"], cat["key2"], cat["key"]))
-    k = int(select_prefix(indptr, order, ROW_BYTES, NZ_BYTES, a["budget"]))
-    return _take(cat, np.ascontiguousarray(order[:k]), indptr, indices, data)
+    used = np.cumsum(ROW_BYTES + NZ_BYTES * length[order])
+    k = int(np.searchsorted(used, budget, side="right"))
+    take = order[:k]
+    out = {key: v[take] for key, v in cat.items()}
+    del cat
+    indptr = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(length[take], out=indptr[1:])
+    nnz = int(indptr[-1])
+    indices = np.empty(nnz, dtype=sels[0]["indices"].dtype)
+    data = np.empty(nnz, dtype=sels[0]["data"].dtype)
+    src_t = src[take]
+    for j, s in enumerate(sels):
+        pos = np.flatnonzero(src_t == j)
+        if pos.shape[0]:
+            copy_rows(
+                s["indptr"], s["indices"], s["data"], local[take[pos]], indptr, pos, indices, data
+            )
+    out.update(budget=budget, indptr=indptr, indices=indices, data=data)
+    return out
 
 
 def selection_bytes(sel: dict) -> int:
