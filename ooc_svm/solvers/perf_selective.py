@@ -57,7 +57,8 @@ Memory: the selection (≤ ``inner_mb`` MiB, counted as 64 bytes per row plus 8 
 default 256) lives in the driver between passes; during a pass the shards' candidates
 (≤ 1.25 budgets) and the merged result add about two budgets more (measured: a 4 MiB budget
 added 12 MiB of peak RSS over the accelerated variant's, a budget holding a 40 MiB store 87
-MiB; tests/test_perf_selective.py). When the budget holds every row, P̃ = P
+MiB, tests/test_perf_selective.py; on the 1M store the default 256 MiB raised the peak RSS
+from 468 to 1232 MiB, scripts/bench_passes.py). When the budget holds every row, P̃ = P
 and the run is the accelerated variant in memory after one selecting pass. Checkpoints are not
 supported by this variant (yet).
 """
