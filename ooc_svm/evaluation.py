@@ -26,8 +26,14 @@ import math
 import numpy as np
 
 from . import metrics as M
-from .model import Model
-from .scoring import check_compatible, is_ranking_model, make_broadcast, score_shard
+from .model import Model, ovo_labels
+from .scoring import (
+    OvoBroadcast,
+    check_compatible,
+    is_ranking_model,
+    make_broadcast,
+    score_shard,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +55,12 @@ def _eval_fn(shard, bc):
         out["scores"] = [s.astype(np.float32)]
         out["pos"] = [t]
     elif mode == "multiclass":
-        pred = (
-            np.asarray(classes, dtype=np.float64)[np.argmax(s, axis=1)]
-            if s.ndim == 2
-            else np.where(s > 0, classes[-1], classes[0])
-        )
+        if isinstance(sbc, OvoBroadcast):
+            pred = ovo_labels(sbc.model, s)
+        elif s.ndim == 2:
+            pred = np.asarray(classes, dtype=np.float64)[np.argmax(s, axis=1)]
+        else:
+            pred = np.where(s > 0, classes[-1], classes[0])
         out["counts"] = np.array([int(np.count_nonzero(pred == y)), y.shape[0]], dtype=np.int64)
     else:
         out["scores"] = [s.astype(np.float32)]
@@ -72,6 +79,8 @@ def _eval_reduce(a, b):
 
 
 def _mode(model: Model, kind: str) -> tuple[str, tuple]:
+    if model.kind == "ovo":
+        return "multiclass", tuple(float(c) for c in model.classes)
     if kind == "binary" and np.ndim(model.intercept_) == 0:
         classes = (float(model.classes[0]), float(model.classes[-1]))
         if is_ranking_model(model) and model.info.get("loss") == "ordinal":

@@ -63,11 +63,21 @@ class LinearBroadcast:
     b: np.ndarray
 
 
-Broadcast = LinearBroadcast | ScoringBroadcast
+@dataclass
+class OvoBroadcast:
+    """Scoring data of a one-vs-one model (LIBSVM's layout, imported): the model itself,
+    scored per shard in blocks of rows by :func:`ooc_svm.model.ovo_decision_function`."""
+
+    model: Model
+
+
+Broadcast = LinearBroadcast | ScoringBroadcast | OvoBroadcast
 
 
 def make_broadcast(model: Model, n_features: int) -> Broadcast:
     """Picklable scoring data for ``model`` on a store with ``n_features`` columns."""
+    if model.kind == "ovo":
+        return OvoBroadcast(model)
     if model.kind == "linear":
         coef = np.atleast_2d(np.asarray(model.coef_, dtype=np.float64))
         d = max(int(model.n_features), int(n_features))
@@ -81,9 +91,16 @@ def make_broadcast(model: Model, n_features: int) -> Broadcast:
 
 
 def score_shard(shard, bc: Broadcast) -> np.ndarray:
-    """Decision values of every row of a shard: (n,) binary, (n, n_classes) one-vs-rest."""
+    """Decision values of every row of a shard: (n,) binary, (n, n_classes) one-vs-rest,
+    (n, n_pairs) one-vs-one."""
     if isinstance(bc, ScoringBroadcast):
         return expansion_score_shard(shard, bc)
+    if isinstance(bc, OvoBroadcast):
+        from .model import ovo_decision_function
+
+        ix = shard.indices
+        width = max(bc.model.n_features, int(ix.max()) + 1 if ix.size else 0)
+        return ovo_decision_function(bc.model, shard.to_scipy(width))
     W, b = bc.W, bc.b
     n = shard.n_rows
     ix = u32(shard.indices)
@@ -166,6 +183,10 @@ def predictions(model: Model, scores: np.ndarray) -> np.ndarray | None:
     """Predicted labels from decision values (None for ranking models)."""
     if is_ranking_model(model):
         return None
+    if model.kind == "ovo":
+        from .model import ovo_labels
+
+        return ovo_labels(model, scores)
     classes = np.asarray(model.classes, dtype=np.float64)
     if scores.ndim == 2:
         return classes[np.argmax(scores, axis=1)]
@@ -272,9 +293,13 @@ def label_name(c: float) -> str:
 
 def score_columns(model: Model, n_outputs: int) -> list[str]:
     """``score`` for one output, else ``score_<class label>`` per one-vs-rest class."""
-    if n_outputs == 1:
+    if n_outputs == 1 and model.kind != "ovo":
         return ["score"]
-    names = [f"score_{label_name(c)}" for c in model.classes]
+    if model.kind == "ovo":  # one column per pair, LIBSVM's order: (0,1), (0,2), …, (1,2), …
+        c = [label_name(v) for v in model.classes]
+        names = [f"score_{c[i]}_{c[j]}" for i in range(len(c)) for j in range(i + 1, len(c))]
+    else:
+        names = [f"score_{label_name(c)}" for c in model.classes]
     if len(names) != n_outputs or len(set(names)) != n_outputs:
         names = [f"score_{k}" for k in range(n_outputs)]
     return names
@@ -354,7 +379,7 @@ def predict_to_file(
             for y, s, q in iter_scored(store, engine, model, max_rows):
                 cols: dict[str, np.ndarray] = {"label": y}
                 names = score_columns(model, 1 if s.ndim == 1 else s.shape[1])
-                if s.ndim == 2:
+                if s.ndim == 2 and len(names) == s.shape[1]:
                     for k, name in enumerate(names):
                         cols[name] = s[:, k]
                 else:
@@ -392,6 +417,7 @@ def predict_store(
 __all__ = [
     "LinearBroadcast",
     "MismatchError",
+    "OvoBroadcast",
     "RANKING_LOSSES",
     "check_compatible",
     "is_ovr",

@@ -279,3 +279,37 @@ def test_ovr_kernel_model_streamed_equals_in_memory(tmp_path):
         np.testing.assert_array_equal(t[f"score_{c}"], col)
     pred = np.asarray(t["prediction"])
     assert ev["accuracy"] == pytest.approx(np.mean(pred == y))
+
+
+def test_ovo_model_streamed_equals_in_memory(tmp_path):
+    """One-vs-one models (LIBSVM's layout, e.g. imported): predict / evaluate stream them, with
+    one score column per class pair and LIBSVM's voting."""
+    rng = np.random.default_rng(11)
+    X, _ = _data(11, n=130, d=6)
+    y = np.array([1.0, 2.0, 3.0])[rng.integers(0, 3, 130)]
+    st = _store(tmp_path, X, y, shard_rows=40)
+    model = Model(
+        kind="ovo",
+        n_features=6,
+        classes=[1.0, 2.0, 3.0],
+        support_vectors_=sp.csr_matrix(X[:9]),
+        dual_coef_=rng.normal(size=(2, 9)),
+        intercept_=rng.normal(size=3),
+        kernel="rbf",
+        gamma=0.4,
+        info={"n_support": [3, 4, 2]},
+    )
+    model.save(str(tmp_path / "ovo"))
+    model = load_model(str(tmp_path / "ovo"))
+    out = str(tmp_path / "ovo.parquet")
+    with LocalEngine(n_threads=2) as eng:
+        predict_to_file(model, st, eng, out, max_rows=50)
+        ev = evaluate_model(model, st, eng)
+    t = pq.read_table(out).to_pydict()
+    D = model.decision_function(X)
+    for p, name in enumerate(("score_1_2", "score_1_3", "score_2_3")):
+        np.testing.assert_allclose(t[name], D[:, p], rtol=1e-6, atol=1e-7)
+    sure = np.min(np.abs(D), axis=1) > 1e-5
+    np.testing.assert_array_equal(np.asarray(t["prediction"])[sure], model.predict(X)[sure])
+    np.testing.assert_array_equal(model.predict(st), np.asarray(t["prediction"]))
+    assert ev["accuracy"] == pytest.approx(np.mean(np.asarray(t["prediction"]) == y))
