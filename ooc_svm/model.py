@@ -385,12 +385,12 @@ def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
         if coef.shape != want:
             raise _fail(where, "coef", f"has shape {coef.shape}; expected {want} (n_features)")
         out["coef"] = coef
-        extra = [a for a in ("sv_indptr", "sv_indices", "sv_data", "dual_coef") if a in arrays]
-        if extra:
-            raise _fail(where, extra[0], "is present in a linear model")
-        out["sv"], out["dual_coef"], out["support"] = None, None, None
-        return out
-    if "coef" in arrays:
+        kept = ("sv_indptr", "sv_indices", "sv_data", "dual_coef", "support")
+        if not any(a in arrays for a in kept):
+            out["sv"], out["dual_coef"], out["support"] = None, None, None
+            return out
+        # a linear model may keep its SVs and yα (dual solvers, for warm starts): check them
+    elif "coef" in arrays:
         raise _fail(where, "coef", "is present in a kernel model")
     n_sv = m["n_sv"]
     have_sv = any(a in arrays for a in ("sv_indptr", "sv_indices", "sv_data"))
