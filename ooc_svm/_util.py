@@ -1,13 +1,31 @@
 """Small helpers shared across the package (standard library and numpy only, cheap to import).
 
-Sections: CPU count and memory (engine), JSON of numpy values.
-(Atomic writes live here too once the scoring helper adds them.)
+Sections: CPU count and memory (engine), JSON of numpy values, shard cache budget, outputs.
+
+Outputs
+-------
+:func:`open_output` and :func:`atomic_dir` are the one place where ooc-svm creates output
+files and directories:
+
+- ``"-"`` is standard output (never closed by us);
+- a path that exists and is neither a regular file nor a directory (``/dev/stdout``,
+  ``/dev/null``, a FIFO, a terminal) is written **in place**: never replaced by a rename;
+- anything else is written under a temporary name in the same directory and renamed into place
+  when complete (an interrupted write leaves nothing half-written); a symlink to a regular file
+  is followed, so the link stays and its target is replaced;
+- files are created with mode 0666 and directories with 0777, both masked by the process umask,
+  as any Unix tool does (``tempfile`` would give 0600 / 0700).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+import shutil
+import stat
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
 
 # ------------------------------------------------------------------------------------------
 # CPUs and memory (engine)
@@ -112,3 +130,101 @@ def auto_cache_bytes(spec: str = "auto", limit_bytes: int | None = None) -> int:
     if limit_bytes is not None:
         budget = min(budget, int(limit_bytes))
     return max(0, budget)
+
+
+# ------------------------------------------------------------------------------------------
+# outputs (predict files, models)
+# ------------------------------------------------------------------------------------------
+
+STDOUT = "-"
+
+
+def is_special_output(path: str) -> bool:
+    """True for ``-`` and for existing paths that are neither regular files nor directories."""
+    if path == STDOUT:
+        return True
+    try:
+        st = os.stat(path)  # follows symlinks: /dev/stdout -> /proc/self/fd/1 -> pipe
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode))
+
+
+def _temp_name(target: str, prefix: str) -> str:
+    parent = os.path.dirname(target) or "."
+    return os.path.join(parent, f".{prefix}-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def _create_file(path: str, binary: bool) -> IO:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+    return os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8")
+
+
+@contextlib.contextmanager
+def open_output(path: str, *, binary: bool = False, prefix: str = "ooc-svm") -> Iterator[IO]:
+    """Open ``path`` for writing, atomically where it is a regular file (see the module doc).
+
+    Yields a file object. On an exception nothing is left at ``path`` (a regular file is only
+    replaced when the body completed); special files have received what was written so far.
+
+    Raises
+    ------
+    IsADirectoryError
+        When ``path`` is a directory.
+    """
+    path = str(path)
+    if path == STDOUT:
+        f = sys.stdout.buffer if binary else sys.stdout
+        yield f
+        f.flush()
+        return
+    if is_special_output(path):
+        with open(path, "wb" if binary else "w") as f:
+            yield f
+        return
+    target = os.path.realpath(path)  # a symlink to a regular file stays a symlink
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"{path}: is a directory; give a file name")
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    tmp = _temp_name(target, prefix)
+    f = _create_file(tmp, binary)
+    try:
+        with f:
+            yield f
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str, *, prefix: str = "ooc-svm", exists_ok: bool = True) -> Iterator[str]:
+    """Yield a fresh temporary directory next to ``path``; rename it to ``path`` on success.
+
+    An existing directory at ``path`` is replaced (``exists_ok``) only once the new one is
+    complete; an existing non-directory is refused with :class:`FileExistsError`.
+    """
+    path = os.path.abspath(str(path))
+    parent = os.path.dirname(path) or "."
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise FileExistsError(f"{path}: exists and is not a directory; not overwriting")
+    os.makedirs(parent, exist_ok=True)
+    tmp = _temp_name(path, prefix)
+    os.mkdir(tmp, 0o777)  # umask applies
+    try:
+        yield tmp
+        if os.path.isdir(path):
+            if not exists_ok:
+                raise FileExistsError(f"{path}: exists; not overwriting")
+            old = _temp_name(path, prefix + "-old")
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        elif os.path.lexists(path):
+            raise FileExistsError(f"{path}: exists and is not a directory; not overwriting")
+        else:
+            os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -2,7 +2,8 @@
 
 ``fit`` takes an in-memory array / scipy sparse matrix (written to a temporary store, which
 is removed afterwards) **or** a store path / opened store (then ``y`` must be ``None``: the
-labels are the store's). Prediction works on in-memory data.
+labels are the store's). ``predict``, ``decision_function`` and ``score`` take the same: an
+in-memory matrix, or a store that is scored shard by shard (never loaded whole).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ _TMP_SHARD_ROWS = 20_000
 
 def _is_store(X) -> bool:
     return isinstance(X, (str, os.PathLike)) or hasattr(X, "read_shard")
+
+
+def _open(X):
+    """An opened store from a path or a store."""
+    return X if hasattr(X, "read_shard") else open_store(X)
 
 
 class _StoreFromArrays:
@@ -119,17 +125,45 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             self.support_ = np.asarray(m.support_, dtype=np.int64)
 
     def decision_function(self, X):
-        """Signed distance to the hyperplane; (n,) for binary, (n, n_classes) for OvR."""
+        """Signed distance to the hyperplane; (n,) for binary, (n, n_classes) for OvR.
+
+        ``X``: an array / sparse matrix, or a store path / opened store (streamed)."""
         check_is_fitted(self, "model_")
+        if _is_store(X):
+            from .scoring import score_store
+
+            return score_store(self.model_, _open(X))
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         return self.model_.decision_function(sp.csr_matrix(X))
 
-    def predict(self, X):
-        """Predicted class labels (the labels seen in ``fit``)."""
-        s = self.decision_function(X)
+    def _labels(self, s: np.ndarray) -> np.ndarray:
         if s.ndim == 2:
             return self.classes_[np.argmax(s, axis=1)]
         return self.classes_[(s > 0).astype(int)]
+
+    def predict(self, X):
+        """Predicted class labels (the labels seen in ``fit``); ``X`` as for
+        :meth:`decision_function`."""
+        return self._labels(self.decision_function(X))
+
+    def score(self, X, y=None, sample_weight=None):
+        """Mean accuracy on ``X, y``, or on a store (``y=None``: the store's labels), streamed
+        batch by batch: only counts are kept."""
+        if not _is_store(X):
+            return super().score(X, y, sample_weight=sample_weight)
+        if y is not None or sample_weight is not None:
+            raise ValueError("when scoring a store, y and sample_weight must be None")
+        check_is_fitted(self, "model_")
+        from .engine import make_engine
+        from .scoring import iter_scored
+
+        store = _open(X)
+        correct = n = 0
+        with make_engine(None) as engine:
+            for yb, s, _ in iter_scored(store, engine, self.model_, 1_000_000, with_qid=False):
+                correct += int(np.count_nonzero(self._labels(s) == yb))
+                n += yb.shape[0]
+        return correct / n if n else float("nan")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -278,8 +312,12 @@ class OrdinalSVM(BaseEstimator):
         return self
 
     def predict(self, X):
-        """Ranking scores w·x (higher ranks score higher)."""
+        """Ranking scores w·x (higher ranks score higher); ``X`` may be a store (streamed)."""
         check_is_fitted(self, "model_")
+        if _is_store(X):
+            from .scoring import score_store
+
+            return score_store(self.model_, _open(X)) - float(self.model_.intercept_)
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         return np.asarray(sp.csr_matrix(X) @ self.coef_).ravel()
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +31,10 @@ def _as_csr(X, n_features: int) -> sp.csr_matrix:
     elif X.shape[1] > n_features:
         X = X[:, :n_features]
     return X
+
+
+def _is_store(X) -> bool:
+    return isinstance(X, (str, os.PathLike)) or hasattr(X, "read_shard")
 
 
 @dataclass
@@ -69,7 +71,16 @@ class Model:
 
     # -- prediction -----------------------------------------------------------------------
     def decision_function(self, X) -> np.ndarray:
-        """Scores ``f(x)`` (positive → ``classes[1]``); shape (n,) or (n, n_classes) for OvR."""
+        """Scores ``f(x)`` (positive → ``classes[1]``); shape (n,) or (n, n_classes) for OvR.
+
+        ``X`` is a scipy / numpy matrix, or a store (path or opened store): then the store is
+        scored shard by shard (:func:`ooc_svm.scoring.score_store`), never loaded whole.
+        """
+        if _is_store(X):
+            from .scoring import score_store
+            from .store import open_store
+
+            return score_store(self, X if hasattr(X, "read_shard") else open_store(X))
         if self.kind == "ovo":
             return ovo_decision_function(self, X)
         X = _as_csr(X, self.n_features)
@@ -84,10 +95,13 @@ class Model:
         return K @ np.asarray(self.dual_coef_, dtype=np.float64).T + self.intercept_
 
     def predict(self, X) -> np.ndarray:
-        """Predicted labels in the original label values."""
-        if self.kind == "ovo":
+        """Predicted labels in the original label values (``X`` as for
+        :meth:`decision_function`, a store included)."""
+        if self.kind == "ovo" and not _is_store(X):
             return ovo_predict(self, X)
         s = self.decision_function(X)
+        if self.kind == "ovo":
+            return ovo_labels(self, s)
         classes = np.asarray(self.classes, dtype=np.float64)
         if s.ndim == 2:
             return classes[np.argmax(s, axis=1)]
@@ -95,102 +109,374 @@ class Model:
 
     # -- persistence ----------------------------------------------------------------------
     def save(self, path: str) -> None:
-        """Write the model directory atomically (temporary directory, then rename)."""
+        """Write the model directory atomically (temporary directory, then rename), with the
+        process umask (see :func:`ooc_svm._util.atomic_dir`)."""
+        from ._util import atomic_dir
+
         path = os.path.abspath(str(path))
-        parent = os.path.dirname(path) or "."
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".model-", dir=parent)
+        arrays: dict[str, np.ndarray] = {}
+        if self.coef_ is not None:
+            arrays["coef"] = np.asarray(self.coef_, dtype=np.float64)
+        arrays["intercept"] = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
+        if self.support_vectors_ is not None:
+            sv = sp.csr_matrix(self.support_vectors_)
+            arrays["sv_indptr"] = sv.indptr.astype(np.int64)
+            arrays["sv_indices"] = sv.indices.astype(np.int32)
+            arrays["sv_data"] = sv.data.astype(np.float64)
+            arrays["dual_coef"] = np.asarray(self.dual_coef_, dtype=np.float64)
+        if self.support_ is not None:
+            arrays["support"] = np.asarray(self.support_, dtype=np.int64)
+        meta = {
+            "format": MODEL_FORMAT,
+            "version": MODEL_VERSION,
+            "kind": self.kind,
+            "n_features": int(self.n_features),
+            "classes": [float(c) for c in self.classes],
+            "intercept_is_scalar": bool(np.ndim(self.intercept_) == 0),
+            "kernel": self.kernel,
+            "gamma": float(self.gamma),
+            "degree": int(self.degree),
+            "coef0": float(self.coef0),
+            "n_support_vectors": int(
+                0 if self.support_vectors_ is None else self.support_vectors_.shape[0]
+            ),
+            "info": self.info,
+        }
         try:
-            arrays: dict[str, np.ndarray] = {}
-            if self.coef_ is not None:
-                arrays["coef"] = np.asarray(self.coef_, dtype=np.float64)
-            arrays["intercept"] = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
-            if self.support_vectors_ is not None:
-                sv = sp.csr_matrix(self.support_vectors_)
-                arrays["sv_indptr"] = sv.indptr.astype(np.int64)
-                arrays["sv_indices"] = sv.indices.astype(np.int32)
-                arrays["sv_data"] = sv.data.astype(np.float64)
-                arrays["dual_coef"] = np.asarray(self.dual_coef_, dtype=np.float64)
-            if self.support_ is not None:
-                arrays["support"] = np.asarray(self.support_, dtype=np.int64)
-            np.savez(os.path.join(tmp, "arrays.npz"), **arrays)
-            meta = {
-                "format": MODEL_FORMAT,
-                "version": MODEL_VERSION,
-                "kind": self.kind,
-                "n_features": int(self.n_features),
-                "classes": [float(c) for c in self.classes],
-                "intercept_is_scalar": bool(np.ndim(self.intercept_) == 0),
-                "kernel": self.kernel,
-                "gamma": float(self.gamma),
-                "degree": int(self.degree),
-                "coef0": float(self.coef0),
-                "n_support_vectors": int(
-                    0 if self.support_vectors_ is None else self.support_vectors_.shape[0]
-                ),
-                "info": self.info,
-            }
-            with open(os.path.join(tmp, "model.json"), "w") as f:
-                json.dump(meta, f, indent=1, default=json_default)
-            if os.path.isdir(path):
-                old = path + ".old-" + os.path.basename(tmp)
-                os.rename(path, old)
-                os.rename(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-            elif os.path.exists(path):
-                raise ModelError(f"{path}: exists and is not a model directory; not overwriting")
+            with atomic_dir(path, prefix="model") as tmp:
+                np.savez(os.path.join(tmp, "arrays.npz"), **arrays)
+                with open(os.path.join(tmp, "model.json"), "w") as f:
+                    json.dump(meta, f, indent=1, default=json_default)
+        except FileExistsError:
+            raise ModelError(
+                f"{path}: exists and is not a model directory; not overwriting"
+            ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# loading: bounded reads, complete validation
+# --------------------------------------------------------------------------------------------
+
+#: arrays a model may hold (``arrays.npz`` members, without ``.npy``)
+_ARRAY_NAMES = ("coef", "intercept", "sv_indptr", "sv_indices", "sv_data", "dual_coef", "support")
+#: largest model.json read (bytes)
+MAX_META_BYTES = 64 << 20
+#: largest declared (uncompressed) size of all arrays together (bytes)
+MAX_ARRAY_BYTES = 16 << 30
+#: largest polynomial degree accepted (the kernel loops ``degree`` times per value)
+MAX_DEGREE = 1000
+_KERNELS = ("linear", "poly", "rbf", "sigmoid")
+
+
+def _regular_file(path: str, what: str) -> int:
+    """Size of ``path`` if it is a regular file (symlinks followed); ModelError otherwise."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ModelError(f"{os.path.dirname(path)}: not an ooc-svm model (no {what})") from None
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read {what} ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelError(f"{path}: {what} is not a regular file; refusing to read it")
+    return int(st.st_size)
+
+
+def _size_bounds(m: dict) -> dict[str, int]:
+    """Largest plausible byte size of each array member, from model.json (16-byte items)."""
+    nf, k, n_sv = m["n_features"], len(m["classes"]), m["n_sv"]
+    hdr = 4096
+    return {
+        "coef": 16 * k * nf + hdr,
+        "intercept": 16 * k * k + hdr,
+        "sv_indptr": 16 * (n_sv + 1) + hdr,
+        "sv_indices": 16 * n_sv * nf + hdr,
+        "sv_data": 16 * n_sv * nf + hdr,
+        "dual_coef": 16 * k * n_sv + hdr,
+        "support": 16 * n_sv + hdr,
+    }
+
+
+def _read_arrays(where: str, path: str, bounds: dict[str, int]) -> dict[str, np.ndarray]:
+    """Read ``arrays.npz`` without trusting it: only known members, declared sizes checked
+    against the file, against what model.json implies (``bounds``) and against each array's
+    header before anything is decompressed (a zip bomb is refused unread)."""
+    import zipfile
+
+    size = _regular_file(path, "arrays.npz")
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise ModelError(f"{where}: arrays.npz is not a valid npz file ({e})") from None
+    arrays: dict[str, np.ndarray] = {}
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > 2 * len(_ARRAY_NAMES):
+            raise ModelError(f"{where}: arrays.npz has {len(infos)} members; not a model")
+        total = 0
+        for info in infos:
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if name not in _ARRAY_NAMES:
+                raise ModelError(f"{where}: arrays.npz has an unknown member {info.filename!r}")
+            if name in arrays:
+                raise ModelError(f"{where}: arrays.npz has {name!r} twice")
+            if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+                raise ModelError(f"{where}: arrays.npz member {name!r} has inconsistent sizes")
+            if (
+                info.compress_size > size
+                or info.file_size > 1100 * info.compress_size + 4096
+                or info.file_size > bounds[name]
+            ):
+                raise ModelError(
+                    f"{where}: arrays.npz member {name!r} declares {info.file_size} bytes from "
+                    f"{info.compress_size} compressed, more than model.json allows (a zip bomb?); "
+                    "refusing to read it"
+                )
+            total += info.file_size
+            if total > MAX_ARRAY_BYTES:
+                raise ModelError(
+                    f"{where}: arrays.npz declares more than {MAX_ARRAY_BYTES >> 30} GiB of "
+                    "arrays; refusing to read it"
+                )
+            arrays[name] = _read_member(where, zf, info, name)
+    return arrays
+
+
+def _read_member(where: str, zf, info, name: str) -> np.ndarray:
+    import zipfile
+
+    fmt = np.lib.format
+    try:
+        with zf.open(info) as f:
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
             else:
-                os.rename(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+                raise ValueError(f"unsupported .npy version {version}")
+            if dtype.hasobject or dtype.kind not in "biuf" or dtype.fields is not None:
+                raise _fail(where, repr(name), f"has dtype {dtype}; expected real numbers")
+            count = int(np.prod(shape, dtype=object)) if shape else 1
+            if count * dtype.itemsize > info.file_size:
+                raise ModelError(
+                    f"{where}: field {name!r} declares shape {tuple(shape)}, more than the "
+                    f"{info.file_size} bytes stored"
+                )
+            data = f.read(count * dtype.itemsize)
+            if len(data) != count * dtype.itemsize:
+                raise ModelError(f"{where}: field {name!r} is truncated")
+            a = np.frombuffer(data, dtype=dtype)
+            a = a.reshape(shape, order="F" if fortran else "C")
+            return np.array(a, dtype=dtype.newbyteorder("=") if dtype.kind != "b" else dtype)
+    except ModelError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError) as e:
+        raise ModelError(f"{where}: unreadable field {name!r} in arrays.npz ({e})") from None
+
+
+def _fail(where: str, field_: str, why: str) -> ModelError:
+    return ModelError(f"{where}: invalid model: {field_} {why}")
+
+
+def _meta_number(where: str, meta: dict, key: str, kind: type, default=None):
+    v = meta.get(key, default)
+    ok = isinstance(v, (int, float) if kind is float else int) and not isinstance(v, bool)
+    if not ok:
+        raise _fail(where, key, f"must be {'a number' if kind is float else 'an integer'}")
+    v = kind(v)
+    if kind is float and not np.isfinite(v):
+        raise _fail(where, key, "must be finite")
+    return v
+
+
+def _real_array(where: str, arrays: dict, name: str, ndim: tuple[int, ...]) -> np.ndarray:
+    if name not in arrays:
+        raise _fail(where, name, "is missing from arrays.npz")
+    a = arrays[name]
+    if a.dtype.kind not in "iuf" or a.ndim not in ndim:
+        raise _fail(where, name, f"must be a {'/'.join(map(str, ndim))}-D real array")
+    a = a.astype(np.float64)
+    if not np.all(np.isfinite(a)):
+        raise _fail(where, name, "has non-finite values")
+    return a
+
+
+def _int_array(where: str, arrays: dict, name: str) -> np.ndarray:
+    if name not in arrays:
+        raise _fail(where, name, "is missing from arrays.npz")
+    a = arrays[name]
+    if a.dtype.kind not in "iu" or a.ndim != 1:
+        raise _fail(where, name, "must be a 1-D integer array")
+    if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise _fail(where, name, "has values out of range")
+    return a.astype(np.int64)
+
+
+def _check_meta(where: str, meta: dict) -> dict:
+    """Types and ranges of model.json; returns the normalised fields."""
+    out: dict[str, Any] = {}
+    kind = meta.get("kind")
+    if kind not in ("linear", "kernel", "ovo"):
+        raise _fail(where, "kind", f"must be 'linear', 'kernel' or 'ovo', not {kind!r}")
+    out["kind"] = kind
+    nf = _meta_number(where, meta, "n_features", int)
+    if not (1 <= nf <= (1 << 31)):
+        raise _fail(where, "n_features", f"{nf} is out of range")
+    out["n_features"] = nf
+    classes = meta.get("classes")
+    if not isinstance(classes, list) or not all(
+        isinstance(c, (int, float)) and not isinstance(c, bool) for c in classes
+    ):
+        raise _fail(where, "classes", "must be a list of numbers")
+    classes = [float(c) for c in classes]
+    if len(classes) < 2 or not np.all(np.isfinite(classes)) or len(set(classes)) != len(classes):
+        raise _fail(where, "classes", "must hold at least two distinct finite values")
+    out["classes"] = classes
+    scalar = meta.get("intercept_is_scalar", True)
+    if not isinstance(scalar, bool):
+        raise _fail(where, "intercept_is_scalar", "must be true or false")
+    out["scalar"] = scalar
+    kernel = meta.get("kernel", "linear")
+    if kernel not in _KERNELS:
+        raise _fail(where, "kernel", f"must be one of {', '.join(_KERNELS)}, not {kernel!r}")
+    out["kernel"] = kernel
+    out["gamma"] = _meta_number(where, meta, "gamma", float, 0.0)
+    if out["gamma"] < 0:
+        raise _fail(where, "gamma", "must not be negative")
+    out["degree"] = _meta_number(where, meta, "degree", int, 3)
+    if not (0 <= out["degree"] <= MAX_DEGREE):
+        raise _fail(where, "degree", f"must be between 0 and {MAX_DEGREE}")
+    out["coef0"] = _meta_number(where, meta, "coef0", float, 0.0)
+    info = meta.get("info", {})
+    if not isinstance(info, dict):
+        raise _fail(where, "info", "must be a JSON object")
+    out["info"] = info
+    loss = info.get("loss")
+    if kind == "ovo" and scalar:
+        raise _fail(where, "intercept_is_scalar", "must be false for a one-vs-one model")
+    if scalar and len(classes) != 2 and loss != "ordinal":
+        raise _fail(
+            where, "classes", f"has {len(classes)} values but the model is binary (one intercept)"
+        )
+    if not scalar and loss in ("roc", "ordinal"):
+        raise _fail(where, "intercept_is_scalar", f"must be true for a {loss} ranking model")
+    n_sv = meta.get("n_support_vectors", 0)
+    if not isinstance(n_sv, int) or isinstance(n_sv, bool) or n_sv < 0:
+        raise _fail(where, "n_support_vectors", "must be a non-negative integer")
+    out["n_sv"] = n_sv
+    return out
+
+
+def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
+    """Shapes, dtypes, index ranges and finiteness of the arrays against model.json."""
+    nf, k = m["n_features"], len(m["classes"])
+    ovo = m["kind"] == "ovo"
+    n_out = 1 if m["scalar"] else (k * (k - 1) // 2 if ovo else k)
+    out: dict[str, Any] = {}
+    b = _real_array(where, arrays, "intercept", (1,))
+    if b.shape[0] != n_out:
+        raise _fail(where, "intercept", f"has {b.shape[0]} values; expected {n_out}")
+    out["intercept"] = float(b[0]) if m["scalar"] else b
+    if m["kind"] == "linear":
+        coef = _real_array(where, arrays, "coef", (1,) if m["scalar"] else (2,))
+        want = (nf,) if m["scalar"] else (k, nf)
+        if coef.shape != want:
+            raise _fail(where, "coef", f"has shape {coef.shape}; expected {want} (n_features)")
+        out["coef"] = coef
+        kept = ("sv_indptr", "sv_indices", "sv_data", "dual_coef", "support")
+        if not any(a in arrays for a in kept):
+            out["sv"], out["dual_coef"], out["support"] = None, None, None
+            return out
+        # a linear model may keep its SVs and yα (dual solvers, for warm starts): check them
+    elif "coef" in arrays:
+        raise _fail(where, "coef", "is present in a kernel model")
+    n_sv = m["n_sv"]
+    have_sv = any(a in arrays for a in ("sv_indptr", "sv_indices", "sv_data"))
+    if not have_sv:
+        if n_sv != 0:
+            raise _fail(where, "sv_indptr", "is missing from arrays.npz")
+        out["sv"] = None
+    else:
+        indptr = _int_array(where, arrays, "sv_indptr")
+        indices = _int_array(where, arrays, "sv_indices")
+        data = _real_array(where, arrays, "sv_data", (1,))
+        if indptr.shape[0] != n_sv + 1:
+            raise _fail(
+                where, "sv_indptr", f"has {indptr.shape[0]} entries; expected n_SV + 1 = {n_sv + 1}"
+            )
+        if indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != indices.shape[0]:
+            raise _fail(where, "sv_indptr", "must rise monotonically from 0 to nnz")
+        if data.shape[0] != indices.shape[0]:
+            n_ix = indices.shape[0]
+            raise _fail(where, "sv_data", f"has {data.shape[0]} values for {n_ix} indices")
+        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= nf):
+            raise _fail(where, "sv_indices", f"must lie in 0 <= index < n_features = {nf}")
+        out["sv"] = sp.csr_matrix((data, indices.astype(np.int32), indptr), shape=(n_sv, nf))
+    dc = _real_array(where, arrays, "dual_coef", (1,) if m["scalar"] else (2,))
+    want = (n_sv,) if m["scalar"] else ((k - 1) if ovo else k, n_sv)
+    if dc.shape != want:
+        raise _fail(where, "dual_coef", f"has shape {dc.shape}; expected {want} (n_SV)")
+    out["dual_coef"] = dc
+    out["support"] = None
+    if "support" in arrays:
+        sup = _int_array(where, arrays, "support")
+        if sup.shape[0] != n_sv or (sup.size and int(sup.min()) < 0):
+            raise _fail(where, "support", f"must hold {n_sv} non-negative row indices")
+        out["support"] = sup
+    return out
 
 
 def load_model(path: str) -> Model:
-    """Load a model directory written by :meth:`Model.save` (never unpickles anything)."""
+    """Load a model directory written by :meth:`Model.save` (never unpickles anything).
+
+    Everything is validated before use (types, shapes, index ranges, finiteness, the class
+    list against the kind of model); any problem is a one-line :class:`ModelError` naming the
+    model and the field.
+    """
     path = str(path)
+    where = path
+    mpath = os.path.join(path, "model.json")
+    if not os.path.exists(mpath) and not os.path.islink(mpath):
+        raise ModelError(f"{path}: not an ooc-svm model (no model.json)")
+    size = _regular_file(mpath, "model.json")
+    if size > MAX_META_BYTES:
+        raise ModelError(f"{path}: model.json is {size} bytes; not a model")
     try:
-        with open(os.path.join(path, "model.json")) as f:
-            meta = json.load(f)
-    except FileNotFoundError:
-        raise ModelError(f"{path}: not an ooc-svm model (no model.json)") from None
+        with open(mpath, encoding="utf-8") as f:
+            meta = json.loads(f.read(MAX_META_BYTES + 1))
     except (ValueError, UnicodeDecodeError) as e:
         raise ModelError(f"{path}: unreadable model.json ({e})") from None
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read model.json ({e.strerror})") from None
     if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
         raise ModelError(f"{path}: not an ooc-svm model")
-    if int(meta.get("version", 0)) > MODEL_VERSION:
+    version = meta.get("version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise _fail(where, "version", f"{version!r} is not a model format version")
+    if version > MODEL_VERSION:
         raise ModelError(
             f"{path}: model format version {meta.get('version')} is newer than this ooc-svm "
             "supports; upgrade ooc-svm"
         )
-    try:
-        with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise ModelError(f"{path}: unreadable arrays.npz ({e})") from None
-    n_features = int(meta["n_features"])
-    intercept = arrays["intercept"]
-    intercept = float(intercept[0]) if meta.get("intercept_is_scalar", True) else intercept
-    sv = None
-    if "sv_indptr" in arrays:
-        sv = sp.csr_matrix(
-            (arrays["sv_data"], arrays["sv_indices"], arrays["sv_indptr"]),
-            shape=(len(arrays["sv_indptr"]) - 1, n_features),
-        )
+    m = _check_meta(where, meta)
+    arrays = _read_arrays(where, os.path.join(path, "arrays.npz"), _size_bounds(m))
+    a = _check_arrays(where, m, arrays)
     model = Model(
-        kind=str(meta["kind"]),
-        n_features=n_features,
-        classes=[float(c) for c in meta["classes"]],
-        coef_=arrays.get("coef"),
-        intercept_=intercept,
-        support_vectors_=sv,
-        dual_coef_=arrays.get("dual_coef"),
-        support_=arrays.get("support"),
-        kernel=str(meta.get("kernel", "linear")),
-        gamma=float(meta.get("gamma", 0.0)),
-        degree=int(meta.get("degree", 3)),
-        coef0=float(meta.get("coef0", 0.0)),
-        info=dict(meta.get("info", {})),
+        kind=m["kind"],
+        n_features=m["n_features"],
+        classes=m["classes"],
+        coef_=a.get("coef"),
+        intercept_=a["intercept"],
+        support_vectors_=a["sv"],
+        dual_coef_=a["dual_coef"],
+        support_=a["support"],
+        kernel=m["kernel"],
+        gamma=m["gamma"],
+        degree=m["degree"],
+        coef0=m["coef0"],
+        info=dict(m["info"]),
     )
     if model.kind == "ovo":
         validate_ovo(model, path)

@@ -159,8 +159,8 @@ def child_liblinear(cfg: dict) -> dict:
 
 def child_rank(cfg: dict) -> dict:
     from ooc_svm.api import train
-    from ooc_svm.commands.evaluate import evaluate_model
     from ooc_svm.engine import LocalEngine
+    from ooc_svm.evaluation import evaluate_model
     from ooc_svm.store import open_store
 
     tr = open_store(cfg["train"])

@@ -14,11 +14,11 @@ from sklearn import metrics as skm
 
 from ooc_svm.api import train
 from ooc_svm.cli import main
-from ooc_svm.commands.evaluate import evaluate_model
-from ooc_svm.commands.predict import predict_to_file, shard_batches
 from ooc_svm.engine import LocalEngine
+from ooc_svm.evaluation import evaluate_model
 from ooc_svm.metrics import kendall_tau, ndcg_at_k, pairwise_accuracy
 from ooc_svm.model import Model, load_model
+from ooc_svm.scoring import predict_to_file, shard_batches
 from ooc_svm.store import csr_to_shards, open_store, write_store
 
 
@@ -147,8 +147,8 @@ def test_one_vs_rest_linear_model(tmp_path):
         ev = evaluate_model(model, st, eng)
     t = pq.read_table(out).to_pydict()
     S = model.decision_function(X)
-    for k in range(3):
-        np.testing.assert_allclose(t[f"score_{k}"], S[:, k], rtol=1e-12)
+    for k in range(3):  # columns named by class label (issue 13 item 5): score_1 .. score_3
+        np.testing.assert_allclose(t[f"score_{k + 1}"], S[:, k], rtol=1e-12)
     np.testing.assert_array_equal(t["prediction"], model.predict(X))
     assert ev["accuracy"] == pytest.approx(np.mean(model.predict(X) == y))
 
@@ -187,3 +187,129 @@ def test_store_with_more_features_than_model(binary, tmp_path):
         predict_to_file(model, st, eng, out)
     t = pq.read_table(out).to_pydict()
     np.testing.assert_allclose(t["score"], model.decision_function(X), rtol=1e-12, atol=1e-12)
+
+
+# --- issue 13 item 5: ranking models, class-label columns, CSV -------------------------------
+
+
+def test_ranking_model_evaluate_says_threshold_not_trained(tmp_path, capsys):
+    X, y = _data(7, labels=(-1.0, 1.0))
+    st = _store(tmp_path, X, y)
+    res = train(st, "perf", C=1.0, loss="roc")
+    mpath = str(tmp_path / "roc")
+    res.model.save(mpath)
+    with LocalEngine() as eng:
+        ev = evaluate_model(res.model, st, eng)
+    keys = list(ev)
+    assert ev["threshold_trained"] is False
+    assert keys[:3] == ["n", "prbep", "auc"]  # threshold-free metrics first
+    assert main(["evaluate", mpath, st.path]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("note: ") and "threshold is not trained" in out[0]
+    assert [ln.split()[0] for ln in out[1:4]] == ["n", "prbep", "auc"]
+    # a classifier keeps its order and has no note
+    clf = train(st, "perf", C=1.0).model
+    with LocalEngine() as eng:
+        ev = evaluate_model(clf, st, eng)
+    assert "threshold_trained" not in ev and list(ev)[:2] == ["n", "accuracy"]
+
+
+def test_multiclass_columns_by_label_and_csv(tmp_path):
+    rng = np.random.default_rng(8)
+    X = sp.csr_matrix(rng.normal(size=(60, 4)).astype(np.float32).astype(np.float64))
+    y = np.array([-1.0, 5.0, 105.0])[rng.integers(0, 3, 60)]
+    st = _store(tmp_path, X, y)
+    model = Model(
+        kind="linear",
+        n_features=4,
+        classes=[-1.0, 5.0, 105.0],
+        coef_=rng.normal(size=(3, 4)),
+        intercept_=rng.normal(size=3),
+    )
+    out = str(tmp_path / "o.csv")
+    with LocalEngine() as eng:
+        predict_to_file(model, st, eng, out)
+    with open(out) as f:
+        header = f.readline().strip()
+    assert header == "label,score_-1,score_5,score_105,prediction"
+    arr = np.loadtxt(out, delimiter=",", skiprows=1)
+    np.testing.assert_allclose(arr[:, 1:4], model.decision_function(X), rtol=1e-12)
+
+
+def test_ovr_kernel_model_streamed_equals_in_memory(tmp_path):
+    """One-vs-rest kernel models (issue 12 item 4): the streamed multi-class expansion gives
+    each class the same value as that class's binary expansion, bit for bit."""
+    from ooc_svm.expansion import score_shard, scoring_broadcast
+
+    X, _ = _data(9, n=150, d=7)
+    y = np.array([1.0, 2.0, 3.0])[np.random.default_rng(9).integers(0, 3, 150)]
+    st = _store(tmp_path, X, y, shard_rows=40)
+    rng = np.random.default_rng(10)
+    coef = rng.normal(size=(3, 12))
+    model = Model(
+        kind="kernel",
+        n_features=7,
+        classes=[1.0, 2.0, 3.0],
+        support_vectors_=sp.csr_matrix(X[:12]),
+        dual_coef_=coef,
+        intercept_=rng.normal(size=3),
+        kernel="rbf",
+        gamma=0.3,
+    )
+    with LocalEngine(n_threads=2) as eng:
+        ev = evaluate_model(model, st, eng)
+        out = str(tmp_path / "k.parquet")
+        predict_to_file(model, st, eng, out, max_rows=50)
+    t = pq.read_table(out).to_pydict()
+    S = model.decision_function(X)
+    for k, c in enumerate((1, 2, 3)):
+        np.testing.assert_allclose(t[f"score_{c}"], S[:, k], rtol=1e-6, atol=1e-7)
+        binary = Model(
+            kind="kernel",
+            n_features=7,
+            classes=[0.0, 1.0],
+            support_vectors_=sp.csr_matrix(X[:12]),
+            dual_coef_=coef[k],
+            intercept_=float(model.intercept_[k]),
+            kernel="rbf",
+            gamma=0.3,
+        )
+        bb = scoring_broadcast(binary)
+        col = np.concatenate([score_shard(st.read_shard(i), bb) for i in range(st.n_shards)])
+        np.testing.assert_array_equal(t[f"score_{c}"], col)
+    pred = np.asarray(t["prediction"])
+    assert ev["accuracy"] == pytest.approx(np.mean(pred == y))
+
+
+def test_ovo_model_streamed_equals_in_memory(tmp_path):
+    """One-vs-one models (LIBSVM's layout, e.g. imported): predict / evaluate stream them, with
+    one score column per class pair and LIBSVM's voting."""
+    rng = np.random.default_rng(11)
+    X, _ = _data(11, n=130, d=6)
+    y = np.array([1.0, 2.0, 3.0])[rng.integers(0, 3, 130)]
+    st = _store(tmp_path, X, y, shard_rows=40)
+    model = Model(
+        kind="ovo",
+        n_features=6,
+        classes=[1.0, 2.0, 3.0],
+        support_vectors_=sp.csr_matrix(X[:9]),
+        dual_coef_=rng.normal(size=(2, 9)),
+        intercept_=rng.normal(size=3),
+        kernel="rbf",
+        gamma=0.4,
+        info={"n_support": [3, 4, 2]},
+    )
+    model.save(str(tmp_path / "ovo"))
+    model = load_model(str(tmp_path / "ovo"))
+    out = str(tmp_path / "ovo.parquet")
+    with LocalEngine(n_threads=2) as eng:
+        predict_to_file(model, st, eng, out, max_rows=50)
+        ev = evaluate_model(model, st, eng)
+    t = pq.read_table(out).to_pydict()
+    D = model.decision_function(X)
+    for p, name in enumerate(("score_1_2", "score_1_3", "score_2_3")):
+        np.testing.assert_allclose(t[name], D[:, p], rtol=1e-6, atol=1e-7)
+    sure = np.min(np.abs(D), axis=1) > 1e-5
+    np.testing.assert_array_equal(np.asarray(t["prediction"])[sure], model.predict(X)[sure])
+    np.testing.assert_array_equal(model.predict(st), np.asarray(t["prediction"]))
+    assert ev["accuracy"] == pytest.approx(np.mean(np.asarray(t["prediction"]) == y))

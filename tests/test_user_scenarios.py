@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import build_store, dataset, ooc_cmd
 
 from ooc_svm.store import csr_to_shards, write_store
 
@@ -215,3 +217,403 @@ def test_item8_perf_ctrl_c_within_a_second(tmp_path, store, flags):
     assert said is not None and said < 1.0, said
     assert gone < 3.0, gone
     assert not (tmp_path / "m.json").exists()
+
+
+# items 2, 4, 5, 6, 9 (scoring): helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _run(cwd, *args, **kw):
+    kw.setdefault("timeout", 600)
+    return subprocess.run(ooc_cmd(*args), cwd=cwd, capture_output=True, text=True, **kw)
+
+
+def _svmlight_head(src, dst, n, keep=None):
+    """The first ``n`` lines of a (possibly compressed) SVMlight file whose label passes
+    ``keep``, written as plain text."""
+    import bz2
+    import gzip
+
+    opener = (
+        bz2.open if str(src).endswith(".bz2") else gzip.open if str(src).endswith(".gz") else open
+    )
+    out = []
+    with opener(src, "rt") as f:
+        for line in f:
+            if keep is None or keep(float(line.split(None, 1)[0])):
+                out.append(line)
+            if len(out) >= n:
+                break
+    with open(dst, "w") as f:
+        f.writelines(out)
+
+
+# --------------------------------------------------------------------------------------------
+# item 2: standard output, special files, closed pipes
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    """A 6,000-row binary store and a linear model, relative paths under one directory."""
+    tmp = tmp_path_factory.mktemp("item2")
+    rng = np.random.default_rng(0)
+    X = sp.random(6000, 12, density=0.5, random_state=0, format="csr", dtype=np.float32)
+    y = np.where(X @ rng.normal(size=12) > 0, 1.0, -1.0)
+    build_store(tmp / "s.zarr", X, y, shard_rows=1000)
+    r = _run(tmp, "train", "--solver", "perf", "s.zarr", "-o", "m")
+    assert r.returncode == 0, r.stderr
+    r = _run(tmp, "predict", "m", "s.zarr", "-o", "ref.tsv")
+    assert r.returncode == 0, r.stderr
+    return tmp
+
+
+def test_item2_predict_to_stdout(scored):
+    r = _run(scored, "predict", "m", "s.zarr", "-o", "-")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (scored / "ref.tsv").read_text()
+    assert not (scored / "-").exists()
+    assert "6000 rows -> standard output" in r.stderr
+
+
+def test_item2_dev_stdout_written_in_place(scored):
+    """``-o /dev/stdout``: written through, never replaced by a rename. The test uses its own
+    link made like /dev/stdout (-> /proc/self/fd/1), so that a regression (or old code) cannot
+    replace the system's /dev/stdout while the test runs as root."""
+    link = scored / "stdout-link"
+    if not link.is_symlink():
+        os.symlink("/proc/self/fd/1", link)
+    r = _run(scored, "predict", "m", "s.zarr", "-o", "stdout-link")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (scored / "ref.tsv").read_text()
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    assert "6000 rows -> stdout-link" in r.stderr  # the summary does not mix with the data
+
+
+def test_item2_dev_null_and_fifo(scored):
+    r = _run(scored, "predict", "m", "s.zarr", "-o", "/dev/null")
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = scored / "pipe.tsv"
+    os.mkfifo(fifo)
+    with open(scored / "from_fifo.tsv", "wb") as sink:
+        reader = subprocess.Popen(["cat", str(fifo)], stdout=sink)
+        r = _run(scored, "predict", "m", "s.zarr", "-o", "pipe.tsv", timeout=300)
+        reader.wait(timeout=120)
+    got = (scored / "from_fifo.tsv").read_text()
+    assert r.returncode == 0, r.stderr
+    assert got == (scored / "ref.tsv").read_text()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still the FIFO, not replaced by a file
+    assert not [p for p in os.listdir(scored) if p.startswith(".predict")]
+
+
+def test_item2_closed_pipe_ends_quietly(scored):
+    """``ooc-svm predict ... -o - | head -1``: exit status 141 (128 + SIGPIPE, what a shell
+    reports for cat/grep/sort in the same place) and nothing on stderr."""
+    p = subprocess.Popen(
+        ooc_cmd("predict", "m", "s.zarr", "-o", "-"),
+        cwd=scored,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    first = p.stdout.readline()
+    p.stdout.close()  # what `head -1` does after its line
+    err = p.stderr.read().decode()
+    rc = p.wait(timeout=300)
+    assert first.startswith(b"label\tscore")
+    assert rc == 141, err
+    assert err == ""
+    # the same through a real shell pipeline
+    sh = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "set -o pipefail; "
+            + " ".join(ooc_cmd("predict", "m", "s.zarr", "-o", "-"))
+            + " | head -1",
+        ],
+        cwd=scored,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert sh.stdout.startswith("label\tscore") and sh.stdout.count("\n") == 1
+    assert sh.returncode == 141 and sh.stderr == ""
+
+
+# --------------------------------------------------------------------------------------------
+# item 4: one-vs-rest kernel models score (local and Dask)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ovr_kernel(tmp_path_factory):
+    """3-class store, an RBF one-vs-rest model trained by smo, relative paths."""
+    tmp = tmp_path_factory.mktemp("item4")
+    rng = np.random.default_rng(4)
+    centers = rng.normal(scale=2.0, size=(3, 8))
+    lab = rng.integers(0, 3, 240)
+    X = sp.csr_matrix((centers[lab] + rng.normal(size=(240, 8))).astype(np.float32))
+    from ooc_svm.store import csr_to_shards, write_store
+
+    write_store(
+        str(tmp / "mc.zarr"),
+        csr_to_shards(X, lab + 1.0, shard_rows=50),
+        n_features=8,
+        label_kind="multiclass",
+    )
+    r = _run(
+        tmp, "train", "--solver", "smo", "--kernel", "rbf", "--gamma", "0.2", "mc.zarr", "-o", "rbf"
+    )
+    assert r.returncode == 0, r.stderr
+    return tmp, X, lab + 1.0
+
+
+def test_item4_ovr_kernel_predict_and_evaluate_local(ovr_kernel):
+    from ooc_svm.model import load_model
+
+    tmp, X, y = ovr_kernel
+    model = load_model(str(tmp / "rbf"))
+    assert model.kind == "kernel" and np.ndim(model.intercept_) == 1
+    r = _run(tmp, "predict", "rbf", "mc.zarr", "-o", "p.csv")
+    assert r.returncode == 0, r.stderr
+    with open(tmp / "p.csv") as f:
+        header = f.readline().strip().split(",")
+    assert header == ["label", "score_1", "score_2", "score_3", "prediction"]
+    arr = np.loadtxt(tmp / "p.csv", delimiter=",", skiprows=1)
+    S = model.decision_function(X)  # in memory, the dense kernel matrix
+    np.testing.assert_allclose(arr[:, 1:4], S, rtol=1e-6, atol=1e-6)  # float32 store data
+    np.testing.assert_array_equal(arr[:, 4], model.predict(X))
+    r = _run(tmp, "evaluate", "rbf", "mc.zarr", "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    ev = json.loads(r.stdout)
+    assert ev["n"] == 240
+    assert ev["accuracy"] == pytest.approx(np.mean(model.predict(X) == y))
+    assert ev["accuracy"] > 0.8
+
+
+@pytest.mark.cluster
+def test_item4_ovr_kernel_on_dask_processes(ovr_kernel):
+    """The same scores through a 2-worker process cluster (``--scheduler processes``)."""
+    pytest.importorskip("distributed")
+    tmp, _, _ = ovr_kernel
+    ref = _run(tmp, "predict", "rbf", "mc.zarr", "-o", "local.tsv")
+    assert ref.returncode == 0, ref.stderr
+    r = _run(
+        tmp,
+        "predict",
+        "rbf",
+        "mc.zarr",
+        "-o",
+        "dask.tsv",
+        "--scheduler",
+        "processes",
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp / "dask.tsv").read_bytes() == (tmp / "local.tsv").read_bytes()
+    r = _run(
+        tmp,
+        "evaluate",
+        "rbf",
+        "mc.zarr",
+        "--json",
+        "--scheduler",
+        "processes",
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_item4_ovr_kernel_memory_is_bounded(ovr_kernel):
+    """Scores are computed per shard: the pass never holds more than one shard's kernel
+    values per thread (checked by scoring shard by shard equals scoring all rows)."""
+    from ooc_svm.engine import LocalEngine
+    from ooc_svm.model import load_model
+    from ooc_svm.scoring import iter_scored
+    from ooc_svm.store import open_store
+
+    tmp, X, _ = ovr_kernel
+    model = load_model(str(tmp / "rbf"))
+    st = open_store(str(tmp / "mc.zarr"))
+    with LocalEngine(n_threads=2) as eng:
+        batches = list(iter_scored(st, eng, model, max_rows=50))
+    assert len(batches) == st.n_shards and max(b[1].shape[0] for b in batches) <= 50
+    np.testing.assert_allclose(
+        np.vstack([b[1] for b in batches]), model.decision_function(X), rtol=1e-6, atol=1e-6
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# item 5: model and data must match (real data)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """Small real stores: a9a, a9a.t, w8a, sector (classes 1-3) and sector test; models."""
+    a9a = dataset("a9a/a9a")
+    a9at = dataset("a9a/a9a.t.gz")
+    w8a = dataset("w8a/w8a.bz2")
+    sec = dataset("sector/sector.scale.bz2")
+    sect = dataset("sector/sector.t.scale.bz2")
+    tmp = tmp_path_factory.mktemp("item5")
+    _svmlight_head(a9a, tmp / "a9a.txt", 2000)
+    _svmlight_head(a9at, tmp / "a9at.txt", 1000)
+    _svmlight_head(w8a, tmp / "w8a.txt", 1000)
+    _svmlight_head(sec, tmp / "sector.txt", 200, keep=lambda c: c <= 3)
+    _svmlight_head(sect, tmp / "sectort.txt", 300)
+    for src, dst, extra in [
+        ("a9a.txt", "a9a.zarr", ["--n-features", "123"]),
+        ("a9at.txt", "a9at.zarr", []),
+        ("w8a.txt", "w8a.zarr", []),
+        ("sector.txt", "sector.zarr", ["--label-kind", "multiclass", "--n-features", "55197"]),
+        ("sectort.txt", "sectort.zarr", ["--label-kind", "multiclass", "--n-features", "55197"]),
+        ("a9at.txt", "a9at122.zarr", ["--n-features", "122"]),
+    ]:
+        r = _run(tmp, "ingest", src, dst, *extra)
+        assert r.returncode == 0, r.stderr
+    for args in [
+        ("--solver", "perf", "a9a.zarr", "-o", "a9a.model"),
+        ("--solver", "perf", "sector.zarr", "-o", "sector.model"),
+        ("--solver", "smo", "--kernel", "rbf", "a9at122.zarr", "-o", "rbf122.model"),
+        ("--solver", "perf", "--loss", "roc", "a9a.zarr", "-o", "roc.model"),
+    ]:
+        r = _run(tmp, "train", *args)
+        assert r.returncode == 0, r.stderr
+    return tmp
+
+
+def _one_error_line(r):
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1, r.stderr
+    assert len(lines) == 1 and lines[0].startswith("ooc-svm: error: "), r.stderr
+    return lines[0]
+
+
+def test_item5_sector_model_on_a9a_test_is_refused(real):
+    for cmd in ("evaluate", "predict"):
+        extra = ["-o", "x.tsv"] if cmd == "predict" else []
+        line = _one_error_line(_run(real, cmd, "sector.model", "a9at.zarr", *extra))
+        assert "sector.model" in line and "a9at.zarr" in line and "-1" in line
+    assert not (real / "x.tsv").exists()
+
+
+def test_item5_a9a_model_on_sector_test_is_refused(real):
+    for cmd in ("evaluate", "predict"):
+        extra = ["-o", "x.tsv"] if cmd == "predict" else []
+        line = _one_error_line(_run(real, cmd, "a9a.model", "sectort.zarr", *extra))
+        assert "binary classifier" in line and "sectort.zarr" in line
+    assert not (real / "x.tsv").exists()
+
+
+def test_item5_ranking_model_on_class_labels_is_refused(real):
+    line = _one_error_line(_run(real, "evaluate", "roc.model", "sectort.zarr"))
+    assert "ranking model" in line and "class labels" in line
+
+
+def test_item5_more_features_warns_once(real):
+    from ooc_svm.model import load_model
+
+    assert load_model(str(real / "rbf122.model")).n_features == 122
+    r = _run(real, "evaluate", "rbf122.model", "w8a.zarr")
+    assert r.returncode == 0, r.stderr
+    warn = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert len(warn) == 1 and "w8a.zarr has 300 features" in warn[0] and "122" in warn[0]
+
+
+def test_item5_fewer_features_is_fine(real):
+    """a9a.t (122 features used) against the 123-feature a9a model, as in LIBLINEAR."""
+    r = _run(real, "evaluate", "a9a.model", "a9at.zarr", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr
+    import json
+
+    assert json.loads(r.stdout)["accuracy"] > 0.8
+
+
+# --------------------------------------------------------------------------------------------
+# item 6: scoring stores from Python, streamed
+# --------------------------------------------------------------------------------------------
+
+
+def test_item6_estimators_and_model_score_stores(tmp_path, monkeypatch):
+    from ooc_svm import SVC, LinearSVC, load_model
+    from ooc_svm.store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(6)
+    X = sp.random(900, 10, density=0.5, random_state=6, format="csr", dtype=np.float32)
+    y = np.where(X @ rng.normal(size=10) > 0.1, 1.0, -1.0)
+    build_store("tr.zarr", X[:600], y[:600], shard_rows=100)
+    build_store("te.zarr", X[600:], y[600:], shard_rows=64)
+    Xte = sp.csr_matrix(X[600:], dtype=np.float64)
+    for est in (LinearSVC(C=1.0), SVC(C=1.0, gamma=0.5)):
+        est.fit("tr.zarr")
+        for store in ("te.zarr", open_store("te.zarr")):
+            # (the in-memory kernel matrix and the streamed expansion round differently)
+            s_mem = est.decision_function(Xte)
+            np.testing.assert_allclose(est.decision_function(store), s_mem, rtol=1e-6, atol=1e-6)
+            sure = np.abs(s_mem) > 1e-5
+            np.testing.assert_array_equal(est.predict(store)[sure], est.predict(Xte)[sure])
+            assert est.score(store) == pytest.approx(est.score(Xte, y[600:]))
+        est.model_.save("m")
+        m = load_model("m")
+        s_mem = m.decision_function(Xte)
+        sure = np.abs(s_mem) > 1e-5
+        np.testing.assert_array_equal(m.predict("te.zarr")[sure], m.predict(Xte)[sure])
+        np.testing.assert_allclose(
+            m.decision_function(open_store("te.zarr")), s_mem, rtol=1e-6, atol=1e-6
+        )
+
+
+def test_item6_store_is_scored_shard_by_shard(tmp_path, monkeypatch):
+    """No whole-store load: the estimator scores the store one shard at a time (every shard
+    once, never more rows at once than a shard holds)."""
+    import ooc_svm.scoring as scoring
+    from ooc_svm import LinearSVC
+    from ooc_svm.store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(7)
+    X = sp.random(500, 6, density=0.6, random_state=7, format="csr", dtype=np.float32)
+    y = np.where(X @ rng.normal(size=6) > 0.1, 1.0, -1.0)
+    build_store("s.zarr", X, y, shard_rows=50)
+    est = LinearSVC().fit("s.zarr")
+    st = open_store("s.zarr")
+    seen = []
+    orig = scoring.score_shard
+
+    def spy(shard, bc):
+        seen.append((shard.row_start, shard.n_rows))
+        return orig(shard, bc)
+
+    monkeypatch.setattr(scoring, "score_shard", spy)
+    pred = est.predict("s.zarr")
+    assert sorted(seen) == [(50 * i, 50) for i in range(st.n_shards)]
+    assert pred.shape == (500,)
+
+
+# --------------------------------------------------------------------------------------------
+# item 9: outputs follow the process umask
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_item9_outputs_follow_umask(tmp_path, umask, file_mode, dir_mode):
+    rng = np.random.default_rng(9)
+    X = sp.random(200, 5, density=0.6, random_state=9, format="csr", dtype=np.float32)
+    y = np.where(X @ rng.normal(size=5) > 0.1, 1.0, -1.0)
+    build_store(tmp_path / "s.zarr", X, y, shard_rows=100)
+    kw = {"umask": umask, "timeout": 300}
+    assert _run(tmp_path, "train", "--solver", "perf", "s.zarr", "-o", "m", **kw).returncode == 0
+    assert _run(tmp_path, "predict", "m", "s.zarr", "-o", "p.tsv", **kw).returncode == 0
+    assert _run(tmp_path, "predict", "m", "s.zarr", "-o", "p.parquet", **kw).returncode == 0
+    assert stat.S_IMODE(os.stat(tmp_path / "m").st_mode) == dir_mode
+    for f in ("m/model.json", "m/arrays.npz", "p.tsv", "p.parquet"):
+        assert stat.S_IMODE(os.stat(tmp_path / f).st_mode) == file_mode, f
+    # replacing an existing output keeps following the umask
+    assert _run(tmp_path, "predict", "m", "s.zarr", "-o", "p.tsv", **kw).returncode == 0
+    assert stat.S_IMODE(os.stat(tmp_path / "p.tsv").st_mode) == file_mode

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .kernel_functions import kernel_from_dot
+
 # ------------------------------------------------------------------------------------------
 # X·w and friends
 # ------------------------------------------------------------------------------------------
@@ -328,6 +330,62 @@ def dot_work(n_features: int, dense: bool | None = None) -> np.ndarray:
     if dense is None:
         dense = n_features <= DENSE_WORK_MAX_FEATURES
     return np.zeros(n_features if dense else 0, dtype=np.float64)
+
+
+# ------------------------------------------------------------------------------------------
+# kernel-model scoring, several classes at once (one-vs-rest)
+# ------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def kernel_scores_csc_multi(
+    a_indptr,
+    a_indices,
+    a_data,
+    a_sq,
+    svt_indptr,
+    svt_indices,
+    svt_data,
+    sv_sq,
+    coef,
+    code,
+    gamma,
+    degree,
+    coef0,
+    acc,
+    kval,
+    out,
+):
+    """out[i, c] = Σ_j coef[c, j] K(sv_j, a_i) for every class c, each kernel value computed
+    once (one-vs-rest kernel models share their support vectors).
+
+    The SVs are given transposed (CSC over features, as for
+    :func:`ooc_svm.kernels.kernel_functions.kernel_scores_csc`, whose per-class sums this
+    reproduces bit for bit); features of ``a`` beyond ``svt_indptr`` are ignored. ``acc`` and
+    ``kval`` are float64 scratch vectors of length n_sv; ``out`` is (n_rows, n_classes).
+    """
+    na = a_indptr.shape[0] - 1
+    nsv = sv_sq.shape[0]
+    nft = svt_indptr.shape[0] - 1
+    nc = coef.shape[0]
+    for i in range(na):
+        for j in range(nsv):
+            acc[j] = 0.0
+        for k in range(a_indptr[i], a_indptr[i + 1]):
+            f = a_indices[k]
+            if f < nft:
+                v = float(a_data[k])
+                for q in range(svt_indptr[f], svt_indptr[f + 1]):
+                    acc[svt_indices[q]] += v * svt_data[q]
+        sqi = a_sq[i]
+        for j in range(nsv):
+            kval[j] = kernel_from_dot(code, acc[j], sqi, sv_sq[j], gamma, degree, coef0)
+        for c in range(nc):
+            s = 0.0
+            for j in range(nsv):
+                s += coef[c, j] * kval[j]
+            out[i, c] = s
+    return out
 
 
 def u32(indices: np.ndarray) -> np.ndarray:

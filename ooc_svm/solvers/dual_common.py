@@ -17,6 +17,7 @@ Conventions (stable API):
   hold the rows) or :func:`build_working_rows` from fetched parts.
 - **Expansions.** f(x) without intercept is an :class:`Expansion`: the SV rows and
   coefficients yᵢαᵢ (kernel) or a dense w (linear kernel). It is picklable: broadcast it.
+  It lives in :mod:`ooc_svm.expansion` (shared with scoring) and is re-exported here.
 - **KKT check.** :func:`kkt_violation_pass` is an independent streamed pass that, given α
   (shard state), the expansion and the intercept, checks every row's KKT condition and returns
   the largest violation (and LIBSVM's m(α) − M(α)).
@@ -30,17 +31,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..engine.base import Engine, ShardState, concat_partials
+from ..expansion import (  # noqa: F401 - re-exported: the expansion lives in ooc_svm.expansion
+    Expansion,
+    ScoringBroadcast,
+    kernel_scores_pass,
+    make_expansion,
+    primal_w,
+    score_shard,
+    scoring_broadcast,
+)
 from ..kernels.kernel_functions import (
     KernelParams,
-    csr_parts,
-    kernel_scores_csc,
-    linear_scores,
     row_sq_norms,
 )
 from ..model import Model
@@ -251,115 +257,6 @@ def build_working_rows(parts: list[WorkingRows]) -> WorkingRows:
 # --------------------------------------------------------------------------------------------
 # expansions, objectives
 # --------------------------------------------------------------------------------------------
-@dataclass
-class Expansion:
-    """f(x) − intercept = Σ_j coef_j K(sv_j, x)  (kernel)  or  w·x  (linear kernel).
-
-    Picklable; broadcast it to shard functions. Build with :func:`make_expansion`.
-    """
-
-    kp: KernelParams
-    n_features: int
-    w: np.ndarray | None = None
-    #: the SVs transposed (CSC over features: for feature f, the SVs that have it)
-    svt_indptr: np.ndarray | None = None
-    svt_indices: np.ndarray | None = None
-    svt_data: np.ndarray | None = None
-    sv_sq: np.ndarray | None = None
-    coef: np.ndarray | None = None
-
-    @classmethod
-    def from_csr(cls, kp: KernelParams, n_features: int, indptr, indices, data, coef) -> Expansion:
-        """Kernel expansion from SV rows in CSR form and their coefficients yᵢαᵢ."""
-        n_sv = indptr.shape[0] - 1
-        X = sp.csr_matrix(
-            (np.asarray(data, dtype=np.float64), indices, indptr), shape=(n_sv, n_features)
-        )
-        T = X.T.tocsr()  # rows = features
-        T.sort_indices()
-        sq = row_sq_norms(
-            np.asarray(indptr, dtype=np.int64),
-            np.asarray(indices).view(np.uint32),
-            data,
-            np.empty(n_sv),
-        )
-        return cls(
-            kp,
-            n_features,
-            svt_indptr=T.indptr.astype(np.int64),
-            svt_indices=T.indices.astype(np.int64),
-            svt_data=T.data,
-            sv_sq=sq,
-            coef=np.asarray(coef, dtype=np.float64).copy(),
-        )
-
-    def scores(self, indptr, indices_u32, data, out=None) -> np.ndarray:
-        """Σ_j coef_j K(sv_j, x_i) for the rows of a CSR block (no intercept)."""
-        n = indptr.shape[0] - 1
-        out = np.empty(n, dtype=np.float64) if out is None else out
-        width = max(self.n_features, _max_col(indices_u32) + 1)
-        if self.w is not None:
-            w = self.w
-            if w.shape[0] < width:  # columns the expansion never saw have weight 0
-                w = np.concatenate([w, np.zeros(width - w.shape[0])])
-            return linear_scores(indptr, indices_u32, data, w, out)
-        if self.coef is None or self.coef.size == 0:
-            out[:] = 0.0
-            return out
-        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
-        acc = np.empty(self.coef.shape[0], dtype=np.float64)
-        return kernel_scores_csc(
-            indptr,
-            indices_u32,
-            data,
-            sq,
-            self.svt_indptr,
-            self.svt_indices,
-            self.svt_data,
-            self.sv_sq,
-            self.coef,
-            *self.kp.args(),
-            acc,
-            out,
-        )
-
-
-def _max_col(indices) -> int:
-    return int(indices.max()) if indices.size else 0
-
-
-def make_expansion(
-    kp: KernelParams,
-    n_features: int,
-    rows: WorkingRows | None = None,
-    coef: np.ndarray | None = None,
-    w: np.ndarray | None = None,
-) -> Expansion:
-    """Expansion from SV rows and coefficients yᵢαᵢ (zero coefficients dropped), or from w.
-
-    For the linear kernel, rows/coef are folded into w = Σ coefᵢ xᵢ (Platt eq. 22).
-    """
-    if w is not None:
-        return Expansion(kp, n_features, w=np.asarray(w, dtype=np.float64))
-    if rows is None or coef is None:
-        rows, coef = WorkingRows.empty(), np.zeros(0)
-    coef = np.asarray(coef, dtype=np.float64)
-    if kp.kernel == "linear":
-        return Expansion(kp, n_features, w=primal_w(rows, coef, n_features))
-    nz = np.flatnonzero(coef != 0.0)
-    sv = rows.take(nz) if nz.size != rows.n else rows
-    return Expansion.from_csr(kp, n_features, sv.indptr, sv.indices, sv.data, coef[nz])
-
-
-def primal_w(rows: WorkingRows, coef: np.ndarray, n_features: int) -> np.ndarray:
-    """w = Σ coefᵢ xᵢ (dense, float64)."""
-    w = np.zeros(n_features, dtype=np.float64)
-    if rows.n:
-        X = rows.to_scipy(n_features)
-        w += np.asarray(X.T @ np.asarray(coef, dtype=np.float64)).ravel()
-    return w
-
-
 def dual_objective(rows: WorkingRows, kp: KernelParams, n_features: int) -> float:
     """½αᵀQα − eᵀα over the rows with α > 0 (LIBSVM sign; the rest contribute nothing).
 
@@ -629,101 +526,6 @@ def finish_dual(
         model.dual_coef_ = svo.y * svo.alpha
         model.support_ = svo.gids.copy()
     return DualFinish(model=model, kkt=kkt)
-
-
-# --------------------------------------------------------------------------------------------
-# streamed scoring (predict / evaluate)
-# --------------------------------------------------------------------------------------------
-@dataclass
-class ScoringBroadcast:
-    """What a scoring pass ships to the workers: the expansion and the intercept."""
-
-    expansion: Expansion
-    intercept: float
-
-
-def scoring_broadcast(model: Model) -> ScoringBroadcast:
-    """Picklable scoring data for a binary linear or kernel :class:`Model`."""
-    if np.ndim(model.intercept_) != 0:
-        raise ValueError("kernel_scores_pass scores binary models (one intercept)")
-    kp = KernelParams(
-        model.kernel,
-        float(model.gamma) or 1.0 / max(model.n_features, 1),
-        int(model.degree),
-        float(model.coef0),
-    )
-    if model.kind == "linear":
-        exp = Expansion(kp, model.n_features, w=np.asarray(model.coef_, dtype=np.float64))
-    else:
-        ip, ix, dt = csr_parts(model.support_vectors_)
-        exp = Expansion.from_csr(
-            kp,
-            model.n_features,
-            ip,
-            ix.view(np.int32),
-            dt,
-            np.asarray(model.dual_coef_, dtype=np.float64).ravel(),
-        )
-    return ScoringBroadcast(exp, float(model.intercept_))
-
-
-def score_shard(shard, bc: ScoringBroadcast) -> np.ndarray:
-    """f(x) for every row of one shard (float64, in row order)."""
-    ip = np.asarray(shard.indptr, dtype=np.int64)
-    ix = shard.indices.view(np.uint32)
-    data = shard.data
-    n_f = bc.expansion.n_features
-    if ix.size and int(ix.max()) >= n_f:
-        # columns the model never saw are dropped, as Model.decision_function does
-        X = shard.to_scipy(int(ix.max()) + 1)[:, :n_f].tocsr()
-        X.sort_indices()
-        ip, ix, data = csr_parts(X)
-    return bc.expansion.scores(ip, ix, data) + bc.intercept
-
-
-def _score_fn(shard, bc):
-    sbc, post = bc
-    s = score_shard(shard, sbc)
-    if post is None:
-        return [s]
-    return post(shard, s)
-
-
-def kernel_scores_pass(
-    store,
-    engine: Engine,
-    model: Model,
-    post: Callable[[Any, np.ndarray], Any] | None = None,
-    reduce: Callable[[Any, Any], Any] | None = None,
-) -> Any:
-    """Stream a store against a binary (linear or kernel) model.
-
-    Parameters
-    ----------
-    store, engine
-        As for every pass.
-    model : Model
-        ``kind="kernel"`` (support vectors + ``dual_coef_``) or ``kind="linear"``.
-    post : callable, optional
-        Module-level ``post(shard, scores) -> partial`` run next to the data (e.g. confusion
-        counts, or (y, scores) for AUC); must be picklable for the Dask engine.
-    reduce : callable, optional
-        Combines partials (default: element-wise sum, see ``engine.base.add_partials``).
-
-    Returns
-    -------
-    ndarray or Any
-        Without ``post``: the scores f(x) of every row, float64 (n_rows,), in store order.
-        With ``post``: the reduced partials.
-
-    Memory: the model's support vectors plus one shard (and its scores) per engine thread;
-    the kernel work is O(rows · nnz(SV)).
-    """
-    bc = (scoring_broadcast(model), post)
-    if post is None:
-        parts = engine.map_reduce(store, _score_fn, bc, reduce=concat_partials)
-        return np.concatenate(parts) if parts else np.zeros(0)
-    return engine.map_reduce(store, _score_fn, bc, reduce=reduce)
 
 
 __all__ = [
