@@ -132,9 +132,10 @@ def train(
                     solver,
                     {**full, "ovr_class": c, "ovr_classes": classes},
                     resume=resume,
+                    store=store,
                 )
         else:
-            ckpt = Checkpointer(checkpoint, solver, full, resume=resume)
+            ckpt = Checkpointer(checkpoint, solver, full, resume=resume, store=store)
     own_engine = engine is None
     if own_engine:
         if isinstance(shard_cache_mb, int | float) and not shard_cache_mb >= 0:

@@ -9,11 +9,19 @@ Layout of a checkpoint directory::
 A new checkpoint is written to a fresh ``ckpt-*`` directory, fsynced, and only then does
 ``LATEST`` point to it; older checkpoints are removed afterwards. A crash or Ctrl-C at any
 moment leaves the previous complete checkpoint readable. Nothing is pickled.
+
+Every checkpoint records the identity of its store (:func:`store_identity`: path, rows,
+features, non-zeros and a hash of the shard checksums) and the solver parameters; resuming
+on another store, or with other parameters, is refused with one line naming both. The
+directory is created by the first :meth:`Checkpointer.save`, so a run refused before it
+starts leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -24,6 +32,37 @@ import numpy as np
 from ._util import json_default
 
 CHECKPOINT_FORMAT = "ooc-svm-checkpoint"
+
+log = logging.getLogger(__name__)
+
+#: identity fields that must match for a resume (the path may differ: a copied store is fine)
+_IDENTITY_KEYS = ("n_rows", "n_features", "nnz", "shards_sha256")
+
+
+def store_identity(store) -> dict[str, Any]:
+    """What identifies a store's contents: resolved path, n_rows, n_features, nnz, and the
+    SHA-256 of its shard checksums (a rewritten store at the same path differs)."""
+    meta = store.meta
+    path = str(getattr(store, "path", "") or "")
+    if path and "://" not in path:
+        path = os.path.realpath(path)
+    h = hashlib.sha256()
+    for info in meta.shards:
+        h.update(f"{info.row_start}:{info.n_rows}:{info.nnz}:{info.checksum};".encode())
+    return {
+        "path": path,
+        "n_rows": int(meta.n_rows),
+        "n_features": int(meta.n_features),
+        "nnz": int(meta.nnz),
+        "shards_sha256": h.hexdigest(),
+    }
+
+
+def _describe(ident: dict) -> str:
+    return (
+        f"{ident.get('path') or '?'} ({ident.get('n_rows')} rows, "
+        f"{ident.get('n_features')} features, {ident.get('nnz')} non-zeros)"
+    )
 
 
 class CheckpointError(Exception):
@@ -71,6 +110,8 @@ class Checkpointer:
         Number of complete checkpoints kept.
     resume : bool
         Whether the solver should start from :meth:`load` (``--resume``).
+    store : Store, optional
+        The store trained on: its :func:`store_identity` is saved and checked on resume.
     """
 
     def __init__(
@@ -80,13 +121,15 @@ class Checkpointer:
         params: dict | None = None,
         keep: int = 1,
         resume: bool = False,
+        store=None,
     ):
         self.directory = os.path.abspath(directory)
         self.resume = resume
         self.solver = solver
         self.params = _jsonable(params or {})
         self.keep = max(1, keep)
-        os.makedirs(self.directory, exist_ok=True)
+        self.store = None if store is None else store_identity(store)
+        # the directory is made by the first save(): a refused run leaves nothing behind
 
     # -- writing --------------------------------------------------------------------------
     def save(
@@ -100,6 +143,7 @@ class Checkpointer:
         name = f"ckpt-{iteration:08d}"
         final = os.path.join(self.directory, name)
         tmp = os.path.join(self.directory, f".{name}.part-{os.getpid()}")
+        os.makedirs(self.directory, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         try:
@@ -117,6 +161,7 @@ class Checkpointer:
             "solver": self.solver,
             "iteration": int(iteration),
             "params": self.params,
+            "store": self.store,
             "scalars": _jsonable(scalars or {}),
             "n_shard_states": None if shard_states is None else len(shard_states),
         }
@@ -163,6 +208,8 @@ class Checkpointer:
         """The latest complete checkpoint, or None when the directory has none."""
         latest = os.path.join(self.directory, "LATEST")
         if not os.path.exists(latest):
+            if self.resume:
+                log.info("no checkpoint found in %s, starting fresh", self.directory)
             return None
         name = open(latest).read().strip()
         path = os.path.join(self.directory, name)
@@ -187,15 +234,27 @@ class Checkpointer:
                 f"{self.directory}: checkpoint is of solver {meta.get('solver')!r}, "
                 f"not {self.solver!r}"
             )
+        saved_store = meta.get("store")
+        if saved_store and self.store is not None:
+            if any(saved_store.get(k) != self.store.get(k) for k in _IDENTITY_KEYS):
+                raise CheckpointError(
+                    f"{self.directory}: checkpoint was made on store {_describe(saved_store)}, "
+                    f"not on {_describe(self.store)}; resume with the original store or use "
+                    "another --checkpoint directory"
+                )
         if check_params and meta.get("params") != self.params:
             diff = sorted(
                 k
                 for k in set(meta.get("params", {})) | set(self.params)
                 if meta.get("params", {}).get(k) != self.params.get(k)
             )
+            saved = meta.get("params", {})
+            what = ", ".join(
+                f"{k} {saved.get(k)!r} there, {self.params.get(k)!r} now" for k in diff
+            )
             raise CheckpointError(
                 f"{self.directory}: checkpoint was made with different parameters "
-                f"({', '.join(diff)}); resume with the same parameters"
+                f"({what}); resume with the same parameters"
             )
         return CheckpointData(
             solver=meta["solver"],

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from conftest import build_store, dataset, ooc_cmd
+from sklearn.datasets import make_classification
 
 from ooc_svm.store import csr_to_shards, write_store
 
@@ -617,3 +618,89 @@ def test_item9_outputs_follow_umask(tmp_path, umask, file_mode, dir_mode):
     # replacing an existing output keeps following the umask
     assert _run(tmp_path, "predict", "m", "s.zarr", "-o", "p.tsv", **kw).returncode == 0
     assert stat.S_IMODE(os.stat(tmp_path / "p.tsv").st_mode) == file_mode
+
+
+# ------------------------------------------------------------------------------------------
+# item 7 (checkpoints that cannot mislead) and item 8 (Ctrl-C within a second: smo)
+# ------------------------------------------------------------------------------------------
+def _item7_run(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ooc_svm", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _item7_store(cwd: Path, name: str, seed: int, n: int = 600) -> str:
+    X, y = make_classification(
+        n_samples=n, n_features=10, n_informative=5, flip_y=0.05, random_state=seed
+    )
+    write_store(str(cwd / name), csr_to_shards(sp.csr_matrix(X), y, shard_rows=200))
+    return name
+
+
+def test_item7_resume_on_another_store_is_one_line_error(tmp_path):
+    """Same feature count, other data: refused naming both stores (was a silent resume)."""
+    a = _item7_store(tmp_path, "a.zarr", 0)
+    b = _item7_store(tmp_path, "b.zarr", 1)
+    flags = ["--solver", "perf", "--checkpoint", "ck", "--json"]
+    r = _item7_run(tmp_path, "train", a, "-o", "ma", *flags)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "ck" / "LATEST").exists()
+    r = _item7_run(tmp_path, "train", b, "-o", "mb", *flags, "--resume")
+    assert r.returncode == 1, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ooc-svm: error:"), r.stderr
+    assert "a.zarr" in err[0] and "b.zarr" in err[0], err[0]
+    assert not (tmp_path / "mb").exists()
+
+
+def test_item7_resume_with_other_parameters_names_both_values(tmp_path):
+    a = _item7_store(tmp_path, "a.zarr", 0)
+    flags = ["--solver", "perf", "--checkpoint", "ck"]
+    assert _item7_run(tmp_path, "train", a, "-o", "m1", *flags, "--C", "2").returncode == 0
+    r = _item7_run(tmp_path, "train", a, "-o", "m2", *flags, "--C", "3", "--resume")
+    assert r.returncode == 1
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("ooc-svm: error:") and "2.0" in line and "3.0" in line, line
+    assert "Traceback" not in r.stderr
+
+
+def test_item7_resume_without_checkpoint_starts_fresh(tmp_path):
+    a = _item7_store(tmp_path, "a.zarr", 0)
+    r = _item7_run(
+        tmp_path,
+        "train",
+        a,
+        "-o",
+        "m",
+        "--solver",
+        "smo",
+        "--kernel",
+        "linear",
+        "--checkpoint",
+        "ck",
+        "--resume",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "no checkpoint found in" in r.stderr and "starting fresh" in r.stderr
+    assert (tmp_path / "m").exists()
+
+
+def test_item7_refused_checkpoint_leaves_no_directory(tmp_path):
+    a = _item7_store(tmp_path, "a.zarr", 0)
+    for i, extra in enumerate(
+        (
+            ["--solver", "smo", "--selection", "platt"],  # refused by the solver
+            ["--solver", "smo", "--C", "-1"],  # bad parameters
+            ["--solver", "irwls"],  # solver without checkpoints
+        )
+    ):
+        r = _item7_run(tmp_path, "train", a, "-o", f"m{i}", *extra, "--checkpoint", f"ck{i}")
+        assert r.returncode == 1, (extra, r.stderr)
+        assert r.stderr.strip().splitlines()[-1].startswith("ooc-svm: error:")
+        assert not (tmp_path / f"ck{i}").exists(), extra
+        assert not (tmp_path / f"m{i}").exists()
