@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: identity fields that must match for a resume (the path may differ: a copied store is fine)
 _IDENTITY_KEYS = ("n_rows", "n_features", "nnz", "shards_sha256")
+#: parameters that do not change the result: they may differ on resume
+_NOT_PROBLEM = frozenset({"checkpoint_seconds"})
 
 
 def store_identity(store) -> dict[str, Any]:
@@ -242,12 +244,12 @@ class Checkpointer:
                     f"not on {_describe(self.store)}; resume with the original store or use "
                     "another --checkpoint directory"
                 )
-        if check_params and meta.get("params") != self.params:
-            diff = sorted(
-                k
-                for k in set(meta.get("params", {})) | set(self.params)
-                if meta.get("params", {}).get(k) != self.params.get(k)
-            )
+        diff = sorted(
+            k
+            for k in set(meta.get("params", {})) | set(self.params)
+            if meta.get("params", {}).get(k) != self.params.get(k) and k not in _NOT_PROBLEM
+        )
+        if check_params and diff:
             saved = meta.get("params", {})
             what = ", ".join(
                 f"{k} {saved.get(k)!r} there, {self.params.get(k)!r} now" for k in diff

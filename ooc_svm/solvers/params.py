@@ -72,6 +72,9 @@ class SolverParams:
         "per-class C multipliers, as LIBLINEAR/LIBSVM -wi: 'pos=10', 'neg=2,pos=5', "
         "'LABEL=W,...' (store labels) or 'balanced' (n / (2 n_class)); default: all 1",
     )
+    checkpoint_seconds: float = param(
+        60.0, "with --checkpoint: save at least every this many seconds (solvers that can)"
+    )
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -141,6 +144,7 @@ class SolverParams:
         """Store-independent rules (called once, at construction)."""
         positive(self, "C")
         at_least(self, "max_iter", 0)
+        positive(self, "checkpoint_seconds")
         if self.class_weight is not None:
             if not self.SUPPORTS_CLASS_WEIGHT:
                 raise SolverError(f"--solver {self.SOLVER} does not support --class-weight yet")

@@ -337,36 +337,80 @@ def _shrink(active, n_active, y, alpha, G, C, cache):
 
 
 @njit(cache=True, nogil=True)
-def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, shrinking, init_grad):
-    """LIBSVM's Solver::Solve for C-SVC on the in-memory rows.
-
-    ``G`` = Qα + p is computed here when ``init_grad`` (else given, with ``G_bar``).
-    Returns (iterations, m − M at exit, status) with status 0 = optimal within tol,
-    1 = iteration limit.
-    """
-    y = X[4]
-    m = y.shape[0]
+def _wss2_init_grad(X, kp, cache, work, alpha, G, G_bar, p, C, lo, hi):
+    """G = Qα + p and Ḡ = C Σ_{α=C} Q_i, accumulated over the rows lo..hi−1 (lo = 0 resets
+    them): the initial gradient of LIBSVM's Solver, in slices (the same sums in the same
+    order as one call over all rows)."""
+    m = alpha.shape[0]
     active = np.arange(m)
-    n_active = m
-    if init_grad:
+    if lo == 0:
         for k in range(m):
             G[k] = p[k]
             G_bar[k] = 0.0
-        for i in range(m):
-            if alpha[i] > 0:
-                qi = _column(i, m, active, X, kp, cache, work, True)
-                a = alpha[i]
+    for i in range(lo, hi):
+        if alpha[i] > 0:
+            qi = _column(i, m, active, X, kp, cache, work, True)
+            a = alpha[i]
+            for k in range(m):
+                G[k] += a * qi[k]
+            if alpha[i] >= C:
                 for k in range(m):
-                    G[k] += a * qi[k]
-                if alpha[i] >= C:
-                    for k in range(m):
-                        G_bar[k] += C * qi[k]
-    it = 0
-    counter = min(m, 1000) + 1
-    unshrink = False
-    status = 1
-    gap = np.inf
+                    G_bar[k] += C * qi[k]
+
+
+# loop state of _wss2_steps, kept in arrays so a solve can pause and continue (and be
+# checkpointed) between any two SMO steps with the same result as one uninterrupted call:
+#   ist = [n_active, counter, unshrink, iterations, status, done]; fst = [m − M]
+IST_N_ACTIVE, IST_COUNTER, IST_UNSHRINK, IST_IT, IST_STATUS, IST_DONE = range(6)
+
+
+def _wss2_fresh_state(m: int):
+    """(active, ist, fst) at the start of a solve on m rows."""
+    ist = np.array([m, min(m, 1000) + 1, 0, 0, 1, 0], dtype=np.int64)
+    return np.arange(m, dtype=np.int64), ist, np.array([np.inf])
+
+
+@njit(cache=True, nogil=True)
+def _wss2_steps(
+    X,
+    kp,
+    cache,
+    work,
+    alpha,
+    G,
+    G_bar,
+    p,
+    QD,
+    C,
+    tol,
+    max_iter,
+    shrinking,
+    active,
+    ist,
+    fst,
+    budget,
+):
+    """LIBSVM's Solver::Solve for C-SVC on the in-memory rows, at most ``budget`` steps of it.
+
+    ``G`` = Qα + p and ``G_bar`` are given (:func:`_wss2_init_grad`); the loop state is in
+    ``active``, ``ist``, ``fst`` (see above). ``ist[IST_DONE]`` becomes 1 when the solve has
+    ended: status 0 = optimal within tol, 1 = iteration limit ``max_iter``.
+    """
+    y = X[4]
+    m = y.shape[0]
+    n_active = ist[IST_N_ACTIVE]
+    counter = ist[IST_COUNTER]
+    unshrink = ist[IST_UNSHRINK] != 0
+    it = ist[IST_IT]
+    status = ist[IST_STATUS]
+    gap = fst[0]
+    n_steps = 0
+    paused = False
     while it < max_iter:
+        if n_steps >= budget:
+            paused = True
+            break
+        n_steps += 1
         counter -= 1
         if counter == 0:
             counter = min(m, 1000)
@@ -467,9 +511,17 @@ def _wss2_solve(X, kp, cache, work, alpha, G, G_bar, p, QD, C, tol, max_iter, sh
             sgn = -C if uj else C
             for k in range(m):
                 G_bar[k] += sgn * qf[k]
-    if n_active < m:
-        _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C)
-    return it, gap, status
+    if not paused:
+        if n_active < m:
+            _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C)
+            n_active = m
+        ist[IST_DONE] = 1
+    ist[IST_N_ACTIVE] = n_active
+    ist[IST_COUNTER] = counter
+    ist[IST_UNSHRINK] = 1 if unshrink else 0
+    ist[IST_IT] = it
+    ist[IST_STATUS] = status
+    fst[0] = gap
 
 
 @njit(cache=True, nogil=True)
@@ -893,6 +945,7 @@ def solve(
 
     def report(rec):
         rec["seconds"] = time.perf_counter() - t0
+        rec.setdefault("passes", engine.passes - passes0)
         history.append(rec)
         if callback is not None:
             callback(rec)
@@ -984,6 +1037,40 @@ def solve(
 # --------------------------------------------------------------------------------------------
 # wss2
 # --------------------------------------------------------------------------------------------
+#: target seconds of one numba call of the wss2 loop (Ctrl-C and time checkpoints between)
+SLICE_SECONDS = 0.1
+
+
+class _Slicer:
+    """Step budgets for numba calls so each takes about ``SLICE_SECONDS``: the process returns
+    to Python (where Ctrl-C is raised and checkpoints are timed) several times a second."""
+
+    def __init__(self, budget: int = 64):
+        self.budget = budget
+        self.t = time.perf_counter()
+
+    def adapt(self) -> None:
+        now = time.perf_counter()
+        dt, self.t = now - self.t, now
+        if dt < 0.5 * SLICE_SECONDS:
+            self.budget = min(self.budget * 2, 1 << 40)
+        elif dt > 2 * SLICE_SECONDS:
+            self.budget = max(1, self.budget // 2)
+
+
+def _init_grad_sliced(X, kt, sc, work, alpha, G, G_bar, p_lin, C) -> None:
+    m = alpha.shape[0]
+    sl = _Slicer(256)
+    lo = 0
+    while True:
+        hi = min(m, lo + sl.budget)
+        _wss2_init_grad(X, kt, sc.arrays(), work, alpha, G, G_bar, p_lin, C, lo, hi)
+        sl.adapt()
+        lo = hi
+        if lo >= m:
+            break
+
+
 def _run_wss2(
     W: WorkingRows,
     p_lin,
@@ -997,13 +1084,18 @@ def _run_wss2(
     every: int = 0,
     checkpoint=None,
     report=None,
+    checkpoint_seconds: float = 60.0,
 ):
     """LIBSVM's solver on the rows of ``W`` (α updated in place).
 
     With ``every`` > 0 the solver runs in chunks of at most ``every`` SMO steps (the gradient
     is reconstructed and shrinking restarts between chunks — still LIBSVM's algorithm, and
     the same chunks with or without checkpoints); after each chunk α, G and Ḡ go to
-    ``checkpoint`` and a progress record to ``report``.
+    ``checkpoint`` and a progress record to ``report``. Within a chunk the numba loop runs in
+    slices of ~0.1 s (Ctrl-C is seen between them) and its whole state (α, G, Ḡ, the
+    shrinking order and counters) is checkpointed when ``checkpoint_seconds`` have passed
+    since the last save; pausing does not change a step, so a resumed run ends with the
+    model of an uninterrupted one.
     """
     X = _x_tuple(W)
     kt = _kernel_tuple(kp)
@@ -1011,39 +1103,77 @@ def _run_wss2(
     G = np.empty(W.n)
     G_bar = np.empty(W.n)
     QD = _diag(X, kt)
-    total, chunk, init = 0, 0, True
+    total, chunk, seq, init = 0, 0, 0, True
+    active, ist, fst = _wss2_fresh_state(W.n)
     stats = {"hits": 0, "misses": 0, "evictions": 0}
     if checkpoint is not None and checkpoint.resume:
         data = checkpoint.load()
         if data is not None:
-            if data.arrays["alpha"].shape != W.alpha.shape:
+            arr = data.arrays
+            if arr["alpha"].shape != W.alpha.shape:
                 raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
-            W.alpha[:] = data.arrays["alpha"]
-            G[:] = data.arrays["G"]
-            G_bar[:] = data.arrays["G_bar"]
-            total, chunk, init = int(data.scalars["iterations"]), data.iteration, False
-            log.info("smo: resuming after %d SMO steps", total)
+            W.alpha[:], G[:], G_bar[:] = arr["alpha"], arr["G"], arr["G_bar"]
+            total, seq, init = int(data.scalars["iterations"]), data.iteration, False
+            chunk = int(data.scalars.get("chunk", data.iteration))
+            if "active" in arr:
+                active, ist, fst = arr["active"].copy(), arr["ist"].copy(), arr["fst"].copy()
+            log.info("smo: resuming after %d SMO steps", total + int(ist[IST_IT]))
+    last_save = time.perf_counter()
+
+    def save() -> None:
+        nonlocal seq, last_save
+        seq += 1
+        checkpoint.save(
+            seq,
+            scalars={"iterations": total, "chunk": chunk},
+            arrays={
+                "alpha": W.alpha,
+                "G": G,
+                "G_bar": G_bar,
+                "active": active,
+                "ist": ist,
+                "fst": fst,
+            },
+        )
+        last_save = time.perf_counter()
+
     step = int(every) if every and every > 0 else int(max_iter)
+    sl = _Slicer()
     while True:
         sc = _cache_for(cache_mb, W.n)  # a fresh cache: shrinking restarts in every chunk
-        it, gap, status = _wss2_solve(
-            X,
-            kt,
-            sc.arrays(),
-            work,
-            W.alpha,
-            G,
-            G_bar,
-            p_lin,
-            QD,
-            C,
-            tol,
-            max(1, min(step, int(max_iter) - total)),
-            bool(shrinking),
-            init,
-        )
-        init = False
-        total += int(it)
+        if init:
+            _init_grad_sliced(X, kt, sc, work, W.alpha, G, G_bar, p_lin, C)
+            init = False
+        limit = max(1, min(step, int(max_iter) - total))
+        while not ist[IST_DONE]:
+            _wss2_steps(
+                X,
+                kt,
+                sc.arrays(),
+                work,
+                W.alpha,
+                G,
+                G_bar,
+                p_lin,
+                QD,
+                C,
+                tol,
+                limit,
+                bool(shrinking),
+                active,
+                ist,
+                fst,
+                sl.budget,
+            )
+            sl.adapt()
+            if (
+                checkpoint is not None
+                and not ist[IST_DONE]
+                and time.perf_counter() - last_save >= checkpoint_seconds
+            ):
+                save()
+        status, gap = int(ist[IST_STATUS]), float(fst[0])
+        total += int(ist[IST_IT])
         chunk += 1
         for k, v in sc.stats_dict().items():
             stats[k] = stats.get(k, 0) + v
@@ -1053,19 +1183,17 @@ def _run_wss2(
             report(
                 {
                     "iteration": chunk,
-                    "violation": float(gap),
+                    "violation": gap,
                     "working_set": W.n,
                     "smo_iterations": total,
                     "objective": float(0.5 * np.dot(W.alpha, G + p_lin)),
+                    "passes": 1,
                 }
             )
+        active, ist, fst = _wss2_fresh_state(W.n)
         if checkpoint is not None:
-            checkpoint.save(
-                chunk,
-                scalars={"iterations": total},
-                arrays={"alpha": W.alpha, "G": G, "G_bar": G_bar},
-            )
-    return total, G, stats, int(status)
+            save()
+    return total, G, stats, status
 
 
 def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=None):
@@ -1091,6 +1219,7 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=Non
             every=int(p.checkpoint_every),
             checkpoint=checkpoint,
             report=report,
+            checkpoint_seconds=float(p.checkpoint_seconds),
         )
         rho, m_up, m_low = _rho_and_gap(W.y, W.alpha, G, C)
         dual = float(0.5 * np.dot(W.alpha, G + p_lin))
@@ -1104,6 +1233,7 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=Non
                 "smo_iterations": it,
                 "objective": dual,
                 "pass_seconds": time.perf_counter() - t1,
+                "passes": 1,
             }
         )
         for k in cache_stats:
@@ -1359,6 +1489,7 @@ def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
                 "smo_iterations": steps,
                 "working_set": n_nb,
                 "pass_seconds": time.perf_counter() - t1,
+                "passes": full_passes,
             }
         )
         if not (num_changed > 0 or examine_all):
