@@ -25,6 +25,16 @@ OOC = str(Path(sys.executable).parent / "ooc-svm")
 # case -> (solver, extra CLI flags making many small checkpointed steps)
 CASES = {
     "smo": ("smo", ["--kernel", "rbf", "--gamma", "0.05", "--C", "100", "--config", "SMO_CONF"]),
+    # time-based checkpoints inside one in-memory chunk (checkpoint_every left at 100,000)
+    "smo-seconds": (
+        "smo",
+        ["--kernel", "rbf", "--gamma", "0.05", "--C", "100", "--checkpoint-seconds", "0.02"],
+    ),
+    # the out-of-core decomposition (800 of 3000 rows in memory): a checkpoint per outer step
+    "smo-decomposition": (
+        "smo",
+        ["--kernel", "rbf", "--gamma", "0.05", "--C", "10", "--working-rows", "800"],
+    ),
     "perf-paper": ("perf", ["--C", "10", "--eps", "1e-5", "--variant", "paper"]),
     "perf-accelerated": ("perf", ["--C", "10", "--eps", "1e-7", "--variant", "accelerated"]),
 }

@@ -116,7 +116,8 @@ class Params(KernelSolverParams):
 
 DEFAULTS = Params.defaults()
 
-#: ``--checkpoint`` works for the in-memory wss2 path (the whole problem within --working-mb).
+#: ``--checkpoint`` works for wss2: in memory (state saved between chunks and every
+#: ``--checkpoint-seconds``) and out of core (saved after every outer iteration).
 SUPPORTS_CHECKPOINT = True
 
 STOPPING_RULE = (
@@ -957,6 +958,7 @@ def solve(
     else:
         out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint)
     sv_rows, intercept, iters, extra, dual = out
+    state = extra.pop("state", state)  # a resumed decomposition restores the shard α
 
     # independent KKT check on every row, the model
     w = extra.get("w")
@@ -1110,6 +1112,11 @@ def _run_wss2(
         data = checkpoint.load()
         if data is not None:
             arr = data.arrays
+            if "alpha" not in arr:
+                raise SolverError(
+                    f"{checkpoint.directory}: checkpoint of the out-of-core decomposition; the "
+                    "in-memory solver cannot resume from it (same --working-mb / --working-rows?)"
+                )
             if arr["alpha"].shape != W.alpha.shape:
                 raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
             W.alpha[:], G[:], G_bar[:] = arr["alpha"], arr["G"], arr["G_bar"]
@@ -1252,15 +1259,65 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=Non
         if status != 0:
             log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, m_up - m_low)
         return W.take(sv), -float(rho), it, extra, dual
-    if checkpoint is not None:
+    return _solve_wss2_decomposition(
+        store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint
+    )
+
+
+def _fetch_in_order(store, engine, pos, gids: np.ndarray, alpha: np.ndarray) -> WorkingRows:
+    """The rows ``gids`` (in this order) with the given α."""
+    if gids.size == 0:
+        return WorkingRows.empty()
+    rows = fetch_rows(store, engine, gids, pos)
+    rows = rows.take(np.searchsorted(rows.gids, gids))
+    rows.alpha[:] = alpha
+    return rows
+
+
+def _decomposition_save(checkpoint, engine, state, outer, W, G, F, w_fixed, ev, scalars):
+    """Checkpoint of the decomposition between two outer iterations: W, its G, the fixed
+    part (F or w), the evictions not yet applied, every shard's α."""
+    ev_g = np.concatenate([np.zeros(0, dtype=np.int64)] + ev[0])
+    ev_a = np.concatenate([np.zeros(0)] + ev[1])
+    checkpoint.save(
+        outer,
+        scalars=scalars,
+        arrays={
+            "W_gids": W.gids,
+            "W_alpha": W.alpha,
+            "G": G,
+            "F_gids": F.gids,
+            "F_alpha": F.alpha,
+            "w_fixed": w_fixed,
+            "ev_g": ev_g,
+            "ev_a": ev_a,
+        },
+        shard_states=[{"alpha": np.asarray(a)} for a in engine.gather_state(state)],
+    )
+
+
+def _decomposition_load(checkpoint, store, engine, pos):
+    """(state, scalars, W, G, F, w_fixed, evicted) from the latest checkpoint, or None."""
+    data = checkpoint.load()
+    if data is None:
+        return None
+    a = data.arrays
+    if "W_gids" not in a or data.shard_states is None:
         raise SolverError(
-            "smo: --checkpoint needs the whole problem in memory (raise --working-mb); "
-            "the out-of-core decomposition does not checkpoint yet"
+            f"{checkpoint.directory}: checkpoint of the in-memory smo solver; the out-of-core "
+            "decomposition cannot resume from it (same --working-mb / --working-rows?)"
         )
-    return _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, budget)
+    state = engine.set_state(store, [st["alpha"] for st in data.shard_states])
+    W = _fetch_in_order(store, engine, pos, a["W_gids"], a["W_alpha"])
+    F = _fetch_in_order(store, engine, pos, a["F_gids"], a["F_alpha"])
+    ev = ([a["ev_g"]], [a["ev_a"]]) if a["ev_g"].size else ([], [])
+    log.info("smo: resuming the decomposition after outer iteration %d", data.iteration)
+    return state, data.scalars, W, a["G"].copy(), F, a["w_fixed"].copy(), ev
 
 
-def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, budget):
+def _solve_wss2_decomposition(
+    store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint=None
+):
     n = store.meta.n_rows
     nf = store.meta.n_features
     linear = kp.kernel == "linear"
@@ -1281,6 +1338,13 @@ def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, 
     G = np.zeros(W.n)
     rho = 0.0
     status = 0
+    loaded = None
+    if checkpoint is not None and checkpoint.resume:
+        loaded = _decomposition_load(checkpoint, store, engine, pos)
+    if loaded is not None:
+        state, sc, W, G, F, w_fixed, (evicted_g, evicted_a) = loaded
+        outer, total_it = int(sc["outer"]), int(sc["total_it"])
+        cache_stats = {k: int(sc["cache_" + k]) for k in cache_stats}
     while True:
         outer += 1
         t1 = time.perf_counter()
@@ -1346,6 +1410,12 @@ def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, 
             W, F, w_fixed, ev_g, ev_a = _evict(W, G, rho, F, w_fixed, C, budget, linear, nf)
             evicted_g.append(ev_g)
             evicted_a.append(ev_a)
+        if checkpoint is not None:
+            scalars = {"outer": outer, "total_it": total_it}
+            scalars.update({"cache_" + k: v for k, v in cache_stats.items()})
+            _decomposition_save(
+                checkpoint, engine, state, outer, W, G, F, w_fixed, (evicted_g, evicted_a), scalars
+            )
     if status != 0 or total_it >= max_iter:
         log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, gap)
     # final flush of W's α (already applied by the last scan) and the model's SVs
@@ -1364,8 +1434,10 @@ def _solve_wss2_decomposition(store, engine, state, p, C, tol, kp, pos, report, 
         from .dual_common import primal_w
 
         extra["w"] = w_fixed + primal_w(svw, svw.y * svw.alpha, nf)
+        extra["state"] = state
         # the model is built from w; bound SVs folded into w_fixed are not kept as rows
         return svw, -float(rho), total_it, extra, None
+    extra["state"] = state
     allsv = WorkingRows.concat([svw, F])
     return allsv, -float(rho), total_it, extra, None
 
