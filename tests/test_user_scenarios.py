@@ -704,3 +704,61 @@ def test_item7_refused_checkpoint_leaves_no_directory(tmp_path):
         assert r.stderr.strip().splitlines()[-1].startswith("ooc-svm: error:")
         assert not (tmp_path / f"ck{i}").exists(), extra
         assert not (tmp_path / f"m{i}").exists()
+
+
+def _item8_default_sigint() -> None:
+    # a test run started in the background inherits SIGINT ignored; Ctrl-C needs the default
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _item8_interrupt(cwd: Path, args: list[str], started) -> tuple[int, str, float]:
+    """Start ``ooc-svm args``, send SIGINT once ``started()`` holds; (rc, stderr, seconds
+    from the signal to the exit)."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ooc_svm", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_item8_default_sigint,
+    )
+    t_start = time.time()
+    while p.poll() is None and not started(time.time() - t_start):
+        time.sleep(0.01)
+    assert p.poll() is None, "training ended before the signal: " + p.stderr.read()
+    t_sig = time.time()
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    waited = time.time() - t_sig
+    return p.returncode, p.stderr.read(), waited
+
+
+def test_item8_smo_ctrl_c_within_a_second(tmp_path):
+    """An RBF smo run reacts to Ctrl-C within a second (it used to finish its numba call:
+    10-16 s); with --checkpoint the last checkpoint stays intact and resumable."""
+    from ooc_svm.checkpoint import Checkpointer
+
+    store = _item7_store(tmp_path, "s.zarr", 3, n=4000)
+    base = ["train", store, "--solver", "smo", "--kernel", "rbf", "--gamma", "0.05"]
+    base += ["--C", "1000", "--tol", "1e-5"]
+
+    # without checkpoints: the signal arrives while the solver iterates (after 4 s)
+    rc, err, waited = _item8_interrupt(tmp_path, [*base, "-o", "m1"], lambda t: t > 4.0)
+    assert rc == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert waited < 1.0, f"took {waited:.2f} s to stop"
+    assert not (tmp_path / "m1").exists()
+
+    # with checkpoints: once a checkpoint exists (it iterates), Ctrl-C
+    ck = tmp_path / "ck"
+    args = [*base, "-o", "m2", "--checkpoint", "ck", "--checkpoint-seconds", "0.3"]
+    rc, err, waited = _item8_interrupt(
+        tmp_path, args, lambda t: (ck / "LATEST").exists() and t > 2.0
+    )
+    assert rc == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert waited < 1.0, f"took {waited:.2f} s to stop"
+    data = Checkpointer(str(ck), "smo", resume=True).load(check_params=False)
+    assert data is not None and data.arrays["alpha"].shape == (4000,)
+    assert not [n for n in (ck).iterdir() if n.name.startswith(".")]

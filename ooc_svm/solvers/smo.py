@@ -1040,29 +1040,29 @@ def solve(
 # wss2
 # --------------------------------------------------------------------------------------------
 #: target seconds of one numba call of the wss2 loop (Ctrl-C and time checkpoints between)
-SLICE_SECONDS = 0.1
+SLICE_SECONDS = 0.05
 
 
 class _Slicer:
     """Step budgets for numba calls so each takes about ``SLICE_SECONDS``: the process returns
-    to Python (where Ctrl-C is raised and checkpoints are timed) several times a second."""
+    to Python (where Ctrl-C is raised and checkpoints are timed) many times a second. The
+    budget follows the measured time per step (at most doubling per call, as steps get
+    dearer when the kernel cache misses)."""
 
-    def __init__(self, budget: int = 64):
+    def __init__(self, budget: int = 16):
         self.budget = budget
         self.t = time.perf_counter()
 
     def adapt(self) -> None:
         now = time.perf_counter()
         dt, self.t = now - self.t, now
-        if dt < 0.5 * SLICE_SECONDS:
-            self.budget = min(self.budget * 2, 1 << 40)
-        elif dt > 2 * SLICE_SECONDS:
-            self.budget = max(1, self.budget // 2)
+        want = self.budget * SLICE_SECONDS / max(dt, 1e-6)
+        self.budget = int(max(1, min(2 * self.budget, want, 1 << 40)))
 
 
 def _init_grad_sliced(X, kt, sc, work, alpha, G, G_bar, p_lin, C) -> None:
     m = alpha.shape[0]
-    sl = _Slicer(256)
+    sl = _Slicer(64)
     lo = 0
     while True:
         hi = min(m, lo + sl.budget)
