@@ -300,3 +300,25 @@ def test_same_model_on_local_cluster(tmp_path, selection, cluster_engine):
     )
     assert local.model.intercept_ == pytest.approx(dist.model.intercept_, rel=1e-12, abs=1e-12)
     assert dist.summary["kkt_ok"]
+
+
+def test_history_records_seconds_and_passes(tmp_path):
+    """Every history record carries ``seconds`` and ``passes`` (the plot draws both)."""
+    rng = np.random.default_rng(3)
+    n, d = 600, 12
+    X = sp.random(n, d, density=0.4, format="csr", random_state=3, dtype=np.float32)
+    y = np.where(X @ rng.normal(size=d) + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
+    st = _store(tmp_path, X, y, shard_rows=150)
+    for kw in (
+        dict(checkpoint_every=50),  # in memory, several chunks
+        dict(working_rows=120),  # decomposition
+        dict(selection="platt"),
+    ):
+        res = smo.solve(st, _sols(), dict(kernel="rbf", gamma=0.3, C=10.0, **kw))
+        assert len(res.history) >= 2, kw
+        for rec in res.history:
+            assert isinstance(rec["seconds"], float) and rec["seconds"] >= 0, (kw, rec)
+            assert isinstance(rec["passes"], int) and rec["passes"] >= 1, (kw, rec)
+        sec = [r["seconds"] for r in res.history]
+        pas = [r["passes"] for r in res.history]
+        assert sec == sorted(sec) and pas == sorted(pas), kw
