@@ -1,0 +1,226 @@
+"""``--solver smo``: Sequential Minimal Optimization, out of core (Platt 1998; Fan et al. 2005).
+
+Problem (C-SVC dual, LIBSVM's sign convention)::
+
+    min_α  ½ αᵀQα − eᵀα   s.t.  yᵀα = 0,  0 ≤ αᵢ ≤ C,   Q_ij = y_i y_j K(x_i, x_j)
+
+with f(x) = Σ_j y_j α_j K(x_j, x) + intercept, kernels linear / rbf / poly / sigmoid on sparse
+rows (:mod:`ooc_svm.kernels.kernel_functions`). The model's ``intercept_`` is −b (Platt's
+u = w·x − b) or −ρ (LIBSVM).
+
+Two selection rules (``--selection``):
+
+``platt`` — Platt 1998, section 2 as written (pseudo-code of section 2.5): analytic
+    two-variable step with clipping (eqs. 13–18), η ≤ 0 by the objective at both ends
+    (eq. 19), threshold update (eqs. 20–21), first choice alternating one pass over all
+    examples with passes over the non-bound ones, second choice max |E₁−E₂| over the non-bound
+    error cache, then the non-bound set and then "all examples" from seeded random starts,
+    explicit w for the linear kernel (eq. 22). Out of core: a pass over all examples is a
+    streamed pass, one shard at a time, brought to this process; in memory are the non-bound
+    rows with their error cache, every support vector (kernel; linear: only w) and the kernel
+    cache. E for a shard row is computed when its shard arrives (from the SV expansion, or w)
+    and kept exact by the same incremental updates as the error cache.
+    Deviation (documented): "all examples from a random start" loops over the rows in memory
+    (non-bound rows, support vectors, and the current shard during an all-examples pass), not
+    the whole store.
+    Stopping rule: an examine-all pass changes nothing (Platt) — then an independent streamed
+    KKT pass must confirm |violation| ≤ tol on every row, else examine-all passes continue.
+
+``wss2`` (default) — Fan, Chen & Lin 2005 second-order working-set selection with the
+    gradient maintained, shrinking (``--shrinking``) and gradient reconstruction as in
+    LIBSVM, in numba, on an in-memory working set W. When the store fits the working budget
+    (``--working-mb`` / ``--working-rows``) W is the whole problem (LIBSVM on it). Otherwise a
+    decomposition: solve the subproblem on W (rows outside fixed), a streamed pass computes
+    the gradient of every other row from the SV expansion (or w), stops when the maximal
+    violating pair over ALL rows satisfies m(α) − M(α) ≤ tol, else brings the most violating
+    rows into W (evicting α = 0 rows that are not violating; bound SVs are folded into w or a
+    fixed in-memory expansion).
+    Stopping rule: m(α) − M(α) ≤ tol over all rows (LIBSVM's), confirmed by the independent
+    KKT pass.
+
+Memory: α lives in per-shard engine state; the driver holds W (or Platt's non-bound rows),
+the support vectors (kernel models need them), O(n_features) vectors and the kernel cache
+(``--cache-mb``). It does not grow with the number of rows beyond α.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from .. import Callback, Result, SolverError, binary_classes
+from ..dual_common import dual_objective, finish_dual, init_alpha_state
+from ..params import KernelSolverParams, as_params, at_least, param, positive
+from .common import _kernel_params
+from .platt import _solve_platt
+from .wss2 import _solve_wss2
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Params(KernelSolverParams):
+    """Parameters of ``--solver smo`` (see the module docstring)."""
+
+    SOLVER: ClassVar[str] = "smo"
+
+    tol: float = param(1e-3, "KKT tolerance (LIBSVM -e, Platt's tol)")
+    max_iter: int = param(10_000_000, "SMO steps; reaching it is reported as not converged")
+    seed: int = param(0, "Platt's random starting points; the decomposition's first sample")
+    cache_mb: float = param(256.0, "kernel column cache budget in MiB")
+    selection: str = param(
+        "wss2",
+        "working-set selection: wss2 = Fan et al. 2005 second order (LIBSVM), platt = Platt "
+        "1998 as written",
+        choices=("wss2", "platt"),
+    )
+    shrinking: bool = param(True, "LIBSVM shrinking (wss2 only)", cli="bool")
+    working_mb: float = param(256.0, "memory budget of the in-memory working set (MiB)")
+    working_rows: int = param(0, "cap on in-memory working rows (0: from --working-mb)")
+    checkpoint_every: int = param(
+        100_000, "wss2 in memory: SMO steps per chunk (--checkpoint saves after each)"
+    )
+
+    def rules(self) -> None:
+        super().rules()
+        at_least(self, "working_rows", 0)
+        positive(self, "working_mb")
+        at_least(self, "checkpoint_every", 0)
+
+
+DEFAULTS = Params.defaults()
+
+#: ``--checkpoint`` works for wss2: in memory (state saved between chunks and every
+#: ``--checkpoint-seconds``) and out of core (saved after every outer iteration).
+SUPPORTS_CHECKPOINT = True
+
+STOPPING_RULE = (
+    "wss2: maximal violating pair m(a)-M(a) <= tol over all rows (LIBSVM); platt: an "
+    "examine-all pass changes nothing; both confirmed by an independent KKT pass"
+)
+
+
+def solve(
+    store,
+    engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
+    """Train with SMO; see the module docstring for the problem and the stopping rules.
+
+    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), the in-memory wss2
+    solver saves α, G and Ḡ every ``checkpoint_every`` SMO steps and, when resuming, starts
+    from the latest checkpoint; the run is split into the same chunks either way, so a
+    resumed run ends with exactly the model of an uninterrupted one.
+    """
+    t0 = time.perf_counter()
+    p = as_params(Params, params)
+    p.validate(store.meta)
+    C, tol = p.C, p.tol
+    kp = _kernel_params(store, p)
+    neg, pos = binary_classes(store.meta)
+    if store.meta.n_rows < 2:
+        raise SolverError("smo needs at least two rows")
+    passes0 = engine.passes
+    state = init_alpha_state(engine, store)
+    history: list[dict] = []
+
+    def report(rec):
+        rec["seconds"] = time.perf_counter() - t0
+        rec.setdefault("passes", engine.passes - passes0)
+        history.append(rec)
+        if callback is not None:
+            callback(rec)
+
+    if p.selection == "platt":
+        if checkpoint is not None:
+            raise SolverError("smo: --checkpoint is supported with --selection wss2 only")
+        out = _solve_platt(store, engine, state, p, C, tol, kp, pos, report)
+    else:
+        out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint)
+    sv_rows, intercept, iters, extra, dual = out
+    state = extra.pop("state", state)  # a resumed decomposition restores the shard α
+
+    # independent KKT check on every row, the model
+    w = extra.get("w")
+    objs: dict[str, float] = {}
+
+    def info(kkt: dict | None) -> dict:
+        d = dual
+        if d is None:
+            if w is not None:
+                d = 0.5 * float(w @ w) - kkt["sum_alpha"]
+            else:
+                d = dual_objective(sv_rows, kp, store.meta.n_features)
+        # ½‖w‖² = ½αᵀQα = dual + Σα
+        objs["dual"] = d
+        objs["primal"] = float(d + kkt["sum_alpha"] + C * kkt["hinge"])
+        return {
+            "solver": "smo",
+            "C": C,
+            "tol": tol,
+            "selection": p.selection,
+            "dual_objective": d,
+            "objective": objs["primal"],
+        }
+
+    fin = finish_dual(
+        store,
+        engine,
+        sv_rows,
+        intercept,
+        kp,
+        C,
+        tol,
+        (neg, pos),
+        info,
+        state=state,
+        w=None if w is None else np.asarray(w, dtype=np.float64),
+        kkt=extra.pop("kkt", None),
+    )
+    kkt, model = fin.kkt, fin.model
+    if not kkt["ok"]:
+        log.warning(
+            "smo: KKT check found a violation of %.3g (> tol %.3g) on %d rows",
+            kkt["max_violation"],
+            tol,
+            kkt["n_violators"],
+        )
+    summary = {
+        "kernel": kp.kernel,
+        "gamma": kp.gamma,
+        "C": C,
+        "tol": tol,
+        "selection": p.selection,
+        "shrinking": bool(p.shrinking),
+        "n_sv": int(kkt["n_sv"]),
+        "n_bound_sv": int(kkt["n_bound_sv"]),
+        "intercept": float(intercept),
+        "kkt_max_violation": kkt["max_violation"],
+        "kkt_violators": kkt["n_violators"],
+        "kkt_gap": kkt["gap"],
+        "kkt_ok": kkt["ok"],
+    }
+    summary.update({k: v for k, v in extra.items() if k not in ("w", "passes")})
+    summary["converged"] = extra.get("status") != "max_iter"
+    seconds = time.perf_counter() - t0
+    return Result(
+        model=model,
+        objective=objs["primal"],
+        dual_objective=float(objs["dual"]),
+        iterations=int(iters),
+        passes=int(extra.get("passes", engine.passes - passes0)),
+        seconds=seconds,
+        stop_value=float(extra.get("stop_value", 0.0)),
+        history=history,
+        summary=summary,
+    )

@@ -1,0 +1,693 @@
+"""numba kernels of smo: cached kernel columns, LIBSVM's WSS2 solver loop (resumable in
+slices), Platt's takeStep / examineExample."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ...kernels.kernel_functions import (
+    clear_row,
+    gather_dot,
+    kernel_from_dot,
+    scatter_row,
+    sparse_dot,
+)
+from ..kernel_cache import slot_acquire_prefix
+
+TAU = 1e-12
+#: Platt's eps in takeStep (minimum relative step, objective comparison at the ends).
+PLATT_EPS = 1e-10
+
+
+# ============================================================================================
+# numba: small helpers
+# ============================================================================================
+@njit(cache=True, nogil=True)
+def _rand(rs):
+    """splitmix64 on a one-element uint64 state array; returns a non-negative int64."""
+    rs[0] += np.uint64(0x9E3779B97F4A7C15)
+    z = rs[0]
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return np.int64(z >> np.uint64(1))
+
+
+@njit(cache=True, nogil=True)
+def _self_kernel(code, sqi, gamma, degree, coef0):
+    return kernel_from_dot(code, sqi, sqi, sqi, gamma, degree, coef0)
+
+
+@njit(cache=True, nogil=True)
+def _column(i, need, order, X, kp, cache, work, with_y):
+    """Cached column i over the rows order[:need]: (y_i y_k) K(x_i, x_k) (or K without y).
+
+    The cache keeps how many leading positions of ``order`` a column covers and only the
+    missing ones are computed (LIBSVM's semantics; see ``slot_acquire_prefix``).
+    """
+    indptr, indices, data, sq, y = X
+    code, gamma, degree, coef0 = kp
+    buf, slot_key, slot_of, slot_len, last_used, stats = cache
+    s, have = slot_acquire_prefix(slot_key, slot_of, slot_len, last_used, stats, i, need)
+    col = buf[s]
+    if have < need:
+        scatter_row(indptr, indices, data, i, work)
+        sqi = sq[i]
+        if with_y:
+            yi = y[i]
+            for t in range(have, need):
+                k = order[t]
+                d = gather_dot(indptr, indices, data, k, work)
+                col[k] = yi * y[k] * kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
+        else:
+            for t in range(have, need):
+                k = order[t]
+                d = gather_dot(indptr, indices, data, k, work)
+                col[k] = kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
+        clear_row(indptr, indices, i, work)
+        slot_len[s] = need
+    return col
+
+
+# ============================================================================================
+# numba: WSS2 (Fan, Chen & Lin 2005 / LIBSVM Solver) on an in-memory set
+# ============================================================================================
+@njit(cache=True, nogil=True)
+def _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C):
+    """WSS2: i = argmax_{I_up} −y G; j minimises the second-order decrease. Returns
+    (i, j, m − M) with j = −1 when no pair is found."""
+    y = X[4]
+    gmax = -np.inf
+    gmax2 = -np.inf
+    imax = -1
+    for t in range(n_active):
+        k = active[t]
+        if y[k] > 0:
+            if alpha[k] < C and -G[k] >= gmax:
+                gmax = -G[k]
+                imax = k
+        else:
+            if alpha[k] > 0 and G[k] >= gmax:
+                gmax = G[k]
+                imax = k
+    if imax < 0:
+        return -1, -1, 0.0
+    i = imax
+    qi = _column(i, n_active, active, X, kp, cache, work, True)
+    jmin = -1
+    obj_min = np.inf
+    yi = y[i]
+    for t in range(n_active):
+        k = active[t]
+        if y[k] > 0:
+            if alpha[k] > 0:
+                gd = gmax + G[k]
+                if G[k] >= gmax2:
+                    gmax2 = G[k]
+                if gd > 0:
+                    qc = QD[i] + QD[k] - 2.0 * yi * qi[k]
+                    od = -(gd * gd) / (qc if qc > 0 else TAU)
+                    if od <= obj_min:
+                        jmin = k
+                        obj_min = od
+        else:
+            if alpha[k] < C:
+                gd = gmax - G[k]
+                if -G[k] >= gmax2:
+                    gmax2 = -G[k]
+                if gd > 0:
+                    qc = QD[i] + QD[k] + 2.0 * yi * qi[k]
+                    od = -(gd * gd) / (qc if qc > 0 else TAU)
+                    if od <= obj_min:
+                        jmin = k
+                        obj_min = od
+    return i, jmin, gmax + gmax2
+
+
+@njit(cache=True, nogil=True)
+def _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C):
+    """LIBSVM's reconstruct_gradient: exact G for the shrunk rows active[n_active:]."""
+    m = alpha.shape[0]
+    if n_active == m:
+        return
+    for t in range(n_active, m):
+        j = active[t]
+        G[j] = G_bar[j] + p[j]
+    nr_free = 0
+    for t in range(n_active):
+        j = active[t]
+        if 0 < alpha[j] < C:
+            nr_free += 1
+    if nr_free * m > 2 * n_active * (m - n_active):
+        for t in range(n_active, m):
+            i = active[t]
+            qi = _column(i, n_active, active, X, kp, cache, work, True)
+            s = 0.0
+            for u in range(n_active):
+                j = active[u]
+                if 0 < alpha[j] < C:
+                    s += alpha[j] * qi[j]
+            G[i] += s
+    else:
+        for u in range(n_active):
+            i = active[u]
+            if 0 < alpha[i] < C:
+                qi = _column(i, m, active, X, kp, cache, work, True)
+                a = alpha[i]
+                for t in range(n_active, m):
+                    j = active[t]
+                    G[j] += a * qi[j]
+
+
+@njit(cache=True, nogil=True)
+def _be_shrunk(k, y, alpha, G, C, gmax1, gmax2):
+    if alpha[k] >= C:
+        if y[k] > 0:
+            return -G[k] > gmax1
+        return -G[k] > gmax2
+    if alpha[k] <= 0:
+        if y[k] > 0:
+            return G[k] > gmax2
+        return G[k] > gmax1
+    return False
+
+
+@njit(cache=True, nogil=True)
+def _drop_short_columns(cache, n_active):
+    """Before shrinking permutes active[:n_active]: a cached column covering a shorter prefix
+    would then cover a different row set, so it is dropped (LIBSVM's swap_index gives up on
+    such columns too)."""
+    buf, slot_key, slot_of, slot_len, last_used, stats = cache
+    for t in range(slot_key.shape[0]):
+        k = slot_key[t]
+        if k >= 0 and slot_len[t] < n_active:
+            slot_of[k] = -1
+            slot_key[t] = -1
+            slot_len[t] = 0
+            last_used[t] = 0
+
+
+@njit(cache=True, nogil=True)
+def _shrink(active, n_active, y, alpha, G, C, cache):
+    """Move the rows LIBSVM's be_shrunk selects behind the active prefix; returns n_active."""
+    _drop_short_columns(cache, n_active)
+    gmax1 = -np.inf
+    gmax2 = -np.inf
+    for t in range(n_active):
+        k = active[t]
+        if y[k] > 0:
+            if alpha[k] < C:
+                gmax1 = max(gmax1, -G[k])
+            if alpha[k] > 0:
+                gmax2 = max(gmax2, G[k])
+        else:
+            if alpha[k] < C:
+                gmax2 = max(gmax2, -G[k])
+            if alpha[k] > 0:
+                gmax1 = max(gmax1, G[k])
+    keep = np.empty(n_active, dtype=np.int64)
+    drop = np.empty(n_active, dtype=np.int64)
+    nk = 0
+    nd = 0
+    for t in range(n_active):
+        k = active[t]
+        if _be_shrunk(k, y, alpha, G, C, gmax1, gmax2):
+            drop[nd] = k
+            nd += 1
+        else:
+            keep[nk] = k
+            nk += 1
+    for t in range(nk):
+        active[t] = keep[t]
+    for t in range(nd):
+        active[nk + t] = drop[t]
+    return nk, gmax1 + gmax2
+
+
+@njit(cache=True, nogil=True)
+def _wss2_init_grad(X, kp, cache, work, alpha, G, G_bar, p, C, lo, hi):
+    """G = Qα + p and Ḡ = C Σ_{α=C} Q_i, accumulated over the rows lo..hi−1 (lo = 0 resets
+    them): the initial gradient of LIBSVM's Solver, in slices (the same sums in the same
+    order as one call over all rows)."""
+    m = alpha.shape[0]
+    active = np.arange(m)
+    if lo == 0:
+        for k in range(m):
+            G[k] = p[k]
+            G_bar[k] = 0.0
+    for i in range(lo, hi):
+        if alpha[i] > 0:
+            qi = _column(i, m, active, X, kp, cache, work, True)
+            a = alpha[i]
+            for k in range(m):
+                G[k] += a * qi[k]
+            if alpha[i] >= C:
+                for k in range(m):
+                    G_bar[k] += C * qi[k]
+
+
+# loop state of _wss2_steps, kept in arrays so a solve can pause and continue (and be
+# checkpointed) between any two SMO steps with the same result as one uninterrupted call:
+#   ist = [n_active, counter, unshrink, iterations, status, done]; fst = [m − M]
+IST_N_ACTIVE, IST_COUNTER, IST_UNSHRINK, IST_IT, IST_STATUS, IST_DONE = range(6)
+
+
+def _wss2_fresh_state(m: int):
+    """(active, ist, fst) at the start of a solve on m rows."""
+    ist = np.array([m, min(m, 1000) + 1, 0, 0, 1, 0], dtype=np.int64)
+    return np.arange(m, dtype=np.int64), ist, np.array([np.inf])
+
+
+@njit(cache=True, nogil=True)
+def _wss2_steps(
+    X,
+    kp,
+    cache,
+    work,
+    alpha,
+    G,
+    G_bar,
+    p,
+    QD,
+    C,
+    tol,
+    max_iter,
+    shrinking,
+    active,
+    ist,
+    fst,
+    budget,
+):
+    """LIBSVM's Solver::Solve for C-SVC on the in-memory rows, at most ``budget`` steps of it.
+
+    ``G`` = Qα + p and ``G_bar`` are given (:func:`_wss2_init_grad`); the loop state is in
+    ``active``, ``ist``, ``fst`` (see above). ``ist[IST_DONE]`` becomes 1 when the solve has
+    ended: status 0 = optimal within tol, 1 = iteration limit ``max_iter``.
+    """
+    y = X[4]
+    m = y.shape[0]
+    n_active = ist[IST_N_ACTIVE]
+    counter = ist[IST_COUNTER]
+    unshrink = ist[IST_UNSHRINK] != 0
+    it = ist[IST_IT]
+    status = ist[IST_STATUS]
+    gap = fst[0]
+    n_steps = 0
+    paused = False
+    while it < max_iter:
+        if n_steps >= budget:
+            paused = True
+            break
+        n_steps += 1
+        counter -= 1
+        if counter == 0:
+            counter = min(m, 1000)
+            if shrinking:
+                # do_shrinking: unshrink once when close to optimal
+                n_new, g12 = _shrink(active, n_active, y, alpha, G, C, cache)
+                if not unshrink and g12 <= 10.0 * tol:
+                    unshrink = True
+                    # restore everything, reconstruct, then shrink again
+                    _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C)
+                    n_active = m
+                    n_new, g12 = _shrink(active, n_active, y, alpha, G, C, cache)
+                n_active = n_new
+        i, j, gap = _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C)
+        if j < 0 or gap < tol:
+            if n_active < m:
+                _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C)
+                n_active = m
+                i, j, gap = _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C)
+                if j < 0 or gap < tol:
+                    status = 0
+                    break
+                counter = 1
+            else:
+                status = 0
+                break
+        it += 1
+        qi = _column(i, n_active, active, X, kp, cache, work, True)
+        qj = _column(j, n_active, active, X, kp, cache, work, True)
+        ai_old = alpha[i]
+        aj_old = alpha[j]
+        ai = ai_old
+        aj = aj_old
+        if y[i] != y[j]:
+            qc = QD[i] + QD[j] + 2.0 * qi[j]
+            if qc <= 0:
+                qc = TAU
+            delta = (-G[i] - G[j]) / qc
+            diff = ai - aj
+            ai += delta
+            aj += delta
+            if diff > 0:
+                if aj < 0:
+                    aj = 0.0
+                    ai = diff
+            else:
+                if ai < 0:
+                    ai = 0.0
+                    aj = -diff
+            if diff > 0:  # C_i - C_j == 0
+                if ai > C:
+                    ai = C
+                    aj = C - diff
+            else:
+                if aj > C:
+                    aj = C
+                    ai = C + diff
+        else:
+            qc = QD[i] + QD[j] - 2.0 * qi[j]
+            if qc <= 0:
+                qc = TAU
+            delta = (G[i] - G[j]) / qc
+            s = ai + aj
+            ai -= delta
+            aj += delta
+            if s > C:
+                if ai > C:
+                    ai = C
+                    aj = s - C
+            else:
+                if aj < 0:
+                    aj = 0.0
+                    ai = s
+            if s > C:
+                if aj > C:
+                    aj = C
+                    ai = s - C
+            else:
+                if ai < 0:
+                    ai = 0.0
+                    aj = s
+        alpha[i] = ai
+        alpha[j] = aj
+        dai = ai - ai_old
+        daj = aj - aj_old
+        for t in range(n_active):
+            k = active[t]
+            G[k] += qi[k] * dai + qj[k] * daj
+        ui = ai_old >= C
+        uj = aj_old >= C
+        if ui != (ai >= C):
+            qf = _column(i, m, active, X, kp, cache, work, True)
+            sgn = -C if ui else C
+            for k in range(m):
+                G_bar[k] += sgn * qf[k]
+        if uj != (aj >= C):
+            qf = _column(j, m, active, X, kp, cache, work, True)
+            sgn = -C if uj else C
+            for k in range(m):
+                G_bar[k] += sgn * qf[k]
+    if not paused:
+        if n_active < m:
+            _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C)
+            n_active = m
+        ist[IST_DONE] = 1
+    ist[IST_N_ACTIVE] = n_active
+    ist[IST_COUNTER] = counter
+    ist[IST_UNSHRINK] = 1 if unshrink else 0
+    ist[IST_IT] = it
+    ist[IST_STATUS] = status
+    fst[0] = gap
+
+
+@njit(cache=True, nogil=True)
+def _rho_and_gap(y, alpha, G, C):
+    """LIBSVM's calculate_rho and (m, M) over all rows."""
+    ub = np.inf
+    lb = -np.inf
+    nfree = 0
+    sfree = 0.0
+    m_up = -np.inf
+    m_low = np.inf
+    for k in range(y.shape[0]):
+        yg = y[k] * G[k]
+        if alpha[k] >= C:
+            if y[k] < 0:
+                ub = min(ub, yg)
+            else:
+                lb = max(lb, yg)
+        elif alpha[k] <= 0:
+            if y[k] > 0:
+                ub = min(ub, yg)
+            else:
+                lb = max(lb, yg)
+        else:
+            nfree += 1
+            sfree += yg
+        myg = -yg
+        if (y[k] > 0 and alpha[k] < C) or (y[k] < 0 and alpha[k] > 0):
+            m_up = max(m_up, myg)
+        if (y[k] < 0 and alpha[k] < C) or (y[k] > 0 and alpha[k] > 0):
+            m_low = min(m_low, myg)
+    if nfree > 0:
+        rho = sfree / nfree
+    else:
+        rho = (
+            0.5 * (ub + lb)
+            if (np.isfinite(ub) and np.isfinite(lb))
+            else (ub if np.isfinite(ub) else (lb if np.isfinite(lb) else 0.0))
+        )
+    return rho, m_up, m_low
+
+
+@njit(cache=True, nogil=True)
+def _diag(X, kp):
+    indptr, indices, data, sq, y = X
+    code, gamma, degree, coef0 = kp
+    out = np.empty(y.shape[0])
+    for k in range(y.shape[0]):
+        out[k] = _self_kernel(code, sq[k], gamma, degree, coef0)
+    return out
+
+
+# ============================================================================================
+# numba: Platt's SMO (section 2.5) on the rows in memory
+# ============================================================================================
+# scalars kept in arrays so numba functions can update them:
+#   fs[0] = b (threshold, u = Σ y α K − b)
+#   ist[0] = number of tracked rows (tlist only grows: cached columns cover a prefix of it),
+#   ist[1] = unused, ist[2] = successful steps,
+#   ist[3] = step limit
+@njit(cache=True, nogil=True)
+def _fresh_error(k, X, kp, work, alpha, fs, w, linear):
+    """E_k = u(x_k) − y_k from the SV expansion over the rows in memory (or from w)."""
+    indptr, indices, data, sq, y = X
+    code, gamma, degree, coef0 = kp
+    if linear:
+        s = 0.0
+        for q in range(indptr[k], indptr[k + 1]):
+            s += float(data[q]) * w[indices[q]]
+        return s - fs[0] - y[k]
+    scatter_row(indptr, indices, data, k, work)
+    s = 0.0
+    for j in range(y.shape[0]):
+        if alpha[j] > 0:
+            d = gather_dot(indptr, indices, data, j, work)
+            s += y[j] * alpha[j] * kernel_from_dot(code, d, sq[k], sq[j], gamma, degree, coef0)
+    clear_row(indptr, indices, k, work)
+    return s - fs[0] - y[k]
+
+
+@njit(cache=True, nogil=True)
+def _take_step(i1, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C):
+    """Platt's takeStep(i1, i2) (eqs. 13–22). Returns 1 on a step, 0 otherwise."""
+    if i1 == i2:
+        return 0
+    indptr, indices, data, sq, y = X
+    code, gamma, degree, coef0 = kp
+    alph1 = alpha[i1]
+    alph2 = alpha[i2]
+    y1 = y[i1]
+    y2 = y[i2]
+    s = y1 * y2
+    if y1 != y2:  # eq. 13
+        L = max(0.0, alph2 - alph1)
+        H = min(C, C + alph2 - alph1)
+    else:  # eq. 14
+        L = max(0.0, alph1 + alph2 - C)
+        H = min(C, alph1 + alph2)
+    if L == H:
+        return 0
+    # (E is looked up after the cheap L == H test: for rows outside the error cache it
+    # costs a pass over the SV expansion)
+    E1 = E[i1] if tracked[i1] else _fresh_error(i1, X, kp, work, alpha, fs, w, linear)
+    E2 = E[i2] if tracked[i2] else _fresh_error(i2, X, kp, work, alpha, fs, w, linear)
+    k11 = _self_kernel(code, sq[i1], gamma, degree, coef0)
+    k22 = _self_kernel(code, sq[i2], gamma, degree, coef0)
+    k12 = kernel_from_dot(
+        code,
+        sparse_dot(indptr, indices, data, i1, indptr, indices, data, i2),
+        sq[i1],
+        sq[i2],
+        gamma,
+        degree,
+        coef0,
+    )
+    eta = k11 + k22 - 2.0 * k12  # eq. 15
+    b = fs[0]
+    if eta > 0:
+        a2 = alph2 + y2 * (E1 - E2) / eta  # eq. 16
+        if a2 < L:  # eq. 17
+            a2 = L
+        elif a2 > H:
+            a2 = H
+    else:  # eq. 19
+        f1 = y1 * (E1 + b) - alph1 * k11 - s * alph2 * k12
+        f2 = y2 * (E2 + b) - s * alph1 * k12 - alph2 * k22
+        L1 = alph1 + s * (alph2 - L)
+        H1 = alph1 + s * (alph2 - H)
+        Lobj = L1 * f1 + L * f2 + 0.5 * L1 * L1 * k11 + 0.5 * L * L * k22 + s * L * L1 * k12
+        Hobj = H1 * f1 + H * f2 + 0.5 * H1 * H1 * k11 + 0.5 * H * H * k22 + s * H * H1 * k12
+        if Lobj < Hobj - PLATT_EPS:
+            a2 = L
+        elif Lobj > Hobj + PLATT_EPS:
+            a2 = H
+        else:
+            a2 = alph2
+    # snap round-off to the bounds
+    if a2 < 1e-12 * C:
+        a2 = 0.0
+    elif a2 > C * (1.0 - 1e-12):
+        a2 = C
+    if abs(a2 - alph2) < PLATT_EPS * (a2 + alph2 + PLATT_EPS):
+        return 0
+    a1 = alph1 + s * (alph2 - a2)  # eq. 18
+    if a1 < 1e-12 * C:
+        a1 = 0.0
+    elif a1 > C * (1.0 - 1e-12):
+        a1 = C
+    t1 = y1 * (a1 - alph1)
+    t2 = y2 * (a2 - alph2)
+    # threshold, eqs. 20-21
+    b1 = E1 + t1 * k11 + t2 * k12 + b
+    b2 = E2 + t1 * k12 + t2 * k22 + b
+    if 0 < a1 < C:
+        bnew = b1
+    elif 0 < a2 < C:
+        bnew = b2
+    else:
+        bnew = 0.5 * (b1 + b2)
+    db = bnew - b
+    fs[0] = bnew
+    if linear:  # eq. 22
+        for q in range(indptr[i1], indptr[i1 + 1]):
+            w[indices[q]] += t1 * data[q]
+        for q in range(indptr[i2], indptr[i2 + 1]):
+            w[indices[q]] += t2 * data[q]
+    # rows entering the error cache
+    if not tracked[i1]:
+        tracked[i1] = True
+        E[i1] = E1
+        tlist[ist[0]] = i1
+        ist[0] += 1
+        ist[1] += 1  # columns over the tracked rows are stale
+    if not tracked[i2]:
+        tracked[i2] = True
+        E[i2] = E2
+        tlist[ist[0]] = i2
+        ist[0] += 1
+    n_t = ist[0]
+    c1 = _column(i1, n_t, tlist, X, kp, cache, work, False)
+    c2 = _column(i2, n_t, tlist, X, kp, cache, work, False)
+    for t in range(n_t):
+        k = tlist[t]
+        E[k] += t1 * c1[k] + t2 * c2[k] - db
+    alpha[i1] = a1
+    alpha[i2] = a2
+    ist[2] += 1
+    return 1
+
+
+@njit(cache=True, nogil=True)
+def _examine(i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs):
+    """Platt's examineExample(i2)."""
+    y = X[4]
+    y2 = y[i2]
+    alph2 = alpha[i2]
+    if tracked[i2]:
+        E2 = E[i2]
+    else:
+        E2 = _fresh_error(i2, X, kp, work, alpha, fs, w, linear)
+    r2 = E2 * y2
+    if not ((r2 < -tol and alph2 < C) or (r2 > tol and alph2 > 0)):
+        return 0
+    # second choice heuristic: max |E1 - E2| over the non-bound error cache
+    n_t = ist[0]
+    n_nb = 0
+    best = -1
+    bv = -1.0
+    for t in range(n_t):
+        k = tlist[t]
+        if 0 < alpha[k] < C:
+            n_nb += 1
+            v = abs(E[k] - E2)
+            if v > bv:
+                bv = v
+                best = k
+    if n_nb > 1 and best >= 0:
+        if _take_step(
+            best, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C
+        ):
+            return 1
+    # the non-bound rows, from a random start
+    if n_t > 0:
+        start = _rand(rs) % n_t
+        for u in range(n_t):
+            k = tlist[(start + u) % n_t]
+            if 0 < alpha[k] < C:
+                if _take_step(
+                    k, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C
+                ):
+                    return 1
+    # all rows in memory, from a random start (deviation: not the whole store)
+    m = y.shape[0]
+    start = _rand(rs) % m
+    for u in range(m):
+        k = (start + u) % m
+        if _take_step(k, i2, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C):
+            return 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _platt_examine_list(
+    order, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+):
+    """examineExample over the given rows (a pass over all examples of one shard)."""
+    changed = 0
+    for t in range(order.shape[0]):
+        if ist[2] >= ist[3]:
+            break
+        changed += _examine(
+            order[t], X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+        )
+    return changed
+
+
+@njit(cache=True, nogil=True)
+def _platt_nonbound_loop(
+    X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+):
+    """Passes over the non-bound rows until one changes nothing (Platt's inner loop).
+
+    Returns (total changes, number of passes)."""
+    m = alpha.shape[0]
+    total = 0
+    passes = 0
+    while True:
+        changed = 0
+        for k in range(m):
+            if ist[2] >= ist[3]:
+                break
+            if 0 < alpha[k] < C:
+                changed += _examine(
+                    k, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+                )
+        passes += 1
+        total += changed
+        if changed == 0 or ist[2] >= ist[3]:
+            break
+    return total, passes

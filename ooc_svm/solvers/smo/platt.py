@@ -1,0 +1,249 @@
+"""smo ``--selection platt``: Platt 1998, section 2.5, as written, one shard at a time."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from ...engine.base import concat_partials
+from ..dual_common import (
+    Expansion,
+    WorkingRows,
+    apply_alpha_updates,
+    kkt_violation_pass,
+    make_expansion,
+)
+from .common import _cache_for, _fetch_shard_fn, _kernel_tuple, _x_tuple
+from .kernels import _platt_examine_list, _platt_nonbound_loop
+
+log = logging.getLogger(__name__)
+
+#: Platt: how many times a failed final KKT check restarts the examine-all passes.
+MAX_PLATT_CHECKS = 20
+
+
+class _PlattMemory:
+    """The rows Platt's SMO keeps in memory between shards: the pool (non-bound rows; for
+    kernels every SV), its error cache and which α values the shard state already has."""
+
+    def __init__(self, nf: int, linear: bool):
+        self.rows = WorkingRows.empty()
+        self.E = np.zeros(0)
+        self.tracked = np.zeros(0, dtype=bool)
+        self.a_state = np.zeros(0)
+        self.linear = linear
+        self.w = np.zeros(max(nf, 1))
+        self.pending: dict[int, float] = {}
+
+
+def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
+    nf = store.meta.n_features
+    linear = kp.kernel == "linear"
+    mem = _PlattMemory(nf, linear)
+    kt = _kernel_tuple(kp)
+    fs = np.zeros(1)  # b
+    rs = np.array([np.uint64(int(p.seed) & 0xFFFFFFFFFFFFFFFF)], dtype=np.uint64)
+    max_iter = int(p.max_iter)
+    steps = 0
+    starts = np.array([s.row_start for s in store.meta.shards] + [store.meta.n_rows])
+    examine_all = True
+    num_changed = 0
+    outer = 0
+    cache_stats = {"hits": 0, "misses": 0, "evictions": 0}
+    kkt = None
+    checks = 0
+    full_passes = 0
+    last_gap = np.inf
+    while (num_changed > 0 or examine_all) and steps < max_iter:
+        outer += 1
+        t1 = time.perf_counter()
+        num_changed = 0
+        if examine_all:
+            full_passes += 1
+            for sid in range(store.n_shards):
+                if steps >= max_iter:
+                    break
+                lo, hi = starts[sid], starts[sid + 1]
+                pend = {g: a for g, a in mem.pending.items() if lo <= g < hi}
+                for g in pend:
+                    del mem.pending[g]
+                pg = np.array(sorted(pend), dtype=np.int64)
+                pv = np.array([pend[g] for g in pg], dtype=np.float64)
+                parts = engine.map_reduce(
+                    store,
+                    _fetch_shard_fn,
+                    (pg, pv, float(pos)),
+                    reduce=concat_partials,
+                    state=state,
+                    shards=[sid],
+                )
+                shard = WorkingRows.concat(parts or [])
+                nc, st, cs = _platt_shard(
+                    mem, shard, kt, kp, fs, rs, C, tol, p, max_iter - steps, nf
+                )
+                num_changed += nc
+                steps += st
+                for k in cache_stats:
+                    cache_stats[k] += cs[k]
+        else:
+            nc, st, cs = _platt_shard(mem, None, kt, kp, fs, rs, C, tol, p, max_iter - steps, nf)
+            num_changed += nc
+            steps += st
+            for k in cache_stats:
+                cache_stats[k] += cs[k]
+        was_all = examine_all
+        if examine_all:
+            examine_all = False
+        elif num_changed == 0:
+            examine_all = True
+        n_nb = int(((mem.rows.alpha > 0) & (mem.rows.alpha < C)).sum())
+        report(
+            {
+                "iteration": outer,
+                "examine_all": was_all,
+                "changed": int(num_changed),
+                "smo_iterations": steps,
+                "working_set": n_nb,
+                "pass_seconds": time.perf_counter() - t1,
+                "passes": full_passes,
+            }
+        )
+        if not (num_changed > 0 or examine_all):
+            # Platt's loop has ended: confirm with an independent pass before stopping
+            _platt_flush(store, engine, state, mem)
+            exp = _platt_expansion(mem, kp, nf)
+            kkt = kkt_violation_pass(store, engine, state, exp, -fs[0], C, pos, tol)
+            full_passes += 1
+            last_gap = kkt["max_violation"]
+            if not kkt["ok"] and checks < MAX_PLATT_CHECKS:
+                checks += 1
+                log.info(
+                    "smo/platt: KKT check found violation %.3g; more examine-all passes",
+                    kkt["max_violation"],
+                )
+                examine_all = True
+    if steps >= max_iter:
+        log.warning("smo: iteration limit %d reached", max_iter)
+    _platt_flush(store, engine, state, mem)
+    extra = {
+        "outer_iterations": outer,
+        "stop_value": float(last_gap),
+        "working_rows": int(mem.rows.n),
+        "cache_hits": cache_stats["hits"],
+        "cache_misses": cache_stats["misses"],
+        "cache_evictions": cache_stats["evictions"],
+        "in_memory": False,
+        "status": "optimal" if steps < max_iter else "max_iter",
+        "passes": full_passes,
+        "examine_all_checks": checks,
+    }
+    if kkt is not None and steps < max_iter:
+        extra["kkt"] = kkt
+    if linear:
+        extra["w"] = mem.w[:nf].copy()
+        sv = mem.rows.take(np.flatnonzero(mem.rows.alpha > 0))
+        return sv, -float(fs[0]), steps, extra, None
+    sv = mem.rows.take(np.flatnonzero(mem.rows.alpha > 0))
+    return sv, -float(fs[0]), steps, extra, None
+
+
+def _platt_expansion(mem: _PlattMemory, kp, nf) -> Expansion:
+    if mem.linear:
+        return Expansion(kp, nf, w=mem.w[:nf].copy())
+    sv = mem.rows.take(np.flatnonzero(mem.rows.alpha > 0))
+    return make_expansion(kp, nf, sv, sv.y * sv.alpha)
+
+
+def _platt_flush(store, engine, state, mem: _PlattMemory) -> None:
+    """Write every α the shard state does not have yet (pending + rows in memory)."""
+    g = list(mem.pending)
+    a = [mem.pending[k] for k in g]
+    mem.pending.clear()
+    ch = np.flatnonzero(mem.rows.alpha != mem.a_state)
+    g_all = np.concatenate([np.asarray(g, dtype=np.int64), mem.rows.gids[ch]])
+    a_all = np.concatenate([np.asarray(a, dtype=np.float64), mem.rows.alpha[ch]])
+    apply_alpha_updates(store, engine, state, g_all, a_all)
+    mem.a_state = mem.rows.alpha.copy()
+
+
+def _platt_shard(
+    mem: _PlattMemory, shard: WorkingRows | None, kt, kp, fs, rs, C, tol, p, step_budget, nf
+):
+    """Examine the rows of one shard (examine-all pass) or the non-bound rows (shard None)
+    with the rows in memory; update the pool. Returns (changed, steps, cache stats)."""
+    pool = mem.rows
+    if shard is not None:
+        in_pool = np.isin(shard.gids, pool.gids)
+        new = shard.take(np.flatnonzero(~in_pool))
+        rows = WorkingRows.concat([pool, new])
+        pos_of = {int(g): k for k, g in enumerate(rows.gids)}
+        order = np.array([pos_of[int(g)] for g in shard.gids], dtype=np.int64)
+        # E for every row of the shard from the current expansion (or w); they join the
+        # error cache for the time the shard is in memory
+        exp = _platt_expansion(mem, kp, nf)
+        E = np.concatenate([mem.E, np.zeros(new.n)])
+        E[order] = exp.scores(*shard.csr()) - fs[0] - shard.y
+        tracked = np.concatenate([(pool.alpha > 0) & (pool.alpha < C), np.zeros(new.n, dtype=bool)])
+        tracked[order] = True
+        a_state = np.concatenate([mem.a_state, new.alpha])
+    else:
+        rows = pool
+        E = mem.E.copy()
+        tracked = (pool.alpha > 0) & (pool.alpha < C)
+        a_state = mem.a_state
+        order = None
+    m = rows.n
+    if m == 0:
+        return 0, 0, {"hits": 0, "misses": 0, "evictions": 0}
+    # E of untracked rows is not maintained: mark it unknown
+    E = np.where(tracked, E, 0.0)
+    tlist = np.zeros(m, dtype=np.int64)
+    nt = int(tracked.sum())
+    tlist[:nt] = np.flatnonzero(tracked)
+    ist = np.array([nt, 0, 0, max(0, int(step_budget))], dtype=np.int64)
+    X = _x_tuple(rows)
+    sc = _cache_for(float(p.cache_mb), m)
+    work = np.zeros(max(nf, int(rows.indices.max()) + 1 if rows.indices.size else 1))
+    w = mem.w if mem.linear else np.zeros(1)
+    if mem.linear and w.shape[0] < work.shape[0]:
+        w = np.concatenate([w, np.zeros(work.shape[0] - w.shape[0])])
+    alpha = rows.alpha  # updated in place
+    if order is not None:
+        changed = _platt_examine_list(
+            order,
+            X,
+            kt,
+            sc.arrays(),
+            work,
+            alpha,
+            E,
+            tracked,
+            tlist,
+            fs,
+            ist,
+            w,
+            mem.linear,
+            C,
+            tol,
+            rs,
+        )
+    else:
+        changed, _ = _platt_nonbound_loop(
+            X, kt, sc.arrays(), work, alpha, E, tracked, tlist, fs, ist, w, mem.linear, C, tol, rs
+        )
+    mem.w = w
+    # new pool: non-bound rows, plus (kernel) every SV
+    if mem.linear:
+        keep = (alpha > 0) & (alpha < C)
+    else:
+        keep = alpha > 0
+    leave = np.flatnonzero(~keep & (alpha != a_state))
+    for g, a in zip(rows.gids[leave].tolist(), alpha[leave].tolist(), strict=True):
+        mem.pending[g] = a
+    k_idx = np.flatnonzero(keep)
+    mem.rows = rows.take(k_idx)
+    mem.E = E[k_idx]
+    mem.a_state = a_state[k_idx]
+    return int(changed), int(ist[2]), sc.stats_dict()
