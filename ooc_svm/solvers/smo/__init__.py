@@ -117,10 +117,10 @@ def solve(
 ) -> Result:
     """Train with SMO; see the module docstring for the problem and the stopping rules.
 
-    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), the in-memory wss2
-    solver saves α, G and Ḡ every ``checkpoint_every`` SMO steps and, when resuming, starts
-    from the latest checkpoint; the run is split into the same chunks either way, so a
-    resumed run ends with exactly the model of an uninterrupted one.
+    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), wss2 saves its state
+    every ``checkpoint_every`` SMO steps and every ``checkpoint_seconds`` (in memory) or
+    after every outer iteration (out of core) and, when resuming, starts from the latest
+    checkpoint; a resumed run ends with exactly the model of an uninterrupted one.
     """
     t0 = time.perf_counter()
     p = as_params(Params, params)
@@ -149,8 +149,27 @@ def solve(
         out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint)
     sv_rows, intercept, iters, extra, dual = out
     state = extra.pop("state", state)  # a resumed decomposition restores the shard α
+    model, kkt, objs = _finish(store, engine, state, p, kp, (neg, pos), out)
+    summary = _summary(p, kp, kkt, intercept, extra)
+    seconds = time.perf_counter() - t0
+    return Result(
+        model=model,
+        objective=objs["primal"],
+        dual_objective=float(objs["dual"]),
+        iterations=int(iters),
+        passes=int(extra.get("passes", engine.passes - passes0)),
+        seconds=seconds,
+        stop_value=float(extra.get("stop_value", 0.0)),
+        history=history,
+        summary=summary,
+    )
 
-    # independent KKT check on every row, the model
+
+def _finish(store, engine, state, p: Params, kp, classes, out):
+    """The independent KKT check on every row and the model (:func:`finish_dual`); returns
+    (model, kkt, {"dual", "primal"})."""
+    sv_rows, intercept, _, extra, dual = out
+    C, tol = p.C, p.tol
     w = extra.get("w")
     objs: dict[str, float] = {}
 
@@ -181,13 +200,13 @@ def solve(
         kp,
         C,
         tol,
-        (neg, pos),
+        classes,
         info,
         state=state,
         w=None if w is None else np.asarray(w, dtype=np.float64),
         kkt=extra.pop("kkt", None),
     )
-    kkt, model = fin.kkt, fin.model
+    kkt = fin.kkt
     if not kkt["ok"]:
         log.warning(
             "smo: KKT check found a violation of %.3g (> tol %.3g) on %d rows",
@@ -195,11 +214,15 @@ def solve(
             tol,
             kkt["n_violators"],
         )
+    return fin.model, kkt, objs
+
+
+def _summary(p: Params, kp, kkt: dict, intercept: float, extra: dict) -> dict:
     summary = {
         "kernel": kp.kernel,
         "gamma": kp.gamma,
-        "C": C,
-        "tol": tol,
+        "C": p.C,
+        "tol": p.tol,
         "selection": p.selection,
         "shrinking": bool(p.shrinking),
         "n_sv": int(kkt["n_sv"]),
@@ -212,15 +235,4 @@ def solve(
     }
     summary.update({k: v for k, v in extra.items() if k not in ("w", "passes")})
     summary["converged"] = extra.get("status") != "max_iter"
-    seconds = time.perf_counter() - t0
-    return Result(
-        model=model,
-        objective=objs["primal"],
-        dual_objective=float(objs["dual"]),
-        iterations=int(iters),
-        passes=int(extra.get("passes", engine.passes - passes0)),
-        seconds=seconds,
-        stop_value=float(extra.get("stop_value", 0.0)),
-        history=history,
-        summary=summary,
-    )
+    return summary

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from .. import SolverError
-from ..dual_common import Expansion, WorkingRows, fetch_rows, make_expansion
+from ..dual_common import Expansion, WorkingRows, fetch_rows, make_expansion, primal_w
 from .common import _scan_fn, _scan_reduce
 from .kernels import _rho_and_gap
 from .wss2 import _run_wss2
@@ -113,15 +113,7 @@ def _solve_wss2_decomposition(
         for k in cache_stats:
             cache_stats[k] += cs[k]
         rho, m_w, big_m_w = _rho_and_gap(W.y, W.alpha, G, C)
-        # full expansion: W's SVs + the fixed part
-        svw = W.take(np.flatnonzero(W.alpha > 0))
-        if linear:
-            from .dual_common import primal_w
-
-            exp = Expansion(kp, nf, w=w_fixed + primal_w(svw, svw.y * svw.alpha, nf))
-        else:
-            allsv = WorkingRows.concat([svw, F])
-            exp = make_expansion(kp, nf, allsv, allsv.y * allsv.alpha)
+        exp = _full_expansion(W, F, w_fixed, kp, nf, linear)
         upd_g = np.concatenate([W.gids] + evicted_g)
         upd_a = np.concatenate([W.alpha] + evicted_a)
         order = np.argsort(upd_g, kind="stable")
@@ -144,21 +136,7 @@ def _solve_wss2_decomposition(
         )
         if gap <= tol or part is None or status != 0 or total_it >= max_iter:
             break
-        cand = part[1]
-        # candidates that were bound SVs held outside W leave the fixed part
-        if linear:
-            back = np.flatnonzero(cand.alpha > 0)
-            if back.size:
-                from .dual_common import primal_w
-
-                bk = cand.take(back)
-                w_fixed = w_fixed - primal_w(bk, bk.y * bk.alpha, nf)
-        elif F.n:
-            keepF = ~np.isin(F.gids, cand.gids)
-            F = F.take(np.flatnonzero(keepF))
-        Gc = -1.0 + cand.y * exp.scores(*cand.csr())
-        W = WorkingRows.concat([W, cand])
-        G = np.concatenate([G, Gc])
+        W, G, F, w_fixed = _add_candidates(W, G, F, w_fixed, part[1], exp, nf, linear)
         if W.n > budget:
             W, F, w_fixed, ev_g, ev_a = _evict(W, G, rho, F, w_fixed, C, budget, linear, nf)
             evicted_g.append(ev_g)
@@ -171,7 +149,15 @@ def _solve_wss2_decomposition(
             )
     if status != 0 or total_it >= max_iter:
         log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, gap)
-    # final flush of W's α (already applied by the last scan) and the model's SVs
+    return _decomposition_result(
+        W, F, w_fixed, rho, gap, tol, total_it, outer, cache_stats, state, nf, linear
+    )
+
+
+def _decomposition_result(
+    W, F, w_fixed, rho, gap, tol, total_it, outer, cache_stats, state, nf, linear
+):
+    """(SV rows, intercept, iterations, extra, None) of the decomposition."""
     svw = W.take(np.flatnonzero(W.alpha > 0))
     extra = {
         "working_rows": int(W.n),
@@ -182,17 +168,38 @@ def _solve_wss2_decomposition(
         "cache_evictions": cache_stats["evictions"],
         "in_memory": False,
         "status": "optimal" if gap <= tol else "max_iter",
+        "state": state,
     }
     if linear:
-        from .dual_common import primal_w
-
         extra["w"] = w_fixed + primal_w(svw, svw.y * svw.alpha, nf)
-        extra["state"] = state
         # the model is built from w; bound SVs folded into w_fixed are not kept as rows
         return svw, -float(rho), total_it, extra, None
-    extra["state"] = state
     allsv = WorkingRows.concat([svw, F])
     return allsv, -float(rho), total_it, extra, None
+
+
+def _full_expansion(W, F, w_fixed, kp, nf, linear) -> Expansion:
+    """The expansion of W's SVs plus the fixed part (F, or w_fixed for the linear kernel)."""
+    svw = W.take(np.flatnonzero(W.alpha > 0))
+    if linear:
+        return Expansion(kp, nf, w=w_fixed + primal_w(svw, svw.y * svw.alpha, nf))
+    allsv = WorkingRows.concat([svw, F])
+    return make_expansion(kp, nf, allsv, allsv.y * allsv.alpha)
+
+
+def _add_candidates(W, G, F, w_fixed, cand, exp, nf, linear):
+    """W and G with the violating rows ``cand``; those that were bound SVs held outside W
+    leave the fixed part."""
+    if linear:
+        back = np.flatnonzero(cand.alpha > 0)
+        if back.size:
+            bk = cand.take(back)
+            w_fixed = w_fixed - primal_w(bk, bk.y * bk.alpha, nf)
+    elif F.n:
+        keepF = ~np.isin(F.gids, cand.gids)
+        F = F.take(np.flatnonzero(keepF))
+    Gc = -1.0 + cand.y * exp.scores(*cand.csr())
+    return WorkingRows.concat([W, cand]), np.concatenate([G, Gc]), F, w_fixed
 
 
 def _evict(W, G, rho, F, w_fixed, C, budget, linear, nf):
@@ -218,8 +225,6 @@ def _evict(W, G, rho, F, w_fixed, C, budget, linear, nf):
         ev[take] = True
         moved = W.take(take)
         if linear:
-            from .dual_common import primal_w
-
             w_fixed = w_fixed + primal_w(moved, moved.y * moved.alpha, nf)
         else:
             F = WorkingRows.concat([F, moved])

@@ -47,7 +47,6 @@ def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
     rs = np.array([np.uint64(int(p.seed) & 0xFFFFFFFFFFFFFFFF)], dtype=np.uint64)
     max_iter = int(p.max_iter)
     steps = 0
-    starts = np.array([s.row_start for s in store.meta.shards] + [store.meta.n_rows])
     examine_all = True
     num_changed = 0
     outer = 0
@@ -62,31 +61,11 @@ def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
         num_changed = 0
         if examine_all:
             full_passes += 1
-            for sid in range(store.n_shards):
-                if steps >= max_iter:
-                    break
-                lo, hi = starts[sid], starts[sid + 1]
-                pend = {g: a for g, a in mem.pending.items() if lo <= g < hi}
-                for g in pend:
-                    del mem.pending[g]
-                pg = np.array(sorted(pend), dtype=np.int64)
-                pv = np.array([pend[g] for g in pg], dtype=np.float64)
-                parts = engine.map_reduce(
-                    store,
-                    _fetch_shard_fn,
-                    (pg, pv, float(pos)),
-                    reduce=concat_partials,
-                    state=state,
-                    shards=[sid],
-                )
-                shard = WorkingRows.concat(parts or [])
-                nc, st, cs = _platt_shard(
-                    mem, shard, kt, kp, fs, rs, C, tol, p, max_iter - steps, nf
-                )
-                num_changed += nc
-                steps += st
-                for k in cache_stats:
-                    cache_stats[k] += cs[k]
+            nc, st = _platt_examine_all(
+                store, engine, state, mem, (kt, kp, fs, rs), p, pos, max_iter - steps, cache_stats
+            )
+            num_changed += nc
+            steps += st
         else:
             nc, st, cs = _platt_shard(mem, None, kt, kp, fs, rs, C, tol, p, max_iter - steps, nf)
             num_changed += nc
@@ -143,10 +122,43 @@ def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
         extra["kkt"] = kkt
     if linear:
         extra["w"] = mem.w[:nf].copy()
-        sv = mem.rows.take(np.flatnonzero(mem.rows.alpha > 0))
-        return sv, -float(fs[0]), steps, extra, None
     sv = mem.rows.take(np.flatnonzero(mem.rows.alpha > 0))
     return sv, -float(fs[0]), steps, extra, None
+
+
+def _platt_examine_all(store, engine, state, mem, ks, p, pos, step_budget, cache_stats):
+    """One pass over all examples, one shard at a time (pending α updates go to the shard's
+    state as it is read). Returns (changed, steps)."""
+    kt, kp, fs, rs = ks
+    nf = store.meta.n_features
+    starts = np.array([s.row_start for s in store.meta.shards] + [store.meta.n_rows])
+    changed = steps = 0
+    for sid in range(store.n_shards):
+        if steps >= step_budget:
+            break
+        lo, hi = starts[sid], starts[sid + 1]
+        pend = {g: a for g, a in mem.pending.items() if lo <= g < hi}
+        for g in pend:
+            del mem.pending[g]
+        pg = np.array(sorted(pend), dtype=np.int64)
+        pv = np.array([pend[g] for g in pg], dtype=np.float64)
+        parts = engine.map_reduce(
+            store,
+            _fetch_shard_fn,
+            (pg, pv, float(pos)),
+            reduce=concat_partials,
+            state=state,
+            shards=[sid],
+        )
+        shard = WorkingRows.concat(parts or [])
+        nc, st, cs = _platt_shard(
+            mem, shard, kt, kp, fs, rs, p.C, p.tol, p, step_budget - steps, nf
+        )
+        changed += nc
+        steps += st
+        for k in cache_stats:
+            cache_stats[k] += cs[k]
+    return changed, steps
 
 
 def _platt_expansion(mem: _PlattMemory, kp, nf) -> Expansion:

@@ -60,6 +60,78 @@ def _init_grad_sliced(X, kt, sc, work, alpha, G, G_bar, p_lin, C) -> None:
             break
 
 
+class _Wss2Run:
+    """The state of one LIBSVM solve on ``W``: α (in W), G, Ḡ, the loop state of
+    :func:`_wss2_steps` and the chunk / checkpoint counters."""
+
+    def __init__(self, W: WorkingRows, p_lin, kp, C, tol, n_features):
+        self.W, self.p_lin, self.C, self.tol = W, p_lin, C, tol
+        self.X = _x_tuple(W)
+        self.kt = _kernel_tuple(kp)
+        self.work = np.zeros(max(n_features, int(W.indices.max()) + 1 if W.indices.size else 1))
+        self.G = np.empty(W.n)
+        self.G_bar = np.empty(W.n)
+        self.QD = _diag(self.X, self.kt)
+        self.total, self.chunk, self.seq, self.init = 0, 0, 0, True
+        self.active, self.ist, self.fst = _wss2_fresh_state(W.n)
+        self.last_save = time.perf_counter()
+
+    def resume(self, checkpoint) -> None:
+        """Continue from the latest checkpoint, if there is one."""
+        data = checkpoint.load()
+        if data is None:
+            return
+        arr = data.arrays
+        if "alpha" not in arr:
+            raise SolverError(
+                f"{checkpoint.directory}: checkpoint of the out-of-core decomposition; the "
+                "in-memory solver cannot resume from it (same --working-mb / --working-rows?)"
+            )
+        if arr["alpha"].shape != self.W.alpha.shape:
+            raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+        self.W.alpha[:], self.G[:], self.G_bar[:] = arr["alpha"], arr["G"], arr["G_bar"]
+        self.total, self.seq, self.init = int(data.scalars["iterations"]), data.iteration, False
+        self.chunk = int(data.scalars.get("chunk", data.iteration))
+        if "active" in arr:  # saved within a chunk
+            self.active, self.ist, self.fst = (arr[k].copy() for k in ("active", "ist", "fst"))
+        log.info("smo: resuming after %d SMO steps", self.total + int(self.ist[IST_IT]))
+
+    def save(self, checkpoint) -> None:
+        self.seq += 1
+        checkpoint.save(
+            self.seq,
+            scalars={"iterations": self.total, "chunk": self.chunk},
+            arrays={
+                "alpha": self.W.alpha,
+                "G": self.G,
+                "G_bar": self.G_bar,
+                "active": self.active,
+                "ist": self.ist,
+                "fst": self.fst,
+            },
+        )
+        self.last_save = time.perf_counter()
+
+    def run_chunk(self, sc, limit, shrinking, sl, checkpoint, checkpoint_seconds) -> None:
+        """The solve (or its rest) up to ``limit`` steps, in slices of ``sl.budget`` steps."""
+        if self.init:
+            _init_grad_sliced(
+                self.X, self.kt, sc, self.work, self.W.alpha, self.G, self.G_bar, self.p_lin, self.C
+            )
+            self.init = False
+        args = (self.X, self.kt, sc.arrays(), self.work, self.W.alpha, self.G, self.G_bar)
+        args += (self.p_lin, self.QD, self.C, self.tol, limit, bool(shrinking))
+        while not self.ist[IST_DONE]:
+            _wss2_steps(*args, self.active, self.ist, self.fst, sl.budget)
+            sl.adapt()
+            if (
+                checkpoint is not None
+                and not self.ist[IST_DONE]
+                and time.perf_counter() - self.last_save >= checkpoint_seconds
+            ):
+                self.save(checkpoint)
+
+
 def _run_wss2(
     W: WorkingRows,
     p_lin,
@@ -81,113 +153,43 @@ def _run_wss2(
     is reconstructed and shrinking restarts between chunks — still LIBSVM's algorithm, and
     the same chunks with or without checkpoints); after each chunk α, G and Ḡ go to
     ``checkpoint`` and a progress record to ``report``. Within a chunk the numba loop runs in
-    slices of ~0.1 s (Ctrl-C is seen between them) and its whole state (α, G, Ḡ, the
+    slices of ~0.05 s (Ctrl-C is seen between them) and its whole state (α, G, Ḡ, the
     shrinking order and counters) is checkpointed when ``checkpoint_seconds`` have passed
     since the last save; pausing does not change a step, so a resumed run ends with the
     model of an uninterrupted one.
     """
-    X = _x_tuple(W)
-    kt = _kernel_tuple(kp)
-    work = np.zeros(max(n_features, int(W.indices.max()) + 1 if W.indices.size else 1))
-    G = np.empty(W.n)
-    G_bar = np.empty(W.n)
-    QD = _diag(X, kt)
-    total, chunk, seq, init = 0, 0, 0, True
-    active, ist, fst = _wss2_fresh_state(W.n)
+    r = _Wss2Run(W, p_lin, kp, C, tol, n_features)
     stats = {"hits": 0, "misses": 0, "evictions": 0}
     if checkpoint is not None and checkpoint.resume:
-        data = checkpoint.load()
-        if data is not None:
-            arr = data.arrays
-            if "alpha" not in arr:
-                raise SolverError(
-                    f"{checkpoint.directory}: checkpoint of the out-of-core decomposition; the "
-                    "in-memory solver cannot resume from it (same --working-mb / --working-rows?)"
-                )
-            if arr["alpha"].shape != W.alpha.shape:
-                raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
-            W.alpha[:], G[:], G_bar[:] = arr["alpha"], arr["G"], arr["G_bar"]
-            total, seq, init = int(data.scalars["iterations"]), data.iteration, False
-            chunk = int(data.scalars.get("chunk", data.iteration))
-            if "active" in arr:
-                active, ist, fst = arr["active"].copy(), arr["ist"].copy(), arr["fst"].copy()
-            log.info("smo: resuming after %d SMO steps", total + int(ist[IST_IT]))
-    last_save = time.perf_counter()
-
-    def save() -> None:
-        nonlocal seq, last_save
-        seq += 1
-        checkpoint.save(
-            seq,
-            scalars={"iterations": total, "chunk": chunk},
-            arrays={
-                "alpha": W.alpha,
-                "G": G,
-                "G_bar": G_bar,
-                "active": active,
-                "ist": ist,
-                "fst": fst,
-            },
-        )
-        last_save = time.perf_counter()
-
+        r.resume(checkpoint)
     step = int(every) if every and every > 0 else int(max_iter)
     sl = _Slicer()
     while True:
         sc = _cache_for(cache_mb, W.n)  # a fresh cache: shrinking restarts in every chunk
-        if init:
-            _init_grad_sliced(X, kt, sc, work, W.alpha, G, G_bar, p_lin, C)
-            init = False
-        limit = max(1, min(step, int(max_iter) - total))
-        while not ist[IST_DONE]:
-            _wss2_steps(
-                X,
-                kt,
-                sc.arrays(),
-                work,
-                W.alpha,
-                G,
-                G_bar,
-                p_lin,
-                QD,
-                C,
-                tol,
-                limit,
-                bool(shrinking),
-                active,
-                ist,
-                fst,
-                sl.budget,
-            )
-            sl.adapt()
-            if (
-                checkpoint is not None
-                and not ist[IST_DONE]
-                and time.perf_counter() - last_save >= checkpoint_seconds
-            ):
-                save()
-        status, gap = int(ist[IST_STATUS]), float(fst[0])
-        total += int(ist[IST_IT])
-        chunk += 1
+        limit = max(1, min(step, int(max_iter) - r.total))
+        r.run_chunk(sc, limit, shrinking, sl, checkpoint, checkpoint_seconds)
+        status, gap = int(r.ist[IST_STATUS]), float(r.fst[0])
+        r.total += int(r.ist[IST_IT])
+        r.chunk += 1
         for k, v in sc.stats_dict().items():
             stats[k] = stats.get(k, 0) + v
-        if status == 0 or total >= max_iter:
+        if status == 0 or r.total >= max_iter:
             break
         if report is not None:
             report(
                 {
-                    "iteration": chunk,
+                    "iteration": r.chunk,
                     "violation": gap,
                     "working_set": W.n,
-                    "smo_iterations": total,
-                    "objective": float(0.5 * np.dot(W.alpha, G + p_lin)),
+                    "smo_iterations": r.total,
+                    "objective": float(0.5 * np.dot(W.alpha, r.G + p_lin)),
                     "passes": 1,
                 }
             )
-        active, ist, fst = _wss2_fresh_state(W.n)
+        r.active, r.ist, r.fst = _wss2_fresh_state(W.n)
         if checkpoint is not None:
-            save()
-    return total, G, stats, status
+            r.save(checkpoint)
+    return r.total, r.G, stats, status
 
 
 def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=None):
