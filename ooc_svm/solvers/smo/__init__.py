@@ -4,39 +4,27 @@ Problem (C-SVC dual, LIBSVM's sign convention)::
 
     min_α  ½ αᵀQα − eᵀα   s.t.  yᵀα = 0,  0 ≤ αᵢ ≤ C,   Q_ij = y_i y_j K(x_i, x_j)
 
-with f(x) = Σ_j y_j α_j K(x_j, x) + intercept, kernels linear / rbf / poly / sigmoid on sparse
-rows (:mod:`ooc_svm.kernels.kernel_functions`). The model's ``intercept_`` is −b (Platt's
-u = w·x − b) or −ρ (LIBSVM).
+f(x) = Σ_j y_j α_j K(x_j, x) + intercept (linear / rbf / poly / sigmoid kernels on sparse rows);
+``intercept_`` is −b (Platt's u = w·x − b) or −ρ (LIBSVM).
 
-Two selection rules (``--selection``):
+``--selection wss2`` (default; :mod:`.wss2`, :mod:`.decomposition`) — Fan, Chen & Lin 2005,
+    JMLR 6, section 3 (WSS 2, second order) with LIBSVM's gradient maintenance, shrinking and
+    gradient reconstruction, in numba, on an in-memory working set W: the whole problem
+    when it fits ``--working-mb`` / ``--working-rows``, else a decomposition with streamed
+    passes for the gradient of every row outside W.
+    Stopping rule: m(α) − M(α) ≤ tol over ALL rows (LIBSVM's), confirmed by an independent
+    streamed KKT pass.
 
-``platt`` — Platt 1998, section 2 as written (pseudo-code of section 2.5): analytic
-    two-variable step with clipping (eqs. 13–18), η ≤ 0 by the objective at both ends
-    (eq. 19), threshold update (eqs. 20–21), first choice alternating one pass over all
-    examples with passes over the non-bound ones, second choice max |E₁−E₂| over the non-bound
-    error cache, then the non-bound set and then "all examples" from seeded random starts,
-    explicit w for the linear kernel (eq. 22). Out of core: a pass over all examples is a
-    streamed pass, one shard at a time, brought to this process; in memory are the non-bound
-    rows with their error cache, every support vector (kernel; linear: only w) and the kernel
-    cache. E for a shard row is computed when its shard arrives (from the SV expansion, or w)
-    and kept exact by the same incremental updates as the error cache.
-    Deviation (documented): "all examples from a random start" loops over the rows in memory
-    (non-bound rows, support vectors, and the current shard during an all-examples pass), not
-    the whole store.
-    Stopping rule: an examine-all pass changes nothing (Platt) — then an independent streamed
-    KKT pass must confirm |violation| ≤ tol on every row, else examine-all passes continue.
+``--selection platt`` (:mod:`.platt`) — Platt 1998, section 2 as written (pseudo-code of
+    section 2.5: eqs. 13–22, first choice alternating examine-all / non-bound passes, second
+    choice max |E₁−E₂|), one shard at a time.
+    Stopping rule: an examine-all pass changes nothing, then the independent KKT pass must
+    confirm |violation| ≤ tol on every row, else examine-all passes continue.
 
-``wss2`` (default) — Fan, Chen & Lin 2005 second-order working-set selection with the
-    gradient maintained, shrinking (``--shrinking``) and gradient reconstruction as in
-    LIBSVM, in numba, on an in-memory working set W. When the store fits the working budget
-    (``--working-mb`` / ``--working-rows``) W is the whole problem (LIBSVM on it). Otherwise a
-    decomposition: solve the subproblem on W (rows outside fixed), a streamed pass computes
-    the gradient of every other row from the SV expansion (or w), stops when the maximal
-    violating pair over ALL rows satisfies m(α) − M(α) ≤ tol, else brings the most violating
-    rows into W (evicting α = 0 rows that are not violating; bound SVs are folded into w or a
-    fixed in-memory expansion).
-    Stopping rule: m(α) − M(α) ≤ tol over all rows (LIBSVM's), confirmed by the independent
-    KKT pass.
+Layout: ``__init__`` (Params, solve, the epilogue), ``wss2`` (LIBSVM on W, in ~0.05 s
+slices so Ctrl-C and ``--checkpoint-seconds`` act between any two steps without changing
+them), ``decomposition`` (out of core, checkpointed after every outer step), ``platt``,
+``kernels`` (numba), ``common`` (shard functions and tuples).
 
 Memory: α lives in per-shard engine state; the driver holds W (or Platt's non-bound rows),
 the support vectors (kernel models need them), O(n_features) vectors and the kernel cache

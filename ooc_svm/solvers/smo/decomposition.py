@@ -1,5 +1,12 @@
-"""smo wss2 out of core: decomposition over a working set W within the memory budget,
-streamed passes for the gradient of every other row, checkpoints after every outer step."""
+"""smo wss2 out of core: decomposition over a working set W within the memory budget.
+
+Solve the subproblem on W (rows outside fixed, :func:`.wss2._run_wss2`); a streamed pass
+computes the gradient of every other row from the SV expansion (or w) and stops when the
+maximal violating pair over ALL rows satisfies m(α) − M(α) ≤ tol, else brings the most
+violating rows into W (evicting α = 0 rows that are not violating; bound SVs are folded into
+w or a fixed in-memory expansion). A checkpoint after every outer step holds W, G, the fixed
+part and every shard's α.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,20 @@
-"""smo ``--selection platt``: Platt 1998, section 2.5, as written, one shard at a time."""
+"""smo ``--selection platt``: Platt 1998, section 2 as written (pseudo-code of section 2.5).
+
+Analytic two-variable step with clipping (eqs. 13–18), η ≤ 0 by the objective at both ends
+(eq. 19), threshold update (eqs. 20–21), first choice alternating one pass over all examples
+with passes over the non-bound ones, second choice max |E₁−E₂| over the non-bound error cache,
+then the non-bound set and then "all examples" from seeded random starts, explicit w for the
+linear kernel (eq. 22). Out of core: a pass over all examples is a streamed pass, one shard at
+a time, brought to this process; in memory are the non-bound rows with their error cache,
+every support vector (kernel; linear: only w) and the kernel cache. E for a shard row is
+computed when its shard arrives (from the SV expansion, or w) and kept exact by the same
+incremental updates as the error cache.
+
+Deviation (documented): "all examples from a random start" loops over the rows in memory
+(non-bound rows, support vectors, and the current shard during an all-examples pass), not the
+whole store. No checkpoints; Ctrl-C acts between shards (a shard's examine loop is one numba
+call).
+"""
 
 from __future__ import annotations
 
