@@ -668,26 +668,17 @@ def _platt_examine_list(
 
 
 @njit(cache=True, nogil=True)
-def _platt_nonbound_loop(
-    X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+def _platt_nonbound_range(
+    lo, hi, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
 ):
-    """Passes over the non-bound rows until one changes nothing (Platt's inner loop).
-
-    Returns (total changes, number of passes)."""
-    m = alpha.shape[0]
-    total = 0
-    passes = 0
-    while True:
-        changed = 0
-        for k in range(m):
-            if ist[2] >= ist[3]:
-                break
-            if 0 < alpha[k] < C:
-                changed += _examine(
-                    k, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
-                )
-        passes += 1
-        total += changed
-        if changed == 0 or ist[2] >= ist[3]:
+    """examineExample over the non-bound rows among lo..hi−1 (a slice of one pass of
+    Platt's inner loop). Returns the number of changes."""
+    changed = 0
+    for k in range(lo, hi):
+        if ist[2] >= ist[3]:
             break
-    return total, passes
+        if 0 < alpha[k] < C:
+            changed += _examine(
+                k, X, kp, cache, work, alpha, E, tracked, tlist, fs, ist, w, linear, C, tol, rs
+            )
+    return changed
