@@ -322,3 +322,53 @@ def test_history_records_seconds_and_passes(tmp_path):
         sec = [r["seconds"] for r in res.history]
         pas = [r["passes"] for r in res.history]
         assert sec == sorted(sec) and pas == sorted(pas), kw
+
+
+# --------------------------------------------------------------------------------------------
+# class weights (issue 15 item 1) vs libsvm-official -wi
+# --------------------------------------------------------------------------------------------
+WEIGHTED = {
+    # name: (file, rows, n_features, --class-weight, reference weights (None: balanced))
+    "w8a-pos10": ("w8a/w8a.bz2", 3000, 300, "pos=10", {1: 10.0}),
+    "a9a-balanced": ("a9a/a9a", 2000, 123, "balanced", None),
+}
+
+
+@pytest.mark.parametrize("kernel", ["linear", "rbf"])
+@pytest.mark.parametrize("name", list(WEIGHTED))
+def test_class_weights_vs_libsvm(name, kernel, tmp_path):
+    """Per-class box bounds C·w_{y_i}: the dual objective of our solution equals LIBSVM's
+    (-s 0 -wi, free bias) to its tolerance; the primal with the weighted hinge too."""
+    from reference_weights import balanced_weights, libsvm_reference
+
+    rel, n, nf, spec, weights = WEIGHTED[name]
+    X, y = _load(rel, n, nf)
+    weights = balanced_weights(y) if weights is None else weights
+    gamma = 0.05 if kernel == "rbf" else None
+    ref = libsvm_reference(X, y, 1.0, weights, kernel=kernel, gamma=gamma, eps=1e-5)
+    st = _store(tmp_path, X, y, shard_rows=1000)
+    params = dict(kernel=kernel, C=1.0, class_weight=spec, tol=1e-4)
+    if gamma is not None:
+        params["gamma"] = gamma
+    res = smo.solve(st, _sols(), params)
+    costs = res.summary["class_costs"]
+    assert costs == pytest.approx([ref["costs"][ref["y"] < 0][0], ref["costs"][ref["y"] > 0][0]])
+    assert costs[0] != costs[1]
+    # LIBSVM sign: ours is min ½αᵀQα − eᵀα; the reference's dual is Σα − ½αᵀQα
+    assert -res.dual_objective == pytest.approx(ref["dual"], rel=1e-6), (res.dual_objective, ref)
+    assert res.objective == pytest.approx(ref["primal"], rel=1e-4), (res.objective, ref)
+    assert res.summary["kkt_ok"], res.summary
+    # unweighted optimum is a different problem: the weights matter
+    plain = smo.solve(st, _sols(), {k: v for k, v in params.items() if k != "class_weight"})
+    assert abs(plain.dual_objective - res.dual_objective) > 1e-2 * abs(res.dual_objective)
+
+
+def test_class_weights_refused_where_not_implemented(tmp_path):
+    rng = np.random.default_rng(2)
+    X = sp.random(300, 8, density=0.5, format="csr", random_state=2, dtype=np.float32)
+    y = np.where(X @ rng.normal(size=8) > 0, 1.0, -1.0)
+    st = _store(tmp_path, X, y, shard_rows=100)
+    with pytest.raises(SolverError, match="wss2"):
+        smo.solve(st, _sols(), dict(class_weight="pos=2", selection="platt"))
+    with pytest.raises(SolverError, match="in memory"):
+        smo.solve(st, _sols(), dict(class_weight="pos=2", working_rows=50))

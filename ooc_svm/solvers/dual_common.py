@@ -282,6 +282,8 @@ def _kkt_fn(shard, bc, st):
     y = np.where(shard.y == positive, 1.0, -1.0)
     a = np.asarray(st)
     yf = y * (g + intercept)
+    if isinstance(C, tuple):  # class weights: (C_neg, C_pos), each row's bound C_{y_i}
+        C = np.where(y > 0, C[1], C[0])
     eps = 1e-12 * C
     at0 = a <= eps
     atC = a >= C - eps
@@ -296,7 +298,8 @@ def _kkt_fn(shard, bc, st):
     low = (~atC & (y < 0)) | (~at0 & (y > 0))
     m_up = float(myg[up].max()) if up.any() else -np.inf
     m_low = float(myg[low].min()) if low.any() else np.inf
-    hinge = float(np.maximum(0.0, 1.0 - yf).sum())
+    xi = np.maximum(0.0, 1.0 - yf)
+    hinge = float(xi.sum())
     part = (
         float(viol.max()) if viol.size else 0.0,
         int((viol > tol).sum()),
@@ -307,6 +310,7 @@ def _kkt_fn(shard, bc, st):
         int(atC.sum()),
         float(a.sum()),
         float((y * a).sum()),
+        float((C * xi).sum()),
     )
     return part, st
 
@@ -326,7 +330,15 @@ def _kkt_reduce(p, q):
         p[6] + q[6],
         p[7] + q[7],
         p[8] + q[8],
+        p[9] + q[9],
     )
+
+
+def _bound(C):
+    """``C`` for a KKT pass: one float, or ``(C_neg, C_pos)`` with class weights."""
+    if isinstance(C, (tuple, list)):
+        return (float(C[0]), float(C[1]))
+    return float(C)
 
 
 def kkt_violation_pass(
@@ -335,7 +347,7 @@ def kkt_violation_pass(
     state: ShardState,
     expansion: Expansion,
     intercept: float,
-    C: float,
+    C: float | tuple[float, float],
     positive: float,
     tol: float,
 ) -> dict:
@@ -350,12 +362,14 @@ def kkt_violation_pass(
         ``max_violation`` (largest violation of those conditions), ``n_violators`` (rows
         violating by more than ``tol``), ``gap`` (LIBSVM's m(α) − M(α), which does not depend
         on the intercept), ``hinge`` (Σ max(0, 1 − yᵢf(xᵢ))), ``n_sv``, ``n_bound_sv``,
-        ``sum_alpha``, ``sum_y_alpha``, ``ok`` (max_violation ≤ tol).
+        ``sum_alpha``, ``sum_y_alpha``, ``cost_hinge`` (Σ C_{y_i} max(0, 1 − yᵢf(xᵢ))), ``ok``
+        (max_violation ≤ tol). ``C`` may be ``(C_neg, C_pos)`` (class weights: each row's
+        upper bound is its class's C).
     """
     r = engine.map_reduce(
         store,
         _kkt_fn,
-        (expansion, float(intercept), float(C), float(positive), float(tol)),
+        (expansion, float(intercept), _bound(C), float(positive), float(tol)),
         reduce=_kkt_reduce,
         state=state,
     )
@@ -369,6 +383,7 @@ def kkt_violation_pass(
         "n_bound_sv",
         "sum_alpha",
         "sum_y_alpha",
+        "cost_hinge",
     )
     d = dict(zip(keys, r, strict=True))
     d["gap"] = d["m_up"] - d["m_low"]
@@ -467,7 +482,7 @@ def finish_dual(
     sv: WorkingRows,
     intercept: float,
     kp: KernelParams,
-    C: float,
+    C: float | tuple[float, float],
     tol: float,
     classes: tuple[float, float],
     info: dict | Callable[[dict | None], dict],

@@ -43,7 +43,7 @@ import numpy as np
 from .. import Callback, Result, SolverError, binary_classes
 from ..dual_common import dual_objective, finish_dual, init_alpha_state
 from ..params import KernelSolverParams, as_params, at_least, param, positive
-from .common import _kernel_params
+from .common import _class_costs, _kernel_params
 from .platt import _solve_platt
 from .wss2 import _solve_wss2
 
@@ -58,6 +58,7 @@ class Params(KernelSolverParams):
     """Parameters of ``--solver smo`` (see the module docstring)."""
 
     SOLVER: ClassVar[str] = "smo"
+    SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
 
     tol: float = param(1e-3, "KKT tolerance (LIBSVM -e, Platt's tol)")
     max_iter: int = param(10_000_000, "SMO steps; reaching it is reported as not converged")
@@ -129,16 +130,24 @@ def solve(
         if callback is not None:
             callback(rec)
 
+    costs = None
     if p.selection == "platt":
         if checkpoint is not None:
             raise SolverError("smo: --checkpoint is supported with --selection wss2 only")
+        if p.class_weight is not None:
+            raise SolverError("smo: --class-weight is supported with --selection wss2 only")
         out = _solve_platt(store, engine, state, p, C, tol, kp, pos, report)
     else:
-        out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint)
+        if p.class_weight is not None:
+            costs = _class_costs(store, engine, p, neg, pos)
+            log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
+        out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint, costs)
     sv_rows, intercept, iters, extra, dual = out
     state = extra.pop("state", state)  # a resumed decomposition restores the shard α
-    model, kkt, objs = _finish(store, engine, state, p, kp, (neg, pos), out)
+    model, kkt, objs = _finish(store, engine, state, p, kp, (neg, pos), out, costs)
     summary = _summary(p, kp, kkt, intercept, extra)
+    if costs is not None:
+        summary["class_costs"] = [float(costs[0]), float(costs[1])]
     seconds = time.perf_counter() - t0
     return Result(
         model=model,
@@ -153,11 +162,11 @@ def solve(
     )
 
 
-def _finish(store, engine, state, p: Params, kp, classes, out):
+def _finish(store, engine, state, p: Params, kp, classes, out, costs=None):
     """The independent KKT check on every row and the model (:func:`finish_dual`); returns
-    (model, kkt, {"dual", "primal"})."""
+    (model, kkt, {"dual", "primal"}). ``costs``: (C_neg, C_pos) of class weights."""
     sv_rows, intercept, _, extra, dual = out
-    C, tol = p.C, p.tol
+    C, tol = (p.C if costs is None else costs), p.tol
     w = extra.get("w")
     objs: dict[str, float] = {}
 
@@ -170,10 +179,11 @@ def _finish(store, engine, state, p: Params, kp, classes, out):
                 d = dual_objective(sv_rows, kp, store.meta.n_features)
         # ½‖w‖² = ½αᵀQα = dual + Σα
         objs["dual"] = d
-        objs["primal"] = float(d + kkt["sum_alpha"] + C * kkt["hinge"])
+        cost = kkt["cost_hinge"] if costs is not None else C * kkt["hinge"]
+        objs["primal"] = float(d + kkt["sum_alpha"] + cost)
         return {
             "solver": "smo",
-            "C": C,
+            "C": p.C,
             "tol": tol,
             "selection": p.selection,
             "dual_objective": d,

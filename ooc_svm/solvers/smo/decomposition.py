@@ -119,7 +119,7 @@ def _solve_wss2_decomposition(
         total_it += it
         for k in cache_stats:
             cache_stats[k] += cs[k]
-        rho, m_w, big_m_w = _rho_and_gap(W.y, W.alpha, G, C)
+        rho, m_w, big_m_w = _rho_and_gap(W.y, W.alpha, G, np.full(W.n, float(C)))
         exp = _full_expansion(W, F, w_fixed, kp, nf, linear)
         upd_g = np.concatenate([W.gids] + evicted_g)
         upd_a = np.concatenate([W.alpha] + evicted_a)

@@ -76,7 +76,7 @@ def _column(i, need, order, X, kp, cache, work, with_y):
 @njit(cache=True, nogil=True)
 def _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C):
     """WSS2: i = argmax_{I_up} −y G; j minimises the second-order decrease. Returns
-    (i, j, m − M) with j = −1 when no pair is found."""
+    (i, j, m − M) with j = −1 when no pair is found. ``C``: each row's upper bound."""
     y = X[4]
     gmax = -np.inf
     gmax2 = -np.inf
@@ -84,7 +84,7 @@ def _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C):
     for t in range(n_active):
         k = active[t]
         if y[k] > 0:
-            if alpha[k] < C and -G[k] >= gmax:
+            if alpha[k] < C[k] and -G[k] >= gmax:
                 gmax = -G[k]
                 imax = k
         else:
@@ -112,7 +112,7 @@ def _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C):
                         jmin = k
                         obj_min = od
         else:
-            if alpha[k] < C:
+            if alpha[k] < C[k]:
                 gd = gmax - G[k]
                 if -G[k] >= gmax2:
                     gmax2 = -G[k]
@@ -137,7 +137,7 @@ def _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C):
     nr_free = 0
     for t in range(n_active):
         j = active[t]
-        if 0 < alpha[j] < C:
+        if 0 < alpha[j] < C[j]:
             nr_free += 1
     if nr_free * m > 2 * n_active * (m - n_active):
         for t in range(n_active, m):
@@ -146,13 +146,13 @@ def _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C):
             s = 0.0
             for u in range(n_active):
                 j = active[u]
-                if 0 < alpha[j] < C:
+                if 0 < alpha[j] < C[j]:
                     s += alpha[j] * qi[j]
             G[i] += s
     else:
         for u in range(n_active):
             i = active[u]
-            if 0 < alpha[i] < C:
+            if 0 < alpha[i] < C[i]:
                 qi = _column(i, m, active, X, kp, cache, work, True)
                 a = alpha[i]
                 for t in range(n_active, m):
@@ -162,7 +162,7 @@ def _reconstruct(active, n_active, X, kp, cache, work, alpha, G, G_bar, p, C):
 
 @njit(cache=True, nogil=True)
 def _be_shrunk(k, y, alpha, G, C, gmax1, gmax2):
-    if alpha[k] >= C:
+    if alpha[k] >= C[k]:
         if y[k] > 0:
             return -G[k] > gmax1
         return -G[k] > gmax2
@@ -197,12 +197,12 @@ def _shrink(active, n_active, y, alpha, G, C, cache):
     for t in range(n_active):
         k = active[t]
         if y[k] > 0:
-            if alpha[k] < C:
+            if alpha[k] < C[k]:
                 gmax1 = max(gmax1, -G[k])
             if alpha[k] > 0:
                 gmax2 = max(gmax2, G[k])
         else:
-            if alpha[k] < C:
+            if alpha[k] < C[k]:
                 gmax2 = max(gmax2, -G[k])
             if alpha[k] > 0:
                 gmax1 = max(gmax1, G[k])
@@ -242,9 +242,9 @@ def _wss2_init_grad(X, kp, cache, work, alpha, G, G_bar, p, C, lo, hi):
             a = alpha[i]
             for k in range(m):
                 G[k] += a * qi[k]
-            if alpha[i] >= C:
+            if alpha[i] >= C[i]:
                 for k in range(m):
-                    G_bar[k] += C * qi[k]
+                    G_bar[k] += C[i] * qi[k]
 
 
 # loop state of _wss2_steps, kept in arrays so a solve can pause and continue (and be
@@ -280,6 +280,8 @@ def _wss2_steps(
     budget,
 ):
     """LIBSVM's Solver::Solve for C-SVC on the in-memory rows, at most ``budget`` steps of it.
+
+    ``C`` holds each row's upper bound (C·w_{y_i} with class weights; LIBSVM's get_C).
 
     ``G`` = Qα + p and ``G_bar`` are given (:func:`_wss2_init_grad`); the loop state is in
     ``active``, ``ist``, ``fst`` (see above). ``ist[IST_DONE]`` becomes 1 when the solve has
@@ -329,6 +331,8 @@ def _wss2_steps(
         it += 1
         qi = _column(i, n_active, active, X, kp, cache, work, True)
         qj = _column(j, n_active, active, X, kp, cache, work, True)
+        Ci = C[i]
+        Cj = C[j]
         ai_old = alpha[i]
         aj_old = alpha[j]
         ai = ai_old
@@ -349,14 +353,14 @@ def _wss2_steps(
                 if ai < 0:
                     ai = 0.0
                     aj = -diff
-            if diff > 0:  # C_i - C_j == 0
-                if ai > C:
-                    ai = C
-                    aj = C - diff
+            if diff > Ci - Cj:
+                if ai > Ci:
+                    ai = Ci
+                    aj = Ci - diff
             else:
-                if aj > C:
-                    aj = C
-                    ai = C + diff
+                if aj > Cj:
+                    aj = Cj
+                    ai = Cj + diff
         else:
             qc = QD[i] + QD[j] - 2.0 * qi[j]
             if qc <= 0:
@@ -365,18 +369,18 @@ def _wss2_steps(
             s = ai + aj
             ai -= delta
             aj += delta
-            if s > C:
-                if ai > C:
-                    ai = C
-                    aj = s - C
+            if s > Ci:
+                if ai > Ci:
+                    ai = Ci
+                    aj = s - Ci
             else:
                 if aj < 0:
                     aj = 0.0
                     ai = s
-            if s > C:
-                if aj > C:
-                    aj = C
-                    ai = s - C
+            if s > Cj:
+                if aj > Cj:
+                    aj = Cj
+                    ai = s - Cj
             else:
                 if ai < 0:
                     ai = 0.0
@@ -388,16 +392,16 @@ def _wss2_steps(
         for t in range(n_active):
             k = active[t]
             G[k] += qi[k] * dai + qj[k] * daj
-        ui = ai_old >= C
-        uj = aj_old >= C
-        if ui != (ai >= C):
+        ui = ai_old >= Ci
+        uj = aj_old >= Cj
+        if ui != (ai >= Ci):
             qf = _column(i, m, active, X, kp, cache, work, True)
-            sgn = -C if ui else C
+            sgn = -Ci if ui else Ci
             for k in range(m):
                 G_bar[k] += sgn * qf[k]
-        if uj != (aj >= C):
+        if uj != (aj >= Cj):
             qf = _column(j, m, active, X, kp, cache, work, True)
-            sgn = -C if uj else C
+            sgn = -Cj if uj else Cj
             for k in range(m):
                 G_bar[k] += sgn * qf[k]
     if not paused:
@@ -424,7 +428,7 @@ def _rho_and_gap(y, alpha, G, C):
     m_low = np.inf
     for k in range(y.shape[0]):
         yg = y[k] * G[k]
-        if alpha[k] >= C:
+        if alpha[k] >= C[k]:
             if y[k] < 0:
                 ub = min(ub, yg)
             else:
@@ -438,9 +442,9 @@ def _rho_and_gap(y, alpha, G, C):
             nfree += 1
             sfree += yg
         myg = -yg
-        if (y[k] > 0 and alpha[k] < C) or (y[k] < 0 and alpha[k] > 0):
+        if (y[k] > 0 and alpha[k] < C[k]) or (y[k] < 0 and alpha[k] > 0):
             m_up = max(m_up, myg)
-        if (y[k] < 0 and alpha[k] < C) or (y[k] > 0 and alpha[k] > 0):
+        if (y[k] < 0 and alpha[k] < C[k]) or (y[k] > 0 and alpha[k] > 0):
             m_low = min(m_low, myg)
     if nfree > 0:
         rho = sfree / nfree

@@ -65,7 +65,9 @@ class _Wss2Run:
     :func:`_wss2_steps` and the chunk / checkpoint counters."""
 
     def __init__(self, W: WorkingRows, p_lin, kp, C, tol, n_features):
-        self.W, self.p_lin, self.C, self.tol = W, p_lin, C, tol
+        self.W, self.p_lin, self.tol = W, p_lin, tol
+        # each row's upper bound (one C, or C·w_{y_i} with class weights)
+        self.C = np.full(W.n, float(C)) if np.ndim(C) == 0 else np.asarray(C, dtype=np.float64)
         self.X = _x_tuple(W)
         self.kt = _kernel_tuple(kp)
         self.work = np.zeros(max(n_features, int(W.indices.max()) + 1 if W.indices.size else 1))
@@ -192,7 +194,9 @@ def _run_wss2(
     return r.total, r.G, stats, status
 
 
-def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=None):
+def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=None, costs=None):
+    """wss2 in memory when the rows fit the budget, else the decomposition. ``costs``:
+    (C_neg, C_pos) of class weights (in memory only), or None."""
     from .decomposition import _solve_wss2_decomposition  # (it imports _run_wss2)
 
     n = store.meta.n_rows
@@ -204,11 +208,12 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=Non
         t1 = time.perf_counter()
         W = fetch_rows(store, engine, np.arange(n), pos)
         p_lin = -np.ones(W.n)
+        Cv = np.full(W.n, float(C)) if costs is None else np.where(W.y > 0, costs[1], costs[0])
         it, G, cs, status = _run_wss2(
             W,
             p_lin,
             kp,
-            C,
+            Cv,
             tol,
             p.cache_mb,
             max_iter,
@@ -219,7 +224,7 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=Non
             report=report,
             checkpoint_seconds=float(p.checkpoint_seconds),
         )
-        rho, m_up, m_low = _rho_and_gap(W.y, W.alpha, G, C)
+        rho, m_up, m_low = _rho_and_gap(W.y, W.alpha, G, Cv)
         dual = float(0.5 * np.dot(W.alpha, G + p_lin))
         sv = np.flatnonzero(W.alpha > 0)
         apply_alpha_updates(store, engine, state, W.gids[sv], W.alpha[sv])
@@ -250,6 +255,11 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=Non
         if status != 0:
             log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, m_up - m_low)
         return W.take(sv), -float(rho), it, extra, dual
+    if costs is not None:
+        raise SolverError(
+            f"smo: --class-weight needs the problem in memory ({n} rows > the working budget "
+            f"of {budget}; raise --working-mb or --working-rows)"
+        )
     return _solve_wss2_decomposition(
         store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint
     )
