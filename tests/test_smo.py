@@ -372,3 +372,28 @@ def test_class_weights_refused_where_not_implemented(tmp_path):
         smo.solve(st, _sols(), dict(class_weight="pos=2", selection="platt"))
     with pytest.raises(SolverError, match="in memory"):
         smo.solve(st, _sols(), dict(class_weight="pos=2", working_rows=50))
+
+
+def test_class_weights_one_vs_rest_as_liblinear(tmp_path):
+    """One-vs-rest: class c's weight multiplies C on its own rows in its subproblem (the rest
+    keep C), as LIBLINEAR's -wi; a label that is not a class is refused."""
+    from ooc_svm.api import train
+    from ooc_svm.store.views import BinaryView
+
+    rng = np.random.default_rng(4)
+    X = sp.random(600, 10, density=0.5, format="csr", random_state=4, dtype=np.float32)
+    y = np.argmax(X @ rng.normal(size=(10, 3)) + 0.3 * rng.normal(size=(600, 3)), axis=1) + 1.0
+    path = str(tmp_path / "mc.zarr")
+    write_store(path, csr_to_shards(X, y, shard_rows=200), label_kind="multiclass")
+    st = open_store(path)
+    kw = dict(kernel="linear", C=1.0)
+    res = train(st, "smo", class_weight="2=5", **kw)
+    objs = res.summary["per_class_objective"]
+    for k, c in enumerate((1.0, 2.0, 3.0)):
+        sub = dict(kw, class_weight="pos=5") if c == 2.0 else kw
+        one = smo.solve(BinaryView(st, c), _sols(), sub)
+        assert objs[k] == pytest.approx(one.objective, rel=1e-12), c
+    plain = train(st, "smo", **kw).summary["per_class_objective"]
+    assert objs[0] == pytest.approx(plain[0], rel=1e-12) and objs[1] != pytest.approx(plain[1])
+    with pytest.raises(SolverError, match="by class label"):
+        train(st, "smo", class_weight="7=2", **kw)

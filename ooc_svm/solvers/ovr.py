@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from ..model import Model
 from ..store.views import BinaryView
 from . import Callback, Result, SolverError
-from .params import SolverParams
+from .params import SolverParams, parse_class_weight
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpointer
@@ -49,6 +49,7 @@ def train_ovr(
             store, engine, params, classes, callback=callback, checkpoint=checkpoint
         )
     t0 = time.perf_counter()
+    _class_params(params, classes[0], classes)  # refuse a bad --class-weight before training
     results = []
     for k, c in enumerate(classes):
 
@@ -56,7 +57,8 @@ def train_ovr(
             if callback is not None:
                 callback({**rec, "class": c, "class_index": k})
 
-        results.append(mod.solve(BinaryView(store, c), engine, params, callback=cb))
+        sub = _class_params(params, c, classes)
+        results.append(mod.solve(BinaryView(store, c), engine, sub, callback=cb))
     model = combine_ovr_models([r.model for r in results], classes)
     objs = [r.objective for r in results]
     duals = [r.dual_objective for r in results]
@@ -80,6 +82,26 @@ def train_ovr(
         converged=converged,
         stop_reason=reasons[0] if reasons else None,
     )
+
+
+def _class_params(params: SolverParams, c: float, classes: list[float]) -> SolverParams:
+    """The parameters of class ``c``'s subproblem ("c vs the rest"): as LIBLINEAR's
+    one-vs-rest ``-wi``, class c's weight multiplies C on its own rows (the positive side)
+    and the rest keep C; ``balanced`` is computed within each subproblem."""
+    spec = params.class_weight
+    if spec is None or str(spec).strip() == "balanced":
+        return params
+    parsed = parse_class_weight(spec)
+    assert isinstance(parsed, dict)
+    known = {repr(float(x)): x for x in classes}
+    bad = [k for k in parsed if k not in known]
+    if bad:
+        raise SolverError(
+            f"--class-weight {spec!r} with one-vs-rest: give weights by class label "
+            f"(classes {', '.join(f'{x:g}' for x in classes)}); {', '.join(bad)} is not one"
+        )
+    w = parsed.get(repr(float(c)))
+    return params.replace(class_weight=None if w is None else f"pos={w!r}")
 
 
 def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
