@@ -42,6 +42,7 @@ Method, following the paper section by section:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -66,6 +67,7 @@ from ..model import load_model
 from . import Callback, Result, SolverError, binary_classes
 from .cholesky import ActiveFactor
 from .dual_common import (
+    CheckpointClock,
     WorkingRows,
     collect_support_vectors,
     finish_dual,
@@ -127,6 +129,9 @@ STOPPING_RULE = (
     "every bound variable's reduced cost (s for alpha=0, xi for alpha=C) >= -tol in a full "
     "pricing pass, free variables optimal for the reduced QP (Scheinberg 2006, Step 2(iii))"
 )
+
+#: ``--checkpoint`` / ``--resume``: the state is saved after every major iteration.
+SUPPORTS_CHECKPOINT = True
 
 #: automatic sprint size: SPRINT_SQRT·√n_rows rows (balances the O(n·|Δ|) cost of a pass
 #: against the O(|W|·n_s) cost of pricing the working rows), at most SPRINT_AUTO_MAX
@@ -1391,6 +1396,99 @@ def _exp_tuple(rows: WorkingRows, coef: np.ndarray):
     )
 
 
+# ------------------------------------------------------------------------------------------
+# checkpoints: the state between two major iterations
+# ------------------------------------------------------------------------------------------
+_FACTOR_ARRAYS = ("R", "Lam", "T", "bkeys", "by", "dkeys", "dy", "ddiag")
+_FACTOR_SCALARS = ("dep_tol", "r2_valid", "nb", "nd", "updates", "refactorisations", "promotions")
+_ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
+
+
+@dataclass
+class _Loop:
+    """What the driver carries from one major iteration to the next (and checkpoints)."""
+
+    major: int = 0
+    stall: int = 0
+    beta: float = 0.0
+    hit_max_iter: bool = False
+    stop_value: float = np.inf
+    passes: int = 0
+
+
+def _save_checkpoint(
+    checkpoint,
+    engine,
+    state,
+    loop: _Loop,
+    s_rows,
+    factor,
+    counters,
+    w,
+    delta,
+    upd_gids,
+    upd_alpha,
+    history,
+    warm,
+) -> None:
+    """Write the state after a major iteration: per-shard (α, f), I_s rows, the factor, the
+    pending α changes and the scalars; resuming from it repeats the run bit for bit."""
+    arrays = {"upd_gids": upd_gids, "upd_alpha": upd_alpha}
+    arrays.update({f"s_{k}": getattr(s_rows, k) for k in _ROW_ARRAYS})
+    arrays.update({f"factor_{k}": getattr(factor, k) for k in _FACTOR_ARRAYS})
+    if w is not None:
+        arrays["w"] = w
+    if delta is not None:
+        arrays.update({f"delta_{i}": a for i, a in enumerate(delta)})
+    scalars = {
+        "loop": dataclasses.asdict(loop),
+        "factor": {k: getattr(factor, k) for k in _FACTOR_SCALARS},
+        "counters": dataclasses.asdict(counters),
+        "history": history,
+        "warm": warm,
+        "delta": delta is not None,
+    }
+    shards = [
+        {"alpha": a} if f is None else {"alpha": a, "f": f} for a, f in engine.gather_state(state)
+    ]
+    checkpoint.save(loop.major, scalars=scalars, arrays=arrays, shard_states=shards)
+
+
+def _load_checkpoint(checkpoint, store, engine):
+    """The state saved by :func:`_save_checkpoint`, or None when there is no checkpoint."""
+    data = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
+    if data is None:
+        return None
+    shards = data.shard_states or []
+    if len(shards) != store.n_shards or any(
+        st["alpha"].shape != (int(info.n_rows),)
+        for st, info in zip(shards, store.meta.shards, strict=True)
+    ):
+        raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+    a, sc = data.arrays, data.scalars
+    state = engine.set_state(store, [(st["alpha"], st.get("f")) for st in shards])
+    s_rows = WorkingRows(*(a[f"s_{k}"] for k in _ROW_ARRAYS))
+    factor = ActiveFactor()
+    for k in _FACTOR_ARRAYS:
+        setattr(factor, k, np.array(a[f"factor_{k}"]))
+    for k, v in sc["factor"].items():
+        setattr(factor, k, v)
+    delta = tuple(a[f"delta_{i}"] for i in range(5)) if sc["delta"] else None
+    return (
+        state,
+        _Loop(**sc["loop"]),
+        s_rows,
+        factor,
+        Counters(**sc["counters"]),
+        a.get("w"),
+        delta,
+        a["upd_gids"],
+        a["upd_alpha"],
+        list(sc["history"]),
+        bool(sc["warm"]),
+    )
+
+
 def solve(
     store,
     engine,
@@ -1411,7 +1509,8 @@ def solve(
     callback : callable, optional
         Called with one record per major iteration.
     checkpoint : Checkpointer, optional
-        Not supported yet (refused).
+        Saves the state after every major iteration; with ``checkpoint.resume`` the run
+        continues from the latest checkpoint and ends with the same model.
 
     Returns
     -------
@@ -1421,8 +1520,6 @@ def solve(
     """
     t0 = time.perf_counter()
     p = as_params(Params, params)
-    if checkpoint is not None:
-        raise SolverError("solver 'active-set' does not support checkpoints")
     p.validate(store.meta)
     neg, pos = binary_classes(store.meta)
     meta = store.meta
@@ -1450,7 +1547,16 @@ def solve(
     factor = ActiveFactor(capacity=64)
     warm = p.init is not None
     keep_rows = False
-    if warm:
+    clock = CheckpointClock(float(getattr(p, "checkpoint_seconds", 60.0)))
+    resumed = _load_checkpoint(checkpoint, store, engine)
+    if resumed is not None:
+        state, loop, s_rows, factor, counters, w, delta, upd_gids, upd_alpha, history, warm = (
+            resumed
+        )
+        s_gids = s_rows.gids.copy()
+        passes0 = engine.passes - loop.passes
+        log.info("active-set: resuming after major iteration %d", loop.major)
+    elif warm:
         gids, coef, sv_rows, w_init, intercept, C_old = _load_init(str(p.init), C, kp, meta.n_rows)
         bad = (
             engine.map_reduce(
@@ -1498,12 +1604,12 @@ def solve(
     else:
         s_gids = np.zeros(0, dtype=np.int64)
 
-    major = 0
-    stall = 0
+    if resumed is None:
+        loop = _Loop()
+    major, stall, beta = loop.major, loop.stall, loop.beta if resumed is not None else beta
+    hit_max_iter, stop_value = loop.hit_max_iter, loop.stop_value
     converged = False
-    stop_value = np.inf
     stats = None
-    hit_max_iter = False
     while True:
         k = _candidate_count(p, s_gids.size, avg_nnz, linear, meta.n_rows, nf)
         tp = time.perf_counter()
@@ -1660,6 +1766,25 @@ def solve(
         s_rows = ws.rows.take(keys)
         s_gids = s_rows.gids.copy()
         del ws, cols, W
+        if checkpoint is not None and clock.due():
+            t_save = time.perf_counter()
+            loop = _Loop(major, stall, beta, hit_max_iter, stop_value, engine.passes - passes0)
+            _save_checkpoint(
+                checkpoint,
+                engine,
+                state,
+                loop,
+                s_rows,
+                factor,
+                counters,
+                w if linear else None,
+                delta,
+                upd_gids,
+                upd_alpha,
+                history,
+                warm,
+            )
+            clock.saved(t_save)
 
     # ---- the model, independent KKT check -------------------------------------------------
     sv = collect_support_vectors(store, engine, state, pos, _collect_fn)

@@ -29,6 +29,7 @@ Conventions (stable API):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -562,3 +563,27 @@ __all__ = [
     "scoring_broadcast",
     "shard_rows",
 ]
+
+
+class CheckpointClock:
+    """When a solver that can checkpoint after any iteration should save.
+
+    A save is due when ``seconds`` (``--checkpoint-seconds``) have passed since the last one,
+    or earlier when saving is cheap: once ten times the duration of the last save has passed
+    (so checkpoints cost at most about a tenth of the run). Saving never changes the solver's
+    state, so a resumed run is the same whichever iterations were saved.
+    """
+
+    def __init__(self, seconds: float = 60.0, ratio: float = 10.0):
+        self.seconds = float(seconds)
+        self.ratio = float(ratio)
+        self.last = time.perf_counter()
+        self.cost = 0.0
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.last >= min(self.seconds, self.ratio * self.cost)
+
+    def saved(self, started: float) -> None:
+        """Record a save that began at ``started`` (``time.perf_counter()``)."""
+        self.last = time.perf_counter()
+        self.cost = self.last - started

@@ -119,6 +119,7 @@ from ..engine.base import WorkerScratch
 from ..kernels.kernel_functions import KernelParams, kernel_block, linear_scores, row_sq_norms
 from . import Callback, Result, SolverError, binary_classes
 from .dual_common import (
+    CheckpointClock,
     Expansion,
     WorkingRows,
     collect_support_vectors,
@@ -915,6 +916,9 @@ STOPPING_RULE = (
     "independent KKT pass"
 )
 
+#: ``--checkpoint`` / ``--resume``: the state is saved after every outer iteration.
+SUPPORTS_CHECKPOINT = True
+
 #: the working-set problem is solved to this fraction of ``tol``
 INNER_TOL_FACTOR = 0.1
 #: IRWLS iterations allowed per working set
@@ -965,6 +969,79 @@ def _collect_fn(shard, positive, st):
     return ([shard_rows(shard, idx, positive, beta)] if idx.size else None), st
 
 
+# ============================================================================================
+# checkpoints: the state between two outer iterations
+# ============================================================================================
+_ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
+#: the driver's scalars carried from one outer iteration to the next (and checkpointed)
+_LOOP_KEYS = (
+    "it",
+    "b",
+    "prev_dual",
+    "just_reset",
+    "stall",
+    "hits",
+    "misses",
+    "inner_total",
+    "line_total",
+    "failures",
+    "smo_total",
+    "fallbacks",
+    "b_resets",
+    "passes",
+)
+
+
+def _save_checkpoint(
+    checkpoint, engine, state, loop: dict, w, upd_gids, upd_beta, delta_rows, delta_coef, history
+) -> None:
+    """Write the state after an outer iteration: per-shard (β, g), the pending change of the
+    last working set, w (linear) and the driver's scalars; a resumed run repeats the rest of
+    the run bit for bit."""
+    arrays = {"upd_gids": upd_gids, "upd_beta": upd_beta}
+    if w is not None:
+        arrays["w"] = w
+    if delta_rows is not None:
+        arrays.update({f"delta_{k}": getattr(delta_rows, k) for k in _ROW_ARRAYS})
+        arrays["delta_coef"] = delta_coef
+    scalars = {"loop": loop, "history": history, "delta": delta_rows is not None}
+    shards = [
+        {"beta": bt} if g is None else {"beta": bt, "g": g} for bt, g in engine.gather_state(state)
+    ]
+    checkpoint.save(int(loop["it"]), scalars=scalars, arrays=arrays, shard_states=shards)
+
+
+def _load_checkpoint(checkpoint, store, engine):
+    """(state, loop, w, upd_gids, upd_beta, delta_rows, delta_coef, history) saved by
+    :func:`_save_checkpoint`, or None when there is no checkpoint to resume."""
+    data = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
+    if data is None:
+        return None
+    shards = data.shard_states or []
+    if len(shards) != store.n_shards or any(
+        st["beta"].shape != (int(info.n_rows),)
+        for st, info in zip(shards, store.meta.shards, strict=True)
+    ):
+        raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+    a, sc = data.arrays, data.scalars
+    state = engine.set_state(store, [(st["beta"], st.get("g")) for st in shards])
+    delta_rows = delta_coef = None
+    if sc["delta"]:
+        delta_rows = WorkingRows(*(a[f"delta_{k}"] for k in _ROW_ARRAYS))
+        delta_coef = a["delta_coef"]
+    loop = dict(sc["loop"])
+    return (
+        state,
+        loop,
+        a.get("w"),
+        a["upd_gids"],
+        a["upd_beta"],
+        delta_rows,
+        delta_coef,
+        list(sc["history"]),
+    )
+
+
 def solve(
     store,
     engine,
@@ -986,7 +1063,8 @@ def solve(
     callback : callable, optional
         Receives one dict per outer iteration.
     checkpoint : Checkpointer, optional
-        Not supported yet (refused).
+        Saves the state after every outer iteration; with ``checkpoint.resume`` the run
+        continues from the latest checkpoint and ends with the same model.
 
     Returns
     -------
@@ -996,8 +1074,6 @@ def solve(
     """
     t0 = time.perf_counter()
     p = as_params(Params, params)
-    if checkpoint is not None:
-        raise SolverError("solver 'irwls' does not support checkpoints")
     p.validate(store.meta)
     neg, pos = binary_classes(store.meta)
     nf = int(store.meta.n_features)
@@ -1021,6 +1097,35 @@ def solve(
     prev_dual = 0.0
     it = 0
     part = None
+    clock = CheckpointClock(float(getattr(p, "checkpoint_seconds", 60.0)))
+    resumed = _load_checkpoint(checkpoint, store, engine)
+    if resumed is not None:
+        state, loop, w, upd_gids, upd_beta, delta_rows, delta_coef, history = resumed
+        it, b, prev_dual, just_reset, stall = (
+            int(loop["it"]),
+            float(loop["b"]),
+            float(loop["prev_dual"]),
+            bool(loop["just_reset"]),
+            int(loop["stall"]),
+        )
+        hits, misses, inner_total, line_total = (
+            loop["hits"],
+            loop["misses"],
+            loop["inner_total"],
+            loop["line_total"],
+        )
+        failures, smo_total, fallbacks, b_resets = (
+            loop["failures"],
+            loop["smo_total"],
+            loop["fallbacks"],
+            loop["b_resets"],
+        )
+        passes0 = engine.passes - int(loop["passes"])
+        if delta_rows is not None and not cache_bytes:
+            delta = Expansion.from_csr(
+                kp, nf, delta_rows.indptr, delta_rows.indices, delta_rows.data, delta_coef
+            )
+        log.info("irwls: resuming after outer iteration %d", it)
     while True:
         tp = time.perf_counter()
         bc = _PassBroadcast(
@@ -1143,6 +1248,43 @@ def solve(
             ch.size,
             sub.iterations,
         )
+        if checkpoint is not None and clock.due():
+            t_save = time.perf_counter()
+            loop = dict(
+                zip(
+                    _LOOP_KEYS,
+                    (
+                        it,
+                        b,
+                        prev_dual,
+                        just_reset,
+                        stall,
+                        hits,
+                        misses,
+                        inner_total,
+                        line_total,
+                        failures,
+                        smo_total,
+                        fallbacks,
+                        b_resets,
+                        engine.passes - passes0,
+                    ),
+                    strict=True,
+                )
+            )
+            _save_checkpoint(
+                checkpoint,
+                engine,
+                state,
+                loop,
+                w,
+                upd_gids,
+                upd_beta,
+                delta_rows,
+                delta_coef,
+                history,
+            )
+            clock.saved(t_save)
 
     stop_value = float(part.stats[_S_MAXV])
     if cache_bytes:
