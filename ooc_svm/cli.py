@@ -9,6 +9,7 @@ zarr, pyarrow or dask); the other commands appear in ``--help`` by their one-lin
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
+        # exit within a second: the interpreter's final garbage collections over numba's
+        # objects took ~1 s on a loaded machine; frozen objects are skipped
+        gc.freeze()
         print("ooc-svm: interrupted", file=sys.stderr)
         return 130
     except _known_errors() as e:

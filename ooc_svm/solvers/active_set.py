@@ -69,8 +69,10 @@ from .cholesky import ActiveFactor
 from .dual_common import (
     CheckpointClock,
     WorkingRows,
+    check_interrupt,
     collect_support_vectors,
     finish_dual,
+    interruptible,
     shard_rows,
     split_updates_by_shard,
 )
@@ -360,6 +362,7 @@ def _select_smallest(val: np.ndarray, tie: np.ndarray, k: int) -> np.ndarray:
 
 
 def _major_fn(shard, bc: MajorBroadcast, st):
+    check_interrupt()
     alpha, f = st
     r0 = shard.row_start
     n = shard.n_rows
@@ -1187,6 +1190,7 @@ class WorkingSet:
             self.factor.set_gradient(self.G)
         repaired = False
         while self.c.iterations - start < max_iter:
+            check_interrupt()
             self.step1()
             self._since_full += 1
             if self._since_full >= FULL_FLUSH_EVERY or self.cols.n_released() > max(
@@ -1489,6 +1493,7 @@ def _load_checkpoint(checkpoint, store, engine):
     )
 
 
+@interruptible
 def solve(
     store,
     engine,
@@ -1611,6 +1616,7 @@ def solve(
     converged = False
     stats = None
     while True:
+        check_interrupt()
         k = _candidate_count(p, s_gids.size, avg_nnz, linear, meta.n_rows, nf)
         tp = time.perf_counter()
         bc = MajorBroadcast(

@@ -122,8 +122,10 @@ from .dual_common import (
     CheckpointClock,
     Expansion,
     WorkingRows,
+    check_interrupt,
     collect_support_vectors,
     finish_dual,
+    interruptible,
     primal_w,
     shard_rows,
 )
@@ -513,6 +515,7 @@ def irwls_working_set(
     line_searches = 0
     it = 0
     for it in range(1, max_inner + 1):
+        check_interrupt()
         # --- step 4: sets reordering from the current errors -----------------------------
         released = (sets == 3) & (u < 0.0)  # S₃ sample inside the margin: released to S₁
         sets[released] = 1
@@ -788,6 +791,7 @@ def _init_state(linear: bool, info, _i):
 
 def _pass_fn(shard, bc: _PassBroadcast, st):
     """Apply the last working-set change, compute eᵢ, check (9)–(11), draw candidates."""
+    check_interrupt()
     beta, g = st
     hm = [0, 0]
     lo = np.searchsorted(bc.upd_gids, shard.row_start)
@@ -1042,6 +1046,7 @@ def _load_checkpoint(checkpoint, store, engine):
     )
 
 
+@interruptible
 def solve(
     store,
     engine,
@@ -1127,6 +1132,7 @@ def solve(
             )
         log.info("irwls: resuming after outer iteration %d", it)
     while True:
+        check_interrupt()
         tp = time.perf_counter()
         bc = _PassBroadcast(
             it,
