@@ -476,3 +476,18 @@ def test_same_model_on_local_cluster(tmp_path):
         dist.model.dual_coef_, local.model.dual_coef_, rtol=1e-10, atol=1e-12
     )
     assert dist.model.intercept_ == pytest.approx(local.model.intercept_, abs=1e-10)
+
+
+def test_history_records_carry_seconds_and_passes(tmp_path):
+    """issue 13 item 3: every history record has elapsed ``seconds`` and streamed ``passes``."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 6)).astype(np.float32)
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=400) > 0, 1.0, -1.0)
+    st = _store(tmp_path, X, y, shard_rows=100)
+    res = _solve(st, C=10.0, kernel="rbf", gamma=0.5, sprint_size=40)
+    recs = res.history
+    assert len(recs) > 3
+    for a, b in zip(recs, recs[1:], strict=False):
+        assert b["seconds"] >= a["seconds"] >= 0.0
+        assert b["passes"] >= a["passes"] >= 1
+    assert recs[-1]["passes"] <= res.passes

@@ -337,3 +337,19 @@ def test_conf_file_matches_defaults():
     assert set(conf) == {k for k, v in irwls.DEFAULTS.items() if v is not None}
     for k, v in conf.items():
         assert irwls.DEFAULTS[k] == v, k
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "linear"])
+def test_history_records_carry_seconds_and_passes(tmp_path, kernel):
+    """issue 13 item 3: every history record has elapsed ``seconds`` and streamed ``passes``
+    (non-decreasing; the last equals the result's passes before the final model passes)."""
+    X, y = tiny_problem(7, n=300)
+    st = make_store(tmp_path, X, y, shard_rows=60)
+    res = train(st, "irwls", C=10.0, kernel=kernel, gamma=0.5, working_set=20)
+    recs = res.history
+    assert len(recs) > 3
+    for a, b in zip(recs, recs[1:], strict=False):
+        assert b["seconds"] >= a["seconds"] >= 0.0
+        assert b["passes"] >= a["passes"] >= 1
+    assert recs[-1]["passes"] <= res.passes
+    assert recs[-1]["seconds"] <= res.seconds

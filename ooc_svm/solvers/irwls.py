@@ -1187,6 +1187,8 @@ def solve(
                 "objective": primal,
                 "dual_objective": dual,
                 "pass_seconds": pass_s,
+                "seconds": time.perf_counter() - t0,
+                "passes": engine.passes - passes0,
             }
             history.append(rec)
             if callback is not None:
@@ -1241,6 +1243,8 @@ def solve(
             "n_bound_sv": int(st[_S_NBSV]),
             "pass_seconds": pass_s,
             "solve_seconds": solve_s,
+            "seconds": time.perf_counter() - t0,
+            "passes": engine.passes - passes0,
         }
         history.append(rec)
         if callback is not None:
