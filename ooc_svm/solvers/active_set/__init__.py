@@ -1,0 +1,44 @@
+"""``--solver active-set``: Scheinberg's SVM-QP dual active-set method over streamed shards.
+
+Problem (LIBSVM's C-SVC dual; Scheinberg, *An efficient implementation of an active set
+method for SVMs*, JMLR 2006, eq. (2))::
+
+    min_α  ½ αᵀQα − eᵀα    s.t.  yᵀα = 0,  0 ≤ αᵢ ≤ C,     Q_ij = yᵢ yⱼ K(xᵢ, xⱼ)
+
+decision function f(x) = Σⱼ yⱼαⱼK(xⱼ, x) − β (β: multiplier of yᵀα = 0, system (5)).
+
+Stopping rule (§2 Step 2(iii), checked in a full streamed pricing pass): every bound
+variable's reduced cost is ≥ −tol (yᵢf(xᵢ) ≥ 1 − tol where αᵢ = 0, ≤ 1 + tol where αᵢ = C),
+the free variables solving the reduced problem (4) exactly; then an independent KKT pass.
+
+Paper sections → modules:
+
+- §2 Steps 0–2, §2.1–2.2 (reduced problem through an updated Cholesky factor, infinite
+  steps when Q_ss is singular): :mod:`.working_set`, :mod:`..cholesky`;
+- §4.1 pricing (major iteration = one streamed pass; ``sprint`` / ``shrinking``):
+  :mod:`.passes`;
+- §4.2 memory saving (Q columns of I_s over the working rows only): :mod:`.columns`;
+- §4.3–4.4 warm start / incremental (``--init``), the driver, checkpoints: :mod:`.driver`;
+- parameters and tuning constants: :mod:`.settings`; numba kernels: :mod:`.kernels`.
+"""
+
+from __future__ import annotations
+
+from ...kernels.kernel_functions import KernelParams
+from .columns import KernelColumns, LinearColumns
+from .driver import solve
+from .settings import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
+from .working_set import Counters, WorkingSet
+
+__all__ = [
+    "DEFAULTS",
+    "STOPPING_RULE",
+    "SUPPORTS_CHECKPOINT",
+    "Counters",
+    "KernelColumns",
+    "KernelParams",
+    "LinearColumns",
+    "Params",
+    "WorkingSet",
+    "solve",
+]

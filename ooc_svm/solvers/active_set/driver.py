@@ -1,0 +1,770 @@
+"""``--solver active-set``: Scheinberg's SVM-QP dual active-set method over streamed shards.
+
+Problem (LIBSVM's C-SVC dual, Scheinberg 2006 eq. (2))::
+
+    min_α  ½ αᵀQα − eᵀα    s.t.  yᵀα = 0,  0 ≤ αᵢ ≤ C,     Q_ij = yᵢ yⱼ K(xᵢ, xⱼ)
+
+with primal (3) and decision function f(x) = Σⱼ yⱼαⱼK(xⱼ, x) − β (intercept −β, β the
+multiplier of yᵀα = 0 in system (5)). With Gᵢ = (Qα − e)ᵢ the *reduced cost* of a bound
+variable is sᵢ = Gᵢ − βyᵢ for αᵢ = 0 (the primal slack, §2 Step 2(i)) and ξᵢ = −(Gᵢ − βyᵢ)
+for αᵢ = C (the surplus).
+
+Stopping rule (§2 Step 2(iii) with tolerance ``tol``, applied in a full pricing pass):
+every bound variable has reduced cost ≥ −tol, i.e. yᵢf(xᵢ) ≥ 1 − tol where αᵢ = 0 and
+yᵢf(xᵢ) ≤ 1 + tol where αᵢ = C, while the free variables solve the reduced problem (4)
+exactly (yᵢf(xᵢ) = 1 up to rounding).
+
+Method, following the paper section by section:
+
+- §2, Steps 0–2: partition I₀ (α = 0), I_c (α = C), I_s (free). Step 1 solves the reduced
+  problem (4) on I_s through the Cholesky factor of Q_ss and the Schur complement for β
+  (system (5)), or takes an infinite descent direction when Q_ss is singular (§2.1 cases 1–3,
+  in :mod:`.cholesky`), and steps along d until the first bound is hit (that index leaves to
+  I₀ or I_c) or the optimum is reached. Step 2 prices the bound variables and moves the most
+  negative reduced cost into I_s. Exact, finite steps; the factor is updated in O(n_s²)
+  (§2.2), its accuracy probed and rebuilt when lost.
+- §4.1, pricing: a *major iteration* is one streamed pass over all shards (per-row α and the
+  un-biased score f live in per-shard state; f is updated from the α changes of the last
+  major iteration, or computed from an explicit w for the linear kernel). It prices every
+  bound variable and returns the rows with the smallest reduced costs as I₀′ ∪ I_c′. *Minor
+  iterations* (the active-set steps) then price only I₀′ ∪ I_c′ in memory. ``sprint``
+  (default) takes the ``sprint_size`` smallest reduced costs (negative or not) and keeps
+  I₀′ ∪ I_c′ fixed during the major iteration; ``shrinking`` takes every negative reduced
+  cost the memory budget allows and drops (shrinks) rows whose reduced cost stayed
+  non-negative for ``shrink_after`` consecutive pricings; the next pass unshrinks all.
+- §4.2, memory saving: only the Q columns of I_s restricted to the rows I_s ∪ I₀′ ∪ I_c′ are
+  kept (the linear kernel keeps none: it prices from w), sized from ``cache_mb``.
+- §4.3–4.4, warm start / incremental: ``init`` names a model of this store (or of a prefix of
+  it, before ``ingest --append`` added rows); its dual coefficients, matched to rows by
+  global row index (``model.support_``), give the starting α (rescaled by C/C_old when C
+  changed; yᵀα = 0 restored). New rows start in I₀ and are priced like all others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...kernels.csr import csr_rmatvec_rows_add
+from ...kernels.kernel_functions import (
+    KernelParams,
+)
+from ...model import load_model
+from .. import Callback, Result, SolverError, binary_classes
+from ..cholesky import ActiveFactor
+from ..dual_common import (
+    CheckpointClock,
+    WorkingRows,
+    check_interrupt,
+    collect_support_vectors,
+    finish_dual,
+    interruptible,
+    split_updates_by_shard,
+)
+from ..params import as_params
+from .columns import KernelColumns, LinearColumns
+from .kernels import DENSE_BLOCK_MAX
+from .passes import (
+    _S_AQA,
+    _S_FREEV,
+    _S_HINGE,
+    _S_MAXV,
+    _S_NC,
+    _S_NSV,
+    _S_NVIOL,
+    _S_SUMA,
+    _S_SUMYA,
+    MajorBroadcast,
+    MajorPartial,
+    _collect_fn,
+    _init_state,
+    _major_fn,
+    _major_reduce,
+    _warm_fn,
+)
+from .settings import MIN_CANDIDATES, SPRINT_AUTO_MAX, SPRINT_SQRT, Params
+from .working_set import S_FREE, S_UPPER, S_ZERO, Counters, WorkingSet
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
+
+log = logging.getLogger("ooc_svm")
+
+
+# ------------------------------------------------------------------------------------------
+# the solver
+# ------------------------------------------------------------------------------------------
+def _candidate_count(
+    p: Params, n_s: int, avg_nnz: float, linear: bool, n_rows: int, n_features: int
+) -> int:
+    """|I₀′ ∪ I_c′| for the next major iteration: explicit, or from the memory budget.
+
+    The budget (``cache_mb``) covers the Cholesky factor, the working rows and, for kernels,
+    their dense copy and the Q columns of I_s over them (§4.2), with room for I_s to grow
+    by half during the major iteration.
+    """
+    if int(p.sprint_size) > 0:
+        return int(p.sprint_size)
+    budget = float(p.cache_mb) * (1 << 20)
+    n_cols = 1.5 * max(n_s, 64) + 32
+    factor_bytes = 8.0 * n_cols**2
+    left = max(budget - factor_bytes, budget * 0.1)
+    per_row = 12.0 * avg_nnz + 64.0
+    if not linear:
+        per_row += 8.0 * n_cols
+        if n_features * SPRINT_AUTO_MAX <= DENSE_BLOCK_MAX:
+            per_row += 8.0 * n_features
+    k = int(left / per_row) - n_s
+    if p.pricing == "sprint":
+        k = min(k, SPRINT_AUTO_MAX, int(SPRINT_SQRT * np.sqrt(max(n_rows, 1))))
+    return int(max(MIN_CANDIDATES, min(k, n_rows)))
+
+
+def _load_init(path: str, C: float, kp: KernelParams, n_rows: int):
+    """(sorted gids, signed coefficients yα rescaled to C, SV rows, w, intercept) of a model."""
+    try:
+        model = load_model(path)
+    except Exception as e:
+        raise SolverError(f"--init {path}: {e}") from None
+    if model.support_ is None or model.dual_coef_ is None:
+        raise SolverError(
+            f"--init {path}: the model keeps no dual coefficients with their row indices "
+            "(support_); kernel models and active-set models of any kernel do"
+        )
+    coef = np.asarray(model.dual_coef_, dtype=np.float64)
+    if coef.ndim != 1:
+        raise SolverError(f"--init {path}: one-vs-rest models cannot seed a binary problem")
+    gids = np.asarray(model.support_, dtype=np.int64)
+    if gids.size and (gids.min() < 0 or gids.max() >= n_rows):
+        raise SolverError(
+            f"--init {path}: support vector row {int(gids.max())} is outside this store "
+            f"({n_rows} rows); the model was trained on another store"
+        )
+    C_old = float(model.info.get("C", C))
+    scale = C / C_old if C_old > 0 else 1.0
+    coef = coef * scale
+    # clip |coef| to C (rounding) and order by row
+    coef = np.sign(coef) * np.minimum(np.abs(coef), C)
+    order = np.argsort(gids, kind="stable")
+    gids, coef = gids[order], coef[order]
+    sv = model.support_vectors_
+    w = None
+    if kp.kernel == "linear":
+        if model.coef_ is not None and sv is None:
+            w = np.asarray(model.coef_, dtype=np.float64) * scale
+    intercept = float(model.intercept_) * scale if np.ndim(model.intercept_) == 0 else 0.0
+    sv_rows = None
+    if sv is not None:
+        import scipy.sparse as sp
+
+        X = sp.csr_matrix(sv)[order]
+        X.sort_indices()
+        sv_rows = WorkingRows(
+            gids.copy(),
+            X.indptr.astype(np.int64),
+            X.indices.astype(np.int32),
+            X.data.astype(np.float32),
+            np.sign(coef),
+            np.abs(coef),
+        )
+    return gids, coef, sv_rows, w, intercept, C_old
+
+
+def _repair_equality(rows: WorkingRows, status: np.ndarray, C: float, imbalance: float):
+    """Move α of working rows so that yᵀα changes by −imbalance (free rows first)."""
+    r = float(imbalance)
+    order = np.concatenate([np.flatnonzero(status == S_FREE), np.flatnonzero(status != S_FREE)])
+    for i in order:
+        if abs(r) <= 1e-15 * C:
+            break
+        yi = rows.y[i]
+        # want Δα with yi Δα = −r
+        want = -r * yi
+        a = rows.alpha[i]
+        na = min(C, max(0.0, a + want))
+        r += yi * (na - a)
+        rows.alpha[i] = na
+    return r
+
+
+def _exp_tuple(rows: WorkingRows, coef: np.ndarray):
+    """(indptr, indices, data, sq, coef) of the rows with non-zero coefficient."""
+    nz = np.flatnonzero(coef != 0.0)
+    sub = rows.take(nz) if nz.size != rows.n else rows
+    ip, ix, data = sub.csr()
+    return (
+        ip,
+        ix.view(np.int32),
+        np.asarray(data, dtype=np.float64),
+        sub.sq_norms(),
+        np.asarray(coef[nz], dtype=np.float64),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# checkpoints: the state between two major iterations
+# ------------------------------------------------------------------------------------------
+_FACTOR_ARRAYS = ("R", "Lam", "T", "bkeys", "by", "dkeys", "dy", "ddiag")
+_FACTOR_SCALARS = ("dep_tol", "r2_valid", "nb", "nd", "updates", "refactorisations", "promotions")
+_ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
+
+
+@dataclass
+class _Loop:
+    """What the driver carries from one major iteration to the next (and checkpoints)."""
+
+    major: int = 0
+    stall: int = 0
+    beta: float = 0.0
+    hit_max_iter: bool = False
+    stop_value: float = np.inf
+    passes: int = 0
+
+
+def _save_checkpoint(
+    checkpoint,
+    engine,
+    state,
+    loop: _Loop,
+    s_rows,
+    factor,
+    counters,
+    w,
+    delta,
+    upd_gids,
+    upd_alpha,
+    history,
+    warm,
+) -> None:
+    """Write the state after a major iteration: per-shard (α, f), I_s rows, the factor, the
+    pending α changes and the scalars; resuming from it repeats the run bit for bit."""
+    arrays = {"upd_gids": upd_gids, "upd_alpha": upd_alpha}
+    arrays.update({f"s_{k}": getattr(s_rows, k) for k in _ROW_ARRAYS})
+    arrays.update({f"factor_{k}": getattr(factor, k) for k in _FACTOR_ARRAYS})
+    if w is not None:
+        arrays["w"] = w
+    if delta is not None:
+        arrays.update({f"delta_{i}": a for i, a in enumerate(delta)})
+    scalars = {
+        "loop": dataclasses.asdict(loop),
+        "factor": {k: getattr(factor, k) for k in _FACTOR_SCALARS},
+        "counters": dataclasses.asdict(counters),
+        "history": history,
+        "warm": warm,
+        "delta": delta is not None,
+    }
+    shards = [
+        {"alpha": a} if f is None else {"alpha": a, "f": f} for a, f in engine.gather_state(state)
+    ]
+    checkpoint.save(loop.major, scalars=scalars, arrays=arrays, shard_states=shards)
+
+
+def _load_checkpoint(checkpoint, store, engine):
+    """The state saved by :func:`_save_checkpoint`, or None when there is no checkpoint."""
+    data = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
+    if data is None:
+        return None
+    shards = data.shard_states or []
+    if len(shards) != store.n_shards or any(
+        st["alpha"].shape != (int(info.n_rows),)
+        for st, info in zip(shards, store.meta.shards, strict=True)
+    ):
+        raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+    a, sc = data.arrays, data.scalars
+    state = engine.set_state(store, [(st["alpha"], st.get("f")) for st in shards])
+    s_rows = WorkingRows(*(a[f"s_{k}"] for k in _ROW_ARRAYS))
+    factor = ActiveFactor()
+    for k in _FACTOR_ARRAYS:
+        setattr(factor, k, np.array(a[f"factor_{k}"]))
+    for k, v in sc["factor"].items():
+        setattr(factor, k, v)
+    delta = tuple(a[f"delta_{i}"] for i in range(5)) if sc["delta"] else None
+    return (
+        state,
+        _Loop(**sc["loop"]),
+        s_rows,
+        factor,
+        Counters(**sc["counters"]),
+        a.get("w"),
+        delta,
+        a["upd_gids"],
+        a["upd_alpha"],
+        list(sc["history"]),
+        bool(sc["warm"]),
+    )
+
+
+class _Run:
+    """One training run: the constants, the state carried between major iterations
+    (checkpointed by :func:`_save_checkpoint`) and the steps of a major iteration."""
+
+    def __init__(self, store, engine, p: Params, callback, checkpoint):
+        self.t0 = time.perf_counter()
+        self.store, self.engine, self.p = store, engine, p
+        self.callback, self.checkpoint = callback, checkpoint
+        self.neg, self.pos = binary_classes(store.meta)
+        self.meta = store.meta
+        self.nf = int(self.meta.n_features)
+        self.kp = KernelParams.from_params(p.kernel_dict(), self.nf)
+        self.linear = self.kp.kernel == "linear"
+        self.C, self.tol, self.seed = float(p.C), float(p.tol), int(p.seed)
+        self.max_iter = int(p.max_iter)
+        self.shrinking = p.pricing == "shrinking"
+        self.shrink_after = int(p.shrink_after) if self.shrinking else None
+        self.passes0 = engine.passes
+        self.avg_nnz = self.meta.nnz / max(self.meta.n_rows, 1)
+        self.clock = CheckpointClock(float(getattr(p, "checkpoint_seconds", 60.0)))
+        # the state between major iterations
+        self.state = engine.init_state(store, functools.partial(_init_state, self.linear))
+        self.counters = Counters()
+        self.history: list[dict] = []
+        self.beta = 0.0
+        self.w = np.zeros(self.nf) if self.linear else None
+        self.delta = None
+        self.upd_gids = np.zeros(0, dtype=np.int64)
+        self.upd_alpha = np.zeros(0)
+        self.s_rows = WorkingRows.empty()  # rows of I_s, in factor-key order 0..n_s−1
+        self.s_gids = np.zeros(0, dtype=np.int64)
+        self.factor = ActiveFactor(capacity=64)
+        self.warm = p.init is not None
+        self.keep_rows = False
+        self.major = self.stall = 0
+        self.hit_max_iter = self.converged = False
+        self.stop_value = np.inf
+        self.stats = None
+
+    # -- start: fresh, warm or resumed -------------------------------------------------------
+    def start(self) -> None:
+        resumed = _load_checkpoint(self.checkpoint, self.store, self.engine)
+        if resumed is not None:
+            (self.state, loop, self.s_rows, self.factor, self.counters, self.w, self.delta) = (
+                resumed[:7]
+            )
+            self.upd_gids, self.upd_alpha, self.history, self.warm = resumed[7:]
+            self.s_gids = self.s_rows.gids.copy()
+            self.passes0 = self.engine.passes - loop.passes
+            self.major, self.stall, self.beta = loop.major, loop.stall, loop.beta
+            self.hit_max_iter, self.stop_value = loop.hit_max_iter, loop.stop_value
+            log.info("active-set: resuming after major iteration %d", loop.major)
+        elif self.warm:
+            self._warm_start()
+
+    def _warm_start(self) -> None:
+        """§4.3–4.4: α, β (and w or the expansion to add to f) from the ``--init`` model."""
+        p, C, nf = self.p, self.C, self.nf
+        gids, coef, sv_rows, w_init, intercept, C_old = _load_init(
+            str(p.init), C, self.kp, self.meta.n_rows
+        )
+        bad = (
+            self.engine.map_reduce(
+                self.store,
+                _warm_fn,
+                (gids, coef, self.pos),
+                state=self.state,
+                shards=split_updates_by_shard(self.store, gids),
+            )
+            if gids.size
+            else 0
+        )
+        if bad:
+            raise SolverError(
+                f"--init {p.init}: {bad} support vector(s) have the opposite label in this "
+                "store; the model was trained on another store"
+            )
+        self.beta = -intercept
+        a_abs = np.abs(coef)
+        free = (a_abs > 0) & (a_abs < C)
+        self.keep_rows = bool(free.any())
+        self.s_gids = gids[free]
+        if self.linear:
+            if w_init is not None:
+                self.w = np.zeros(nf)
+                self.w[: min(nf, w_init.size)] = w_init[:nf]
+            elif sv_rows is not None:
+                self.w = np.zeros(nf)
+                ip, ix, data = sv_rows.csr()
+                csr_rmatvec_rows_add(ip, ix, data, np.arange(sv_rows.n), coef, self.w)
+        else:
+            if sv_rows is None:
+                raise SolverError(
+                    f"--init {p.init}: kernel warm start needs the support vectors in the model"
+                )
+            self.delta = _exp_tuple(sv_rows, coef)
+        log.info(
+            "active-set: warm start from %s: %d SVs (%d free), C %.6g -> %.6g",
+            p.init,
+            gids.size,
+            int(free.sum()),
+            C_old,
+            C,
+        )
+
+    # -- one major iteration -----------------------------------------------------------------
+    def major_pass(self) -> MajorPartial:
+        """§4.1: one streamed pass applies the last changes and prices every bound row."""
+        k = _candidate_count(
+            self.p, self.s_gids.size, self.avg_nnz, self.linear, self.meta.n_rows, self.nf
+        )
+        tp = time.perf_counter()
+        bc = MajorBroadcast(
+            kp=self.kp,
+            n_features=self.nf,
+            C=self.C,
+            beta=self.beta,
+            positive=self.pos,
+            tol=self.tol,
+            k=k,
+            seed=self.seed,
+            upd_gids=self.upd_gids,
+            upd_alpha=self.upd_alpha,
+            keep_gids=np.sort(self.s_gids),
+            keep_rows=self.keep_rows,
+            w=self.w if self.linear else None,
+            delta=None if self.linear else self.delta,
+            max_value=0.0 if self.shrinking else np.inf,
+        )
+        res: MajorPartial = self.engine.map_reduce(
+            self.store, _major_fn, bc, reduce=_major_reduce, state=self.state
+        )
+        self.major += 1
+        self.stats = stats = res.stats
+        if self.linear and res.w is not None:
+            self.w = res.w.copy()
+        self.stop_value = max(float(stats[_S_MAXV]), float(stats[_S_FREEV]))
+        self._record(res, time.perf_counter() - tp)
+        return res
+
+    def objectives(self) -> tuple[float, float]:
+        """(dual, primal) objective at the last pass."""
+        st = self.stats
+        aqa = float(st[_S_AQA]) if st is not None else 0.0
+        dual = 0.5 * aqa - (float(st[_S_SUMA]) if st is not None else 0.0)
+        primal = 0.5 * aqa + self.C * (float(st[_S_HINGE]) if st is not None else 0.0)
+        return dual, primal
+
+    def _record(self, res: MajorPartial, pass_seconds: float) -> None:
+        stats = self.stats
+        dual, primal = self.objectives()
+        rec = {
+            "iteration": self.major,
+            "minor_iterations": self.counters.iterations,
+            "violation": self.stop_value,
+            "n_violators": int(stats[_S_NVIOL]),
+            "dual_objective": dual,
+            "objective": primal,
+            "n_s": int(self.s_gids.size),
+            "n_c": int(stats[_S_NC]),
+            "n_sv": int(stats[_S_NSV]),
+            "working_set": int(res.cand_rows.n + self.s_gids.size),
+            "pass_seconds": pass_seconds,
+            "seconds": time.perf_counter() - self.t0,
+            "passes": self.engine.passes - self.passes0,
+        }
+        self.history.append(rec)
+        if self.callback is not None:
+            self.callback(rec)
+        log.debug(
+            "active-set major %d: violation %.3g, n_s %d, n_c %d, dual %.10g",
+            self.major,
+            self.stop_value,
+            self.s_gids.size,
+            int(stats[_S_NC]),
+            dual,
+        )
+
+    def working_set(self, res: MajorPartial) -> WorkingSet:
+        """W = I_s (kept) ∪ the candidates, their gradients, columns and factor."""
+        C = self.C
+        if self.keep_rows:
+            kr = res.keep_rows
+            self.s_rows = kr.take(np.argsort(kr.gids, kind="stable"))
+            self.keep_rows = False
+        s_rows = self.s_rows
+        kf = dict(zip(res.keep_gids.tolist(), res.keep_f.tolist(), strict=True))
+        f_s = np.array([kf[int(g)] for g in s_rows.gids]) if s_rows.n else np.zeros(0)
+        n_s = s_rows.n
+        W = WorkingRows.concat([s_rows, res.cand_rows, WorkingRows.empty()])
+        if W is res.cand_rows:
+            W = W.take(np.arange(W.n))
+        G = W.y * np.concatenate([f_s, res.cand_f]) - 1.0
+        status = _status(W.alpha, C)
+        status[:n_s] = S_FREE
+        fix_pos, fix_old = np.zeros(0, dtype=np.int64), np.zeros(0)
+        if self.warm and self.major == 1:
+            fix_pos, fix_old, status = self._repair(W, status)
+        cols = self._columns(W, G, status, n_s, fix_pos, fix_old)
+        if self.major == 1 or fix_pos.size:
+            # (re)build the factor of Q_ss for the starting free set (warm start: §2.1 Case 3)
+            free_pos = np.flatnonzero(status == S_FREE)
+            self.factor = ActiveFactor(capacity=max(64, free_pos.size + 16))
+            if free_pos.size:
+                self.factor.refactor(free_pos, W.y[free_pos], cols.qss(free_pos))
+        ws = WorkingSet(
+            W,
+            G,
+            status,
+            cols,
+            self.factor,
+            C,
+            self.tol,
+            self.beta,
+            self.counters,
+            shrink_after=self.shrink_after,
+            seed=self.seed,
+        )
+        ws.max_bytes = int(float(self.p.cache_mb) * (1 << 20))
+        if fix_pos.size:
+            ws.alpha0[fix_pos] = fix_old
+        return ws
+
+    def _repair(self, W: WorkingRows, status: np.ndarray):
+        """Warm start: restore yᵀα = 0 on the working rows (positions, old α, new status)."""
+        C = self.C
+        fix_pos, fix_old = np.zeros(0, dtype=np.int64), np.zeros(0)
+        imb = float(self.stats[_S_SUMYA])
+        if abs(imb) > 1e-12 * C * max(1.0, float(self.stats[_S_NSV])):
+            a0 = W.alpha.copy()
+            left = _repair_equality(W, status, C, imb)
+            log.info(
+                "active-set: warm start: restored y'alpha = 0 (imbalance %.3g, %.3g left)",
+                imb,
+                left,
+            )
+            fix_pos = np.flatnonzero(W.alpha != a0)
+            fix_old = a0[fix_pos]
+            status = _status(W.alpha, C)
+        return fix_pos, fix_old, status
+
+    def _columns(self, W, G, status, n_s, fix_pos, fix_old):
+        """§4.2: the Q columns of I_s over W (G corrected for a warm-start repair)."""
+        if self.linear:
+            cols = LinearColumns(W, W.y, self.w, W.alpha, self.nf)
+            if fix_pos.size:
+                cols.aflush[fix_pos] = fix_old
+                cols.full(W.alpha, G)
+            return cols
+        cols = KernelColumns(W, W.y, self.kp, self.nf, int(1.25 * max(n_s, 16)) + 32)
+        if fix_pos.size:
+            blk = cols.kernel_block(fix_pos) * W.y[:, None] * W.y[fix_pos][None, :]
+            G += blk @ (W.alpha[fix_pos] - fix_old)
+        free_pos = np.flatnonzero(status == S_FREE)
+        cols.fill(free_pos, W.alpha[free_pos])
+        return cols
+
+    def minor(self, ws: WorkingSet) -> bool:
+        """§2: the active-set iterations on W; False when the run should stop (stall)."""
+        ok = ws.run(self.max_iter - self.counters.iterations, 0.5 * self.tol)
+        if not ok:
+            log.warning("active-set: stopped at max_iter=%d minor iterations", self.max_iter)
+            self.hit_max_iter = True
+        self.beta = ws.beta
+        self.counters.peak_bytes = max(self.counters.peak_bytes, ws.nbytes())
+        ch_rows, ch_old = ws.changes()
+        if ch_rows.n == 0 and not self.hit_max_iter:
+            self.stall += 1
+            if self.stall >= 3:
+                log.warning(
+                    "active-set: no progress in 3 major iterations (violation %.3g > "
+                    "tol %.3g); stopping",
+                    self.stop_value,
+                    self.tol,
+                )
+                return False
+        else:
+            self.stall = 0
+        self._hand_over(ws, ch_rows, ch_old)
+        return True
+
+    def _hand_over(self, ws: WorkingSet, ch_rows: WorkingRows, ch_old: np.ndarray) -> None:
+        """The α changes go to the shards with the next pass; the free rows become I_s."""
+        order = np.argsort(ch_rows.gids, kind="stable")
+        ch_rows = ch_rows.take(order)
+        ch_old = ch_old[order]
+        self.upd_gids = ch_rows.gids.copy()
+        self.upd_alpha = ch_rows.alpha.copy()
+        if self.linear:
+            ws.cols.full(ws.alpha, ws.Gbase)
+            self.w = ws.cols.w[: self.nf].copy()
+            self.delta = None
+        else:
+            self.delta = _exp_tuple(ch_rows, ch_rows.y * (ch_rows.alpha - ch_old))
+        # the free rows in factor-key order become positions 0..n_s−1
+        keys = self.factor.keys()
+        mapping = np.full(ws.rows.n, -1, dtype=np.int64)
+        mapping[keys] = np.arange(keys.size)
+        self.factor.remap(mapping)
+        self.s_rows = ws.rows.take(keys)
+        self.s_gids = self.s_rows.gids.copy()
+
+    def save(self) -> None:
+        if self.checkpoint is None or not self.clock.due():
+            return
+        t_save = time.perf_counter()
+        loop = _Loop(
+            self.major,
+            self.stall,
+            self.beta,
+            self.hit_max_iter,
+            self.stop_value,
+            self.engine.passes - self.passes0,
+        )
+        _save_checkpoint(
+            self.checkpoint,
+            self.engine,
+            self.state,
+            loop,
+            self.s_rows,
+            self.factor,
+            self.counters,
+            self.w if self.linear else None,
+            self.delta,
+            self.upd_gids,
+            self.upd_alpha,
+            self.history,
+            self.warm,
+        )
+        self.clock.saved(t_save)
+
+    # -- the end ----------------------------------------------------------------------------
+    def result(self) -> Result:
+        """The model (support vectors collected in one pass), the independent KKT check."""
+        C, c = self.C, self.counters
+        sv = collect_support_vectors(self.store, self.engine, self.state, self.pos, _collect_fn)
+        intercept = -self.beta
+        dual, primal = self.objectives()
+        info = {
+            "solver": "active-set",
+            "C": C,
+            "tol": self.tol,
+            "pricing": self.p.pricing,
+            "dual_objective": dual,
+            "objective": primal,
+            "converged": self.converged,
+        }
+        # linear models keep the dual coefficients (by global row) to warm-start a new run
+        fin = finish_dual(
+            self.store,
+            self.engine,
+            sv,
+            intercept,
+            self.kp,
+            C,
+            self.tol,
+            (self.neg, self.pos),
+            info,
+            check=self.p.check,
+            keep_dual=True,
+        )
+        summary = {
+            "n_s": int(self.s_gids.size),
+            "n_c": int(np.sum(sv.alpha >= C)) if sv.n else 0,
+            "n_sv": int(sv.n),
+            "major_iterations": self.major,
+            "minor_iterations": c.iterations,
+            **{k: getattr(c, k) for k in _SUMMARY_COUNTERS},
+            "working_set_peak_mb": c.peak_bytes / (1 << 20),
+            "pricing": self.p.pricing,
+            "converged": self.converged,
+            "intercept": intercept,
+            "warm_start": self.warm,
+        }
+        if fin.kkt is not None:
+            chk = fin.kkt
+            summary["kkt_max_violation"] = chk["max_violation"]
+            summary["kkt_n_violators"] = chk["n_violators"]
+            summary["kkt_ok"] = chk["ok"]
+            summary["kkt_gap"] = chk["gap"]
+        seconds = time.perf_counter() - self.t0
+        summary["seconds"] = seconds
+        stop_reason = None
+        if not self.converged:
+            stop_reason = "max_iter" if self.hit_max_iter else "stalled"
+        return Result(
+            model=fin.model,
+            objective=primal,
+            dual_objective=dual,
+            converged=self.converged,
+            stop_reason=stop_reason,
+            iterations=c.iterations,
+            passes=self.engine.passes - self.passes0,
+            seconds=seconds,
+            stop_value=self.stop_value,
+            history=self.history,
+            summary=summary,
+        )
+
+
+#: counters reported in the summary under their own names
+_SUMMARY_COUNTERS = (
+    "entered",
+    "left",
+    "infinite_steps",
+    "degenerate_steps",
+    "refactorisations",
+    "probe_checks",
+    "max_dependent",
+    "pricings",
+    "shrunk",
+    "memory_stops",
+)
+
+
+def _status(alpha: np.ndarray, C: float) -> np.ndarray:
+    return np.where(alpha <= 0.0, S_ZERO, np.where(alpha >= C, S_UPPER, S_FREE))
+
+
+@interruptible
+def solve(
+    store,
+    engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
+    """Train with the active-set method (see the module docstring).
+
+    Parameters
+    ----------
+    store : Store
+        Binary-labelled store.
+    engine : Engine
+    params : Params
+        (or a dict of its fields)
+    callback : callable, optional
+        Called with one record per major iteration.
+    checkpoint : Checkpointer, optional
+        Saves the state after major iterations (see :class:`CheckpointClock`); with
+        ``checkpoint.resume`` the run continues from the latest checkpoint and ends with the
+        same model.
+
+    Returns
+    -------
+    Result
+        ``iterations`` counts minor (active-set) iterations; ``summary`` has ``n_s``, ``n_c``,
+        ``major_iterations``, ``minor_iterations``, ``refactorisations`` and more.
+    """
+    p = as_params(Params, params)
+    p.validate(store.meta)
+    run = _Run(store, engine, p, callback, checkpoint)
+    run.start()
+    while True:
+        check_interrupt()
+        res = run.major_pass()
+        if run.hit_max_iter:
+            break
+        if run.stop_value <= run.tol:
+            run.converged = True
+            break
+        ws = run.working_set(res)
+        if not run.minor(ws):
+            break
+        del ws
+        run.save()
+    return run.result()

@@ -1,0 +1,159 @@
+"""Numba kernels of the active-set solver: dense dots, kernel blocks and columns, expansions."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numba import njit
+
+from ...kernels.kernel_functions import (
+    KernelParams,
+    kernel_from_dot,
+    kernel_scores,
+)
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger("ooc_svm")
+
+
+# ------------------------------------------------------------------------------------------
+# numba helpers
+# ------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def dense_dots(indptr, indices, data, r0, r1, Dt, out):
+    """out[i − r0, :] = x_i · Dt for rows r0 ≤ i < r1 (Dt dense, n_features × m)."""
+    m = Dt.shape[1]
+    for i in range(r0, r1):
+        buf = out[i - r0]
+        for j in range(m):
+            buf[j] = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            v = float(data[k])
+            row = Dt[indices[k]]
+            for j in range(m):
+                buf[j] += v * row[j]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def rows_dot_add(K, coef, out):
+    """out[r] += K[r]·coef (single-threaded dots: no BLAS thread pool inside engine threads)."""
+    for r in range(K.shape[0]):
+        out[r] += np.dot(K[r], coef)
+    return out
+
+
+def kernel_from_dots(
+    D: np.ndarray, sq_rows: np.ndarray, sq_cols: np.ndarray, kp: KernelParams
+) -> np.ndarray:
+    """K from dot products in place, vectorised (numpy's SIMD exp / tanh / power)."""
+    if kp.kernel == "linear":
+        return D
+    if kp.kernel == "rbf":
+        D *= 2.0
+        D -= sq_rows[:, None]
+        D -= sq_cols[None, :]
+        np.minimum(D, 0.0, out=D)
+        D *= kp.gamma
+        return np.exp(D, out=D)
+    D *= kp.gamma
+    D += kp.coef0
+    if kp.kernel == "poly":
+        return np.power(D, kp.degree, out=D)
+    return np.tanh(D, out=D)
+
+
+@njit(cache=True, nogil=True)
+def dense_kernel_block(indptr, indices, data, sq, Dt, dsq, code, gamma, degree, coef0, out):
+    """out[i, j] = K(xᵢ, dⱼ) for CSR rows x and dense columns Dt (n_features, m)."""
+    n = indptr.shape[0] - 1
+    m = Dt.shape[1]
+    for i in range(n):
+        buf = out[i]
+        for j in range(m):
+            buf[j] = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            v = float(data[k])
+            row = Dt[indices[k]]
+            for j in range(m):
+                buf[j] += v * row[j]
+        sqi = sq[i]
+        for j in range(m):
+            buf[j] = kernel_from_dot(code, buf[j], sqi, dsq[j], gamma, degree, coef0)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def dense_kernel_col(Dt, sq, i_indices, i_data, sq_i, code, gamma, degree, coef0, out):
+    """out[r] = K(x, w_r) for every working row r, x given sparse, rows dense: Dt (nf, |W|)."""
+    n = Dt.shape[1]
+    for r in range(n):
+        out[r] = 0.0
+    for k in range(i_indices.shape[0]):
+        v = float(i_data[k])
+        row = Dt[i_indices[k]]
+        for r in range(n):
+            out[r] += v * row[r]
+    for r in range(n):
+        out[r] = kernel_from_dot(code, out[r], sq_i, sq[r], gamma, degree, coef0)
+    return out
+
+
+#: dense expansion blocks up to this many float64 entries (n_features × rows) are used
+DENSE_BLOCK_MAX = 8_000_000
+
+
+def _dense_transposed(indptr, indices, data, n_features: int) -> np.ndarray:
+    """Dense (n_features, m) transpose of a CSR block."""
+    m = indptr.shape[0] - 1
+    Dt = np.zeros((max(n_features, 1), m))
+    rows = np.repeat(np.arange(m), np.diff(indptr))
+    Dt[indices.astype(np.int64), rows] = data
+    return Dt
+
+
+def expansion_add(
+    indptr, indices_u32, data, sq, exp_rows, kp: KernelParams, n_features: int, out: np.ndarray
+) -> np.ndarray:
+    """out += Σⱼ coefⱼ K(xᵢ, dⱼ) for the CSR rows x against the expansion ``exp_rows``."""
+    d_ip, d_ix, d_data, d_sq, coef = exp_rows
+    m = d_ip.shape[0] - 1
+    if m == 0 or indptr.shape[0] <= 1:
+        return out
+    width = max(
+        n_features,
+        int(indices_u32.max()) + 1 if indices_u32.size else 0,
+        int(d_ix.max()) + 1 if d_ix.size else 0,
+    )
+    if width * m <= DENSE_BLOCK_MAX:
+        Dt = _dense_transposed(d_ip, d_ix, d_data, width)
+        n = indptr.shape[0] - 1
+        block = max(1, min(n, 1_000_000 // m))
+        buf = np.empty((block, m))
+        for r0 in range(0, n, block):
+            r1 = min(n, r0 + block)
+            D = dense_dots(indptr, indices_u32, data, r0, r1, Dt, buf[: r1 - r0])
+            rows_dot_add(kernel_from_dots(D, sq[r0:r1], d_sq, kp), coef, out[r0:r1])
+        return out
+    work = np.zeros(width)
+    tmp = np.empty(indptr.shape[0] - 1)
+    kernel_scores(
+        indptr,
+        indices_u32,
+        data,
+        sq,
+        d_ip,
+        d_ix.view(np.uint32),
+        d_data,
+        d_sq,
+        coef,
+        *kp.args(),
+        work,
+        tmp,
+    )
+    out += tmp
+    return out
