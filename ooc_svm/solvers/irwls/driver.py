@@ -322,6 +322,311 @@ def _load_checkpoint(checkpoint, store, engine):
     )
 
 
+class _Run:
+    """One training run: constants, the state carried between outer iterations (checkpointed
+    by :func:`_save_checkpoint`) and the steps of an outer iteration."""
+
+    def __init__(self, store, engine, p: Params, callback, checkpoint):
+        self.t0 = time.perf_counter()
+        self.store, self.engine, self.p = store, engine, p
+        self.callback, self.checkpoint = callback, checkpoint
+        self.neg, self.pos = binary_classes(store.meta)
+        self.nf = int(store.meta.n_features)
+        self.kp = KernelParams.from_params(p.kernel_dict(), self.nf)
+        self.C, self.tol, self.q = float(p.C), float(p.tol), int(p.working_set)
+        self.linear = self.kp.kernel == "linear"
+        self.inner_tol = INNER_TOL_FACTOR * self.tol
+        self.passes0 = engine.passes
+        self.scratch = WorkerScratch("irwls-columns")
+        self.cache_bytes = (
+            0 if self.linear else int(float(p.cache_mb) * MB / max(1, store.n_shards))
+        )
+        self.clock = CheckpointClock(float(getattr(p, "checkpoint_seconds", 60.0)))
+        # the state between outer iterations
+        self.state = engine.init_state(store, functools.partial(_init_state, self.linear))
+        self.w = np.zeros(self.nf) if self.linear else None
+        self.upd_gids = np.zeros(0, dtype=np.int64)
+        self.upd_beta = np.zeros(0)
+        self.delta = self.delta_rows = self.delta_coef = None
+        self.history: list[dict] = []
+        for k in _LOOP_KEYS[:-1]:
+            setattr(self, k, 0)
+        self.b = self.prev_dual = 0.0
+        self.just_reset = self.converged = False
+        self.part = None
+
+    def start(self) -> None:
+        resumed = _load_checkpoint(self.checkpoint, self.store, self.engine)
+        if resumed is None:
+            return
+        self.state, loop, self.w, self.upd_gids, self.upd_beta = resumed[:5]
+        self.delta_rows, self.delta_coef, self.history = resumed[5:]
+        for k in _LOOP_KEYS[:-1]:
+            setattr(self, k, loop[k])
+        self.it, self.b, self.prev_dual = (
+            int(loop["it"]),
+            float(loop["b"]),
+            float(loop["prev_dual"]),
+        )
+        self.just_reset, self.stall = bool(loop["just_reset"]), int(loop["stall"])
+        self.passes0 = self.engine.passes - int(loop["passes"])
+        if self.delta_rows is not None and not self.cache_bytes:
+            self.delta = self._expansion()
+        log.info("irwls: resuming after outer iteration %d", self.it)
+
+    def _expansion(self) -> Expansion:
+        r = self.delta_rows
+        return Expansion.from_csr(self.kp, self.nf, r.indptr, r.indices, r.data, self.delta_coef)
+
+    # -- one outer iteration ------------------------------------------------------------------
+    def outer_pass(self) -> float:
+        """The streamed pass (apply the last change, check (9)–(11), draw candidates)."""
+        tp = time.perf_counter()
+        bc = _PassBroadcast(
+            self.it,
+            int(self.p.seed),
+            self.p.strategy,
+            self.q,
+            self.tol,
+            self.C,
+            self.b,
+            self.pos,
+            self.upd_gids,
+            self.upd_beta,
+            self.w,
+            self.delta,
+            True,
+            self.kp,
+            self.delta_rows,
+            self.delta_coef,
+            self.cache_bytes,
+            self.scratch,
+            self.nf,
+        )
+        self.part = self.engine.map_reduce(
+            self.store, _pass_fn, bc, reduce=_pass_reduce, state=self.state
+        )
+        st = self.part.stats
+        self.hits += int(st[_S_HITS])
+        self.misses += int(st[_S_MISSES])
+        return time.perf_counter() - tp
+
+    def objectives(self) -> tuple[float, float, float]:
+        """(violation, dual, primal) at the last pass."""
+        st = self.part.stats
+        dual = 0.5 * float(st[_S_BYG]) - float(st[_S_SUMB])
+        primal = 0.5 * float(st[_S_BYG]) + self.C * float(st[_S_HINGE])
+        return float(st[_S_MAXV]), dual, primal
+
+    def step(self) -> bool:
+        """One outer iteration after the pass; False when the run stops."""
+        pass_s = self.outer_pass()
+        st = self.part.stats
+        viol, dual, primal = self.objectives()
+        if viol <= self.tol:
+            self.converged = True
+        prev = self.prev_dual
+        no_progress = self.it > 0 and dual >= prev - 1e-13 * max(1.0, abs(prev))
+        self.prev_dual = dual
+        if no_progress and not self.just_reset and not self.converged:
+            # the working set was optimal and only b moved (it can cycle between two values
+            # when W holds violators on one side only): select again with the b that
+            # balances LIBSVM's m(β), M(β) over all rows
+            self.b = 0.5 * (float(st[_S_MUP]) + float(st[_S_MLOW]))
+            self.upd_gids, self.upd_beta = np.zeros(0, dtype=np.int64), np.zeros(0)
+            self.delta = self.delta_rows = self.delta_coef = None
+            self.just_reset = True
+            self.b_resets += 1
+            return True
+        self.just_reset = False
+        self.stall = self.stall + 1 if no_progress else 0
+        rec = {
+            "iteration": self.it,
+            "violation": viol,
+            "n_violators": int(st[_S_NVIOL]),
+            "objective": primal,
+            "dual_objective": dual,
+        }
+        if self.converged or self.it >= int(self.p.max_iter) or self.stall >= MAX_STALL:
+            rec["pass_seconds"] = pass_s
+            self._report(rec)
+            return False
+        self.it += 1
+        rec["iteration"] = self.it
+        ts = time.perf_counter()
+        rec.update(self.solve_working_set())
+        rec.update({"n_sv": int(st[_S_NSV]), "n_bound_sv": int(st[_S_NBSV])})
+        rec.update({"pass_seconds": pass_s, "solve_seconds": time.perf_counter() - ts})
+        self._report(rec)
+        self.save()
+        return True
+
+    def _report(self, rec: dict) -> None:
+        rec["seconds"] = time.perf_counter() - self.t0
+        rec["passes"] = self.engine.passes - self.passes0
+        self.history.append(rec)
+        if self.callback is not None:
+            self.callback(rec)
+
+    def solve_working_set(self) -> dict:
+        """The next working set and its IRWLS-SVC problem; the change goes to the next pass."""
+        rows, g_w = _select(self.part, self.q)
+        K = _working_kernel(rows, self.kp, self.nf)
+        yb = rows.y * rows.alpha
+        g_out = g_w - K @ yb
+        sub = irwls_working_set(
+            K, rows.y, rows.alpha, self.b, g_out, self.C, self.inner_tol, MAX_INNER
+        )
+        self.inner_total += sub.iterations
+        self.line_total += sub.line_searches
+        self.failures += int(not sub.converged)
+        self.smo_total += sub.smo_steps
+        self.fallbacks += int(sub.smo_steps > 0)
+        d = sub.beta - rows.alpha
+        ch = np.flatnonzero(d != 0.0)
+        self.b = float(sub.b)
+        ch = ch[np.argsort(rows.gids[ch], kind="stable")]
+        self.upd_gids = rows.gids[ch].copy()
+        self.upd_beta = sub.beta[ch].copy()
+        if self.linear:
+            if ch.size:
+                self.w = self.w + primal_w(rows.take(ch), d[ch] * rows.y[ch], self.nf)
+            self.delta = None
+        else:
+            self.delta = self.delta_rows = self.delta_coef = None
+            if ch.size:
+                self.delta_rows = rows.take(ch)
+                self.delta_coef = d[ch] * rows.y[ch]
+                if not self.cache_bytes:  # the shards evaluate Σ Δβⱼyⱼ K(xⱼ, ·) directly
+                    self.delta = self._expansion()
+        log.debug(
+            "irwls it %d: |W| %d changed %d inner %d", self.it, rows.n, ch.size, sub.iterations
+        )
+        return {
+            "working_set": int(rows.n),
+            "changed": int(ch.size),
+            "inner_iterations": sub.iterations,
+            "inner_converged": sub.converged,
+            "b": self.b,
+        }
+
+    def save(self) -> None:
+        if self.checkpoint is None or not self.clock.due():
+            return
+        t_save = time.perf_counter()
+        loop = {k: getattr(self, k) for k in _LOOP_KEYS[:-1]}
+        loop["passes"] = self.engine.passes - self.passes0
+        _save_checkpoint(
+            self.checkpoint,
+            self.engine,
+            self.state,
+            loop,
+            self.w,
+            self.upd_gids,
+            self.upd_beta,
+            self.delta_rows,
+            self.delta_coef,
+            self.history,
+        )
+        self.clock.saved(t_save)
+
+    # -- the end ----------------------------------------------------------------------------
+    def drop_caches(self) -> None:
+        if self.cache_bytes:
+            _drop_caches_fn(None, self.scratch)
+            try:
+                self.engine.map_state(self.store, _drop_caches_fn, self.scratch)
+            except NotImplementedError:  # pragma: no cover - engines without map_state
+                pass
+
+    def result(self) -> Result:
+        """The model (support vectors collected in one pass), the independent KKT check."""
+        C, p = self.C, self.p
+        stop_value, dual, _ = self.objectives()
+        st = self.part.stats
+        self.drop_caches()
+        sv = collect_support_vectors(self.store, self.engine, self.state, self.pos, _collect_fn)
+        primal = math.nan
+
+        def info(chk: dict | None) -> dict:
+            nonlocal primal
+            primal = 0.5 * float(st[_S_BYG]) + C * float(chk["hinge"])
+            return {
+                "solver": "irwls",
+                "C": C,
+                "tol": self.tol,
+                "working_set": self.q,
+                "strategy": p.strategy,
+                "dual_objective": dual,
+                "objective": primal,
+                "converged": self.converged,
+            }
+
+        fin = finish_dual(
+            self.store,
+            self.engine,
+            sv,
+            self.b,
+            self.kp,
+            C,
+            self.tol,
+            (self.neg, self.pos),
+            info,
+            keep_dual=True,
+        )
+        seconds = time.perf_counter() - self.t0
+        summary = self._summary(sv, fin.kkt, seconds)
+        if not self.converged:
+            log.warning(
+                "irwls: stopped after %d iterations without meeting tol=%g (violation %.3g)",
+                self.it,
+                self.tol,
+                stop_value,
+            )
+        stop_reason = None
+        if not self.converged:
+            stop_reason = "max_iter" if self.it >= p.max_iter else "stalled"
+        return Result(
+            model=fin.model,
+            objective=primal,
+            dual_objective=dual,
+            converged=self.converged,
+            stop_reason=stop_reason,
+            iterations=self.it,
+            passes=self.engine.passes - self.passes0,
+            seconds=seconds,
+            stop_value=stop_value,
+            history=self.history,
+            summary=summary,
+        )
+
+    def _summary(self, sv, chk: dict, seconds: float) -> dict:
+        return {
+            "strategy": self.p.strategy,
+            "working_set": self.q,
+            "outer_iterations": self.it,
+            "inner_iterations": self.inner_total,
+            "line_searches": self.line_total,
+            "inner_unconverged": self.failures,
+            "smo_finishes": self.fallbacks,
+            "smo_steps": self.smo_total,
+            "b_resets": self.b_resets,
+            "cache_hits": self.hits,
+            "cache_misses": self.misses,
+            "n_sv": int(sv.n),
+            "n_bound_sv": int(np.count_nonzero(sv.alpha >= self.C)) if sv.n else 0,
+            "intercept": self.b,
+            "converged": self.converged,
+            "stalled": bool(not self.converged and self.stall >= MAX_STALL),
+            "kkt_max_violation": chk["max_violation"],
+            "kkt_n_violators": chk["n_violators"],
+            "kkt_ok": chk["ok"],
+            "kkt_gap": chk["gap"],
+            "sum_y_alpha": chk["sum_y_alpha"],
+            "seconds": seconds,
+        }
+
+
 @interruptible
 def solve(
     store,
@@ -344,8 +649,9 @@ def solve(
     callback : callable, optional
         Receives one dict per outer iteration.
     checkpoint : Checkpointer, optional
-        Saves the state after every outer iteration; with ``checkpoint.resume`` the run
-        continues from the latest checkpoint and ends with the same model.
+        Saves the state after outer iterations (see :class:`CheckpointClock`); with
+        ``checkpoint.resume`` the run continues from the latest checkpoint and ends with the
+        same model.
 
     Returns
     -------
@@ -353,296 +659,12 @@ def solve(
         ``model`` (kernel model; for the linear kernel ``kind="linear"`` with ``coef_`` and the
         support vectors kept), ``dual_objective`` (LIBSVM sign), ``objective`` (primal).
     """
-    t0 = time.perf_counter()
     p = as_params(Params, params)
     p.validate(store.meta)
-    neg, pos = binary_classes(store.meta)
-    nf = int(store.meta.n_features)
-    kp = KernelParams.from_params(p.kernel_dict(), nf)
-    C, tol, q = float(p.C), float(p.tol), int(p.working_set)
-    linear = kp.kernel == "linear"
-    inner_tol = INNER_TOL_FACTOR * tol
-    passes0 = engine.passes
-    state = engine.init_state(store, functools.partial(_init_state, linear))
-    w = np.zeros(nf) if linear else None
-    b = 0.0
-    upd_gids = np.zeros(0, dtype=np.int64)
-    upd_beta = np.zeros(0)
-    delta = delta_rows = delta_coef = None
-    scratch = WorkerScratch("irwls-columns")
-    cache_bytes = 0 if linear else int(float(p.cache_mb) * MB / max(1, store.n_shards))
-    hits = misses = 0
-    history: list[dict] = []
-    inner_total = line_total = failures = stall = smo_total = fallbacks = b_resets = 0
-    converged = just_reset = False
-    prev_dual = 0.0
-    it = 0
-    part = None
-    clock = CheckpointClock(float(getattr(p, "checkpoint_seconds", 60.0)))
-    resumed = _load_checkpoint(checkpoint, store, engine)
-    if resumed is not None:
-        state, loop, w, upd_gids, upd_beta, delta_rows, delta_coef, history = resumed
-        it, b, prev_dual, just_reset, stall = (
-            int(loop["it"]),
-            float(loop["b"]),
-            float(loop["prev_dual"]),
-            bool(loop["just_reset"]),
-            int(loop["stall"]),
-        )
-        hits, misses, inner_total, line_total = (
-            loop["hits"],
-            loop["misses"],
-            loop["inner_total"],
-            loop["line_total"],
-        )
-        failures, smo_total, fallbacks, b_resets = (
-            loop["failures"],
-            loop["smo_total"],
-            loop["fallbacks"],
-            loop["b_resets"],
-        )
-        passes0 = engine.passes - int(loop["passes"])
-        if delta_rows is not None and not cache_bytes:
-            delta = Expansion.from_csr(
-                kp, nf, delta_rows.indptr, delta_rows.indices, delta_rows.data, delta_coef
-            )
-        log.info("irwls: resuming after outer iteration %d", it)
+    run = _Run(store, engine, p, callback, checkpoint)
+    run.start()
     while True:
         check_interrupt()
-        tp = time.perf_counter()
-        bc = _PassBroadcast(
-            it,
-            int(p.seed),
-            p.strategy,
-            q,
-            tol,
-            C,
-            b,
-            pos,
-            upd_gids,
-            upd_beta,
-            w,
-            delta,
-            True,
-            kp,
-            delta_rows,
-            delta_coef,
-            cache_bytes,
-            scratch,
-            nf,
-        )
-        part = engine.map_reduce(store, _pass_fn, bc, reduce=_pass_reduce, state=state)
-        pass_s = time.perf_counter() - tp
-        st = part.stats
-        hits += int(st[_S_HITS])
-        misses += int(st[_S_MISSES])
-        viol = float(st[_S_MAXV])
-        dual = 0.5 * float(st[_S_BYG]) - float(st[_S_SUMB])
-        primal = 0.5 * float(st[_S_BYG]) + C * float(st[_S_HINGE])
-        if viol <= tol:
-            converged = True
-        no_progress = it > 0 and dual >= prev_dual - 1e-13 * max(1.0, abs(prev_dual))
-        prev_dual = dual
-        if no_progress and not just_reset and not converged:
-            # the working set was optimal and only b moved (it can cycle between two values
-            # when W holds violators on one side only): select again with the b that
-            # balances LIBSVM's m(β), M(β) over all rows
-            b = 0.5 * (float(st[_S_MUP]) + float(st[_S_MLOW]))
-            upd_gids, upd_beta = np.zeros(0, dtype=np.int64), np.zeros(0)
-            delta = delta_rows = delta_coef = None
-            just_reset = True
-            b_resets += 1
-            continue
-        just_reset = False
-        stall = stall + 1 if no_progress else 0
-        if converged or it >= int(p.max_iter) or stall >= MAX_STALL:
-            rec = {
-                "iteration": it,
-                "violation": viol,
-                "n_violators": int(st[_S_NVIOL]),
-                "objective": primal,
-                "dual_objective": dual,
-                "pass_seconds": pass_s,
-                "seconds": time.perf_counter() - t0,
-                "passes": engine.passes - passes0,
-            }
-            history.append(rec)
-            if callback is not None:
-                callback(rec)
+        if not run.step():
             break
-        it += 1
-        # ---- the working set and its IRWLS-SVC problem ------------------------------------
-        ts = time.perf_counter()
-        rows, g_w = _select(part, q)
-        K = _working_kernel(rows, kp, nf)
-        yb = rows.y * rows.alpha
-        g_out = g_w - K @ yb
-        sub = irwls_working_set(K, rows.y, rows.alpha, b, g_out, C, inner_tol, MAX_INNER)
-        inner_total += sub.iterations
-        line_total += sub.line_searches
-        failures += int(not sub.converged)
-        smo_total += sub.smo_steps
-        fallbacks += int(sub.smo_steps > 0)
-        d = sub.beta - rows.alpha
-        ch = np.flatnonzero(d != 0.0)
-        b = float(sub.b)
-        order = np.argsort(rows.gids[ch], kind="stable")
-        ch = ch[order]
-        upd_gids = rows.gids[ch].copy()
-        upd_beta = sub.beta[ch].copy()
-        if linear:
-            if ch.size:
-                w = w + primal_w(rows.take(ch), d[ch] * rows.y[ch], nf)
-            delta = None
-        else:
-            delta = delta_rows = delta_coef = None
-            if ch.size:
-                delta_rows = rows.take(ch)
-                delta_coef = d[ch] * rows.y[ch]
-                if not cache_bytes:  # the shards evaluate Σ Δβⱼyⱼ K(xⱼ, ·) directly
-                    delta = Expansion.from_csr(
-                        kp, nf, delta_rows.indptr, delta_rows.indices, delta_rows.data, delta_coef
-                    )
-        solve_s = time.perf_counter() - ts
-        rec = {
-            "iteration": it,
-            "violation": viol,
-            "n_violators": int(st[_S_NVIOL]),
-            "objective": primal,
-            "dual_objective": dual,
-            "working_set": int(rows.n),
-            "changed": int(ch.size),
-            "inner_iterations": sub.iterations,
-            "inner_converged": sub.converged,
-            "b": b,
-            "n_sv": int(st[_S_NSV]),
-            "n_bound_sv": int(st[_S_NBSV]),
-            "pass_seconds": pass_s,
-            "solve_seconds": solve_s,
-            "seconds": time.perf_counter() - t0,
-            "passes": engine.passes - passes0,
-        }
-        history.append(rec)
-        if callback is not None:
-            callback(rec)
-        log.debug(
-            "irwls it %d: viol %.3g dual %.10g |W| %d changed %d inner %d",
-            it,
-            viol,
-            dual,
-            rows.n,
-            ch.size,
-            sub.iterations,
-        )
-        if checkpoint is not None and clock.due():
-            t_save = time.perf_counter()
-            loop = dict(
-                zip(
-                    _LOOP_KEYS,
-                    (
-                        it,
-                        b,
-                        prev_dual,
-                        just_reset,
-                        stall,
-                        hits,
-                        misses,
-                        inner_total,
-                        line_total,
-                        failures,
-                        smo_total,
-                        fallbacks,
-                        b_resets,
-                        engine.passes - passes0,
-                    ),
-                    strict=True,
-                )
-            )
-            _save_checkpoint(
-                checkpoint,
-                engine,
-                state,
-                loop,
-                w,
-                upd_gids,
-                upd_beta,
-                delta_rows,
-                delta_coef,
-                history,
-            )
-            clock.saved(t_save)
-
-    stop_value = float(part.stats[_S_MAXV])
-    if cache_bytes:
-        _drop_caches_fn(None, scratch)
-        try:
-            engine.map_state(store, _drop_caches_fn, scratch)
-        except NotImplementedError:  # pragma: no cover - engines without map_state
-            pass
-    # ---- model, independent KKT check ---------------------------------------------------------
-    sv = collect_support_vectors(store, engine, state, pos, _collect_fn)
-    st = part.stats
-    dual = 0.5 * float(st[_S_BYG]) - float(st[_S_SUMB])
-    primal = math.nan
-
-    def info(chk: dict | None) -> dict:
-        nonlocal primal
-        primal = 0.5 * float(st[_S_BYG]) + C * float(chk["hinge"])
-        return {
-            "solver": "irwls",
-            "C": C,
-            "tol": tol,
-            "working_set": q,
-            "strategy": p.strategy,
-            "dual_objective": dual,
-            "objective": primal,
-            "converged": converged,
-        }
-
-    fin = finish_dual(store, engine, sv, b, kp, C, tol, (neg, pos), info, keep_dual=True)
-    model, chk = fin.model, fin.kkt
-    seconds = time.perf_counter() - t0
-    summary = {
-        "strategy": p.strategy,
-        "working_set": q,
-        "outer_iterations": it,
-        "inner_iterations": inner_total,
-        "line_searches": line_total,
-        "inner_unconverged": failures,
-        "smo_finishes": fallbacks,
-        "smo_steps": smo_total,
-        "b_resets": b_resets,
-        "cache_hits": hits,
-        "cache_misses": misses,
-        "n_sv": int(sv.n),
-        "n_bound_sv": int(np.count_nonzero(sv.alpha >= C)) if sv.n else 0,
-        "intercept": b,
-        "converged": converged,
-        "stalled": bool(not converged and stall >= MAX_STALL),
-        "kkt_max_violation": chk["max_violation"],
-        "kkt_n_violators": chk["n_violators"],
-        "kkt_ok": chk["ok"],
-        "kkt_gap": chk["gap"],
-        "sum_y_alpha": chk["sum_y_alpha"],
-        "seconds": seconds,
-    }
-    if not converged:
-        log.warning(
-            "irwls: stopped after %d iterations without meeting tol=%g (violation %.3g)",
-            it,
-            tol,
-            stop_value,
-        )
-    return Result(
-        model=model,
-        objective=primal,
-        dual_objective=dual,
-        converged=converged,
-        stop_reason=None if converged else ("max_iter" if it >= p.max_iter else "stalled"),
-        iterations=it,
-        passes=engine.passes - passes0,
-        seconds=seconds,
-        stop_value=stop_value,
-        history=history,
-        summary=summary,
-    )
+    return run.result()
