@@ -696,7 +696,7 @@ def test_item7_refused_checkpoint_leaves_no_directory(tmp_path):
         (
             ["--solver", "smo", "--selection", "platt"],  # refused by the solver
             ["--solver", "smo", "--C", "-1"],  # bad parameters
-            ["--solver", "irwls"],  # solver without checkpoints
+            ["--solver", "perf", "--variant", "selective"],  # variant without checkpoints
         )
     ):
         r = _item7_run(tmp_path, "train", a, "-o", f"m{i}", *extra, "--checkpoint", f"ck{i}")
@@ -754,7 +754,12 @@ def test_item8_smo_ctrl_c_within_a_second(tmp_path):
     base += ["--C", "1000", "--tol", "1e-5"]
 
     # without checkpoints: the signal arrives while the solver iterates (after 4 s)
-    rc, err, waited = _item8_interrupt(tmp_path, [*base, "-o", "m1"], lambda t: t > 4.0)
+    hist = tmp_path / "h1.jsonl"
+    rc, err, waited = _item8_interrupt(
+        tmp_path,
+        [*base, "-o", "m1", "--history", "h1.jsonl"],
+        lambda t: hist.exists() and hist.stat().st_size > 0 and t > 1.0,
+    )
     assert rc == 130 and "interrupted" in err and "Traceback" not in err, err
     assert waited < 1.0, f"took {waited:.2f} s to stop"
     assert not (tmp_path / "m1").exists()
