@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 
@@ -205,23 +204,98 @@ def solver_params_from_args(args):
     return cls.from_mapping(params), params
 
 
-def run(args) -> int:
-    from tqdm import tqdm
+#: keys of ``train --json`` for every solver (null where a solver has no such quantity);
+#: solver-specific extras follow them (docs/CLI.md lists both)
+COMMON_JSON_KEYS = (
+    "solver",
+    "model",
+    "store",
+    "n_rows",
+    "n_features",
+    "n_classes",
+    "C",
+    "kernel",
+    "objective",
+    "dual_objective",
+    "iterations",
+    "passes",
+    "seconds",
+    "stop_value",
+    "tolerance",
+    "converged",
+    "stop_reason",
+    "n_sv",
+    "intercept",
+)
+#: one name per idea: solver summary keys renamed in the JSON output
+_RENAMED = {"kkt_violators": "kkt_n_violators"}
 
-    from ..api import train
+
+def _plain(v):
+    """JSON-ready value (numpy scalars and arrays to Python)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        return v
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def json_summary(result, solver: str, typed, store, output: str, store_path: str) -> dict:
+    """The ``train --json`` object: :data:`COMMON_JSON_KEYS` first, then the solver's extras."""
+    extra = {_RENAMED.get(k, k): _plain(v) for k, v in result.to_json_dict(solver).items()}
+    meta = store.meta
+    model = result.model
+    classes = getattr(model, "classes", None)
+    n_sv = extra.get("n_sv")
+    if n_sv is None and getattr(model, "support_vectors_", None) is not None:
+        n_sv = int(model.support_vectors_.shape[0])
+    intercept = _plain(getattr(model, "intercept_", None))
+    common = {
+        "solver": solver,
+        "model": output,
+        "store": store_path,
+        "n_rows": int(meta.n_rows),
+        "n_features": int(meta.n_features),
+        "n_classes": len(classes) if classes is not None else len(meta.labels or []) or None,
+        "C": extra.get("C", typed.C),
+        "kernel": extra.get("kernel", getattr(typed, "kernel", "linear")),
+        "objective": extra.get("objective"),
+        "dual_objective": extra.get("dual_objective"),
+        "iterations": extra.get("iterations"),
+        "passes": extra.get("passes"),
+        "seconds": extra.get("seconds"),
+        "stop_value": extra.get("stop_value"),
+        "tolerance": getattr(typed, "eps", None) if solver == "perf" else typed.tol,
+        "converged": bool(result.converged),
+        "stop_reason": None if result.converged else result.stop_reason,
+        "n_sv": n_sv,
+        "intercept": intercept,
+    }
+    for k in COMMON_JSON_KEYS:
+        extra.pop(k, None)
+    return {**common, **extra}
+
+
+def run(args) -> int:
+    from ..api import get_solver, train
+    from ..progress import TrainProgress, progress_mode, stop_target
+    from ..store import open_store
 
     typed, params = solver_params_from_args(args)
-    tty = sys.stderr.isatty()
-    bar = tqdm(unit="it", disable=not tty, dynamic_ncols=True)
-
-    def progress(rec: dict) -> None:
-        bar.update(1)
-        shown = {
-            k: rec[k]
-            for k in ("objective", "xi", "violation", "gap", "working_set", "pass_seconds")
-            if k in rec and rec[k] is not None
-        }
-        bar.set_postfix({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in shown.items()})
+    store = open_store(args.store)
+    kind = store.meta.label_kind
+    ovr = args.multiclass == "ovr" or (args.multiclass is None and kind == "multiclass")
+    progress = TrainProgress(
+        args.solver,
+        stop_target(args.solver, typed),
+        progress_mode(args),
+        n_classes=len(store.meta.labels or []) if ovr else None,
+        fused=hasattr(get_solver(args.solver), "solve_ovr"),
+    )
 
     history = None
     if args.history:
@@ -239,7 +313,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     try:
         result = train(
-            args.store,
+            store,
             args.solver,
             scheduler=args.scheduler,
             callback=callback,
@@ -250,15 +324,15 @@ def run(args) -> int:
             params=typed,
         )
     finally:
-        bar.close()
+        progress.close()
         if history is not None:
             history.close()
     result.seconds = result.seconds or (time.perf_counter() - t0)
     result.model.save(args.output)
-    summary = result.to_json_dict(args.solver)
-    if args.json:
+    summary = json_summary(result, args.solver, typed, store, args.output, args.store)
+    if args.json:  # asked for: printed even with -q
         print(json.dumps(summary))
-    else:
+    elif not getattr(args, "quiet", False):
         obj = summary.get("objective")
         status = ""
         if not result.converged:
