@@ -283,6 +283,7 @@ COMMON_JSON_KEYS = (
     "n_classes",
     "C",
     "kernel",
+    "gamma",
     "objective",
     "dual_objective",
     "iterations",
@@ -296,7 +297,7 @@ COMMON_JSON_KEYS = (
     "intercept",
 )
 #: one name per idea: solver summary keys renamed in the JSON output
-_RENAMED = {"kkt_violators": "kkt_n_violators"}
+_RENAMED = {"kkt_violators": "kkt_n_violators", "tol": "tolerance"}
 
 
 def _plain(v):
@@ -322,6 +323,7 @@ def json_summary(result, solver: str, typed, store, output: str, store_path: str
     if n_sv is None and getattr(model, "support_vectors_", None) is not None:
         n_sv = int(model.support_vectors_.shape[0])
     intercept = _plain(getattr(model, "intercept_", None))
+    kernel = extra.get("kernel", getattr(typed, "kernel", "linear"))
     common = {
         "solver": solver,
         "model": output,
@@ -330,7 +332,8 @@ def json_summary(result, solver: str, typed, store, output: str, store_path: str
         "n_features": int(meta.n_features),
         "n_classes": len(classes) if classes is not None else len(meta.labels or []) or None,
         "C": extra.get("C", typed.C),
-        "kernel": extra.get("kernel", getattr(typed, "kernel", "linear")),
+        "kernel": kernel,
+        "gamma": None if kernel == "linear" else extra.get("gamma", getattr(model, "gamma", None)),
         "objective": extra.get("objective"),
         "dual_objective": extra.get("dual_objective"),
         "iterations": extra.get("iterations"),
