@@ -7,10 +7,12 @@ import sys
 
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
         "synth",
         help="generate a synthetic RCV1-like dataset",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         description=(
             "Generate an RCV1-like sparse dataset: Zipf-like feature popularity, tf-idf-like\n"
             "positive values, L2-normalised rows, labels from a hidden sparse weight vector\n"
