@@ -108,6 +108,22 @@ def _arrow(stream) -> str:
         return "->"
 
 
+class _Redirect:
+    """While a bar is drawn, log records (the solvers' INFO lines) are written above it
+    (``tqdm.contrib.logging.logging_redirect_tqdm``) instead of through it."""
+
+    def __init__(self) -> None:
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        self.ctx = logging_redirect_tqdm()
+        self.ctx.__enter__()
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(None, None, None)
+            self.ctx = None
+
+
 def _width(stream) -> dict:
     """tqdm's size arguments: follow the terminal, or 100 columns and 24 lines where it
     reports none (a pseudo-terminal of size 0, as ``script`` and some CI runners give; tqdm
@@ -182,9 +198,11 @@ class TrainProgress:
         self.last_viol: dict[int, float] = {}
         self.records = 0
         self.bar = None
+        self.redirect = None
         if mode == "bar":
             from tqdm import tqdm
 
+            self.redirect = _Redirect()
             self.bar = tqdm(
                 total=1000,
                 file=self.stream,
@@ -267,7 +285,10 @@ class TrainProgress:
         if self.bar is not None:
             done = sum(self.frac.values()) / (self.n_classes or 1) if self.frac else 0.0
             self.bar.n = max(self.bar.n, int(1000 * min(1.0, done)))
-            desc = "  ".join([self._desc(rec), *self._fields(rec)])
+            fields = self._fields(rec)
+            if self.n_classes and self.fused:  # one class's objective would mislead
+                fields = [f for f in fields if f.startswith(("iter ", "passes "))]
+            desc = "  ".join([self._desc(rec), *fields])
             self.bar.set_description_str(desc, refresh=False)
             self.bar.refresh()
             return
@@ -285,6 +306,7 @@ class TrainProgress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+            self.redirect.close()
         elif self.pending is not None and self.mode == "log":
             log.info("%s", self.line(self.pending))
         self.pending = None
@@ -316,9 +338,11 @@ class Meter:
         self.every = log_interval()
         self.last_line = time.perf_counter()  # the first line after `every` seconds
         self.bar = None
+        self.redirect = None
         if mode == "bar":
             from tqdm import tqdm
 
+            self.redirect = _Redirect()
             byte = unit == "B"
             self.bar = tqdm(
                 total=self.total,
@@ -369,3 +393,4 @@ class Meter:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+            self.redirect.close()
