@@ -34,5 +34,6 @@ def run(args) -> int:
         raise
     except ValueError as e:
         raise OSError(str(e)) from None
-    print(f"wrote {args.output}")
+    if not getattr(args, "quiet", False):
+        print(f"wrote {args.output}")
     return 0
