@@ -122,3 +122,14 @@ def test_train_json_keys_agree_across_solvers(store):
     # the same problem for the dual solvers (perf regularises its bias feature: another one)
     objs = [common[s]["objective"] for s in SOLVERS[1:]]
     assert max(objs) - min(objs) <= 1e-3 * max(objs)
+
+
+def test_verify_json(store):
+    r = _ooc(store, "verify", "s.zarr", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d) == {"store", "n_shards", "n_rows", "n_damaged", "damaged", "ok", "seconds"}
+    assert d["store"] == "s.zarr" and d["n_rows"] == 200 and d["n_shards"] == 2
+    assert d["ok"] is True and d["n_damaged"] == 0 and d["damaged"] == []
+    r = _ooc(store, "verify", "-q", "s.zarr")
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
