@@ -133,3 +133,20 @@ def test_verify_json(store):
     assert d["ok"] is True and d["n_damaged"] == 0 and d["damaged"] == []
     r = _ooc(store, "verify", "-q", "s.zarr")
     assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+
+
+def test_predict_and_evaluate_json(store):
+    assert _ooc(store, "train", "-q", "--solver", "perf", "s.zarr", "-o", "mp").returncode == 0
+    r = _ooc(store, "predict", "mp", "s.zarr", "-o", "scores.parquet", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d) == {"model", "store", "output", "format", "n_rows", "seconds"}
+    assert d["model"] == "mp" and d["store"] == "s.zarr" and d["output"] == "scores.parquet"
+    assert d["n_rows"] == 200 and d["format"] == "parquet"
+    r = _ooc(store, "predict", "-q", "mp", "s.zarr", "-o", "scores.txt")
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+    r = _ooc(store, "evaluate", "mp", "s.zarr", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["n_rows"] == d["n"] == 200 and d["model"] == "mp" and d["store"] == "s.zarr"
+    assert 0.5 < d["accuracy"] <= 1 and "seconds" in d

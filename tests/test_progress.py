@@ -195,3 +195,25 @@ def test_meter_lines(caplog, monkeypatch):
     off = Meter("predict", "off", total=10)
     off.update(5)
     assert off.n == 0
+
+
+def test_predict_meter_lines(work):
+    assert _train(work, "-o", "mp", "-q").returncode == 0
+    r = subprocess.run(
+        [sys.executable, "-m", "ooc_svm", "predict", "mp", "s.zarr", "-o", "p.txt"]
+        + ["--batch-rows", "150"],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "OOC_SVM_PROGRESS_SECONDS": "0"},
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("predict  ")]
+    assert [ln.split("  ")[1] for ln in lines] == [
+        "150 of 600 rows (25%)",
+        "300 of 600 rows (50%)",
+        "450 of 600 rows (75%)",
+        "600 of 600 rows (100%)",
+    ], r.stderr
