@@ -148,5 +148,5 @@ def test_predict_and_evaluate_json(store):
     r = _ooc(store, "evaluate", "mp", "s.zarr", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["n_rows"] == d["n"] == 200 and d["model"] == "mp" and d["store"] == "s.zarr"
-    assert 0.5 < d["accuracy"] <= 1 and "seconds" in d
+    assert d["n_rows"] == d["n"] == 200 and d["model"] == "mp"
+    assert 0.5 < d["accuracy"] <= 1
