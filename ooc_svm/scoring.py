@@ -18,7 +18,7 @@ locally, workers on Dask). Memory: the model plus one shard and its scores per e
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -361,6 +361,7 @@ def predict_to_file(
     out: str,
     fmt: str | None = None,
     max_rows: int = 1_000_000,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Score ``store`` and write ``out`` (see :func:`ooc_svm._util.open_output`: atomic for a
     regular file, in place for a special file, ``-`` = standard output); returns a summary.
@@ -392,6 +393,8 @@ def predict_to_file(
                 writer.write(cols)
                 wrote = True
                 n += y.shape[0]
+                if progress is not None:  # rows scored and written, for the command's meter
+                    progress(y.shape[0])
             if not wrote:
                 writer.write({"label": np.zeros(0), "score": np.zeros(0)})
         finally:
@@ -406,12 +409,14 @@ def predict_store(
     fmt: str | None = None,
     max_rows: int = 1_000_000,
     scheduler: str | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """:func:`predict_to_file` on an engine made for ``scheduler`` (None: local default)."""
+    """:func:`predict_to_file` on an engine made for ``scheduler`` (None: local default);
+    ``progress(rows)`` is called after each batch is written."""
     from .engine import make_engine
 
     with make_engine(scheduler) as engine:
-        return predict_to_file(model, store, engine, out, fmt, max_rows)
+        return predict_to_file(model, store, engine, out, fmt, max_rows, progress)
 
 
 __all__ = [

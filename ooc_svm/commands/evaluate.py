@@ -21,21 +21,37 @@ store whose task or labels do not fit the model is refused (see ``ooc-svm predic
 
 from __future__ import annotations
 
-import argparse
 import json
+
+EXAMPLES = """\
+examples:
+  ooc-svm evaluate model test.zarr
+  ooc-svm evaluate model a9a.t --json            # SVMlight text, streamed
+  ooc-svm evaluate model test.zarr --plot roc.png
+  ooc-svm evaluate ranker mq2008-test.zarr --k 10"""
 
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
         "evaluate",
         help="accuracy, precision/recall/F1, PRBEP, ROC AUC (binary) or pairwise accuracy, "
         "Kendall tau, NDCG@10 (ranks) of a model on a store",
-        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("\n\n", 1)[1]
+        .replace("``", "")
+        .replace(" See :mod:`ooc_svm.metrics` for the definitions.", "")
+        .replace("**", ""),
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("model", help="model directory written by `ooc-svm train`")
     p.add_argument("store", help="store, or SVMlight/LIBSVM text file (.gz .bz2 .xz, - for stdin)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: the metrics, n_rows and model",
+    )
     p.add_argument("--k", type=int, default=10, help="cut-off of NDCG (default 10)")
     p.add_argument(
         "--scheduler",
@@ -62,7 +78,8 @@ def run(args) -> int:
     store = open_input(args.store, model.n_features)  # a store, or SVMlight text
     res = evaluate_store(model, store, args.k, args.plot, args.scheduler, model_name=args.model)
     if args.json:
-        print(json.dumps(res))
+        # the metrics and what was scored; nothing that changes between two identical runs
+        print(json.dumps({**res, "n_rows": res.get("n"), "model": args.model}))
         return 0
     if res.get("threshold_trained") is False:
         print(

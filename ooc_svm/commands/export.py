@@ -3,30 +3,32 @@ LIBLINEAR's ``predict``, LIBSVM's ``svm-predict`` or SVMlight's ``svm_classify``
 
 from __future__ import annotations
 
-import argparse
-import textwrap
-
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
         "export",
         help="write a model as a LIBLINEAR, LIBSVM or SVMlight model file",
-        description=textwrap.fill(
+        description=(
             "Write an ooc-svm model in the text format of LIBLINEAR (linear models, "
             "binary or one-vs-rest), LIBSVM (binary kernel or linear models, one-vs-one "
             "models imported from LIBSVM) or SVMlight/SVMperf (binary models). The decision "
-            "values those tools compute from the file are the ones ooc-svm computes.",
-            90,
+            "values those tools compute from the file are the ones ooc-svm computes."
         ),
         epilog="examples:\n"
         "  ooc-svm export model --format liblinear a9a.model && predict a9a.t a9a.model out\n"
         "  ooc-svm export rbf_model --format libsvm rbf.model && svm-predict test rbf.model out\n"
         "  ooc-svm export model --format svmlight svm.model && svm_classify test svm.model out",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("model", help="model directory written by `ooc-svm train` or `import`")
     p.add_argument(
-        "--format", required=True, choices=["liblinear", "libsvm", "svmlight"], dest="fmt"
+        "--format",
+        required=True,
+        choices=["liblinear", "libsvm", "svmlight"],
+        dest="fmt",
+        help="LIBLINEAR (linear models), LIBSVM or SVMlight/SVMperf model file",
     )
     p.add_argument("output", help="model file to write")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -3,29 +3,27 @@ into an ooc-svm model directory (``import`` is a Python keyword, hence the modul
 
 from __future__ import annotations
 
-import argparse
-import textwrap
-
 #: the command's name on the command line
 COMMAND = "import"
 
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
         COMMAND,
         help="read a LIBLINEAR, LIBSVM or SVMlight model file into an ooc-svm model",
-        description=textwrap.fill(
+        description=(
             "Read a model file written by LIBLINEAR's train (-s 0..7 classifiers), "
             "LIBSVM's svm-train (C-SVC / nu-SVC, any kernel, one-vs-one multiclass) or "
             "SVMlight's svm_learn / SVMperf (linear and kernel models) and save it as an "
             "ooc-svm model: `ooc-svm predict` / `evaluate` then give the decision values those "
-            "tools give. The format is recognised from the first line.",
-            90,
+            "tools give. The format is recognised from the first line."
         ),
         epilog="examples:\n"
         "  ooc-svm import a9a.model model && ooc-svm evaluate model a9a.t\n"
         "  ooc-svm import rbf.model model --n-features 123",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("file", help="model file (plain, .gz, .bz2 or .xz)")
     p.add_argument("model", help="model directory to write")

@@ -6,8 +6,17 @@ import json
 
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
-        "info", help="show a store's metadata", description="Show a store's metadata."
+        "info",
+        help="show a store's metadata",
+        description="Show a store's metadata (rows, features, non-zeros, shards, labels), or "
+        "describe a model directory (kind, solver, C, features, support vectors, objective, "
+        "training store).",
+        epilog="examples:\n  ooc-svm info train.zarr\n  ooc-svm info train.zarr --json --shards"
+        "\n  ooc-svm info model",
+        formatter_class=HelpFormatter,
     )
     p.add_argument("store", help="store path (Zarr or Parquet directory), or a model directory")
     p.add_argument("--json", action="store_true", help="print one JSON object")

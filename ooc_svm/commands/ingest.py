@@ -7,10 +7,12 @@ import sys
 
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
         "ingest",
         help="convert SVMlight/LIBSVM text into a store",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         description=(
             "Convert SVMlight/LIBSVM text files into one sharded store (Zarr or Parquet),\n"
             "streaming: memory is bounded by the block and shard sizes, not by the input.\n\n"
@@ -131,8 +133,7 @@ def run(args) -> int:
     import os
     import signal
 
-    from tqdm import tqdm
-
+    from ..progress import Meter, progress_mode
     from ..store.format import label_kind_note
     from ..store.ingest import DEFAULT_BLOCK_MB, ingest_with_stats
 
@@ -152,17 +153,8 @@ def run(args) -> int:
     # collections (triggered by the store writer's many small objects) would otherwise walk
     # every module object again and again.
     gc.freeze()
-    tty = sys.stderr.isatty()
-    bar = tqdm(
-        total=total or None,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        disable=not tty,
-        dynamic_ncols=True,
-        desc="ingest",
-        leave=False,
-    )
+    mode = progress_mode(args)
+    bar = Meter("ingest", mode, total=total or None, unit="B")
     old_handlers = _install_signal_handlers()
     try:
         meta, stats = ingest_with_stats(
@@ -180,7 +172,7 @@ def run(args) -> int:
             skip_invalid=args.skip_invalid,
             block_mb=args.block_mb or DEFAULT_BLOCK_MB,
             threads=args.threads,
-            progress=bar.update if tty else None,
+            progress=bar.update if mode != "off" else None,
         )
     finally:
         for sig, h in old_handlers.items():
@@ -204,6 +196,7 @@ def run(args) -> int:
                     "skipped_examples": stats.skipped_examples,
                     "n_rows": meta.n_rows,
                     "n_features": meta.n_features,
+                    "n_shards": meta.n_shards,
                     "label_kind": meta.label_kind,
                     "label_note": note,
                     "has_qid": meta.has_qid,
@@ -211,7 +204,7 @@ def run(args) -> int:
                 }
             )
         )
-    else:
+    elif not getattr(args, "quiet", False):
         print(stats.summary(store))
         if meta.label_kind != "binary":
             print(note)

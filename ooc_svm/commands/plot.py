@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
         "plot",
         help="plot a training history (needs matplotlib)",
@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
         "there are many). Quantities the solver did not record are said to be missing.",
         epilog="example:\n  ooc-svm train --solver perf a9a.zarr -o model --history h.jsonl\n"
         "  ooc-svm plot h.jsonl -o convergence.png",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("history", help="JSON-lines history file")
     p.add_argument("-o", "--output", required=True, help="PNG file to write")
@@ -34,5 +34,6 @@ def run(args) -> int:
         raise
     except ValueError as e:
         raise OSError(str(e)) from None
-    print(f"wrote {args.output}")
+    if not getattr(args, "quiet", False):
+        print(f"wrote {args.output}")
     return 0

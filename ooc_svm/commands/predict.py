@@ -25,17 +25,43 @@ with the streamed kernel expansion (see :mod:`ooc_svm.scoring`).
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import sys
+import time
+
+DESCRIPTION = """\
+Score a store (or an SVMlight/LIBSVM text file, as svm-predict users have them) with a model and
+write one line per row: label, score (decision value f(x); score_<label> per class for
+one-vs-rest models, e.g. score_1 ... score_105), prediction (not for ranking models, whose
+scores only order rows) and qid when the store has query ids. The store is scored in batches of
+whole shards (--batch-rows), each written before the next is scored: memory stays bounded
+whatever the size of the store.
+
+OUT ending in .parquet / .pq is Parquet; .csv comma-separated text; anything else
+tab-separated text with a header line; - is standard output. A regular file is written under a
+temporary name and renamed into place when complete.
+
+The model and the store must match: a store whose task differs from the model's (a binary
+model on a multiclass store, a ranking model on class labels) is refused; a store with more
+features than the model is scored with a warning; labels that are not the model's classes are
+refused, unless the store has one label value only (unlabelled test data with a dummy label).
+
+examples:
+  ooc-svm predict model test.zarr -o scores.parquet
+  ooc-svm predict model a9a.t -o scores.csv            # SVMlight text, streamed
+  xzcat test.svm.xz | ooc-svm predict model - -o - | head
+  ooc-svm predict model test.zarr -o scores.txt --json"""
 
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
         "predict",
         help="score a store with a model (streamed); write scores and labels",
-        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("model", help="model directory written by `ooc-svm train`")
     p.add_argument("store", help="store, or SVMlight/LIBSVM text file (.gz .bz2 .xz, - for stdin)")
@@ -43,6 +69,7 @@ def add_parser(sub) -> None:
         "-o",
         "--output",
         required=True,
+        metavar="OUT",
         help="output file (.parquet, .csv or text; - = standard output)",
     )
     p.add_argument(
@@ -54,6 +81,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--batch-rows",
         type=int,
+        metavar="N",
         default=1_000_000,
         help="rows scored per batch of shards (bounds memory; default 1000000)",
     )
@@ -62,6 +90,12 @@ def add_parser(sub) -> None:
         default=None,
         help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: model, store, output, format, n_rows, seconds (on "
+        "stderr when OUT is standard output)",
     )
     p.set_defaults(func=run)
 
@@ -79,9 +113,11 @@ def _quiet_stdout() -> None:
 def run(args) -> int:
     from .._util import is_special_output
     from ..model import load_model
+    from ..progress import Meter, progress_mode
     from ..scoring import check_compatible, predict_store
     from ..store.text_view import open_input
 
+    t0 = time.perf_counter()
     model = load_model(args.model)
     store = open_input(args.store, model.n_features)  # a store, or SVMlight text
     # a store whose labels are all one dummy value (unlabelled test data, as svm-predict
@@ -90,16 +126,38 @@ def run(args) -> int:
     dummy = labels is not None and len(labels) == 1
     check_compatible(model, store.meta, args.model, args.store, labels_matter=not dummy)
     streamed = is_special_output(args.output)
+    meter = Meter("predict", progress_mode(args), total=store.meta.n_rows, unit="rows")
     try:
         info = predict_store(
-            model, store, args.output, args.format, args.batch_rows, args.scheduler
+            model,
+            store,
+            args.output,
+            args.format,
+            args.batch_rows,
+            args.scheduler,
+            progress=meter.update,
         )
     except BrokenPipeError:
         # the reader went away (`| head`): end quietly with the status of a process killed by
         # SIGPIPE (128 + 13), as cat, grep or sort report it
         _quiet_stdout()
         return 141
+    finally:
+        meter.close()
     where = "standard output" if args.output == "-" else info["output"]
+    if args.json:
+        summary = {
+            "model": args.model,
+            "store": args.store,
+            "output": info["output"],
+            "format": info["format"],
+            "n_rows": info["rows"],
+            "seconds": time.perf_counter() - t0,
+        }
+        print(json.dumps(summary), file=sys.stderr if streamed else sys.stdout)
+        return 0
+    if getattr(args, "quiet", False):
+        return 0
     print(
         f"predict: {info['rows']} rows -> {where} ({info['format']})",
         file=sys.stderr if streamed else sys.stdout,

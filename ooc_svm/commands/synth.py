@@ -7,10 +7,12 @@ import sys
 
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
         "synth",
         help="generate a synthetic RCV1-like dataset",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         description=(
             "Generate an RCV1-like sparse dataset: Zipf-like feature popularity, tf-idf-like\n"
             "positive values, L2-normalised rows, labels from a hidden sparse weight vector\n"
@@ -146,21 +148,13 @@ def _return_freed_memory() -> None:
 def run(args) -> int:
     import json
 
-    from tqdm import tqdm
-
+    from ..progress import Meter, progress_mode
     from ..synth import SynthError, synth
 
     _return_freed_memory()
     fmt = args.format or ("store" if args.store else None)
     summary_stream = sys.stderr if args.out == "-" else sys.stdout
-    bar = tqdm(
-        total=args.rows,
-        unit="row",
-        unit_scale=True,
-        disable=not sys.stderr.isatty(),
-        dynamic_ncols=True,
-        desc="synth",
-    )
+    bar = Meter("synth", progress_mode(args), total=args.rows, unit="rows")
     try:
         s = synth(
             args.out,
@@ -193,7 +187,7 @@ def run(args) -> int:
     bar.close()
     if args.json:
         print(json.dumps(s), file=summary_stream)
-    else:
+    elif not getattr(args, "quiet", False):
         mb = s["bytes"] / 1e6
         secs = max(s["seconds"], 1e-9)
         print(

@@ -4,42 +4,70 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import re
 import time
 
 
 def _fmt(v) -> str:
-    return "none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v)) if abs(v) >= 1 or v == 0 else str(v)
+    return "none" if v is None else str(v)
+
+
+#: what "no value" means for parameters whose help text does not say it
+_NONE_MEANS = {
+    "c_perf": "unset: --C is used",
+    "init": "unset: a cold start, alpha = 0",
+}
+_DEFAULT_IN_HELP = re.compile(r"\s*(?:[;,.]\s*|\()[Dd]efault:?\s+(?P<what>[^()]*?)\)?\s*$")
+_METAVARS = {"C": "C", "class_weight": "SPEC", "init": "MODEL"}
+
+
+def _help_and_default(name: str, help_: str, default) -> tuple[str, str]:
+    """``(help without its default clause, what the default is)``; a None default is
+    explained from the help text ("default: 1/n_features") or :data:`_NONE_MEANS`."""
+    if default is not None:
+        return help_, _fmt(default)
+    m = _DEFAULT_IN_HELP.search(help_)
+    if m:
+        return help_[: m.start()], m.group("what")
+    return help_, _NONE_MEANS.get(name, "unset")
 
 
 def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type]) -> None:
     """Solver flags generated from the ``Params`` dataclasses: ``--name-with-dashes`` per
     field, help and default(s) from its metadata; a field several solvers share is one flag
-    (in the common group, with each solver's default where they differ)."""
+    (in the common group, with each solver's default where they differ); the others are
+    grouped per solver, under the solver's stopping rule."""
     import typing
 
-    from ..api import KernelSolverParams, SolverParams, flag_name
+    from ..api import KernelSolverParams, SolverParams, flag_name, solver_catalogue
 
+    rules = {name: rule for name, (_, rule) in solver_catalogue().items()}
     owners: dict[str, list[tuple[str, typing.Any]]] = {}
     for solver, cls in classes.items():
         for f in cls.fields():
             owners.setdefault(f.name, []).append((solver, f))
     base_help = {f.name: f.metadata["help"] for f in KernelSolverParams.fields()}
     base_help.update({f.name: f.metadata["help"] for f in SolverParams.fields()})
-    common = p.add_argument_group("solver parameters (defaults per solver)")
-    groups = {s: p.add_argument_group(f"{s} options") for s in classes}
+    common = p.add_argument_group(
+        "parameters of several solvers", "Default per solver where they differ."
+    )
+    groups = {
+        s: p.add_argument_group(f"{s} options", f"Stops when: {rules.get(s, '?')}.")
+        for s in classes
+    }
     for name, fields in owners.items():
         solver, f = fields[0]
         shared = len(fields) > 1
         group = common if shared else groups[solver]
-        defaults = {s: fl.default for s, fl in fields}
-        if len(set(map(repr, defaults.values()))) == 1:
-            shown = _fmt(f.default)
-        else:
-            shown = ", ".join(f"{s} {_fmt(d)}" for s, d in defaults.items())
         help_ = base_help.get(name, f.metadata["help"]) if shared else f.metadata["help"]
-        if not shared:
-            help_ = f"{solver}: {help_}"
+        defaults = {s: fl.default for s, fl in fields}
+        help_, shown = _help_and_default(name, help_, f.default)
+        if len(set(map(repr, defaults.values()))) > 1:
+            shown = ", ".join(f"{s} {_fmt(d)}" for s, d in defaults.items())
         if len(fields) < len(classes) and shared:
             help_ += f" ({', '.join(s for s, _ in fields)})"
         help_ = f"{help_} (default {shown})".replace("%", "%%")
@@ -66,12 +94,16 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type]) -> No
             for _, fl in fields:
                 if fl.metadata.get("choices"):
                     choices = list(dict.fromkeys([*(choices or []), *fl.metadata["choices"]]))
+            metavar = _METAVARS.get(name) or (
+                None if choices else {int: "N", float: "X"}.get(base, "VALUE")
+            )
             group.add_argument(
                 flag,
                 dest=name,
                 type=base if base in (int, float) else str,
                 choices=choices,
                 default=None,
+                metavar=metavar,
                 help=help_,
             )
 
@@ -85,28 +117,63 @@ def _cache_mb(value: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+DESCRIPTION = """\
+Train a linear or kernel SVM on a store (made by `ooc-svm ingest` or `ooc-svm synth`) and
+write the model directory MODEL. C is LIBLINEAR's and LIBSVM's: minimise
+1/2 |w|^2 + C * sum_i xi_i.
+
+which solver when:
+  perf        linear SVMs: the fastest here on large sparse data, one streamed pass per
+              iteration; also ranking (--loss ordinal) and ROC area (--loss roc).
+              Stops on the duality gap (--eps).
+  active-set  kernel SVMs (rbf, poly, sigmoid) with few free support vectors; the fastest
+              kernel solver on a9a-like data (0.34x LIBSVM's time). Stops on --tol (KKT).
+  smo         kernel SVMs, LIBSVM's algorithm (WSS2, shrinking); at its best when the
+              support vectors fit in --working-mb (0.5x LIBSVM on a9a). Stops on --tol.
+  irwls       kernel SVMs with many bounded support vectors (noisy data, small C); one
+              pass per working set of --working-set rows. Stops on --tol.
+  Stores with more than two classes are trained one-vs-rest, with any solver.
+
+examples:
+  ooc-svm train --solver perf train.zarr -o model --C 1 --eps 0.001
+  ooc-svm train --solver perf ranks.zarr -o ranker --loss ordinal
+  ooc-svm train --solver active-set a9a.zarr -o m1 --kernel rbf --gamma 0.05 --C 1
+  ooc-svm train --solver smo small.zarr -o m2 --kernel rbf --gamma 0.5 --C 10
+  ooc-svm train --solver irwls a9a.zarr -o m3 --kernel rbf --gamma 0.05 --working-set 150
+  ooc-svm train --solver perf sector.zarr -o m4 --history h.jsonl   # one-vs-rest
+  ooc-svm train --solver perf train.zarr -o m5 --config conf/perf.toml --C 10"""
+
+EPILOG = """\
+Output: progress on stderr (a bar with the stopping target on a terminal; one plain line
+per iteration or every 5 s in scripts, batch jobs and with -v; nothing with -q); then one
+summary line on stdout (none with -q) or, with --json, one JSON object (printed even with
+-q, since it was asked for; its keys are listed in docs/CLI.md)."""
+
+
 def add_parser(sub) -> None:
     from ..api import solver_catalogue, solver_names
+    from . import HelpFormatter
 
     catalogue = solver_catalogue()
     classes = {name: cls for name, (cls, _) in catalogue.items()}
-    lines = []
-    for name, (cls, rule) in catalogue.items():
-        defaults = ", ".join(f"{k}={_fmt(v)}" for k, v in cls.defaults().items())
-        lines.append(f"  {name}: {rule}\n    defaults: {defaults}")
     p = sub.add_parser(
         "train",
         help="train an SVM on a store",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "Train a linear or kernel SVM on a store with one of the solvers.\n"
-            "C follows LIBLINEAR/LIBSVM: minimise 1/2 |w|^2 + C * sum_i xi_i.\n\n"
-            "Solvers (stopping rule and defaults):\n" + "\n".join(lines)
-        ),
+        formatter_class=HelpFormatter,
+        usage="%(prog)s STORE -o MODEL [--solver NAME] [options]",
+        description=DESCRIPTION,
+        epilog=EPILOG,
     )
     p.add_argument("store", help="store made by `ooc-svm ingest` or `ooc-svm synth`")
-    p.add_argument("-o", "--output", required=True, help="model directory to write")
-    p.add_argument("--solver", choices=solver_names(), default="perf")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="MODEL", help="model directory to write"
+    )
+    p.add_argument(
+        "--solver",
+        choices=solver_names(),
+        default="perf",
+        help="which solver (see above; default perf)",
+    )
     p.add_argument(
         "--scheduler",
         default=None,
@@ -205,23 +272,101 @@ def solver_params_from_args(args):
     return cls.from_mapping(params), params
 
 
-def run(args) -> int:
-    from tqdm import tqdm
+#: keys of ``train --json`` for every solver (null where a solver has no such quantity);
+#: solver-specific extras follow them (docs/CLI.md lists both)
+COMMON_JSON_KEYS = (
+    "solver",
+    "model",
+    "store",
+    "n_rows",
+    "n_features",
+    "n_classes",
+    "C",
+    "kernel",
+    "gamma",
+    "objective",
+    "dual_objective",
+    "iterations",
+    "passes",
+    "seconds",
+    "stop_value",
+    "tolerance",
+    "converged",
+    "stop_reason",
+    "n_sv",
+    "intercept",
+)
+#: one name per idea: solver summary keys renamed in the JSON output
+_RENAMED = {"kkt_violators": "kkt_n_violators", "tol": "tolerance"}
 
-    from ..api import train
+
+def _plain(v):
+    """JSON-ready value (numpy scalars and arrays to Python)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        return v
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def json_summary(result, solver: str, typed, store, output: str, store_path: str) -> dict:
+    """The ``train --json`` object: :data:`COMMON_JSON_KEYS` first, then the solver's extras."""
+    extra = {_RENAMED.get(k, k): _plain(v) for k, v in result.to_json_dict(solver).items()}
+    meta = store.meta
+    model = result.model
+    classes = getattr(model, "classes", None)
+    n_sv = extra.get("n_sv")
+    if n_sv is None and getattr(model, "support_vectors_", None) is not None:
+        n_sv = int(model.support_vectors_.shape[0])
+    intercept = _plain(getattr(model, "intercept_", None))
+    kernel = extra.get("kernel", getattr(typed, "kernel", "linear"))
+    common = {
+        "solver": solver,
+        "model": output,
+        "store": store_path,
+        "n_rows": int(meta.n_rows),
+        "n_features": int(meta.n_features),
+        "n_classes": len(classes) if classes is not None else len(meta.labels or []) or None,
+        "C": extra.get("C", typed.C),
+        "kernel": kernel,
+        "gamma": None if kernel == "linear" else extra.get("gamma", getattr(model, "gamma", None)),
+        "objective": extra.get("objective"),
+        "dual_objective": extra.get("dual_objective"),
+        "iterations": extra.get("iterations"),
+        "passes": extra.get("passes"),
+        "seconds": extra.get("seconds"),
+        "stop_value": extra.get("stop_value"),
+        "tolerance": getattr(typed, "eps", None) if solver == "perf" else typed.tol,
+        "converged": bool(result.converged),
+        "stop_reason": None if result.converged else result.stop_reason,
+        "n_sv": n_sv,
+        "intercept": intercept,
+    }
+    for k in COMMON_JSON_KEYS:
+        extra.pop(k, None)
+    return {**common, **extra}
+
+
+def run(args) -> int:
+    from ..api import get_solver, train
+    from ..progress import TrainProgress, progress_mode, stop_target
+    from ..store import open_store
 
     typed, params = solver_params_from_args(args)
-    tty = sys.stderr.isatty()
-    bar = tqdm(unit="it", disable=not tty, dynamic_ncols=True)
-
-    def progress(rec: dict) -> None:
-        bar.update(1)
-        shown = {
-            k: rec[k]
-            for k in ("objective", "xi", "violation", "gap", "working_set", "pass_seconds")
-            if k in rec and rec[k] is not None
-        }
-        bar.set_postfix({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in shown.items()})
+    store = open_store(args.store)
+    kind = store.meta.label_kind
+    ovr = args.multiclass == "ovr" or (args.multiclass is None and kind == "multiclass")
+    progress = TrainProgress(
+        args.solver,
+        stop_target(args.solver, typed),
+        progress_mode(args),
+        n_classes=len(store.meta.labels or []) if ovr else None,
+        fused=hasattr(get_solver(args.solver), "solve_ovr"),
+    )
 
     history = None
     if args.history:
@@ -239,7 +384,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     try:
         result = train(
-            args.store,
+            store,
             args.solver,
             scheduler=args.scheduler,
             callback=callback,
@@ -250,15 +395,15 @@ def run(args) -> int:
             params=typed,
         )
     finally:
-        bar.close()
+        progress.close()
         if history is not None:
             history.close()
     result.seconds = result.seconds or (time.perf_counter() - t0)
     result.model.save(args.output)
-    summary = result.to_json_dict(args.solver)
-    if args.json:
+    summary = json_summary(result, args.solver, typed, store, args.output, args.store)
+    if args.json:  # asked for: printed even with -q
         print(json.dumps(summary))
-    else:
+    elif not getattr(args, "quiet", False):
         obj = summary.get("objective")
         status = ""
         if not result.converged:

@@ -9,8 +9,13 @@ MAX_LISTED = 20
 
 
 def add_parser(sub) -> None:
+    from . import HelpFormatter
+
     p = sub.add_parser(
         "verify",
+        formatter_class=HelpFormatter,
+        epilog="examples:\n  ooc-svm verify train.zarr\n  ooc-svm verify train.zarr --repair"
+        "\n  ooc-svm verify train.zarr --json",
         help="re-read every shard and check it; --repair removes leftovers of killed writers",
         description="Re-read every shard and check it (sizes, structure, checksum recorded at "
         "ingest). Exits non-zero naming the damaged or missing shards. Also lists what "
@@ -23,16 +28,25 @@ def add_parser(sub) -> None:
         action="store_true",
         help="remove stale temporary directories, orphan shard files and stale locks",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: store, n_shards, n_rows, n_damaged, damaged, ok, seconds",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from tqdm import tqdm
+    import json
+    import time
 
+    from ..progress import Meter, progress_mode
     from ..store import StoreError, open_store
     from ..store.format import StoreChangedError
     from ..store.gc import find_leftovers, remove_leftovers
 
+    t0 = time.perf_counter()
+    quiet = getattr(args, "quiet", False)
     try:
         store = open_store(args.store)
         names: list[str] | None = [s.name for s in store.meta.shards]
@@ -43,7 +57,8 @@ def run(args) -> int:
     left = find_leftovers(args.store, names)
     if args.repair and left.count:
         n = remove_leftovers(left)
-        print(f"{args.store}: removed {n} leftover entries ({left.summary().split(':')[0]})")
+        if not quiet:
+            print(f"{args.store}: removed {n} leftover entries ({left.summary().split(':')[0]})")
     elif left.count:
         print(f"ooc-svm: warning: {args.store}: {left.summary()}", file=sys.stderr)
     if left.busy:
@@ -52,7 +67,7 @@ def run(args) -> int:
         open_store(args.store)  # re-raises the store's own error after the repair
         return 1
     bad: list[str] = []
-    bar = tqdm(total=store.n_shards, unit="shard", disable=not sys.stderr.isatty())
+    bar = Meter("verify", progress_mode(args), total=store.n_shards, unit="shards")
     for i in range(store.n_shards):
         try:
             store.read_shard(i, verify=True)
@@ -62,6 +77,20 @@ def run(args) -> int:
             bad.append(str(e))
         bar.update(1)
     bar.close()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "store": args.store,
+                    "n_shards": store.n_shards,
+                    "n_rows": store.meta.n_rows,
+                    "n_damaged": len(bad),
+                    "damaged": bad,
+                    "ok": not bad,
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
+        )
     if bad:
         for msg in bad[:MAX_LISTED]:
             print(f"ooc-svm: error: {msg}", file=sys.stderr)
@@ -69,5 +98,6 @@ def run(args) -> int:
             print(f"ooc-svm: ... and {len(bad) - MAX_LISTED} more", file=sys.stderr)
         print(f"ooc-svm: {len(bad)} of {store.n_shards} shards damaged", file=sys.stderr)
         return 1
-    print(f"{store.path}: {store.n_shards} shards, {store.meta.n_rows} rows, all checksums OK")
+    if not (args.json or quiet):
+        print(f"{store.path}: {store.n_shards} shards, {store.meta.n_rows} rows, all checksums OK")
     return 0
