@@ -499,3 +499,38 @@ def test_backends_and_views_implement_the_store_protocol(tmp_path):
             np.testing.assert_array_equal(a.indices, b.indices)
             np.testing.assert_array_equal(a.y, b.y)
         assert set(np.unique(view.read_shard(0).y)) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
+def test_dual_solvers_refuse_a_huge_feature_index_up_front(tmp_path, solver):
+    """Finding 3 (dual solvers): one legal line ``1 2147483648:1`` made smo / active-set /
+    irwls allocate 16 GiB per dense vector (killed by the OOM killer at 23 GB here); now a
+    one-line refusal before anything is allocated. The child runs under a 6 GB address-space
+    limit so the old code fails instead of exhausting the machine."""
+    import resource
+    import subprocess
+    import sys
+
+    (tmp_path / "big.svm").write_text("1 1:1 2147483648:1\n-1 2:1\n1 1:0.5\n-1 2:0.7\n")
+    cmd = [sys.executable, "-m", "ooc_svm"]
+    subprocess.run([*cmd, "ingest", "big.svm", "big.zarr", "-q"], cwd=tmp_path, check=True)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+    r = subprocess.run(
+        [*cmd, "train", "--solver", solver, "big.zarr", "-o", "m", "--kernel", "linear"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=limit,
+        timeout=300,
+    )
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ooc-svm: error: the store has 2,147,483,648")
+    assert "--n-features" in lines[0]
+    assert not (tmp_path / "m").exists()
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak_kb < 500_000, peak_kb

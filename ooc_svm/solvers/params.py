@@ -252,6 +252,7 @@ class KernelSolverParams(SolverParams):
 
         super().validate(meta)
         binary_classes(meta)
+        check_dense_features(meta)
 
     def kernel_dict(self) -> dict[str, Any]:
         """``kernel, gamma, degree, coef0`` for :meth:`KernelParams.from_params`."""
@@ -342,3 +343,23 @@ def class_weights(
         else:
             w_pos = w
     return w_neg, w_pos
+
+
+#: MiB a dense float64 vector over the features may take in the dual solvers (their linear
+#: ``w``, the support vectors' feature index): a store beyond it is refused up front
+DUAL_DENSE_LIMIT_MB = 4096
+
+
+def check_dense_features(meta: Any, limit_mb: float = DUAL_DENSE_LIMIT_MB) -> None:
+    """Refuse a store whose dense per-feature vectors would not fit ``limit_mb`` MiB.
+
+    One legal input line such as ``1 2147483648:1`` makes ``n_features`` 2^31: a dense ``w``
+    (or the CSC index of the support vectors) would need 16 GiB.
+    """
+    need = 8 * int(meta.n_features) / 2**20
+    if need > limit_mb:
+        raise SolverError(
+            f"the store has {int(meta.n_features):,} features: a dense vector over them needs "
+            f"{need:,.0f} MiB, more than this solver's bound of {limit_mb:,.0f} MiB; hash the "
+            "features into fewer columns or re-ingest with a smaller --n-features"
+        )
