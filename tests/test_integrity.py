@@ -534,3 +534,46 @@ def test_dual_solvers_refuse_a_huge_feature_index_up_front(tmp_path, solver):
     assert not (tmp_path / "m").exists()
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     assert peak_kb < 500_000, peak_kb
+
+
+@pytest.mark.parametrize("out", ["scores.txt", "scores.parquet"])
+def test_predict_on_a_full_disk_leaves_nothing(tmp_path, out):
+    """Finding 7: ``predict -o x.txt`` on a full disk left its temporary file. ENOSPC is one
+    line, exit 1, and the (small tmpfs) output directory is empty afterwards."""
+    import subprocess
+    import sys
+
+    from tests.test_hostile_input import _try_mount_tmpfs
+
+    mnt = tmp_path / "small"
+    if not _try_mount_tmpfs(mnt, size="256k"):
+        pytest.skip("needs root to mount a small tmpfs (simulated full disk)")
+    try:
+        rng = np.random.default_rng(0)
+        with open(tmp_path / "s.svm", "w") as f:
+            for i in range(30000):
+                cols = np.sort(rng.choice(200, 5, replace=False)) + 1
+                f.write(
+                    f"{1 if i % 2 else -1} " + " ".join(f"{c}:{rng.random():.4f}" for c in cols)
+                )
+                f.write("\n")
+        cmd = [sys.executable, "-m", "ooc_svm"]
+        subprocess.run([*cmd, "ingest", "s.svm", "s.zarr", "-q"], cwd=tmp_path, check=True)
+        subprocess.run(
+            [*cmd, "train", "s.zarr", "-o", "m", "-q", "--max-iter", "5"], cwd=tmp_path, check=True
+        )
+        r = subprocess.run(
+            [*cmd, "predict", "m", "s.zarr", "-o", str(mnt / out)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
+        assert r.returncode == 1, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ooc-svm: error:"), r.stderr
+        assert "Traceback" not in r.stderr
+        assert os.listdir(mnt) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
