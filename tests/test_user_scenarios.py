@@ -7,6 +7,7 @@ where Dask is involved.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -775,3 +776,126 @@ def test_item8_smo_ctrl_c_within_a_second(tmp_path):
     data = Checkpointer(str(ck), "smo", resume=True).load(check_params=False)
     assert data is not None and data.arrays["alpha"].shape == (4000,)
     assert not [n for n in (ck).iterdir() if n.name.startswith(".")]
+
+
+@pytest.mark.cluster
+def test_item4_ovr_kernel_on_cli_started_cluster(ovr_kernel):
+    """One-vs-rest kernel scores through `dask scheduler` + 2 `dask worker` processes started
+    from the command line (as the README shows): byte-identical to the local engine."""
+    tmp, _, _ = ovr_kernel
+    ref = _run(tmp, "predict", "rbf", "mc.zarr", "-o", "local4.tsv")
+    assert ref.returncode == 0, ref.stderr
+    port = _item1_free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    dask = [sys.executable, "-m", "dask"]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": tmp.parent}
+    procs = [
+        subprocess.Popen(
+            [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+            **quiet,
+        )
+    ]
+    try:
+        time.sleep(1.0)
+        for k in range(2):
+            procs.append(
+                subprocess.Popen(
+                    [*dask, "worker", address, "--nthreads", "1", "--no-nanny"]
+                    + ["--no-dashboard", "--name", f"w{k}"],
+                    **quiet,
+                )
+            )
+        from distributed import Client
+
+        with Client(address, timeout=60) as c:
+            c.wait_for_workers(2, timeout=60)
+        r = _run(tmp, "predict", "rbf", "mc.zarr", "-o", "cli4.tsv", "--scheduler", address)
+        assert r.returncode == 0, r.stderr
+        assert (tmp / "cli4.tsv").read_bytes() == (tmp / "local4.tsv").read_bytes()
+        r = _run(tmp, "evaluate", "rbf", "mc.zarr", "--json", "--scheduler", address)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["n"] == 240
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_item3_label_kinds_as_libsvm_and_svmrank_users_expect(tmp_path):
+    """Integer labels with more than two values and no qid are classes (one-vs-rest); with
+    qid: ranks; --label-kind ordinal asks for ordinal regression; the dual solvers point rank
+    data to --solver perf; --loss ordinal on a binary store says to use --loss roc."""
+    rows = ["1 1:1 2:0.5", "2 1:0.2 3:1", "3 2:1 3:0.3", "1 1:0.9", "2 3:0.8", "3 2:0.7"]
+    (tmp_path / "mc.svm").write_text("\n".join(rows * 10) + "\n")
+    qrows = [
+        f"{r.split()[0]} qid:{i // 6 + 1} {' '.join(r.split()[1:])}"
+        for i, r in enumerate(rows * 10)
+    ]
+    (tmp_path / "rk.svm").write_text("\n".join(qrows) + "\n")
+    (tmp_path / "bin.svm").write_text("\n".join(["1 1:1", "-1 2:1"] * 20) + "\n")
+    for src, dst, extra in (
+        ("mc.svm", "mc.zarr", []),
+        ("rk.svm", "rk.zarr", []),
+        ("mc.svm", "ord.zarr", ["--label-kind", "ordinal"]),
+        ("bin.svm", "bin.zarr", []),
+    ):
+        r = _run(tmp_path, "ingest", src, dst, *extra)
+        assert r.returncode == 0, r.stderr
+    kinds = {}
+    for name in ("mc.zarr", "rk.zarr", "ord.zarr", "bin.zarr"):
+        r = _run(tmp_path, "info", name, "--json")
+        assert r.returncode == 0, r.stderr
+        kinds[name] = json.loads(r.stdout)["label_kind"]
+    assert kinds["mc.zarr"] == "multiclass" and kinds["bin.zarr"] == "binary"
+    assert kinds["ord.zarr"] == "ordinal" and kinds["rk.zarr"] != "multiclass"
+    r = _run(tmp_path, "info", "mc.zarr")
+    assert "multiclass" in r.stdout and "--label-kind ordinal" in r.stdout
+    r = _run(tmp_path, "train", "--solver", "smo", "rk.zarr", "-o", "m1")
+    assert r.returncode == 1 and "--solver perf" in r.stderr, r.stderr
+    r = _run(tmp_path, "train", "--solver", "perf", "bin.zarr", "-o", "m2", "--loss", "ordinal")
+    assert r.returncode == 1 and "--loss roc" in r.stderr, r.stderr
+    assert not (tmp_path / "m1").exists() and not (tmp_path / "m2").exists()
+
+
+def test_item10_parameter_checks_as_libsvm(tmp_path):
+    """LIBSVM-style parameter checks: a bad --gamma is refused (not replaced), --C with
+    --c-perf is refused, a misplaced --tol / --eps names the right flag, and reaching
+    --max-iter is reported as not converged."""
+    (tmp_path / "b.svm").write_text(
+        "\n".join(f"{1 if i % 3 else -1} 1:{i % 7 / 7:.3f} 2:{i % 5 / 5:.3f}" for i in range(200))
+        + "\n"
+    )
+    assert _run(tmp_path, "ingest", "b.svm", "b.zarr").returncode == 0
+    cases = [
+        (["--solver", "smo", "--gamma", "-1"], "--gamma must be positive"),
+        (["--solver", "perf", "--C", "1", "--c-perf", "0.1"], "not both"),
+        (["--solver", "perf", "--tol", "0.1"], "--eps"),
+        (["--solver", "smo", "--eps", "0.1"], "--tol"),
+    ]
+    for extra, words in cases:
+        r = _run(tmp_path, "train", "b.zarr", "-o", "m", *extra)
+        assert r.returncode == 1, (extra, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], (extra, r.stderr)
+        assert not (tmp_path / "m").exists()
+    r = _run(
+        tmp_path,
+        "train",
+        "b.zarr",
+        "-o",
+        "m",
+        "--solver",
+        "perf",
+        "--max-iter",
+        "2",
+        "--eps",
+        "1e-9",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["converged"] is False
