@@ -59,6 +59,8 @@ def train(
     checkpoint: str | None = None,
     resume: bool = False,
     shard_cache_mb: float | None = None,
+    probability: bool = False,
+    probability_folds: int = 5,
     **params: Any,
 ) -> Result:
     """Train an SVM on a store.
@@ -109,6 +111,8 @@ def train(
         multiclass = "ovr"
     if multiclass not in (None, "ovr"):
         raise SolverError(f"unknown multiclass mode {multiclass!r}; use ovr")
+    if probability:
+        _check_probability(store, multiclass, probability_folds)
     ckpt = None
     if checkpoint is not None or resume:
         if checkpoint is None:
@@ -147,8 +151,70 @@ def train(
             result = train_ovr(store, mod, engine, typed, callback=callback, checkpoint=ckpt)
         else:
             result = mod.solve(store, engine, typed, callback=callback, checkpoint=ckpt)
+        if probability:
+            fit_probability(
+                result.model, store, probability_folds, solver, engine, typed, multiclass
+            )
     finally:
         if own_engine:
             engine.close()
     log.debug("trained with %s in %.3fs", solver, time.perf_counter() - t0)
     return result
+
+
+def _check_probability(store, multiclass: str | None, folds: int) -> None:
+    """Refuse ``probability=True`` before any training when it cannot work."""
+    meta = store.meta
+    if not (meta.label_kind in ("binary", "multiclass") or multiclass == "ovr"):
+        raise SolverError(
+            f"{store.path}: probability outputs need binary or class labels, the store's are "
+            f"{meta.label_kind}; drop --probability (or train classes with --multiclass ovr)"
+        )
+    n_shards = len(meta.shards)
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise SolverError(f"--probability-folds must be an integer >= 2, got {folds!r}")
+    if n_shards < folds:
+        raise SolverError(
+            f"{store.path}: --probability-folds {folds} needs at least {folds} shards, the "
+            f"store has {n_shards}; use fewer folds or re-ingest with a smaller --shard-rows"
+        )
+
+
+def fit_probability(
+    model,
+    store,
+    folds: int,
+    solver: str,
+    engine: Engine,
+    params: SolverParams,
+    multiclass: str | None = None,
+) -> None:
+    """Fit Platt's sigmoid(s) of ``model`` on shard-fold cross-validated decision values.
+
+    :func:`ooc_svm.probability.cross_val_decision_values` trains ``folds`` models with the same
+    solver and parameters on the other folds' shards, and scores each fold's shards with the
+    model that did not see them; :func:`ooc_svm.probability.fit_platt` fits one sigmoid
+    (binary) or one per class (one-vs-rest, normalised at prediction). The result is set on
+    ``model`` (``probA_``, ``probB_``, ``probability_method``, ``info["probability"]``).
+    """
+    from .probability import cross_val_decision_values, fit_platt
+
+    t0 = time.perf_counter()
+    cv = cross_val_decision_values(
+        store,
+        folds,
+        params.seed,
+        solver=solver,
+        engine=engine,
+        multiclass=multiclass,
+        params=params,
+    )
+    A, B = fit_platt(cv)
+    model.set_probability(A, B)
+    model.info["probability"] = {
+        "folds": int(folds),
+        "seed": int(params.seed),
+        "passes": int(sum(r.passes or 0 for r in cv.results)),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    log.debug("probability: sigmoid fitted on %d shard folds: A=%s B=%s", folds, A, B)

@@ -53,6 +53,11 @@ class Model:
     kernel, gamma, degree, coef0 : kernel parameters.
     info : dict
         Solver, C, loss, objective and anything else worth keeping (JSON-serialisable).
+    probA_, probB_ : ndarray of float64, optional
+        Platt's sigmoid(s) ``1 / (1 + exp(A f + B))`` of ``train --probability`` (one for a
+        binary model, one per class for one-vs-rest, one per pair for one-vs-one); None when
+        the model has none (see :meth:`predict_proba`).
+    probability_method : {"platt", "ovr-normalised", "ovo-coupling"} or None
     """
 
     kind: str
@@ -68,6 +73,29 @@ class Model:
     degree: int = 3
     coef0: float = 0.0
     info: dict = field(default_factory=dict)
+    probA_: np.ndarray | None = None
+    probB_: np.ndarray | None = None
+    probability_method: str | None = None
+
+    # -- probabilities --------------------------------------------------------------------
+    def set_probability(self, probA, probB) -> None:
+        """Attach fitted sigmoid parameters (from :func:`ooc_svm.probability.fit_platt`,
+        or LIBSVM's ``probA``/``probB``); the method follows the kind of model."""
+        self.probA_, self.probB_, self.probability_method = check_probability(
+            self, probA, probB, probability_method_for(self)
+        )
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Probabilities from the model's Platt sigmoid (``train --probability``).
+
+        ``X`` as for :meth:`decision_function` (a store included: streamed). Binary models:
+        shape (n,), P(y = ``classes[1]`` | x). Multiclass: shape (n, n_classes), columns in
+        the order of ``classes``, rows summing to 1 — one-vs-rest sigmoids divided by their
+        sum, or one-vs-one pairs coupled as LIBSVM does (``probability_method``).
+        Raises :class:`ModelError` when the model has no sigmoid.
+        """
+        require_probability(self)
+        return probabilities(self, self.decision_function(X))
 
     # -- prediction -----------------------------------------------------------------------
     def decision_function(self, X) -> np.ndarray:
@@ -142,6 +170,8 @@ class Model:
             ),
             "info": self.info,
         }
+        if self.probA_ is not None:
+            meta["probability"] = probability_meta(self)
         try:
             with atomic_dir(path, prefix="model") as tmp:
                 np.savez(os.path.join(tmp, "arrays.npz"), **arrays)
@@ -480,6 +510,7 @@ def load_model(path: str) -> Model:
     )
     if model.kind == "ovo":
         validate_ovo(model, path)
+    load_probability(model, meta, where)
     return model
 
 
@@ -582,3 +613,115 @@ def ovo_labels(model: Model, dec: np.ndarray) -> np.ndarray:
 def ovo_predict(model: Model, X) -> np.ndarray:
     """Labels by one-vs-one voting (see :func:`ovo_labels`)."""
     return ovo_labels(model, ovo_decision_function(model, X))
+
+
+# ------------------------------------------------------------------------------------------
+# Probability outputs (Platt's sigmoid on the decision values; ooc_svm.probability).
+# Additive block: stored in model.json under "probability" (old models have none and load
+# unchanged); nothing above depends on it except Model's three fields and methods, the line
+# in save and the check in load_model.
+# ------------------------------------------------------------------------------------------
+#: how decision values become probabilities, by kind of model
+PROBABILITY_METHODS = {
+    "platt": "binary: P(y = classes[1] | x) = 1 / (1 + exp(A f(x) + B))",
+    "ovr-normalised": "one-vs-rest: one sigmoid per class, divided by their sum",
+    "ovo-coupling": "one-vs-one: one sigmoid per pair, coupled as LIBSVM (Wu, Lin & Weng 2004)",
+}
+
+
+def probability_method_for(model: Model) -> str:
+    """The method that fits ``model``'s kind: ``platt`` (binary), ``ovr-normalised``
+    (one-vs-rest), ``ovo-coupling`` (one-vs-one)."""
+    if model.kind == "ovo":
+        return "ovo-coupling"
+    return "platt" if np.ndim(model.intercept_) == 0 else "ovr-normalised"
+
+
+def _n_sigmoids(model: Model, method: str) -> int:
+    k = len(model.classes)
+    return {"platt": 1, "ovr-normalised": k, "ovo-coupling": k * (k - 1) // 2}[method]
+
+
+def check_probability(model: Model, probA, probB, method, where: str = "model") -> tuple:
+    """Validate sigmoid parameters against the model; returns ``(A, B, method)`` as float64
+    arrays and str, or raises a one-line :class:`ModelError` naming ``where``."""
+    if method not in PROBABILITY_METHODS:
+        raise ModelError(
+            f"{where}: invalid model: probability method {method!r} is not one of "
+            f"{', '.join(PROBABILITY_METHODS)}"
+        )
+    want = probability_method_for(model)
+    if method != want:
+        raise ModelError(
+            f"{where}: invalid model: probability method {method!r} does not fit a "
+            f"{want.split('-')[0] if want != 'platt' else 'binary'} model (expected {want!r})"
+        )
+    n = _n_sigmoids(model, method)
+    out = []
+    for name, v in (("probA", probA), ("probB", probB)):
+        if isinstance(v, list) and not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in v
+        ):
+            raise ModelError(f"{where}: invalid model: {name} must be a list of numbers")
+        try:
+            a = np.atleast_1d(np.asarray(v, dtype=np.float64))
+        except (TypeError, ValueError):
+            raise ModelError(f"{where}: invalid model: {name} must be a list of numbers") from None
+        if a.ndim != 1 or a.shape[0] != n:
+            raise ModelError(
+                f"{where}: invalid model: {name} has {a.size} values; expected {n} for "
+                f"{len(model.classes)} classes ({method})"
+            )
+        if not np.all(np.isfinite(a)):
+            raise ModelError(f"{where}: invalid model: {name} has non-finite values")
+        out.append(a)
+    return out[0], out[1], method
+
+
+def probability_meta(model: Model) -> dict | None:
+    """The ``probability`` entry of model.json (None when the model has no sigmoid)."""
+    if model.probA_ is None:
+        return None
+    return {
+        "method": model.probability_method,
+        "probA": [float(a) for a in model.probA_],
+        "probB": [float(b) for b in model.probB_],
+    }
+
+
+def load_probability(model: Model, meta: dict, where: str) -> None:
+    """Set ``model``'s sigmoid from model.json's ``probability`` entry, validated."""
+    p = meta.get("probability")
+    if p is None:
+        return
+    if not isinstance(p, dict):
+        raise ModelError(f"{where}: invalid model: probability must be a JSON object")
+    A, B, method = check_probability(model, p.get("probA"), p.get("probB"), p.get("method"), where)
+    model.probA_, model.probB_, model.probability_method = A, B, method
+
+
+def require_probability(model: Model, name: str = "the model") -> None:
+    """Raise a one-line :class:`ModelError` when ``model`` has no sigmoid."""
+    if model.probA_ is None:
+        raise ModelError(
+            f"{name} has no probability sigmoid; train it with `ooc-svm train --probability` "
+            "(or ooc_svm.train(..., probability=True))"
+        )
+
+
+def probabilities(model: Model, dec) -> np.ndarray:
+    """Probabilities from decision values of ``model`` (see :meth:`Model.predict_proba`)."""
+    from . import probability as pr
+
+    require_probability(model)
+    A, B = model.probA_, model.probB_
+    dec = np.asarray(dec, dtype=np.float64)
+    if model.probability_method == "platt":
+        if dec.ndim != 1:
+            raise ValueError(f"a binary model's decision values are 1-D, got shape {dec.shape}")
+        return np.clip(pr.sigmoid_predict(dec, A[0], B[0]), pr.MIN_PROB, 1 - pr.MIN_PROB)
+    if dec.shape[0] == 0:
+        return np.zeros((0, len(model.classes)))
+    if model.probability_method == "ovr-normalised":
+        return pr.ovr_probability(dec, A, B)
+    return pr.ovo_probability(dec, A, B)

@@ -347,6 +347,20 @@ class _ParquetWriter:
             self.w.close()
 
 
+def probability_columns(model: Model, scores: np.ndarray) -> dict[str, np.ndarray]:
+    """``probability`` (binary: P(y = classes[1] | x)) or one ``probability_<label>`` column
+    per class, from the model's sigmoid(s) (see :meth:`ooc_svm.model.Model.predict_proba`)."""
+    from .model import probabilities
+
+    P = probabilities(model, scores)
+    if P.ndim == 1:
+        return {"probability": P}
+    names = [f"probability_{label_name(c)}" for c in model.classes]
+    if len(set(names)) != len(names):
+        names = [f"probability_{k}" for k in range(len(names))]
+    return {name: P[:, k] for k, name in enumerate(names)}
+
+
 def output_format(path: str, fmt: str | None) -> str:
     """``parquet`` for .parquet / .pq (or when asked), else ``text``."""
     if fmt:
@@ -362,13 +376,21 @@ def predict_to_file(
     fmt: str | None = None,
     max_rows: int = 1_000_000,
     progress: Callable[[int], None] | None = None,
+    probability: bool = False,
 ) -> dict[str, Any]:
     """Score ``store`` and write ``out`` (see :func:`ooc_svm._util.open_output`: atomic for a
     regular file, in place for a special file, ``-`` = standard output); returns a summary.
 
     Text outputs are tab-separated, comma-separated when ``out`` ends in ``.csv``.
+    ``probability``: add the probability column(s) (:func:`probability_columns`); a model
+    without a sigmoid is refused before anything is written.
     """
     from ._util import open_output
+
+    if probability:
+        from .model import require_probability
+
+        require_probability(model)
 
     fmt = output_format(out, fmt)
     delimiter = "," if str(out).lower().endswith(".csv") else "\t"
@@ -388,6 +410,8 @@ def predict_to_file(
                 pred = predictions(model, s)
                 if pred is not None:
                     cols["prediction"] = pred
+                if probability:
+                    cols.update(probability_columns(model, s))
                 if q is not None:
                     cols["qid"] = q
                 writer.write(cols)
@@ -410,13 +434,16 @@ def predict_store(
     max_rows: int = 1_000_000,
     scheduler: str | None = None,
     progress: Callable[[int], None] | None = None,
+    probability: bool = False,
 ) -> dict[str, Any]:
     """:func:`predict_to_file` on an engine made for ``scheduler`` (None: local default);
     ``progress(rows)`` is called after each batch is written."""
     from .engine import make_engine
 
     with make_engine(scheduler) as engine:
-        return predict_to_file(model, store, engine, out, fmt, max_rows, progress)
+        return predict_to_file(
+            model, store, engine, out, fmt, max_rows, progress, probability=probability
+        )
 
 
 __all__ = [
@@ -434,6 +461,7 @@ __all__ = [
     "predict_store",
     "predict_to_file",
     "predictions",
+    "probability_columns",
     "score_columns",
     "score_shard",
     "score_store",

@@ -97,6 +97,12 @@ def add_parser(sub) -> None:
         help="print one JSON object: model, store, output, format, n_rows, seconds (on "
         "stderr when OUT is standard output)",
     )
+    p.add_argument(
+        "--probability",
+        action="store_true",
+        help="add P(y=1|x) (column probability; multiclass: one probability_<label> column per "
+        "class) from the sigmoid `train --probability` stored in the model",
+    )
     p.set_defaults(func=run)
 
 
@@ -119,6 +125,10 @@ def run(args) -> int:
 
     t0 = time.perf_counter()
     model = load_model(args.model)
+    if args.probability:
+        from ..model import require_probability
+
+        require_probability(model, args.model)
     store = open_input(args.store, model.n_features)  # a store, or SVMlight text
     # a store whose labels are all one dummy value (unlabelled test data, as svm-predict
     # accepts it) is scored with a warning; real labels that do not fit the model are refused
@@ -136,6 +146,7 @@ def run(args) -> int:
             args.batch_rows,
             args.scheduler,
             progress=meter.update,
+            probability=args.probability,
         )
     except BrokenPipeError:
         # the reader went away (`| head`): end quietly with the status of a process killed by

@@ -223,6 +223,20 @@ def add_parser(sub) -> None:
         help="record every iteration (objective, violation, passes, seconds, working set) "
         "as JSON lines; plot with `ooc-svm plot`",
     )
+    p.add_argument(
+        "--probability",
+        action="store_true",
+        help="also fit Platt's sigmoid (LIBSVM -b 1) on decision values of a cross-validation "
+        "whose folds are whole shards, and store it in the model for `predict --probability` "
+        "(costs K more trainings; seeded by --seed)",
+    )
+    p.add_argument(
+        "--probability-folds",
+        type=int,
+        default=5,
+        metavar="K",
+        help="folds of the --probability cross-validation (2 <= K <= shards; default 5)",
+    )
     add_solver_flags(p, classes)
     p.set_defaults(func=run, _param_names=sorted({n for c in classes.values() for n in c.names()}))
 
@@ -392,6 +406,8 @@ def run(args) -> int:
             checkpoint=args.checkpoint,
             resume=args.resume,
             shard_cache_mb=args.shard_cache_mb,
+            probability=args.probability,
+            probability_folds=args.probability_folds,
             params=typed,
         )
     finally:
