@@ -200,3 +200,38 @@ def test_multiclass_probability_columns(tmp_path):
     np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=1e-12)
     assert np.all((P >= 0) & (P <= 1))
     assert np.mean(np.argmax(P, axis=1) == lab) > 0.8
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_imported_libsvm_probabilities_match_svm_predict_b1(tmp_path, k):
+    """A LIBSVM model trained with -b 1, imported (its probA/probB kept): `predict
+    --probability` gives svm_predict -b 1's probabilities (binary: the sigmoid; 3 classes: the
+    one-vs-one pairwise coupling) to 1e-6."""
+    svmutil = pytest.importorskip("libsvm.svmutil", reason="libsvm-official not installed")
+    import scipy.sparse as sp
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(40 + k)
+    centers = rng.normal(scale=1.5, size=(k, 3))
+    lab = rng.integers(0, k, size=600)
+    X = centers[lab] + rng.normal(size=(600, 3))
+    y = (lab + 1).astype(np.float64) if k > 2 else np.where(lab == 1, 1.0, -1.0)
+    xs = [{j + 1: float(v) for j, v in enumerate(row)} for row in X[:400]]
+    model = svmutil.svm_train(list(y[:400]), xs, "-c 1 -g 0.5 -b 1 -q")
+    svmutil.svm_save_model(str(tmp_path / "libsvm.model"), model)
+    test = [{j + 1: float(v) for j, v in enumerate(row)} for row in X[400:]]
+    _, _, ref = svmutil.svm_predict(list(y[400:]), test, model, "-b 1 -q")
+    ref = np.array(ref)
+    labels = model.get_labels()
+    dump_svmlight_file(sp.csr_matrix(X[400:]), y[400:], str(tmp_path / "t.svm"), zero_based=False)
+    r = _cli(tmp_path, "import", "libsvm.model", "m", "--n-features", "3")
+    assert r.returncode == 0, r.stderr
+    r = _cli(tmp_path, "predict", "m", "t.svm", "-o", "p.parquet", "--probability")
+    assert r.returncode == 0, r.stderr
+    out = _read(tmp_path / "p.parquet")
+    if k == 2:
+        ours = np.array(out["probability"])  # P(classes[1]) = P(LIBSVM's label[0])
+        np.testing.assert_allclose(ours, ref[:, 0], rtol=0, atol=1e-6)
+    else:
+        ours = np.column_stack([out[f"probability_{int(c)}"] for c in labels])
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-6)

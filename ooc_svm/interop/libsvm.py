@@ -11,7 +11,7 @@ Layout, as LIBSVM writes it::
     total_sv 120
     rho r_01 r_02 ... r_12 ...      one per pair of classes (i < j)
     label 1 2 3                     class labels in LIBSVM's order
-    probA ... / probB ...           optional (ignored: decision values do not use them)
+    probA ... / probB ...           optional (svm-train -b 1): one sigmoid per pair, kept
     nr_sv 40 30 50                  support vectors per class, in label order
     SV
     c_1 ... c_{k-1} idx:val ...     one line per support vector, grouped by class
@@ -171,7 +171,7 @@ def read(path: str, n_features: int | None = None) -> Model:
     info = {"solver": f"libsvm {svm_type}", "imported_from": str(path), "format": "libsvm"}
     kw = dict(kernel=kernel, gamma=gamma, degree=degree, coef0=coef0)
     if k == 2:
-        return Model(
+        model = Model(
             kind="kernel",
             n_features=width,
             classes=[labels[1], labels[0]],
@@ -181,6 +181,8 @@ def read(path: str, n_features: int | None = None) -> Model:
             info=info,
             **kw,
         )
+        _probability(r, head, model, n_pairs)
+        return model
     info["n_support"] = nr_sv
     info["multiclass"] = "ovo"
     model = Model(
@@ -194,7 +196,23 @@ def read(path: str, n_features: int | None = None) -> Model:
         **kw,
     )
     validate_ovo(model, str(path))
+    _probability(r, head, model, n_pairs)
     return model
+
+
+def _probability(r: LineReader, head: dict, model: Model, n_pairs: int) -> None:
+    """Keep ``probA``/``probB`` (``svm-train -b 1``): LIBSVM's sigmoids apply to its decision
+    values, which are the imported model's (positive = ``label[0]`` = ``classes[1]`` for two
+    classes; pairs in LIBSVM's order for one-vs-one), so they are stored as they are."""
+    if "probA" not in head and "probB" not in head:
+        return
+    if "probA" not in head or "probB" not in head:
+        raise r.error("'probA' and 'probB' must be given together")
+    A = [to_float(r, t, "probA") for t in head["probA"]]
+    B = [to_float(r, t, "probB") for t in head["probB"]]
+    if len(A) != n_pairs or len(B) != n_pairs:
+        raise r.error(f"probA/probB need {n_pairs} values each, got {len(A)}/{len(B)}")
+    model.set_probability(A, B)
 
 
 def _one(r: LineReader, head: dict, key: str) -> str:
