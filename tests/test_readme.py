@@ -1,7 +1,7 @@
 """The README's quick start, run as written: every shell command of the "Command line" block,
 then the "Python" block, then the "On a Dask cluster" block (a scheduler and 2 workers started
-by its own `dask` lines on a free loopback port), in an empty directory with the relative paths
-the README uses (slow: ~4-6 minutes on 2 cores)."""
+by its own `dask` lines on a free loopback port) and the "Probabilities" block, in an empty
+directory with the relative paths the README uses (slow: ~6-8 minutes on 2 cores)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ def test_quick_start_blocks_are_found():
         ["dask", "worker"],
     ]
     assert all(README_PORT in c for c in dask), "every Dask line names the README's port"
+    assert "--probability" in _block("Probabilities", "sh")
     train = [c for c in dask if c.startswith("ooc-svm train")]
     assert train and all(not a.startswith("/") for c in train for a in shlex.split(c)), (
         "the Dask example trains a relative store path, as a user in the quick start's "
@@ -176,3 +177,22 @@ def test_readme_dask_section_runs_as_written(quick_start_dir):
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+@pytest.mark.slow
+def test_readme_probabilities_run_as_written(quick_start_dir):
+    """The "Probabilities" block in the quick start's directory; the probabilities it writes
+    lie in [0, 1] and rise with the decision value."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    cwd = quick_start_dir
+    for cmd in _commands(_block("Probabilities", "sh")):
+        r = subprocess.run(
+            ["bash", "-c", cmd], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=1800
+        )
+        assert r.returncode == 0, f"{cmd}\n{r.stderr[-2000:]}"
+    t = pq.read_table(str(cwd / "probs.parquet")).to_pydict()
+    s, p = np.array(t["score"]), np.array(t["probability"])
+    assert np.all((p >= 0) & (p <= 1))
+    assert np.all(np.diff(p[np.argsort(s, kind="stable")]) >= 0)
