@@ -326,7 +326,7 @@ def test_cross_val_one_vs_rest_multiclass(tmp_path, monkeypatch):
     X, lab = _synthetic(900, 4, seed=21)
     dump_svmlight_file(X, lab + 1, "m.svm", zero_based=False)
     ooc_svm.ingest("m.svm", "m.zarr", shard_rows=90, label_kind="multiclass")
-    ooc_svm.ingest("m.svm", "o.zarr", shard_rows=90)  # integer labels 1..4: ordinal
+    ooc_svm.ingest("m.svm", "o.zarr", shard_rows=90, label_kind="ordinal")
     cv = cross_val_decision_values("m.zarr", k=3, seed=0, solver="perf", C=1.0)
     assert cv.dec_values.shape == (900, 4) and cv.classes == [1.0, 2.0, 3.0, 4.0]
     probA, probB = fit_platt(cv)
