@@ -75,9 +75,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..engine import concat_partials
-from ..kernels.csr import csr_matvec, u32
-from ..kernels.perf import (
+from ...engine import concat_partials
+from ...kernels.csr import csr_matvec, u32
+from ...kernels.perf import (
     accumulate_rows,
     count_pairs,
     cut_segment,
@@ -90,13 +90,13 @@ from ..kernels.perf import (
     sparse_vdot,
     vdot,
 )
-from ..model import Model
-from . import Callback, Result, SolverError, binary_classes
-from .params import KERNELS, SolverParams, as_params, at_least, param, positive
-from .qp import solve_simplex_qp
+from ...model import Model
+from .. import Callback, Result, SolverError, binary_classes
+from ..params import KERNELS, SolverParams, as_params, at_least, param, positive
+from ..qp import solve_simplex_qp
 
 if TYPE_CHECKING:
-    from ..checkpoint import Checkpointer
+    from ...checkpoint import Checkpointer
 
 log = logging.getLogger("ooc_svm")
 
@@ -745,7 +745,7 @@ def solve_ovr(
     class k (label c): every class saves its own state after each of its iterations and
     resumes from it, so an interrupted run ends with the same model as an uninterrupted one.
     """
-    from .ovr import combine_ovr_models
+    from ..ovr import combine_ovr_models
 
     params = as_params(Params, params)
     meta = store.meta
