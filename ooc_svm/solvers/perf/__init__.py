@@ -1,27 +1,144 @@
-"""``--solver perf`` (package; the solver lives in :mod:`.error` while it is split up)."""
+"""``--solver perf``: Joachims' cutting-plane algorithm for linear SVMs, out of core.
 
-from .error import *  # noqa: F403
-from .error import (  # noqa: F401
+Problems (T. Joachims, *Training Linear SVMs in Linear Time*, KDD 2006, Sections 2–3), with
+x̃ᵢ = (xᵢ, bias) (the bias a constant feature regularised like LIBLINEAR ``-B``; 0 = none):
+
+- ``loss="error"`` (:mod:`.error`, Algorithm 1) — OP2, the 1-slack soft-margin SVM::
+
+      min_{w, ξ≥0} ½‖w‖² + C_perf·ξ   s.t. ∀c ∈ {0,1}ⁿ: wᵀ(1/n Σᵢ cᵢyᵢx̃ᵢ) ≥ 1/n Σᵢ cᵢ − ξ
+
+  with C_perf = C·n: at the optimum ½‖w‖² + C_perf·ξ = ½‖w‖² + C Σᵢ max(0, 1 − yᵢwᵀx̃ᵢ),
+  LIBLINEAR's primal (Theorem 1). One streamed pass per iteration gives the most violated
+  constraint (cᵢ = [yᵢwᵀx̃ᵢ < 1]) and the exact loss.
+- ``loss="ordinal"`` / ``"roc"`` (:mod:`.rank`, Algorithm 2) — OP5, the 1-slack form of OP4
+  over the m pairs P = {(i, j): yᵢ > yⱼ} (same query only, with qids)::
+
+      min_{w, ξ≥0} ½‖w‖² + C_perf·ξ   s.t. ∀c ∈ {0,1}ᵐ: wᵀ(1/m Σ_P cᵢⱼ(xᵢ − xⱼ)) ≥ 1/m Σ cᵢⱼ − ξ
+
+  with C_perf = C·m: ½‖w‖² + C Σ_P max(0, 1 − wᵀ(xᵢ − xⱼ)); no bias (it cancels).
+
+Each iteration solves the dual OP3 over the working set W of cuts (:mod:`.working_set`,
+:func:`ooc_svm.solvers.qp.solve_simplex_qp`, to a gap ≤ 1e-4·C_perf·ε); planes inactive
+``max_inactive`` iterations are dropped. ``variant="accelerated"`` (default) adds an OCAS line
+search (Franc & Sonnenburg 2008) in the same pass; ``selective`` (error loss,
+:mod:`ooc_svm.solvers.perf_selective`) iterates on the rows near the margin kept in memory,
+with full passes only to refresh them and certify.
+
+Stopping rule — ``paper``: the most violated constraint is violated by at most ε,
+ξ' ≤ ξ_W + ε (Alg. 1 line 9 / Alg. 2 line 26), returning that w; ``accelerated``:
+P(w_b) − D(α) ≤ ε·C_perf with D the OP3 dual over W, so P(w_b) ≤ P* + C·n·ε (Theorem 3).
+
+``c_perf`` is SVMperf's ``-c`` (loss in percent): C = 100·c/n (error) or 100·c/m (ranks);
+SVMperf's ``-e 0.1`` is our ε = 0.001.
+
+Layout: :mod:`.params` (Params), :mod:`.passes` (per-shard functions, reductions),
+:mod:`.working_set` (cuts, QP glue), :mod:`.error`, :mod:`.rank`, :mod:`.ovr` (one-vs-rest
+with fused passes), :mod:`.common` (driver helpers).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import Callback, Result, SolverError
+from ..params import as_params
+
+# private helpers that perf_selective and scripts/scale.py import from the package
+from .common import _cut_grid as _cut_grid
+from .common import _finite as _finite
+from .common import _line_grid as _line_grid
+from .common import _Progress as _Progress
+from .common import _resolve_C as _resolve_C
+from .error import _error_steps as _error_steps
+from .error import _solve_error
+from .ovr import SUPPORTS_OVR_CHECKPOINT, solve_ovr
+from .params import DEFAULTS, DENSE_VECTORS, LOSSES, VARIANTS, Params
+from .passes import (
     COMPACT_MIN_DIM,
-    DEFAULTS,
-    STOPPING_RULE,
-    SUPPORTS_CHECKPOINT,
-    SUPPORTS_OVR_CHECKPOINT,
-    Params,
-    SolverError,
-    WorkingSet,
-    _cut_grid,
-    _finish_accumulator,
-    _golden,
-    _line_grid,
-    _new_accumulator,
-    _Progress,
-    _qp_atol,
-    _resolve_C,
     acc_row,
     merge_acc,
+    pass_accumulate,
+    pass_labels,
+    pass_many,
+    pass_scores,
     pass_segment,
+    pass_single,
     reduce_cut,
-    solve,
-    solve_ovr,
+    reduce_many,
 )
+from .passes import _finish_accumulator as _finish_accumulator
+from .passes import _new_accumulator as _new_accumulator
+from .rank import _golden as _golden
+from .rank import _Ranking as _Ranking
+from .rank import _solve_rank
+from .working_set import QP_STALL_PASSES, QP_STALL_SECONDS, WorkingSet, check_qp
+from .working_set import _qp_atol as _qp_atol
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
+
+__all__ = [
+    "COMPACT_MIN_DIM",
+    "DEFAULTS",
+    "DENSE_VECTORS",
+    "LOSSES",
+    "QP_STALL_PASSES",
+    "QP_STALL_SECONDS",
+    "STOPPING_RULE",
+    "SUPPORTS_CHECKPOINT",
+    "SUPPORTS_OVR_CHECKPOINT",
+    "VARIANTS",
+    "Params",
+    "SolverError",
+    "WorkingSet",
+    "acc_row",
+    "check_qp",
+    "merge_acc",
+    "pass_accumulate",
+    "pass_labels",
+    "pass_many",
+    "pass_scores",
+    "pass_segment",
+    "pass_single",
+    "reduce_cut",
+    "reduce_many",
+    "solve",
+    "solve_ovr",
+]
+
+STOPPING_RULE = (
+    "paper: most violated constraint violated by <= eps (xi' <= xi_W + eps, Joachims 2006 "
+    "Alg. 1 line 9); accelerated: P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs "
+    "for roc/ordinal); selective: the accelerated certificate, P(w_best) measured by a full "
+    "pass"
+)
+
+#: ``--checkpoint`` / ``--resume`` are supported (every loss, both variants).
+SUPPORTS_CHECKPOINT = True
+
+
+def solve(
+    store,
+    engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
+    """Train a linear SVM with the cutting-plane algorithm (see the module docstring).
+
+    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), the state (w or the
+    best point, the working set of cutting planes and its QP solution) is saved after every
+    iteration, and a resumed run continues exactly where the checkpoint was taken.
+    """
+    params = as_params(Params, params)
+    meta = store.meta
+    params.validate(meta)
+    loss, variant = params.resolve_loss(meta), params.variant
+    if variant == "selective":
+        from ..perf_selective import solve_selective
+
+        return solve_selective(store, engine, params, callback=callback, checkpoint=checkpoint)
+    if loss == "error":
+        return _solve_error(store, engine, params, variant, callback, checkpoint)
+    return _solve_rank(store, engine, params, loss, variant, callback, checkpoint)

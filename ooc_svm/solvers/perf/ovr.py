@@ -1,0 +1,120 @@
+"""One-vs-rest perf: every class's cutting-plane iteration shares one streamed pass."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .. import Callback, Result, SolverError
+from ..params import as_params
+from .error import _error_steps
+from .params import Params
+from .passes import pass_many, reduce_many
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
+
+log = logging.getLogger(__name__)
+
+#: ``--checkpoint`` / ``--resume`` of one-vs-rest: one checkpoint directory per class.
+SUPPORTS_OVR_CHECKPOINT = True
+
+
+def solve_ovr(
+    store,
+    engine,
+    params: Params,
+    classes: list[float],
+    *,
+    callback: Callback | None = None,
+    checkpoint: Callable[[int, float], Checkpointer] | None = None,
+) -> Result:
+    """One-vs-rest with every class's cutting-plane iteration sharing one streamed pass.
+
+    Each class runs its own Algorithm 1 (or the accelerated variant) for "class c vs the
+    rest" (labels ``y == c`` → +1, others −1) with its own working set; at every round the
+    passes all unfinished classes need are fused into **one** pass over the store
+    (:func:`pass_many`: each shard is read once and every class's margins and cut are
+    computed from it). Passes therefore equal the iterations of the slowest class, not their
+    sum. The accumulators of a pass are sized so that all classes together stay within
+    ``dense_limit_mb`` (fewer cut points per class when there are many classes).
+
+    ``checkpoint(k, c)``, if given, returns the :class:`~ooc_svm.checkpoint.Checkpointer` of
+    class k (label c): every class saves its own state after each of its iterations and
+    resumes from it, so an interrupted run ends with the same model as an uninterrupted one.
+    """
+    params = as_params(Params, params)
+    meta = store.meta
+    if meta.n_rows == 0:
+        raise SolverError("the store has no rows")
+    if params.loss not in (None, "error"):
+        raise SolverError("one-vs-rest perf trains --loss error only")
+    variant = params.variant
+    if variant == "selective":
+        raise SolverError(
+            "one-vs-rest perf does not support --variant selective yet; use accelerated"
+        )
+    classes = [float(c) for c in classes]
+    params.check_dense(meta, copies=len(classes))
+    t0 = time.perf_counter()
+    steps, reqs, results = [], {}, {}
+    for k, c in enumerate(classes):
+
+        def cb(rec, k=k, c=c):
+            if callback is not None:
+                callback({**rec, "class": c, "class_index": k})
+
+        # neg: "the rest" (the binary model's classes are replaced by combine_ovr_models)
+        ck = None if checkpoint is None else checkpoint(k, c)
+        g = _error_steps(meta, math.nan, c, engine, params, variant, cb, ck, share=len(classes))
+        steps.append(g)
+        reqs[k] = next(g)
+    rounds = 0
+    while reqs:
+        ks = sorted(reqs)
+        t = time.perf_counter()
+        parts = engine.map_reduce(store, pass_many, [reqs[k] for k in ks], reduce=reduce_many)
+        pt = time.perf_counter() - t
+        rounds += 1
+        log.info(
+            "perf ovr: pass %d for %d of %d classes (%.2fs)", rounds, len(ks), len(classes), pt
+        )
+        for k, part in zip(ks, parts, strict=True):
+            try:
+                reqs[k] = steps[k].send((part, pt))
+            except StopIteration as done:
+                results[k] = done.value
+                del reqs[k]
+    res = [results[k] for k in range(len(classes))]
+    return _ovr_result(res, classes, variant, t0)
+
+
+def _ovr_result(res: list[Result], classes: list[float], variant: str, t0: float) -> Result:
+    """The combined one-vs-rest model and the :class:`Result` of all classes."""
+    from ..ovr import combine_ovr_models
+
+    model = combine_ovr_models([r.model for r in res], classes)
+    model.info["shared_passes"] = True
+    return Result(
+        model=model,
+        objective=float(sum(r.objective for r in res)),
+        dual_objective=None,
+        iterations=max(r.iterations for r in res),
+        # the slowest class's count (it includes passes made before a resume)
+        passes=max(r.passes for r in res),
+        seconds=time.perf_counter() - t0,
+        stop_value=max(r.stop_value for r in res),
+        history=[h for r in res for h in r.history],
+        summary={
+            "multiclass": "ovr",
+            "n_classes": len(classes),
+            "shared_passes": True,
+            "variant": variant,
+            "per_class_objective": [r.objective for r in res],
+            "per_class_iterations": [r.iterations for r in res],
+            "converged": all(r.summary.get("converged") for r in res),
+        },
+    )

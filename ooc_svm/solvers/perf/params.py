@@ -1,0 +1,164 @@
+"""Parameters of ``--solver perf``: the :class:`Params` dataclass and its checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .. import SolverError, binary_classes
+from ..params import KERNELS, SolverParams, at_least, param, positive
+
+#: dense float64 vectors over the features perf holds at once per problem (w, w_b, w_c,
+#: w_c − w_b, the two-column copy for the pass, the new cut and temporaries), all within
+#: ``dense_limit_mb``
+DENSE_VECTORS = 10
+
+LOSSES = ("error", "roc", "ordinal")
+VARIANTS = ("paper", "accelerated", "selective")
+
+
+@dataclass(frozen=True)
+class Params(SolverParams):
+    """Parameters of ``--solver perf`` (see the module docstring)."""
+
+    SOLVER: ClassVar[str] = "perf"
+
+    eps: float = param(
+        0.001,
+        "stopping tolerance epsilon: P(w) <= P* + C*n*eps (SVMperf's -e is in percent: "
+        "-e 0.1 is --eps 0.001)",
+    )
+    bias: float = param(1.0, "value of the constant bias feature; 0 = no bias")
+    loss: str | None = param(
+        None,
+        "error (binary, OP2), roc (binary labels, ROC area), ordinal (rank labels, OP5; with "
+        "qids pairs only within a query). Default: error for binary stores, ordinal for rank "
+        "labels",
+        choices=LOSSES,
+    )
+    variant: str = param(
+        "accelerated",
+        "paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line search to the "
+        "best point, same single pass per iteration; selective = many inner cutting planes on "
+        "the rows near the margin kept in memory (--inner-mb), full passes only to refresh "
+        "them and certify (loss error; ooc_svm/solvers/perf_selective.py)",
+        choices=VARIANTS,
+    )
+    c_perf: float | None = param(
+        None,
+        "SVMperf's -c instead of --C: C = 100*c/n (error) or 100*c/m (roc/ordinal, m pairs), "
+        "since SVMperf measures loss in percent (c_light = c_perf*100/n)",
+    )
+    max_inactive: int = param(
+        50, "drop a cutting plane inactive (alpha=0) this many iterations in a row (0 = never)"
+    )
+    dense_limit_mb: float = param(
+        1024.0,
+        "memory for the working set of cutting planes (float64 up to half of it, float32 "
+        "beyond; sparse where smaller); perf's dense vectors over the features (10 per "
+        "problem, 8 bytes per feature each) must fit it too, else the store is refused",
+    )
+    line_points: int = param(32, "accelerated: line-search grid points in (0, 1]")
+    cut_points: int = param(5, "accelerated: candidate cutting planes accumulated per pass")
+    mu: float = param(0.1, "accelerated: cut at k* + mu*(1 - k*) (OCAS)")
+    kernel: str = param("linear", "perf trains linear SVMs only", choices=KERNELS)
+    inner_mb: float = param(
+        256.0,
+        "selective: MiB of rows near the margin kept in memory between full passes (64 bytes "
+        "per row + 8 per non-zero; transient copies during a pass add a few times this)",
+    )
+    max_inner: int = param(2000, "selective: inner cutting planes between two full passes")
+    inner_share: float = param(
+        0.25, "selective: inner loop stops at gap <= inner_share * eps * C * n"
+    )
+
+    @classmethod
+    def from_mapping(cls, params=None, **kw):
+        given = {k: v for k, v in {**(params or {}), **kw}.items() if v is not None}
+        if "C" in given and "c_perf" in given:
+            raise SolverError(
+                "give --C or --c-perf, not both (--c-perf is SVMperf's scale: C = 100*c_perf/n)"
+            )
+        return super().from_mapping(given)
+
+    @classmethod
+    def misplaced_hint(cls, unknown: list[str]) -> str | None:
+        if "tol" in unknown:
+            return (
+                "perf stops on --eps (the duality gap, as SVMperf's -e); --tol is for the "
+                "dual solvers"
+            )
+        return None
+
+    def rules(self) -> None:
+        if self.kernel != "linear":
+            raise SolverError(
+                f"--solver perf trains linear SVMs only (got --kernel {self.kernel}); use smo, "
+                "active-set or irwls for kernels"
+            )
+        if self.c_perf is None:
+            positive(self, "C")
+        positive(self, "c_perf")
+        at_least(self, "max_iter", 0)
+        positive(self, "eps")
+        at_least(self, "bias", 0, " (0 = no bias)")
+        at_least(self, "max_inactive", 0)
+        positive(self, "dense_limit_mb")
+        at_least(self, "line_points", 1)
+        at_least(self, "cut_points", 1)
+        at_least(self, "inner_mb", 0)
+        at_least(self, "max_inner", 1)
+        positive(self, "inner_share")
+
+    def validate(self, meta) -> None:
+        super().validate(meta)
+        self.resolve_loss(meta)
+        self.check_dense(meta)
+
+    def check_dense(self, meta, copies: int = 1) -> None:
+        """Refuse up front a store whose dense vectors would not fit ``dense_limit_mb``.
+
+        perf keeps about ``DENSE_VECTORS`` dense float64 vectors over the features (w, the
+        best point, the cutting-plane solution, their difference, the new cut, ...) per
+        problem (``copies``: one-vs-rest classes); together they must fit the limit, which
+        also bounds the working set of cutting planes. A legal line such as
+        ``1 2147483648:1`` would otherwise make training ask for tens of GiB.
+        """
+        dim = int(meta.n_features) + 1
+        need = DENSE_VECTORS * 8.0 * dim * max(1, copies)
+        limit = float(self.dense_limit_mb) * 2**20
+        if need > limit:
+            raise SolverError(
+                f"perf: the store has {int(meta.n_features):,} features: a dense w needs "
+                f"{8.0 * dim / 2**20:,.0f} MiB and perf keeps {DENSE_VECTORS * max(1, copies)} "
+                f"such vectors ({need / 2**20:,.0f} MiB), more than --dense-limit-mb "
+                f"{self.dense_limit_mb:g}; re-ingest with hashing or a smaller --n-features, "
+                "or raise --dense-limit-mb"
+            )
+
+    def resolve_loss(self, meta) -> str:
+        """The loss for this store (default: error for binary, ordinal for rank labels)."""
+        loss = self.loss
+        if loss is None:
+            loss = "ordinal" if meta.label_kind == "ordinal" else "error"
+        if loss in ("error", "roc") and meta.label_kind != "binary":
+            if loss == "error":
+                binary_classes(meta)  # raises the standard message
+            raise SolverError(
+                f"--loss roc needs binary labels; the store has label kind {meta.label_kind!r} "
+                "(use --loss ordinal for rank labels)"
+            )
+        if loss == "ordinal" and meta.label_kind == "binary":
+            raise SolverError(
+                "--loss ordinal needs rank labels; the store's labels are binary: use --loss roc "
+                "(ROC area, the ordinal loss of two ranks)"
+            )
+        if loss == "ordinal" and meta.label_kind != "ordinal":
+            raise SolverError(
+                f"--loss ordinal needs rank labels (integers); the store has label kind "
+                f"{meta.label_kind!r}"
+            )
+        return loss
+
+
+DEFAULTS: dict[str, Any] = Params.defaults()

@@ -1,0 +1,207 @@
+"""Per-shard pass functions of perf and their reductions.
+
+They stay at module level: the Dask engine pickles them by name. Accumulators of cutting
+planes are dense ``(K, dim)`` arrays, or compact ``("s", columns, (K, len) values, dim)``
+tuples over a shard's own columns when the store has many more columns than the shard has
+non-zeros.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from ...kernels.csr import csr_matvec, u32
+from ...kernels.perf import (
+    accumulate_rows,
+    cut_segment,
+    cut_single,
+    merge_sparse_rows,
+    scores_two,
+)
+
+#: stores with more columns than this (and than 2 × a shard's non-zeros) accumulate cutting
+#: planes per shard over the shard's distinct columns only
+COMPACT_MIN_DIM = 1 << 16
+
+
+def _compact_min_dim() -> int:
+    """``COMPACT_MIN_DIM`` as ``ooc_svm.solvers.perf`` exports it (the one knob; tests lower it)."""
+    return getattr(sys.modules.get(__package__), "COMPACT_MIN_DIM", COMPACT_MIN_DIM)
+
+
+def _new_accumulator(shard, dim: int, K: int, with_bias: bool):
+    """(acc, gidx, bias_slot, columns or None) for one shard."""
+    if dim > max(_compact_min_dim(), 2 * shard.nnz):
+        cols = np.sort(shard.indices).astype(np.int64)
+        if cols.shape[0]:
+            cols = cols[np.concatenate(([True], cols[1:] != cols[:-1]))]
+        gidx = np.searchsorted(cols, shard.indices).astype(np.uint32)
+        if with_bias:
+            cols = np.append(cols, dim - 1)
+        acc = np.zeros((K, cols.shape[0] + (0 if with_bias else 1)))
+        bias_slot = cols.shape[0] - 1 if with_bias else acc.shape[1] - 1
+        return acc, gidx, bias_slot, cols
+    acc = np.zeros((K, dim + (0 if with_bias else 1)))
+    bias_slot = dim - 1 if with_bias else dim
+    return acc, u32(shard.indices), bias_slot, None
+
+
+def _finish_accumulator(acc, cols, dim: int, with_bias: bool):
+    if cols is None:
+        return acc if with_bias else acc[:, :dim]
+    vals = acc if with_bias else acc[:, : cols.shape[0]]
+    return ("s", cols, vals, dim)
+
+
+def merge_acc(a, b):
+    """Sum of two accumulators (dense arrays or compact tuples); densifies when it pays."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    a_dense = isinstance(a, np.ndarray)
+    b_dense = isinstance(b, np.ndarray)
+    if a_dense and b_dense:
+        return a + b
+    if a_dense or b_dense:
+        dense, sparse = (a, b) if a_dense else (b, a)
+        out = dense.copy()
+        out[:, sparse[1]] += sparse[2]
+        return out
+    _, ca, va, dim = a
+    _, cb, vb, _ = b
+    if (ca.shape[0] + cb.shape[0]) * 4 > dim:
+        out = np.zeros((va.shape[0], dim))
+        out[:, ca] += va
+        out[:, cb] += vb
+        return out
+    cols, vals = merge_sparse_rows(ca, np.ascontiguousarray(va), cb, np.ascontiguousarray(vb))
+    return ("s", cols, vals, dim)
+
+
+def acc_row(acc, p: int | None = None, upto: bool = False) -> np.ndarray:
+    """Dense float64 row ``p`` of an accumulator (``upto``: sum of rows 0..p, a prefix sum)."""
+    if isinstance(acc, np.ndarray):
+        return acc[: p + 1].sum(axis=0) if upto else acc[p].copy()
+    _, cols, vals, dim = acc
+    out = np.zeros(dim)
+    out[cols] = vals[: p + 1].sum(axis=0) if upto else vals[p]
+    return out
+
+
+def reduce_cut(a, b):
+    """Reduce for the pass partials: dicts whose ``"g"`` entry is an accumulator."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    out = {}
+    for k, v in a.items():
+        out[k] = merge_acc(v, b[k]) if k == "g" else v + b[k]
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# pass functions (module level: the Dask engine pickles them)
+# ------------------------------------------------------------------------------------------
+
+
+def pass_single(shard, bc):
+    """Algorithm 1 lines 5–7 at one point w: count, hinge sum and Σ_{violated} yᵢx̃ᵢ."""
+    w, w_bias, bias, pos, dim = bc
+    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, 1, True)
+    cnt, hinge = cut_single(
+        shard.indptr,
+        u32(shard.indices),
+        gidx,
+        shard.data,
+        shard.y,
+        pos,
+        w,
+        w_bias,
+        bias,
+        acc[0],
+        bias_slot,
+    )
+    return {
+        "g": _finish_accumulator(acc, cols, dim, True),
+        "cnt": np.array([float(cnt)]),
+        "hinge": np.array([hinge]),
+    }
+
+
+def pass_segment(shard, bc):
+    """Accelerated pass: hinge sums along w_b + k(w_c − w_b) and cuts at grid points."""
+    w2, tb, tc, bias, pos, dim, kv, kg = bc
+    K = kg.shape[0]
+    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, K, True)
+    hv = np.zeros(kv.shape[0])
+    cnt = np.zeros(K, dtype=np.int64)
+    cut_segment(
+        shard.indptr,
+        u32(shard.indices),
+        gidx,
+        shard.data,
+        shard.y,
+        pos,
+        w2,
+        tb,
+        tc,
+        kv,
+        kg,
+        hv,
+        acc,
+        cnt,
+        bias,
+        bias_slot,
+    )
+    return {
+        "g": _finish_accumulator(acc, cols, dim, True),
+        "cnt": cnt.astype(np.float64),
+        "hinge": hv,
+    }
+
+
+def pass_labels(shard, bc):
+    """Labels (and qids) of a shard, for the ranking losses."""
+    q = shard.qid if shard.qid is not None else np.zeros(0, dtype=np.int64)
+    return [(np.asarray(shard.y, dtype=np.float64).copy(), np.asarray(q, dtype=np.int64).copy())]
+
+
+def pass_scores(shard, bc):
+    """w·xᵢ for every row (one point) or (w_b·xᵢ, w_c·xᵢ) (two points)."""
+    w2, two = bc
+    n = shard.n_rows
+    if not two:
+        out = np.empty(n)
+        csr_matvec(shard.indptr, u32(shard.indices), shard.data, w2, 0.0, out)
+        return [(out,)]
+    ob = np.empty(n)
+    oc = np.empty(n)
+    scores_two(shard.indptr, u32(shard.indices), shard.data, w2, 0.0, 0.0, ob, oc)
+    return [(ob, oc)]
+
+
+def pass_accumulate(shard, bc, st):
+    """Σᵢ coefᵢ xᵢ with the per-row coefficients kept as per-shard state."""
+    (dim,) = bc
+    acc, gidx, _, cols = _new_accumulator(shard, dim, 1, False)
+    accumulate_rows(shard.indptr, gidx, shard.data, st, acc[0])
+    return {"g": _finish_accumulator(acc, cols, dim, False)}, st
+
+
+def pass_many(shard, bc):
+    """Several problems' passes over one shard read once: ``bc`` is a list of
+    ``(pass function, broadcast)``; returns the list of their partials."""
+    return [fn(shard, b) for fn, b in bc]
+
+
+def reduce_many(a, b):
+    """Reduce of :func:`pass_many` partials, problem by problem."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return [reduce_cut(x, y) for x, y in zip(a, b, strict=True)]

@@ -1,0 +1,219 @@
+"""The working set of cutting planes and the glue to its QP (OP3)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ...kernels.perf import matvec, sparse_vdot, vdot
+from .. import SolverError
+from ..qp import solve_simplex_qp
+
+log = logging.getLogger(__name__)
+
+
+class WorkingSet:
+    """Cutting planes (gⱼ, rⱼ) with their Gram matrix, in bounded memory.
+
+    Each gⱼ is kept in the smaller of a dense and a sparse (int32 indices + values) form,
+    with float64 values while the set uses less than half of ``limit_bytes`` and float32
+    beyond. The Gram matrix is updated with one row per new plane (O(|W|·size) work).
+    """
+
+    def __init__(self, dim: int, limit_bytes: float):
+        self.dim = int(dim)
+        self.limit = float(limit_bytes)
+        self.vecs: list[Any] = []
+        self.r: list[float] = []
+        self.inactive: list[int] = []
+        self.Q = np.zeros((0, 0))
+        self.alpha = np.zeros(0)
+        self.nbytes = 0
+        self.peak = 0
+        self.peak_bytes = 0
+        self.float32 = 0
+        self._warned = False
+
+    def __len__(self) -> int:
+        return len(self.vecs)
+
+    @staticmethod
+    def _dot(v, g: np.ndarray) -> float:
+        if isinstance(v, np.ndarray):
+            return float(vdot(v, g))
+        idx, vals = v
+        return float(sparse_vdot(idx, vals, g))
+
+    def _store(self, g: np.ndarray):
+        nz = np.flatnonzero(g)
+        use32 = self.nbytes > self.limit / 2
+        vb = 4 if use32 else 8
+        dt = np.float32 if use32 else np.float64
+        if nz.size * (4 + vb) < self.dim * vb:
+            v = (nz.astype(np.int32), g[nz].astype(dt))
+            size = nz.size * (4 + vb)
+        else:
+            v = g.astype(dt)
+            size = self.dim * vb
+        if use32:
+            self.float32 += 1
+            if self.nbytes + size > self.limit and not self._warned:
+                self._warned = True
+                log.warning(
+                    "perf: the working set of cutting planes exceeds dense_limit_mb=%g "
+                    "(%d planes, %.1f MB); planes inactive for max_inactive iterations are "
+                    "dropped",
+                    self.limit / 2**20,
+                    len(self.vecs) + 1,
+                    (self.nbytes + size) / 2**20,
+                )
+        return v, size
+
+    def add(self, g: np.ndarray, r: float) -> None:
+        """Add plane (g, r); g is a dense float64 vector of length ``dim``."""
+        v, size = self._store(g)
+        gq = g if isinstance(v, np.ndarray) and v.dtype == np.float64 else self._as_dense(v)
+        row = np.array([self._dot(u, gq) for u in self.vecs] + [float(vdot(gq, gq))])
+        m = len(self.vecs)
+        Q = np.empty((m + 1, m + 1))
+        Q[:m, :m] = self.Q
+        Q[m, :] = row
+        Q[:, m] = row
+        self.Q = Q
+        self.vecs.append(v)
+        self.r.append(float(r))
+        self.inactive.append(0)
+        self.alpha = np.append(self.alpha, 0.0)
+        self.nbytes += size
+        self.peak = max(self.peak, len(self.vecs))
+        self.peak_bytes = max(self.peak_bytes, self.nbytes)
+
+    def _as_dense(self, v) -> np.ndarray:
+        if isinstance(v, np.ndarray):
+            return v.astype(np.float64)
+        out = np.zeros(self.dim)
+        out[v[0]] = v[1]
+        return out
+
+    def combine(self, alpha: np.ndarray) -> np.ndarray:
+        """w = Σⱼ αⱼ gⱼ."""
+        w = np.zeros(self.dim)
+        for a, v in zip(alpha, self.vecs, strict=True):
+            if a == 0.0:
+                continue
+            if isinstance(v, np.ndarray):
+                w += a * v
+            else:
+                w[v[0]] += a * v[1]
+        return w
+
+    def solve(self, C_perf: float, atol: float) -> tuple[np.ndarray, float, float]:
+        """Solve OP3 over W (warm-started); returns (w, dual value, QP gap)."""
+        res = solve_simplex_qp(self.Q, np.asarray(self.r), C_perf, x0=self.alpha, atol=atol)
+        self.alpha = res.x
+        w = self.combine(res.x)
+        dual = float(vdot(res.x, np.asarray(self.r)) - 0.5 * vdot(w, w))
+        for j, a in enumerate(res.x):
+            self.inactive[j] = 0 if a > 0.0 else self.inactive[j] + 1
+        return w, dual, res.gap
+
+    def slack(self) -> float:
+        """ξ_W = max(0, maxⱼ rⱼ − w·gⱼ) at w = Σ αⱼgⱼ (w·gⱼ = (Qα)ⱼ)."""
+        if not self.vecs:
+            return 0.0
+        return max(0.0, float(np.max(np.asarray(self.r) - matvec(self.Q, self.alpha))))
+
+    def drop_inactive(self, max_inactive: int) -> int:
+        """Remove planes inactive for ``max_inactive`` iterations; returns how many."""
+        if max_inactive <= 0:
+            return 0
+        keep = [j for j, c in enumerate(self.inactive) if c < max_inactive]
+        dropped = len(self.vecs) - len(keep)
+        if dropped:
+            kept = set(keep)
+            for j in range(len(self.vecs)):
+                if j not in kept:
+                    self.nbytes -= self._size(self.vecs[j])
+            self.vecs = [self.vecs[j] for j in keep]
+            self.r = [self.r[j] for j in keep]
+            self.inactive = [self.inactive[j] for j in keep]
+            self.alpha = self.alpha[keep]
+            self.Q = self.Q[np.ix_(keep, keep)]
+        return dropped
+
+    def _size(self, v) -> int:
+        if isinstance(v, np.ndarray):
+            return v.nbytes
+        return v[0].nbytes + v[1].nbytes
+
+    def state(self) -> tuple[dict, dict]:
+        """(scalars, arrays) describing the whole working set, for checkpoints."""
+        arrays = {
+            "ws_Q": self.Q,
+            "ws_alpha": self.alpha,
+            "ws_r": np.asarray(self.r),
+            "ws_inactive": np.asarray(self.inactive, dtype=np.int64),
+        }
+        for j, v in enumerate(self.vecs):
+            if isinstance(v, np.ndarray):
+                arrays[f"ws_v{j}"] = v
+            else:
+                arrays[f"ws_v{j}_idx"], arrays[f"ws_v{j}_val"] = v
+        scalars = {
+            "ws_n": len(self.vecs),
+            "ws_nbytes": self.nbytes,
+            "ws_peak": self.peak,
+            "ws_peak_bytes": self.peak_bytes,
+            "ws_float32": self.float32,
+            "ws_warned": self._warned,
+        }
+        return scalars, arrays
+
+    def restore(self, scalars: dict, arrays: dict) -> None:
+        """Inverse of :meth:`state`."""
+        n = int(scalars["ws_n"])
+        self.vecs = [
+            arrays[f"ws_v{j}"]
+            if f"ws_v{j}" in arrays
+            else (arrays[f"ws_v{j}_idx"], arrays[f"ws_v{j}_val"])
+            for j in range(n)
+        ]
+        self.Q = np.array(arrays["ws_Q"], dtype=np.float64).reshape(n, n)
+        self.alpha = np.array(arrays["ws_alpha"], dtype=np.float64)
+        self.r = [float(v) for v in arrays["ws_r"]]
+        self.inactive = [int(v) for v in arrays["ws_inactive"]]
+        self.nbytes = int(scalars["ws_nbytes"])
+        self.peak = int(scalars["ws_peak"])
+        self.peak_bytes = int(scalars["ws_peak_bytes"])
+        self.float32 = int(scalars["ws_float32"])
+        self._warned = bool(scalars["ws_warned"])
+
+
+def _qp_atol(eps: float) -> float:
+    return 1e-4 * eps
+
+
+#: a working-set QP slower than this many seconds and than QP_STALL_PASSES passes means breakdown
+QP_STALL_SECONDS = 10.0
+QP_STALL_PASSES = 20.0
+
+
+def check_qp(C: float, Cp: float, qp_seconds: float, pass_seconds: float) -> None:
+    """Stop, in bounded time, when the working-set QP stalls (extreme C).
+
+    At extreme C (C_perf = C·n of 1e12 and more) α grows towards C_perf, the Gram matrix of
+    the planes is singular, the gradient Qα − r loses its precision to round-off and every
+    QP costs seconds, while the cutting-plane method itself would need O(C_perf·R²/ε²)
+    iterations (Joachims 2006, Theorem 5). The QP never returns a point worse than its warm
+    start (:func:`~ooc_svm.solvers.qp.solve_simplex_qp`), so the lower bound stays valid and
+    non-decreasing; a QP slower than ``QP_STALL_SECONDS`` and than ``QP_STALL_PASSES``
+    passes stops the run with a one-line message pointing to the dual-coordinate-descent
+    solvers, which have no such dependence on C.
+    """
+    if qp_seconds > max(QP_STALL_SECONDS, QP_STALL_PASSES * pass_seconds):
+        raise SolverError(
+            f"perf: the cutting-plane QP stalls at --C {C:g} (C*n = {Cp:.3g}: one working-set "
+            f"QP took {qp_seconds:.0f} s); use --solver active-set or smo, or a smaller --C"
+        )
