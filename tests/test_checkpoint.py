@@ -7,20 +7,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import ooc_cmd
 from sklearn.datasets import make_classification
 
 from ooc_svm.checkpoint import Checkpointer, CheckpointError
 from ooc_svm.model import load_model
 from ooc_svm.store import csr_to_shards, write_store
 
-OOC = str(Path(sys.executable).parent / "ooc-svm")
+OOC = ooc_cmd()
 
 # case -> (solver, extra CLI flags making many small checkpointed steps)
 CASES = {
@@ -56,7 +56,7 @@ def _args(case, store, out, ckpt, tmp):
     solver, flags = CASES[case]
     extra = [a.replace("SMO_CONF", str(conf)) for a in flags]
     return [
-        OOC,
+        *OOC,
         "train",
         "--solver",
         solver,
@@ -178,7 +178,7 @@ def test_kill_and_resume_ovr_same_model(mc_store, tmp_path):
 
     def args(out, ck):
         return [
-            OOC,
+            *OOC,
             "train",
             "--solver",
             "perf",

@@ -16,15 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import ooc_cmd
 
 from ooc_svm.model import load_model
 from ooc_svm.store import csr_to_shards, open_store, write_store
 
 pytestmark = pytest.mark.cluster
 
-BIN = Path(sys.executable).parent
-OOC = str(BIN / "ooc-svm")
-DASK = str(BIN / "dask")
+OOC = ooc_cmd()
+DASK = [sys.executable, "-m", "dask"]
 
 
 def _free_port() -> int:
@@ -50,7 +50,7 @@ def cluster(tmp_path_factory):
     procs = [
         subprocess.Popen(
             [
-                DASK,
+                *DASK,
                 "scheduler",
                 "--host",
                 "127.0.0.1",
@@ -71,7 +71,7 @@ def cluster(tmp_path_factory):
         for k in range(2):
             w = subprocess.Popen(
                 [
-                    DASK,
+                    *DASK,
                     "worker",
                     address,
                     "--nworkers",
@@ -128,7 +128,7 @@ def _train(store, out, *extra, check=True):
     # stack into the failure message (instead of a bare timeout).
     proc = subprocess.Popen(
         [
-            OOC,
+            *OOC,
             "train",
             "--solver",
             "perf",
@@ -224,7 +224,7 @@ def test_corrupted_shard_stops_training(tmp_path):
     chunk = Path(path) / name / "indices" / "c" / "0"
     raw = chunk.read_bytes()
     chunk.write_bytes(raw[: len(raw) // 2])  # truncated
-    v = subprocess.run([OOC, "verify", path], capture_output=True, text=True)
+    v = subprocess.run([*OOC, "verify", path], capture_output=True, text=True)
     assert v.returncode != 0 and name in v.stderr
     r = _train(path, str(tmp_path / "m"), check=False)
     assert r.returncode != 0, r.stdout

@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import ROOT, dataset
+from conftest import dataset, ooc_cmd
 
 from ooc_svm.cli import main
 from ooc_svm.store import open_store
@@ -30,7 +30,7 @@ from ooc_svm.store.ingest import IngestError, ingest, ingest_with_stats
 
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
-OOC_SVM = os.path.join(ROOT, ".venv", "bin", "ooc-svm")
+OOC_SVM = ooc_cmd()
 
 
 # ------------------------------------------------------------------------------------------
@@ -471,7 +471,7 @@ def test_stdin_subprocess(tmp_path):
     text = _random_text(200, 12, qid=True)
     out = tmp_path / "stdin.zarr"
     r = subprocess.run(
-        [OOC_SVM, "ingest", "-", str(out), "--shard-rows", "64"],
+        [*OOC_SVM, "ingest", "-", str(out), "--shard-rows", "64"],
         input=gzip.compress(text),
         capture_output=True,
     )

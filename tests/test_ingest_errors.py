@@ -11,13 +11,13 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ooc_cmd
 
 from ooc_svm.cli import main
 from ooc_svm.store import open_store
 from ooc_svm.store.ingest import IngestError, ingest, ingest_with_stats
 
-OOC_SVM = os.path.join(ROOT, ".venv", "bin", "ooc-svm")
+OOC_SVM = ooc_cmd()
 
 GOOD = "1 1:0.5 3:1\n-1 2:2\n1 1:1 4:0.25\n"
 
@@ -314,7 +314,7 @@ def test_bad_options(tmp_path):
 def test_cli_subprocess_bad_line_exit_code(tmp_path):
     (tmp_path / "bad.svm").write_text(GOOD + "1 0:1\n")
     r = subprocess.run(
-        [OOC_SVM, "ingest", str(tmp_path / "bad.svm"), str(tmp_path / "o.zarr")],
+        [*OOC_SVM, "ingest", str(tmp_path / "bad.svm"), str(tmp_path / "o.zarr")],
         capture_output=True,
         text=True,
     )
@@ -328,7 +328,7 @@ def test_cli_subprocess_bad_line_exit_code(tmp_path):
 def test_cli_subprocess_truncated_stdin(tmp_path):
     comp = gzip.compress(_text())
     r = subprocess.run(
-        [OOC_SVM, "ingest", "-", str(tmp_path / "o.zarr")],
+        [*OOC_SVM, "ingest", "-", str(tmp_path / "o.zarr")],
         input=comp[: len(comp) // 2],
         capture_output=True,
     )
