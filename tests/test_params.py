@@ -21,24 +21,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
+from conftest import build_store
 
 from ooc_svm.api import train
 from ooc_svm.engine import LocalEngine
 from ooc_svm.solvers import SOLVER_MODULES, SolverError, get_solver
-from ooc_svm.store import csr_to_shards, open_store, write_store
+from ooc_svm.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLVERS = list(SOLVER_MODULES)
-
-
-def _write(path, X, y, qid=None, shard_rows=40):
-    write_store(
-        str(path),
-        csr_to_shards(sp.csr_matrix(X), y, qid=qid, shard_rows=shard_rows),
-        n_features=X.shape[1],
-    )
-    return str(path)
 
 
 def _binary(n=120, d=5, seed=0):
@@ -53,11 +44,11 @@ def work(tmp_path_factory):
     """A directory with a binary store ``b.zarr`` and a rank store (qids) ``r.zarr``."""
     d = tmp_path_factory.mktemp("params")
     X, y = _binary()
-    _write(d / "b.zarr", X, y)
+    build_store(d / "b.zarr", X, y, shard_rows=40)
     rng = np.random.default_rng(3)
     yr = rng.integers(0, 3, X.shape[0]).astype(float)
     qid = np.sort(rng.integers(0, 4, X.shape[0]))
-    _write(d / "r.zarr", X, yr, qid=qid)
+    build_store(d / "r.zarr", X, yr, qid=qid, shard_rows=40)
     return d
 
 
@@ -225,7 +216,7 @@ def test_perf_ovr_does_not_import_api(tmp_path):
     X = rng.normal(size=(90, 4)).astype(np.float32)
     y = (np.arange(90) % 3).astype(float)
     X[:, 0] += 2 * y
-    path = _write(tmp_path / "m.zarr", X, y)
+    path = build_store(tmp_path / "m.zarr", X, y, shard_rows=40).path
     code = (
         "import sys\n"
         "from ooc_svm.store import open_store\n"
@@ -346,7 +337,7 @@ def test_irwls_column_cache_works_on_dask_workers(tmp_path):
     from ooc_svm.engine import make_engine
 
     X, y = _binary(n=300, d=6, seed=4)
-    path = _write(tmp_path / "c.zarr", X, y, shard_rows=80)
+    path = build_store(tmp_path / "c.zarr", X, y, shard_rows=80).path
     params = dict(C=3.0, gamma=0.5, working_set=10, seed=7)
     a = train(path, "irwls", **params)
     with make_engine("processes", n_workers=2, threads_per_worker=1) as eng:
