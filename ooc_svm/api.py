@@ -13,7 +13,7 @@ from .solvers.ovr import combine_ovr_models, train_ovr
 from .solvers.params import KernelSolverParams, SolverParams, flag_name
 from .store import open_store
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 __all__ = [
     "KernelSolverParams",

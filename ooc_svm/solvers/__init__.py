@@ -122,7 +122,7 @@ def available_solvers() -> list[str]:
         try:
             m = importlib.import_module(mod)
         except Exception:  # noqa: BLE001 - a broken solver must not take the CLI down
-            logging.getLogger("ooc_svm").debug("solver %s failed to import", name, exc_info=True)
+            logging.getLogger(__name__).debug("solver %s failed to import", name, exc_info=True)
             continue
         if all(hasattr(m, a) for a in ("Params", "STOPPING_RULE", "solve")):
             out.append(name)

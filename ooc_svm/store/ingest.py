@@ -39,7 +39,7 @@ from . import svmlight as sv
 from .format import MAX_FEATURES, Shard, StoreError, StoreMeta
 from .writer import StoreWriter, backend_from_path
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 #: Default size of a text block handed to the parser (bytes).
 DEFAULT_BLOCK_MB = 8.0
