@@ -5,13 +5,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .engine import Engine, make_engine
 from .solvers import SOLVER_MODULES, Callback, Result, SolverError, available_solvers, get_solver
 from .solvers.ovr import combine_ovr_models, train_ovr
 from .solvers.params import KernelSolverParams, SolverParams, flag_name
 from .store import open_store
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpointer
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +117,8 @@ def train(
         raise SolverError(f"unknown multiclass mode {multiclass!r}; use ovr")
     if probability:
         _check_probability(store, multiclass, probability_folds)
-    ckpt = None
+    ckpt: Checkpointer | None = None
+    class_ckpt: Callable[[int, float], Checkpointer] | None = None  # one-vs-rest
     if checkpoint is not None or resume:
         if checkpoint is None:
             raise SolverError("--resume needs the checkpoint directory")
@@ -129,7 +134,7 @@ def train(
                 )
             classes = [float(c) for c in (store.meta.labels or [])]
 
-            def ckpt(k: int, c: float) -> Checkpointer:
+            def per_class(k: int, c: float) -> Checkpointer:
                 # one directory per class; the class list is checked on resume
                 return Checkpointer(
                     os.path.join(checkpoint, f"class-{k:04d}"),
@@ -138,17 +143,19 @@ def train(
                     resume=resume,
                     store=store,
                 )
+
+            class_ckpt = per_class
         else:
             ckpt = Checkpointer(checkpoint, solver, full, resume=resume, store=store)
     own_engine = engine is None
-    if own_engine:
+    if engine is None:
         if isinstance(shard_cache_mb, int | float) and not shard_cache_mb >= 0:
             raise SolverError("--shard-cache-mb must be >= 0")
         engine = make_engine(scheduler, cache_mb=shard_cache_mb)
     t0 = time.perf_counter()
     try:
         if multiclass == "ovr":
-            result = train_ovr(store, mod, engine, typed, callback=callback, checkpoint=ckpt)
+            result = train_ovr(store, mod, engine, typed, callback=callback, checkpoint=class_ckpt)
         else:
             result = mod.solve(store, engine, typed, callback=callback, checkpoint=ckpt)
         if probability:

@@ -14,6 +14,7 @@ import importlib
 import logging
 import os
 import sys
+from typing import Any, NoReturn
 
 from . import __version__
 
@@ -46,7 +47,7 @@ _DESCRIPTION = (
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line that points to ``--help``."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -62,7 +63,7 @@ def _add_verbosity(p: argparse.ArgumentParser, suppress: bool) -> None:
     # after the sub-command too (``ooc-svm train -q ...``); SUPPRESS keeps the top-level
     # value when the flag is not repeated there
     taken = set(p._option_string_actions)
-    d = {"default": argparse.SUPPRESS} if suppress else {}
+    d: dict[str, Any] = {"default": argparse.SUPPRESS} if suppress else {}
     if not {"-v", "--verbose"} & taken:
         p.add_argument("-v", "--verbose", action="count", help="more log output (-vv: debug)", **d)
     if not {"-q", "--quiet"} & taken:

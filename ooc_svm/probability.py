@@ -175,7 +175,7 @@ def sigmoid_train(dec_values, labels) -> tuple[float, float]:
     return float(A), float(B)
 
 
-def sigmoid_predict(dec_values, A: float, B: float) -> np.ndarray:
+def sigmoid_predict(dec_values, A: float | np.ndarray, B: float | np.ndarray) -> np.ndarray:
     """``P(y=1|f) = 1 / (1 + exp(A·f + B))`` evaluated without overflow (LIBSVM's form).
 
     Parameters

@@ -224,7 +224,7 @@ def history_figure(path: str):
     have_secs = _has(recs, "seconds")
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex="col", squeeze=False)
-    floors = {}
+    floors: dict[tuple[int, int], float] = {}
     for col, (xkey, xlabel, have) in enumerate(
         (("passes", "passes over the data", have_passes), ("seconds", "seconds", have_secs))
     ):
@@ -292,7 +292,8 @@ def history_figure(path: str):
             handles, labels = ax.get_legend_handles_labels()
             if labels:
                 ax.legend(fontsize=8, loc="best")
-    fig._ooc_svm_floors = floors  # for tests: the floor of each log panel
+    # for tests: the floor of each log panel (an attribute matplotlib's Figure does not declare)
+    fig._ooc_svm_floors = floors  # type: ignore[attr-defined]
     what = f"{solver} " if solver else ""
     store = header.get("store")
     multi = f", one-vs-rest, {len(groups)} classes" if len(groups) > 1 else ""

@@ -577,7 +577,7 @@ def format_svmlight(shard: Shard) -> memoryview:
         has_qid,
         out,
     )
-    return memoryview(out)[:used]
+    return out.data[:used]
 
 
 # ----------------------------------------------------------------------------------------
@@ -792,7 +792,7 @@ class SynthModel:
         indptr, indices, data, score = self.rows(key_rows, row0, n)
         y = np.empty(n, np.float64)
         within = bool(s.ranks and s.qid_size)
-        if within and row0 % s.qid_size:
+        if within and s.qid_size and row0 % s.qid_size:
             raise SynthError(f"block start {row0} cuts a query of {s.qid_size} rows")
         s_j, u = self.label_scores(key_labels, row0, score)
         _labels(

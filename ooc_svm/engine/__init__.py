@@ -59,6 +59,7 @@ def make_engine(scheduler: str | None = None, **kwargs) -> Engine:
             kwargs["cache_mb"] = parse_cache_mb(kwargs["cache_mb"])
         except ValueError as e:
             raise EngineError(f"--shard-cache-mb: {e}") from None
+    cls: type[Engine]
     if scheduler == "local":
         cls = LocalEngine
     else:
@@ -73,8 +74,8 @@ def make_engine(scheduler: str | None = None, **kwargs) -> Engine:
         raise TypeError(f"make_engine: unknown option(s) {', '.join(sorted(unknown))}")
     kw = {k: v for k, v in kwargs.items() if k in params or (takes_any and k not in other_only)}
     if cls is LocalEngine:
-        return cls(**kw)
-    return cls(scheduler, **kw)
+        return LocalEngine(**kw)
+    return DaskEngine(scheduler, **kw)
 
 
 __all__ = [

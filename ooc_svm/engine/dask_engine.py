@@ -58,11 +58,14 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._util import AUTO_CACHE_SHARE, auto_cache_bytes, cpu_count, parse_cache_mb
 from .base import Engine, EngineError, ShardState, add_partials, shard_stub, tree_reduce
 from .reader import ShardCache, readonly, shard_reader
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +299,7 @@ class DaskEngine(Engine):
         self.retried_shards = 0
         self._slots: tuple[float, list[str]] | None = None
         self._cluster = None
-        self._client = None
+        self._client: Client | None = None
         self._npass = 0
         try:
             import distributed  # noqa: F401
@@ -398,16 +401,22 @@ class DaskEngine(Engine):
     def client(self):
         return self._client
 
+    def _connected(self) -> Client:
+        """The client; an :class:`EngineError` once the engine is closed."""
+        if self._client is None:
+            raise EngineError("the Dask engine is closed")
+        return self._client
+
     def worker_addresses(self) -> list[str]:
-        return sorted(self._client.nthreads())
+        return sorted(self._connected().nthreads())
 
     def worker_cache_stats(self) -> dict[str, dict[str, int]]:
         """Shard cache of every worker process: ``budget``, ``used`` (bytes), hits, misses."""
-        return self._client.run(_worker_cache_stats)
+        return self._connected().run(_worker_cache_stats)
 
     def worker_peak_rss_kb(self) -> dict[str, int]:
         """Peak RSS (ru_maxrss, KiB) of every worker process."""
-        return self._client.run(_worker_rss_kb)
+        return self._connected().run(_worker_rss_kb)
 
     # -- helpers ---------------------------------------------------------------------------
     def _spec(self, store) -> tuple:
@@ -435,7 +444,7 @@ class DaskEngine(Engine):
         """
         now = time.monotonic()
         if refresh or self._slots is None or now - self._slots[0] > 5.0:
-            nt = self._client.nthreads()
+            nt = self._connected().nthreads()
             slots = [w for w in sorted(nt) for _ in range(max(1, int(nt[w] or 1)))]
             self._slots = (now, slots)
         slots = self._slots[1]
@@ -452,7 +461,7 @@ class DaskEngine(Engine):
         # (CommClosedError, an OSError); the surviving workers take the retry.
         for attempt in range(1, self.max_attempts + 1):
             try:
-                [fut] = self._client.scatter([broadcast], hash=False)
+                [fut] = self._connected().scatter([broadcast], hash=False)
                 return fut
             except (TypeError, AttributeError, ValueError) as e:
                 if "pickle" in f"{type(e).__name__} {e}".lower():
@@ -482,7 +491,7 @@ class DaskEngine(Engine):
             return [None] * len(futs)
         from distributed import wait
 
-        client = self._client
+        client = self._connected()
         wait(futs)
         workers = sorted(client.nthreads())
         if len(workers) < 2:
@@ -557,7 +566,7 @@ class DaskEngine(Engine):
         self._npass += 1
         tag = f"ooc-p{self._npass}-{os.getpid()}-{id(self) & 0xFFFF:x}"
         spec = self._spec(store) if read else None
-        client = self._client
+        client = self._connected()
         n = len(ids)
         parts: list = [None] * n
         news: list = [None] * n
@@ -696,7 +705,7 @@ class DaskEngine(Engine):
         items = []
         for sid in ids:
             where = {"workers": [place[sid]], "allow_other_workers": True} if sid in place else {}
-            f = self._client.submit(
+            f = self._connected().submit(
                 _call_init,
                 init,
                 store.meta.shards[sid],
@@ -723,7 +732,7 @@ class DaskEngine(Engine):
         futs = []
         for sid, v in zip(ids, items, strict=True):
             w = [place[sid]] if sid in place else None
-            [f] = self._client.scatter([v], workers=w, hash=False)
+            [f] = self._connected().scatter([v], workers=w, hash=False)
             futs.append(f)
         try:
             backups = self._protect(futs)
@@ -745,7 +754,7 @@ class DaskEngine(Engine):
             if f is None:
                 raise EngineError(f"the per-shard state of shard {sid} was lost with its workers")
             futs.append(f)
-        return self._client.gather(futs)
+        return self._connected().gather(futs)
 
     # -- teardown --------------------------------------------------------------------------
     def close(self) -> None:

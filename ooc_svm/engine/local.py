@@ -110,7 +110,7 @@ class LocalEngine(Engine):
         n = len(ids)
         if state is not None:
             state.check(ids)
-        token = store_token(store) if read else None
+        token = store_token(store) if read else ""  # the cache is used only when read
         reader = self._reader(store) if read else None
         cache = self.cache
         fill = read and (not self.auto_cache or token in self._warm)
@@ -138,6 +138,7 @@ class LocalEngine(Engine):
         def load(k: int):
             # only called after a cache miss in this pass
             sid = ids[k]
+            assert reader is not None  # load is only submitted when read
             shard = reader(sid)
             self.shards_read += 1
             return cache.put(token, sid, shard) if fill else shard
@@ -208,6 +209,7 @@ class LocalEngine(Engine):
         fold = StreamingTreeReduce(reduce)
         new_states = []
         for sid in ids:
+            shard: Any
             if read:
                 shard = self.cache.get(token, sid)
                 if shard is None:

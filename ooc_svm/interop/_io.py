@@ -8,8 +8,9 @@ import gzip
 import lzma
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -45,7 +46,7 @@ class LineReader:
             raise FormatError(f"{self.path}: is a directory, not a model file") from None
         except OSError as e:
             raise FormatError(f"{self.path}: cannot open ({e.strerror or e})") from None
-        opener = open
+        opener: Callable[..., Any] = open
         for magic, op in _MAGIC:
             if head.startswith(magic):
                 opener = op
@@ -127,7 +128,8 @@ class SparseRows:
 
     def add(self, reader: LineReader, toks: list[str]) -> None:
         n = len(toks)
-        idx = val = None
+        idx: np.ndarray | None = None
+        val: np.ndarray | None = None
         if all(t.count(":") == 1 for t in toks):
             try:  # fast path: one conversion for the whole line
                 arr = np.array(":".join(toks).split(":"), dtype=np.float64)
@@ -149,6 +151,7 @@ class SparseRows:
                     raise reader.error(f"feature {t[:40]!r} is not INDEX:VALUE")
                 idx[k] = to_int(reader, i, "feature index", 1)
                 val[k] = to_float(reader, v, "feature value")
+        assert val is not None  # set with idx on both paths
         if n > 1 and np.any(np.diff(idx) <= 0):
             raise reader.error("feature indices are not strictly increasing")
         if n and idx[-1] > (1 << 31):

@@ -34,6 +34,7 @@ Writing: binary kernel models, binary linear models (one "support vector" holdin
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -168,8 +169,11 @@ def read(path: str, n_features: int | None = None) -> Model:
             width,
         )
     sv = rows.matrix(width)
-    info = {"solver": f"libsvm {svm_type}", "imported_from": str(path), "format": "libsvm"}
-    kw = dict(kernel=kernel, gamma=gamma, degree=degree, coef0=coef0)
+    info: dict[str, Any] = {
+        "solver": f"libsvm {svm_type}",
+        "imported_from": str(path),
+        "format": "libsvm",
+    }
     if k == 2:
         model = Model(
             kind="kernel",
@@ -179,7 +183,10 @@ def read(path: str, n_features: int | None = None) -> Model:
             dual_coef_=coef[0].copy(),
             intercept_=-rho[0],
             info=info,
-            **kw,
+            kernel=kernel,
+            gamma=gamma,
+            degree=degree,
+            coef0=coef0,
         )
         _probability(r, head, model, n_pairs)
         return model
@@ -193,7 +200,10 @@ def read(path: str, n_features: int | None = None) -> Model:
         dual_coef_=coef,
         intercept_=-np.asarray(rho),
         info=info,
-        **kw,
+        kernel=kernel,
+        gamma=gamma,
+        degree=degree,
+        coef0=coef0,
     )
     validate_ovo(model, str(path))
     _probability(r, head, model, n_pairs)
