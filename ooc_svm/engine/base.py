@@ -37,7 +37,7 @@ from __future__ import annotations
 import abc
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -139,7 +139,7 @@ class ShardStub:
         return f"ShardStub(index={self.index}, row_start={self.row_start}, n_rows={self.n_rows})"
 
 
-def shard_stub(store, sid: int) -> ShardStub:
+def shard_stub(store: Any, sid: int) -> ShardStub:
     info = store.meta.shards[sid]
     return ShardStub(int(sid), int(info.row_start), int(info.n_rows), int(info.nnz), info.name)
 
@@ -160,7 +160,9 @@ class ShardState:
         The states (local engine) or handles to them (Dask: futures), aligned with ``ids``.
     """
 
-    def __init__(self, engine: Engine, n_shards: int, items: list[Any], ids=None):
+    def __init__(
+        self, engine: Engine, n_shards: int, items: list[Any], ids: Iterable[int] | None = None
+    ) -> None:
         self.engine = engine
         self.n_shards = n_shards
         self.items = items
@@ -169,7 +171,7 @@ class ShardState:
             raise ValueError("ShardState: one item per shard id is needed")
         self._pos = {sid: k for k, sid in enumerate(self.ids)}
 
-    def check(self, sids) -> None:
+    def check(self, sids: Iterable[int]) -> None:
         missing = [s for s in sids if s not in self._pos]
         if missing:
             raise EngineError(
@@ -194,8 +196,8 @@ class Engine(abc.ABC):
 
     def map_reduce(
         self,
-        store,
-        fn: Callable,
+        store: Any,
+        fn: Callable[..., Any],
         broadcast: Any = None,
         reduce: Callable[[Any, Any], Any] | None = None,
         state: ShardState | None = None,
@@ -228,8 +230,8 @@ class Engine(abc.ABC):
 
     def map_state(
         self,
-        store,
-        fn: Callable,
+        store: Any,
+        fn: Callable[..., Any],
         broadcast: Any = None,
         state: ShardState | None = None,
         reduce: Callable[[Any, Any], Any] | None = None,
@@ -245,10 +247,10 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def _run(
         self,
-        store,
-        fn: Callable,
+        store: Any,
+        fn: Callable[..., Any],
         broadcast: Any,
-        reduce,
+        reduce: Callable[[Any, Any], Any] | None,
         state: ShardState | None,
         shards: list[int] | None,
         read: bool,
@@ -256,13 +258,17 @@ class Engine(abc.ABC):
         """One pass: :meth:`map_reduce` (``read=True``) or :meth:`map_state` (``read=False``:
         ``fn`` gets a :class:`ShardStub`)."""
 
-    def init_state(self, store, init: Callable[[Any, int], Any], shards=None) -> ShardState:
+    def init_state(
+        self, store: Any, init: Callable[[Any, int], Any], shards: Iterable[int] | None = None
+    ) -> ShardState:
         """Create per-shard state with ``init(shard_info, shard_index)`` (no data is read)."""
         ids = list(range(store.n_shards)) if shards is None else [int(i) for i in shards]
         items = [init(store.meta.shards[i], i) for i in ids]
         return ShardState(self, store.n_shards, items, ids)
 
-    def set_state(self, store, items: list[Any], shards=None) -> ShardState:
+    def set_state(
+        self, store: Any, items: list[Any], shards: Iterable[int] | None = None
+    ) -> ShardState:
         """Create per-shard state from explicit values (e.g. loaded from a checkpoint)."""
         items = list(items)
         ids = list(range(len(items))) if shards is None else [int(i) for i in shards]
@@ -278,7 +284,7 @@ class Engine(abc.ABC):
     def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -298,11 +304,11 @@ class WorkerScratch:
     def __init__(self, kind: str, key: str | None = None):
         self.kind = kind
         self.key = key or uuid.uuid4().hex
-        self._entries: dict = {}
+        self._entries: dict[Any, Any] = {}
         self._lock = threading.Lock()
         self._remote = False
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[str, str], WorkerScratch], tuple[str, str]]:
         return (_unpickled_scratch, (self.kind, self.key))
 
     def _space(self) -> WorkerScratch:
@@ -316,7 +322,7 @@ class WorkerScratch:
             return self  # not in a Dask task: scratch of this copy only
         with _RESOLVE_LOCK:
             spaces = worker.__dict__.setdefault("_ooc_svm_scratch", {})
-            sc = spaces.get((self.kind, self.key))
+            sc: WorkerScratch | None = spaces.get((self.kind, self.key))
             if sc is None:
                 for k in [k for k in spaces if k[0] == self.kind]:
                     del spaces[k]
@@ -347,5 +353,5 @@ def _unpickled_scratch(kind: str, key: str) -> WorkerScratch:
     return sc
 
 
-def as_float_array(x) -> np.ndarray:
+def as_float_array(x: Any) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float64)

@@ -119,7 +119,7 @@ def to_int(reader: LineReader, tok: str, what: str, minimum: int = 0) -> int:
 class SparseRows:
     """Accumulates ``INDEX:VALUE`` rows (1-based indices) into a CSR matrix."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.indptr = [0]
         self.indices: list[np.ndarray] = []
         self.data: list[np.ndarray] = []
