@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 DEMO    ?= demo
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-all lint clean
+.PHONY: venv demo test test-all lint lint-ruff lint-format lint-types lint-imports check clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,8 +33,25 @@ test: venv
 test-all: venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
 
-lint: venv
-	$(BIN)/ruff check ooc_svm tests scripts
+# the CI checks before the tests: lint, format, types, layer contracts (pyproject.toml has
+# their settings); `make -k lint` runs all four and reports every failure
+LINT_PATHS := ooc_svm tests scripts
+lint: lint-ruff lint-format lint-types lint-imports
+
+lint-ruff: venv
+	$(BIN)/ruff check $(LINT_PATHS)
+
+lint-format: venv
+	$(BIN)/ruff format --check $(LINT_PATHS)
+
+lint-types: venv
+	$(BIN)/mypy ooc_svm
+
+lint-imports: venv
+	$(BIN)/lint-imports
+
+# what .ci/run runs: every check, then the tests
+check: lint test
 
 clean:
-	rm -rf $(DEMO) build *.egg-info .pytest_cache
+	rm -rf $(DEMO) build *.egg-info .pytest_cache .mypy_cache .import_linter_cache
