@@ -138,17 +138,16 @@ def run(args) -> int:
     from ..store.ingest import DEFAULT_BLOCK_MB, ingest_with_stats
 
     inputs, store = args.inputs, args.store
-    total = 0
+    total: int | None = 0  # bytes of all inputs, None when unknown (stdin, a pipe)
     for path in inputs:
         try:
-            if path != "-" and os.path.isfile(path):
-                total += os.path.getsize(path)
-            else:
-                total = None
-                break
+            size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else None
         except OSError:
+            size = None
+        if size is None or total is None:
             total = None
             break
+        total += size
     # Everything imported so far lives until exit: keep it out of the cyclic GC, whose full
     # collections (triggered by the store writer's many small objects) would otherwise walk
     # every module object again and again.

@@ -144,7 +144,7 @@ def read_into(path: str, out: np.ndarray, what: str) -> FileId:
     try:
         if st.st_size != out.nbytes:
             raise _SizeMismatch(st.st_size)
-        view = memoryview(out.view(np.uint8))
+        view = out.view(np.uint8).data
         got = 0
         while got < out.nbytes:
             n = os.readv(fd, [view[got:]])

@@ -9,9 +9,12 @@ import dataclasses
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 FORMAT_NAME = "ooc-svm-csr"
 #: version 2: shard checksums are XXH3-64 (version 1 stores, CRC-32, are still read)
@@ -89,7 +92,7 @@ class Shard:
         n = self.indptr.nbytes + self.indices.nbytes + self.data.nbytes + self.y.nbytes
         return n + (self.qid.nbytes if self.qid is not None else 0)
 
-    def to_scipy(self, n_features: int):
+    def to_scipy(self, n_features: int) -> sp.csr_matrix:
         """Return the rows as a ``scipy.sparse.csr_matrix`` (shares memory where it can)."""
         import scipy.sparse as sp
 
@@ -110,13 +113,13 @@ def shard_checksum(shard: Shard, version: int = FORMAT_VERSION) -> str:
     if version == 1:
         crc = 0
         for arr in arrays:
-            crc = zlib.crc32(np.ascontiguousarray(arr).view(np.uint8), crc)
+            crc = zlib.crc32(np.ascontiguousarray(arr).view(np.uint8).data, crc)
         return f"{crc & 0xFFFFFFFF:08x}"
     import xxhash
 
     h = xxhash.xxh3_64()
     for arr in arrays:
-        h.update(np.ascontiguousarray(arr).view(np.uint8))
+        h.update(np.ascontiguousarray(arr).view(np.uint8).data)
     return h.hexdigest()
 
 
@@ -162,8 +165,11 @@ class StoreMeta:
         return json.dumps(self.to_dict(), indent=1)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "store") -> StoreMeta:
-        """Validate and build metadata; refuse unknown formats, newer versions, absurd sizes."""
+    def from_dict(cls, d: object, where: str = "store") -> StoreMeta:
+        """Validate and build metadata; refuse unknown formats, newer versions, absurd sizes.
+
+        ``d`` is the document as read from disk: anything, checked here.
+        """
         if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
             raise StoreError(
                 f"{where}: not an ooc-svm store (no '{FORMAT_NAME}' metadata); "
@@ -313,7 +319,7 @@ def check_feature_bound(meta: StoreMeta, limit_mb: float = DEFAULT_DENSE_LIMIT_M
         )
 
 
-def _get(d: dict, key: str, typ: type, where: str, default: Any = KeyError) -> Any:
+def _get(d: dict[str, Any], key: str, typ: type, where: str, default: Any = KeyError) -> Any:
     if key not in d:
         if default is KeyError:
             raise KeyError(f"missing key {key!r}")

@@ -28,9 +28,10 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -203,6 +204,7 @@ def _open_stream(inp: _Input, path: str):
             kind = k
             break
     raw = _CountingReader(f, prefix)
+    stream: _CountingReader | gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile
     if kind == "plain":
         stream = raw
     else:
@@ -273,7 +275,7 @@ def _read_blocks(
             buf[: len(carry)] = np.frombuffer(carry, np.uint8)
             filled = len(carry)
             eof = False
-            mv = memoryview(buf)
+            mv = buf.data
             try:
                 while filled < size:
                     got = stream.readinto(mv[filled:size])
@@ -316,7 +318,9 @@ def _tool(kind: str) -> str:
     return {"gzip": "gzip", "bzip2": "bzip2", "xz": "xz"}.get(kind, "cat")
 
 
-def _background(gen: Iterator, maxsize: int, stop: threading.Event) -> Iterator:
+def _background(
+    gen: Generator[Any, None, None], maxsize: int, stop: threading.Event
+) -> Generator[Any, None, None]:
     """Run a generator in a daemon thread, yield its items here; errors are re-raised here."""
     q: queue.Queue = queue.Queue(maxsize)
     done = object()
@@ -421,7 +425,20 @@ def _parse(
         padded=True,
         out=out,
     )
-    return _Parsed(block, *res, qid_state_in=qid_state, out=out)
+    indptr, indices, data, labels, qids, fallback, skips, info = res
+    return _Parsed(
+        block,
+        indptr,
+        indices,
+        data,
+        labels,
+        qids,
+        fallback,
+        skips,
+        info,
+        qid_state_in=qid_state,
+        out=out,
+    )
 
 
 def _token(buf, s: int, e: int) -> str:
@@ -619,6 +636,7 @@ class _ShardBuilder:
                 sb.data[z : z + k1 - k0] = data[k0:k1]
                 sb.y[r : r + m] = labels[a:b]
                 if self.has_qid:
+                    assert sb.qid is not None  # a buffer of a store with qids
                     sb.qid[r : r + m] = qids[a:b]
                 self.rows += m
                 self.nnz += k1 - k0
@@ -639,12 +657,13 @@ class _ShardBuilder:
         if not self.rows:
             return None
         sb, r, z = self.buf, self.rows, self.nnz
+        assert sb is not None  # rows were added into it
         shard = Shard(
             sb.indptr[: r + 1],
             sb.indices[:z],
             sb.data[:z],
             sb.y[:r],
-            sb.qid[:r] if self.has_qid else None,
+            sb.qid[:r] if self.has_qid and sb.qid is not None else None,
         )
         item = (shard, self.max_col + 1, sb)
         self.buf = None

@@ -255,7 +255,7 @@ class TextStore:
         if self.kind == "plain":
             with open(self.file, "rb") as f:
                 f.seek(offset)
-                got = f.readinto(memoryview(buf)[:size])
+                got = f.readinto(buf.data[:size])
             if got != size:
                 raise StoreError(f"{self.name}: the file is shorter than when it was first read")
             return
@@ -263,17 +263,19 @@ class TextStore:
             self._close_stream()
             stream, _raw, _kind, close = _ingest()._open_stream(self._input, self.file)
             self._stream, self._close, self._pos = stream, close, 0
+        stream = self._stream
+        assert stream is not None  # opened above
         skip = offset - self._pos
         scratch = np.empty(min(max(skip, 1), 1 << 20), np.uint8)
         while skip > 0:
-            got = self._stream.readinto(memoryview(scratch)[: min(skip, scratch.shape[0])])
+            got = stream.readinto(scratch.data[: min(skip, scratch.shape[0])])
             if not got:
                 raise StoreError(f"{self.name}: the file is shorter than when it was first read")
             skip -= got
-        mv = memoryview(buf)
+        mv = buf.data
         filled = 0
         while filled < size:
-            got = self._stream.readinto(mv[filled:size])
+            got = stream.readinto(mv[filled:size])
             if not got:
                 raise StoreError(f"{self.name}: the file is shorter than when it was first read")
             filled += got

@@ -56,7 +56,7 @@ class ZarrShardWriter:
         if name in self.group:
             del self.group[name]
         g = self.group.create_group(name)
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "indptr": np.ascontiguousarray(shard.indptr, dtype=np.int64),
             "indices": np.ascontiguousarray(shard.indices, dtype=np.int32),
             "data": np.ascontiguousarray(shard.data, dtype=np.float32),
@@ -86,10 +86,15 @@ class ZarrShardWriter:
         atomic_write_bytes(fs, zpath, json.dumps(doc, indent=1).encode())
 
 
-_DTYPES = {"int64": np.int64, "int32": np.int32, "float32": np.float32, "float64": np.float64}
+_DTYPES: dict[object, type[np.generic]] = {
+    "int64": np.int64,
+    "int32": np.int32,
+    "float32": np.float32,
+    "float64": np.float64,
+}
 
 #: dtype of every array of a shard
-ARRAY_DTYPES = {
+ARRAY_DTYPES: dict[str, np.dtype] = {
     "indptr": np.dtype(np.int64),
     "indices": np.dtype(np.int32),
     "data": np.dtype(np.float32),
