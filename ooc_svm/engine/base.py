@@ -38,9 +38,12 @@ import abc
 import threading
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..store.base import Store
 
 
 def add_partials(a: Any, b: Any) -> Any:
@@ -139,7 +142,7 @@ class ShardStub:
         return f"ShardStub(index={self.index}, row_start={self.row_start}, n_rows={self.n_rows})"
 
 
-def shard_stub(store: Any, sid: int) -> ShardStub:
+def shard_stub(store: Store, sid: int) -> ShardStub:
     info = store.meta.shards[sid]
     return ShardStub(int(sid), int(info.row_start), int(info.n_rows), int(info.nnz), info.name)
 
@@ -196,7 +199,7 @@ class Engine(abc.ABC):
 
     def map_reduce(
         self,
-        store: Any,
+        store: Store,
         fn: Callable[..., Any],
         broadcast: Any = None,
         reduce: Callable[[Any, Any], Any] | None = None,
@@ -230,7 +233,7 @@ class Engine(abc.ABC):
 
     def map_state(
         self,
-        store: Any,
+        store: Store,
         fn: Callable[..., Any],
         broadcast: Any = None,
         state: ShardState | None = None,
@@ -247,7 +250,7 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def _run(
         self,
-        store: Any,
+        store: Store,
         fn: Callable[..., Any],
         broadcast: Any,
         reduce: Callable[[Any, Any], Any] | None,
@@ -259,7 +262,7 @@ class Engine(abc.ABC):
         ``fn`` gets a :class:`ShardStub`)."""
 
     def init_state(
-        self, store: Any, init: Callable[[Any, int], Any], shards: Iterable[int] | None = None
+        self, store: Store, init: Callable[[Any, int], Any], shards: Iterable[int] | None = None
     ) -> ShardState:
         """Create per-shard state with ``init(shard_info, shard_index)`` (no data is read)."""
         ids = list(range(store.n_shards)) if shards is None else [int(i) for i in shards]
@@ -267,7 +270,7 @@ class Engine(abc.ABC):
         return ShardState(self, store.n_shards, items, ids)
 
     def set_state(
-        self, store: Any, items: list[Any], shards: Iterable[int] | None = None
+        self, store: Store, items: list[Any], shards: Iterable[int] | None = None
     ) -> ShardState:
         """Create per-shard state from explicit values (e.g. loaded from a checkpoint)."""
         items = list(items)

@@ -243,7 +243,7 @@ class _BufferPool:
     """Recycles text buffers (8-byte aligned numpy arrays with parser padding), so steady
     state reading neither zero-fills nor page-faults fresh memory."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._free: queue.SimpleQueue = queue.SimpleQueue()
 
     def get(self, size: int) -> np.ndarray:
@@ -387,7 +387,7 @@ class _Parsed:
 class _OutputPool:
     """Recycles the parser's output arrays (one set per block in flight)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._free: queue.SimpleQueue = queue.SimpleQueue()
 
     def get(self, rows: int, nnz: int) -> tuple:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .format import Shard
+
+if TYPE_CHECKING:
+    from .base import Store
 
 
 class LabelIsClass:
@@ -109,7 +113,7 @@ class ShardSubsetView:
     view cannot skip a shard id); a k-fold training fold reads k/(k−1) of what it uses.
     """
 
-    def __init__(self, base, shards):
+    def __init__(self, base: Store, shards: Iterable[int]) -> None:
         self.base = base
         keep = sorted({int(i) for i in np.asarray(shards, dtype=np.int64).ravel()})
         n = base.n_shards
