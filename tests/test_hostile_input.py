@@ -150,17 +150,15 @@ def test_fuzzed_svmlight_bytes(tmp_path, doc):
 # -- crafted stores and models --------------------------------------------------------------
 
 
-def _small_store(tmp_path, name="s.zarr"):
-    src = tmp_path / "a.svm"
-    src.write_text("1 1:1 3:2\n-1 2:1\n1 1:0.5\n-1 3:1\n")
-    path = tmp_path / name
-    ingest([str(src)], str(path), shard_rows=2)
-    return path
+# a small store of two shards: "1 1:1 3:2", "-1 2:1", "1 1:0.5", "-1 3:1"
+SMALL_X = np.array([[1, 0, 2], [0, 1, 0], [0.5, 0, 0], [0, 0, 1]], dtype=np.float32)
+SMALL_Y = np.array([1.0, -1.0, 1.0, -1.0])
 
 
 @pytest.mark.parametrize("name", ["s.zarr", "s.parquet"])
-def test_crafted_store_metadata_refused_before_reading(tmp_path, name):
-    path = _small_store(tmp_path, name)
+def test_crafted_store_metadata_refused_before_reading(tmp_path, make_store, name):
+    make_store(SMALL_X, SMALL_Y, shard_rows=2, name=name)
+    path = tmp_path / name
     if name.endswith(".zarr"):
         meta_file = path / "zarr.json"
         doc = json.loads(meta_file.read_text())
