@@ -20,18 +20,23 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import SolverError
+
+if TYPE_CHECKING:
+    from ..store.format import StoreMeta
 
 P = TypeVar("P", bound="SolverParams")
 
 KERNELS = ("linear", "rbf", "poly", "sigmoid")
 
 
-def param(default: Any, help: str, *, choices: tuple | None = None, cli: str | None = None):
+def param(
+    default: Any, help: str, *, choices: tuple[Any, ...] | None = None, cli: str | None = None
+) -> Any:
     """A dataclass field with its help text (and allowed values) in the metadata.
 
     ``cli`` overrides how the flag is generated: ``"bool"`` (``--x/--no-x``), ``"no"`` (a
@@ -48,7 +53,8 @@ def flag_name(name: str) -> str:
 def _base_type(tp: Any) -> type:
     """``float | None`` -> float; ``int`` -> int."""
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    return args[0] if args else tp
+    base: type = args[0] if args else tp
+    return base
 
 
 def _optional(tp: Any) -> bool:
@@ -78,7 +84,7 @@ class SolverParams:
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
-    def fields(cls) -> list[dataclasses.Field]:
+    def fields(cls) -> list[dataclasses.Field[Any]]:
         return list(dataclasses.fields(cls))
 
     @classmethod
@@ -104,7 +110,7 @@ class SolverParams:
         return cls(**given)
 
     @classmethod
-    def check_names(cls, names) -> None:
+    def check_names(cls, names: Iterable[str]) -> None:
         """Refuse names that are not parameters of this solver."""
         valid = set(cls.names())
         unknown = sorted(set(names) - valid)
@@ -161,7 +167,7 @@ class SolverParams:
         weights = class_weights(self.class_weight, negative, positive, counts)
         return self.C * weights[0], self.C * weights[1]
 
-    def validate(self, meta) -> None:
+    def validate(self, meta: StoreMeta) -> None:
         """Rules that depend on the store (``meta``: its metadata)."""
         if meta.n_rows == 0:
             raise SolverError("the store has no rows")
@@ -246,7 +252,7 @@ class KernelSolverParams(SolverParams):
             )
         return None
 
-    def validate(self, meta) -> None:
+    def validate(self, meta: StoreMeta) -> None:
         """Binary labels (rank data is refused, pointing to ``--solver perf``)."""
         from . import binary_classes
 
