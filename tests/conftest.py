@@ -34,10 +34,14 @@ def data_path():
     return dataset
 
 
-def build_store(path, X, y, qid=None, shard_rows: int = 1000, n_features: int | None = None):
+def build_store(
+    path, X, y, qid=None, shard_rows: int = 1000, n_features: int | None = None, **write_kw
+):
     """Write ``X`` (dense or sparse), ``y`` (and ``qid``) as a store at ``path`` and open it.
 
     The backend follows the suffix (``.zarr`` or ``.parquet``); ``shard_rows`` rows per shard.
+    ``n_features`` defaults to ``X.shape[1]``; ``n_features=0`` leaves it to the data (the
+    largest column used + 1). Other keywords (e.g. ``label_kind``) go to ``write_store``.
     """
     import numpy as np
     import scipy.sparse as sp
@@ -48,18 +52,22 @@ def build_store(path, X, y, qid=None, shard_rows: int = 1000, n_features: int | 
     X = sp.csr_matrix(X, dtype=np.float32)
     n_features = X.shape[1] if n_features is None else n_features
     write_store(
-        str(path), csr_to_shards(X, y, qid=qid, shard_rows=shard_rows), n_features=n_features
+        str(path),
+        csr_to_shards(X, y, qid=qid, shard_rows=shard_rows),
+        n_features=n_features,
+        **write_kw,
     )
     return open_store(str(path))
 
 
 @pytest.fixture
 def make_store(tmp_path):
-    """Factory fixture: ``make_store(X, y, qid=None, shard_rows=1000, name="s.zarr")`` writes a
-    real store under the test's ``tmp_path`` and returns it opened."""
+    """Factory fixture: ``make_store(X, y, qid=None, shard_rows=1000, name="s.zarr", ...)``
+    writes a real store under the test's ``tmp_path`` (see :func:`build_store`) and returns it
+    opened."""
 
-    def make(X, y, qid=None, shard_rows: int = 1000, name: str = "s.zarr", n_features=None):
-        return build_store(tmp_path / name, X, y, qid, shard_rows, n_features)
+    def make(X, y, qid=None, shard_rows: int = 1000, name: str = "s.zarr", n_features=None, **kw):
+        return build_store(tmp_path / name, X, y, qid, shard_rows, n_features, **kw)
 
     return make
 

@@ -18,7 +18,7 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import dataset
+from conftest import build_store, dataset
 
 from ooc_svm.engine import LocalEngine
 from ooc_svm.kernels.kernel_functions import kernel_matrix
@@ -49,12 +49,6 @@ def _load(rel, n=None, n_features=None):
     X.indices = X.indices.astype(np.int32)  # SVC refuses int64 indices
     X.indptr = X.indptr.astype(np.int32)
     return X, y
-
-
-def _store(tmp_path, X, y, name="s.zarr", shard_rows=1000):
-    path = str(tmp_path / name)
-    write_store(path, csr_to_shards(sp.csr_matrix(X, dtype=np.float32), y, shard_rows=shard_rows))
-    return open_store(path)
 
 
 def _dual(Xsv, coef, kernel, gamma):
@@ -135,17 +129,17 @@ def _check_against_libsvm(store, X, y, C, kernel, gamma, tol=1e-5, **params):
 # tiny problems
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kernel,gamma", [("linear", None), ("rbf", 0.5), ("poly", 0.3)])
-def test_tiny_vs_libsvm(tmp_path, kernel, gamma):
+def test_tiny_vs_libsvm(tmp_path, kernel, gamma, make_store):
     rng = np.random.default_rng(1)
     X = sp.csr_matrix(rng.normal(size=(150, 5)).astype(np.float32))
     y = np.where(X @ rng.normal(size=5) + 0.5 * rng.normal(size=150) > 0, 1.0, -1.0)
-    st = _store(tmp_path, X, y, shard_rows=40)
+    st = make_store(X, y, shard_rows=40, n_features=0)
     X = sp.csr_matrix(X, dtype=np.float64)
     for C in (0.5, 20.0):
         _check_against_libsvm(st, X, y, C, kernel, gamma, sprint_size=30)
 
 
-def test_duplicate_rows_with_opposite_labels(tmp_path):
+def test_duplicate_rows_with_opposite_labels(tmp_path, make_store):
     """Identical points with opposite labels make Q_ss singular (§2.1)."""
     rng = np.random.default_rng(2)
     X = rng.normal(size=(200, 4)).astype(np.float32)
@@ -155,7 +149,7 @@ def test_duplicate_rows_with_opposite_labels(tmp_path):
     y = np.concatenate([y, -y[dup]])
     perm = rng.permutation(X.shape[0])
     X, y = sp.csr_matrix(X[perm]), y[perm]
-    st = _store(tmp_path, X, y, shard_rows=64)
+    st = make_store(X, y, shard_rows=64, n_features=0)
     X = sp.csr_matrix(X, dtype=np.float64)
     for kernel, gamma in (("rbf", 0.5), ("linear", None)):
         res, _ = _check_against_libsvm(st, X, y, 1.0, kernel, gamma, sprint_size=50)
@@ -169,7 +163,7 @@ def test_duplicate_rows_with_opposite_labels(tmp_path):
             assert max(pair) == pytest.approx(1.0)
 
 
-def test_linear_more_margin_svs_than_features(tmp_path):
+def test_linear_more_margin_svs_than_features(tmp_path, make_store):
     """Three features, dozens of points exactly on the margins: Q_ss has rank ≤ 3."""
     rng = np.random.default_rng(3)
     n = 240
@@ -179,7 +173,7 @@ def test_linear_more_margin_svs_than_features(tmp_path):
     third = side * np.where(far, 1.0 + rng.uniform(0.5, 2.0, n), 1.0)  # |x3| = 1 on the margin
     X = sp.csr_matrix(np.column_stack([Z * 0.01, third]).astype(np.float32))
     y = side
-    st = _store(tmp_path, X, y, shard_rows=50)
+    st = make_store(X, y, shard_rows=50, n_features=0)
     X = sp.csr_matrix(X, dtype=np.float64)
     res, clf = _check_against_libsvm(st, X, y, 10.0, "linear", None, sprint_size=60)
     c = np.asarray(clf.dual_coef_.todense()).ravel()
@@ -195,7 +189,7 @@ def test_linear_more_margin_svs_than_features(tmp_path):
 @pytest.fixture(scope="module")
 def a9a5000(tmp_path_factory):
     X, y = _load("a9a/a9a", 5000, n_features=123)
-    st = _store(tmp_path_factory.mktemp("a9a"), X, y, shard_rows=1000)
+    st = build_store(tmp_path_factory.mktemp("a9a") / "s.zarr", X, y, shard_rows=1000, n_features=0)
     return st, sp.csr_matrix(X, dtype=np.float64), y
 
 
@@ -206,25 +200,25 @@ def test_a9a_5000_rbf(a9a5000, C):
     assert res.summary["major_iterations"] >= 2
 
 
-def test_a9a_small_rbf_C100(tmp_path):
+def test_a9a_small_rbf_C100(tmp_path, make_store):
     """CI stand-in for C=100 (many free SVs): first 1,500 rows."""
     X, y = _load("a9a/a9a", 1500, n_features=123)
-    st = _store(tmp_path, X, y, shard_rows=500)
+    st = make_store(X, y, shard_rows=500, n_features=0)
     res, _ = _check_against_libsvm(st, sp.csr_matrix(X, dtype=np.float64), y, 100.0, "rbf", 0.05)
     assert res.summary["n_s"] > 300
 
 
-def test_mushrooms_linear(tmp_path):
+def test_mushrooms_linear(tmp_path, make_store):
     X, y = _load("mushrooms/mushrooms", n_features=112)
-    st = _store(tmp_path, X, y, shard_rows=2000)
+    st = make_store(X, y, shard_rows=2000, n_features=0)
     res, _ = _check_against_libsvm(st, sp.csr_matrix(X, dtype=np.float64), y, 1.0, "linear", None)
     assert res.model.kind == "linear"
     assert res.model.support_ is not None  # dual coefficients kept for warm starts
 
 
-def test_pricing_strategies_and_tiny_cache_agree(tmp_path):
+def test_pricing_strategies_and_tiny_cache_agree(tmp_path, make_store):
     X, y = _load("a9a/a9a", 2500, n_features=123)
-    st = _store(tmp_path, X, y, shard_rows=500)
+    st = make_store(X, y, shard_rows=500, n_features=0)
     base = _solve(st, C=1.0, gamma=0.05, tol=1e-5)
     shr = _solve(st, C=1.0, gamma=0.05, tol=1e-5, pricing="shrinking", shrink_after=20)
     tiny = _solve(st, C=1.0, gamma=0.05, tol=1e-5, cache_mb=0.1)
@@ -241,9 +235,9 @@ def test_pricing_strategies_and_tiny_cache_agree(tmp_path):
 # --------------------------------------------------------------------------------------------
 # factor accuracy inside the solver
 # --------------------------------------------------------------------------------------------
-def test_lost_factor_accuracy_is_detected_and_repaired(tmp_path, monkeypatch):
+def test_lost_factor_accuracy_is_detected_and_repaired(tmp_path, monkeypatch, make_store):
     X, y = _load("a9a/a9a", 1500, n_features=123)
-    st = _store(tmp_path, X, y, shard_rows=500)
+    st = make_store(X, y, shard_rows=500, n_features=0)
     clean = _solve(st, C=10.0, gamma=0.05, tol=1e-5)
     orig = ActiveFactor.append
     calls = {"n": 0}
@@ -309,10 +303,10 @@ def test_warm_start_after_appended_rows(tmp_path):
     assert ratio <= 0.30
 
 
-def test_warm_start_restores_equality_constraint(tmp_path):
+def test_warm_start_restores_equality_constraint(tmp_path, make_store):
     """A starting α with yᵀα ≠ 0 (an edited model) is repaired before the first step."""
     X, y = _load("a9a/a9a", 1000, n_features=123)
-    st = _store(tmp_path, X, y, shard_rows=400)
+    st = make_store(X, y, shard_rows=400, n_features=0)
     r = _solve(st, C=1.0, gamma=0.05, tol=1e-5)
     m = r.model
     c = m.dual_coef_.copy()
@@ -328,11 +322,11 @@ def test_warm_start_restores_equality_constraint(tmp_path):
     assert abs(float(np.sum(w.model.dual_coef_))) < 1e-9
 
 
-def test_warm_start_from_singular_libsvm_solution(tmp_path):
+def test_warm_start_from_singular_libsvm_solution(tmp_path, make_store):
     """LIBSVM's mushrooms solution has 300+ free SVs on 112 features. Warm-starting C=2 from
     it (α rescaled) begins with a Q_ss of rank ≤ 112: Case 3 of §2.1."""
     X, y = _load("mushrooms/mushrooms", n_features=112)
-    st = _store(tmp_path, X, y, shard_rows=2000)
+    st = make_store(X, y, shard_rows=2000, n_features=0)
     Xd = sp.csr_matrix(X, dtype=np.float64)
     clf, _ = _libsvm(Xd, y, 1.0, "linear", None)
     c = np.asarray(clf.dual_coef_.todense()).ravel()
@@ -363,11 +357,11 @@ def test_warm_start_from_singular_libsvm_solution(tmp_path):
 # --------------------------------------------------------------------------------------------
 # parameters, CLI, cluster
 # --------------------------------------------------------------------------------------------
-def test_params_and_init_errors(tmp_path):
+def test_params_and_init_errors(tmp_path, make_store):
     rng = np.random.default_rng(5)
     X = sp.csr_matrix(rng.normal(size=(60, 3)).astype(np.float32))
     y = np.where(rng.random(60) < 0.5, 1.0, -1.0)
-    st = _store(tmp_path, X, y, shard_rows=30)
+    st = make_store(X, y, shard_rows=30, n_features=0)
     with pytest.raises(SolverError, match="pricing"):
         _solve(st, pricing="greedy")
     with pytest.raises(SolverError, match="C must be positive"):
@@ -375,20 +369,20 @@ def test_params_and_init_errors(tmp_path):
     r = _solve(st, C=1.0, gamma=0.5)
     path = str(tmp_path / "m")
     r.model.save(path)
-    flipped = _store(tmp_path, X, -y, name="flip.zarr", shard_rows=30)
+    flipped = make_store(X, -y, name="flip.zarr", shard_rows=30, n_features=0)
     with pytest.raises(SolverError, match="opposite label"):
         _solve(flipped, C=1.0, gamma=0.5, init=path)
-    short = _store(tmp_path, X[:10], y[:10], name="short.zarr", shard_rows=30)
+    short = make_store(X[:10], y[:10], name="short.zarr", shard_rows=30, n_features=0)
     if r.model.support_.max() >= 10:
         with pytest.raises(SolverError, match="outside this store"):
             _solve(short, C=1.0, gamma=0.5, init=path)
 
 
-def test_cli_json_and_init(tmp_path):
+def test_cli_json_and_init(tmp_path, make_store):
     from ooc_svm.cli import main
 
     X, y = _load("a9a/a9a", 1200, n_features=123)
-    st = _store(tmp_path, X, y, shard_rows=400)
+    st = make_store(X, y, shard_rows=400, n_features=0)
     m1 = str(tmp_path / "m1")
     buf = io.StringIO()
     with redirect_stdout(buf):
@@ -458,13 +452,13 @@ def test_cli_json_and_init(tmp_path):
 
 
 @pytest.mark.cluster
-def test_same_model_on_local_cluster(tmp_path):
+def test_same_model_on_local_cluster(tmp_path, make_store):
     if importlib.util.find_spec("ooc_svm.engine.dask_engine") is None:
         pytest.skip("the Dask engine (ooc_svm.engine.dask_engine) is not available yet")
     from ooc_svm.engine import make_engine
 
     X, y = _load("a9a/a9a", 2000, n_features=123)
-    st = _store(tmp_path, X, y, shard_rows=300)
+    st = make_store(X, y, shard_rows=300, n_features=0)
     params = dict(C=1.0, kernel="rbf", gamma=0.05, sprint_size=200)
     local = active_set.solve(st, LocalEngine(), dict(params))
     with make_engine("processes", n_workers=2, threads_per_worker=1) as eng:

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import dataset
+from conftest import build_store, dataset
 from scipy.optimize import minimize
 
 from ooc_svm.api import train
@@ -16,7 +16,6 @@ from ooc_svm.engine import LocalEngine
 from ooc_svm.kernels.kernel_functions import kernel_matrix
 from ooc_svm.solvers import SolverError
 from ooc_svm.solvers.irwls import irwls_working_set
-from ooc_svm.store import csr_to_shards, open_store, write_store
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,13 +62,6 @@ def libsvm_dual(X, y, C, kernel, gamma):
     sv = X[clf.support_]
     K = kernel_matrix(sv, sv, kernel, gamma)
     return float(0.5 * coef @ K @ coef - np.abs(coef).sum()), clf
-
-
-def make_store(tmp_path, X, y, shard_rows, name="s.zarr", label_kind=None):
-    path = str(tmp_path / name)
-    shards = csr_to_shards(sp.csr_matrix(X), y, shard_rows=shard_rows)
-    write_store(path, shards, label_kind=label_kind)
-    return open_store(path)
 
 
 def tiny_problem(seed, n=40, d=6):
@@ -142,9 +134,9 @@ def test_working_set_solver_degenerate_linear_kernel():
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("strategy", ["random", "largest", "smallest"])
 @pytest.mark.parametrize("kernel", ["rbf", "linear"])
-def test_chunking_matches_brute_force_qp(tmp_path, strategy, kernel):
+def test_chunking_matches_brute_force_qp(tmp_path, strategy, kernel, make_store):
     X, y = tiny_problem(3, n=50)
-    st = make_store(tmp_path, X, y, shard_rows=13)
+    st = make_store(X, y, shard_rows=13, n_features=0)
     C = 1.0
     K = kernel_matrix(sp.csr_matrix(X), sp.csr_matrix(X), kernel, 0.3)
     ref, _ = qp_dual(K, y, C)
@@ -174,9 +166,9 @@ def test_chunking_matches_brute_force_qp(tmp_path, strategy, kernel):
         assert np.max(np.abs(y[free] * f[free] - 1)) < 1e-4
 
 
-def test_seed_and_thread_count_do_not_change_the_model(tmp_path):
+def test_seed_and_thread_count_do_not_change_the_model(tmp_path, make_store):
     X, y = tiny_problem(4, n=120)
-    st = make_store(tmp_path, X, y, shard_rows=17)
+    st = make_store(X, y, shard_rows=17, n_features=0)
     out = []
     for threads in (1, 2):
         with LocalEngine(n_threads=threads, prefetch=threads) as eng:
@@ -197,9 +189,9 @@ def test_seed_and_thread_count_do_not_change_the_model(tmp_path):
     assert d.dual_objective == pytest.approx(a.dual_objective, rel=1e-9)
 
 
-def test_bad_parameters(tmp_path):
+def test_bad_parameters(tmp_path, make_store):
     X, y = tiny_problem(5, n=20)
-    st = make_store(tmp_path, X, y, shard_rows=20)
+    st = make_store(X, y, shard_rows=20, n_features=0)
     with pytest.raises(SolverError, match="strategy"):
         train(st, "irwls", strategy="best")
     with pytest.raises(SolverError, match="working-set"):
@@ -208,17 +200,17 @@ def test_bad_parameters(tmp_path):
         train(st, "irwls", C=0.0)
     yy = np.arange(20.0) % 3
     # ordinal (ranks): irwls needs binary labels (a multiclass store would train one-vs-rest)
-    st3 = make_store(tmp_path, X, yy, shard_rows=20, name="m.zarr", label_kind="ordinal")
+    st3 = make_store(X, yy, shard_rows=20, name="m.zarr", label_kind="ordinal", n_features=0)
     with pytest.raises(SolverError, match="binary"):
         train(st3, "irwls")
 
 
-def test_cli_train_json(tmp_path, capsys):
+def test_cli_train_json(tmp_path, capsys, make_store):
     from ooc_svm.cli import main
     from ooc_svm.model import load_model
 
     X, y = tiny_problem(6, n=60)
-    make_store(tmp_path, X, y, shard_rows=25)
+    make_store(X, y, shard_rows=25, n_features=0)
     out = tmp_path / "model"
     rc = main(
         [
@@ -269,7 +261,7 @@ def _load(rel, n=None):
 def _check_against_libsvm(tmp_path, X, y, C, kernel, gamma, shard_rows, **kw):
     ref, clf = libsvm_dual(X, y, C, kernel, gamma)
     ref_pred = clf.predict(X)
-    st = make_store(tmp_path, X.copy(), y, shard_rows=shard_rows)
+    st = build_store(tmp_path / "s.zarr", X.copy(), y, shard_rows=shard_rows, n_features=0)
     r = train(st, "irwls", C=C, kernel=kernel, gamma=gamma, **kw)
     assert r.summary["converged"], r.summary
     rel = (r.dual_objective - ref) / abs(ref)
@@ -309,11 +301,11 @@ def test_reuters_acq_linear_against_libsvm(tmp_path):
 # engines
 # --------------------------------------------------------------------------------------------
 @pytest.mark.cluster
-def test_local_engine_and_two_worker_cluster_give_the_same_model(tmp_path):
+def test_local_engine_and_two_worker_cluster_give_the_same_model(tmp_path, make_store):
     from ooc_svm.engine import make_engine
 
     X, y = _load("a9a/a9a", 800)
-    st = make_store(tmp_path, X, y, shard_rows=250)
+    st = make_store(X, y, shard_rows=250, n_features=0)
     params = dict(C=1.0, gamma=0.05, working_set=150, seed=3)
     a = train(st, "irwls", **params)
     with make_engine("processes", n_workers=2, threads_per_worker=1) as eng:
