@@ -168,17 +168,10 @@ def _tiny_binary(seed=0, n=400, d=30, bias_shift=0.7):
     return _csr32(X), y
 
 
-def _store(tmp_path, X, y, qid=None, shard_rows=97, name="s.zarr", label_kind=None):
-    path = str(tmp_path / name)
-    shards = csr_to_shards(X, y, qid=qid, shard_rows=shard_rows)
-    write_store(path, shards, n_features=X.shape[1], label_kind=label_kind)
-    return open_store(path)
-
-
 @pytest.mark.parametrize("bias", [1.0, 0.0, 3.0])
-def test_bias_feature(tmp_path, bias):
+def test_bias_feature(tmp_path, bias, make_store):
     X, y = _tiny_binary(1)
-    st = _store(tmp_path, X, y)
+    st = make_store(X, y, shard_rows=97)
     res = train(st, "perf", C=1.0, eps=1e-6, bias=bias)
     if bias == 0.0:
         assert res.model.intercept_ == 0.0
@@ -197,9 +190,9 @@ def test_bias_feature(tmp_path, bias):
     assert res.objective == pytest.approx(p_ref, rel=1e-5)
 
 
-def test_c_perf_is_svmperf_scale(tmp_path):
+def test_c_perf_is_svmperf_scale(tmp_path, make_store):
     X, y = _tiny_binary(2)
-    st = _store(tmp_path, X, y)
+    st = make_store(X, y, shard_rows=97)
     n = X.shape[0]
     a = train(st, "perf", C=0.5, eps=1e-5)
     b = train(st, "perf", c_perf=0.5 * n / 100.0, eps=1e-5)
@@ -208,26 +201,26 @@ def test_c_perf_is_svmperf_scale(tmp_path):
     assert b.model.info["c_perf_svmperf"] == pytest.approx(0.5 * n / 100.0)
 
 
-def test_labels_other_than_pm1_and_shards(tmp_path):
+def test_labels_other_than_pm1_and_shards(tmp_path, make_store):
     X, y = _tiny_binary(3)
     y12 = np.where(y > 0, 2.0, 1.0)
-    st = _store(tmp_path, X, y12, shard_rows=33)
+    st = make_store(X, y12, shard_rows=33)
     res = train(st, "perf", C=1.0, eps=1e-4)
     assert res.model.classes == [1.0, 2.0]
-    ref = train(_store(tmp_path, X, y, shard_rows=1000, name="t.zarr"), "perf", C=1.0, eps=1e-4)
+    ref = train(make_store(X, y, shard_rows=1000, name="t.zarr"), "perf", C=1.0, eps=1e-4)
     np.testing.assert_allclose(res.model.coef_, ref.model.coef_, rtol=1e-9, atol=1e-12)
     pred = res.model.predict(X)
     assert set(np.unique(pred)) <= {1.0, 2.0}
 
 
-def test_compact_accumulators_and_float32_working_set(tmp_path, monkeypatch):
+def test_compact_accumulators_and_float32_working_set(tmp_path, monkeypatch, make_store):
     """Many-feature path (per-shard accumulators over the shard's own columns) and the
     float32 / sparse working-set storage give the same solution within the guarantee."""
     rng = np.random.default_rng(4)
     n, d = 600, 5000
     X = _csr32(sp.random(n, d, density=0.004, random_state=4, format="csr"))
     y = np.where(rng.random(n) < 0.4, 1.0, -1.0)
-    st = _store(tmp_path, X, y, shard_rows=128)
+    st = make_store(X, y, shard_rows=128)
     ref = train(st, "perf", C=1.0, eps=1e-4)
     monkeypatch.setattr(perf, "COMPACT_MIN_DIM", 16)
     res = train(st, "perf", C=1.0, eps=1e-4, dense_limit_mb=0.5)
@@ -248,14 +241,14 @@ def test_compact_accumulators_and_float32_working_set(tmp_path, monkeypatch):
     )
 
 
-def test_many_features_default_threshold(tmp_path):
+def test_many_features_default_threshold(tmp_path, make_store):
     """200,000 columns, a few hundred rows: the compact per-shard accumulators and sparse
     planes are used without any patching, and the result is LIBLINEAR's within the bound."""
     rng = np.random.default_rng(14)
     n, d = 400, 200_000
     X = _csr32(sp.random(n, d, density=1e-4, random_state=14, format="csr"))
     y = np.where(X @ rng.normal(size=d) + 0.1 * rng.normal(size=n) > 0, 1.0, -1.0)
-    st = _store(tmp_path, X, y, shard_rows=100)
+    st = make_store(X, y, shard_rows=100)
     assert d > perf.COMPACT_MIN_DIM
     res = train(st, "perf", C=1.0, eps=1e-3)
     m = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
@@ -264,9 +257,9 @@ def test_many_features_default_threshold(tmp_path):
     assert res.summary["working_set_mb"] < 0.5 * len(res.history) * d * 8 / 2**20
 
 
-def test_drop_inactive_bounds_working_set(tmp_path):
+def test_drop_inactive_bounds_working_set(tmp_path, make_store):
     X, y = _tiny_binary(5, n=2000, d=40)
-    st = _store(tmp_path, X, y, shard_rows=500)
+    st = make_store(X, y, shard_rows=500)
     res = train(st, "perf", C=10.0, variant="paper", max_inactive=3, eps=1e-3)
     keep = train(st, "perf", C=10.0, variant="paper", max_inactive=0, eps=1e-3)
     assert res.summary["peak_working_set"] < keep.summary["peak_working_set"]
@@ -275,9 +268,9 @@ def test_drop_inactive_bounds_working_set(tmp_path):
     check_guarantee(res, p_ref, 10.0, X.shape[0], 1e-3)
 
 
-def test_progress_records_and_errors(tmp_path):
+def test_progress_records_and_errors(tmp_path, make_store):
     X, y = _tiny_binary(6)
-    st = _store(tmp_path, X, y)
+    st = make_store(X, y, shard_rows=97)
     recs = []
     res = train(st, "perf", C=1.0, callback=recs.append)
     keys = {
@@ -304,7 +297,7 @@ def test_progress_records_and_errors(tmp_path):
         train(st, "perf", variant="fast")
     with pytest.raises(SolverError, match="rank"):
         Xr, yr = X, np.linspace(0, 1, X.shape[0])
-        train(_store(tmp_path, Xr, yr, name="r.zarr"), "perf", loss="ordinal")
+        train(make_store(Xr, yr, name="r.zarr", shard_rows=97), "perf", loss="ordinal")
 
 
 # ------------------------------------------------------------------------------------------
@@ -369,9 +362,9 @@ def _tiny_ranks(seed, n=80, d=6, R=3, qids=False):
 
 @pytest.mark.parametrize("variant", ["paper", "accelerated"])
 @pytest.mark.parametrize("qids", [False, True])
-def test_ordinal_matches_op4(tmp_path, variant, qids):
+def test_ordinal_matches_op4(tmp_path, variant, qids, make_store):
     X, y, qid = _tiny_ranks(7 + qids, qids=qids)
-    st = _store(tmp_path, X, y, qid=qid, shard_rows=23, label_kind="ordinal")  # queries span shards
+    st = make_store(X, y, qid=qid, shard_rows=23, label_kind="ordinal")  # queries span shards
     assert st.meta.label_kind == "ordinal" and st.meta.has_qid == qids
     C = 0.05
     p_ref, d_ref, m = op4_reference(X, y, C, qid)
@@ -386,10 +379,10 @@ def test_ordinal_matches_op4(tmp_path, variant, qids):
 
 
 @pytest.mark.parametrize("variant", ["paper", "accelerated"])
-def test_roc_area_matches_op4(tmp_path, variant):
+def test_roc_area_matches_op4(tmp_path, variant, make_store):
     X, y, _ = _tiny_ranks(9, R=2)
     yb = np.where(y > 0, 1.0, -1.0)
-    st = _store(tmp_path, X, yb, shard_rows=30)
+    st = make_store(X, yb, shard_rows=30)
     C = 0.1
     p_ref, d_ref, m = op4_reference(X, yb, C)
     assert p_ref - d_ref <= 1e-3 * C * m * 1e-6
@@ -400,13 +393,13 @@ def test_roc_area_matches_op4(tmp_path, variant):
 
 
 @pytest.mark.slow
-def test_abalone_and_mq2008_report(tmp_path):
+def test_abalone_and_mq2008_report(tmp_path, make_store):
     """Pairwise accuracy / NDCG on the real ranking data (reported, loosely checked)."""
     from ooc_svm.metrics import ndcg_at_k, pairwise_accuracy
 
     X, y = load_svmlight_file(str(dataset("abalone/abalone_scale")), n_features=8)
     X = _csr32(X)
-    st = _store(tmp_path, X, y, shard_rows=1000, name="ab.zarr", label_kind="ordinal")
+    st = make_store(X, y, shard_rows=1000, name="ab.zarr", label_kind="ordinal")
     res = train(st, "perf", C=0.001)
     acc = pairwise_accuracy(y, X @ res.model.coef_)
     assert acc > 0.75
@@ -416,7 +409,7 @@ def test_abalone_and_mq2008_report(tmp_path):
     with lzma.open(p) as f:
         X, y, qid = load_svmlight_file(f, n_features=46, query_id=True)
     X = _csr32(X)
-    st = _store(tmp_path, X, y, qid=qid, shard_rows=3000, name="mq.zarr")
+    st = make_store(X, y, qid=qid, shard_rows=3000, name="mq.zarr")
     res = train(st, "perf", C=0.01)
     s = X @ res.model.coef_
     assert ndcg_at_k(y, s, qid, 10) > 0.3
@@ -428,9 +421,9 @@ def test_abalone_and_mq2008_report(tmp_path):
 # ------------------------------------------------------------------------------------------
 
 
-def test_same_model_with_one_or_two_threads(tmp_path):
+def test_same_model_with_one_or_two_threads(tmp_path, make_store):
     X, y = _tiny_binary(10, n=3000)
-    st = _store(tmp_path, X, y, shard_rows=300)
+    st = make_store(X, y, shard_rows=300)
     with LocalEngine(n_threads=1, prefetch=0) as e1, LocalEngine(n_threads=2) as e2:
         a = train(st, "perf", engine=e1, C=1.0)
         b = train(st, "perf", engine=e2, C=1.0)
@@ -439,7 +432,7 @@ def test_same_model_with_one_or_two_threads(tmp_path):
 
 
 @pytest.mark.cluster
-def test_local_and_dask_engines_agree(tmp_path):
+def test_local_and_dask_engines_agree(tmp_path, make_store):
     """Binary (OP2) and ordinal with qids (OP5, per-shard state) on a 2-worker LocalCluster."""
     if importlib.util.find_spec("ooc_svm.engine.dask_engine") is None:
         pytest.skip("the Dask engine (ooc_svm/engine/dask_engine.py) is not there yet")
@@ -447,8 +440,8 @@ def test_local_and_dask_engines_agree(tmp_path):
     X, y = _tiny_binary(11, n=3000)
     Xr, yr, qr = _tiny_ranks(12, n=300, qids=True)
     stores = [
-        _store(tmp_path, X, y, shard_rows=250, name="b.zarr"),
-        _store(tmp_path, Xr, yr, qid=qr, shard_rows=110, name="r.zarr"),
+        make_store(X, y, shard_rows=250, name="b.zarr"),
+        make_store(Xr, yr, qid=qr, shard_rows=110, name="r.zarr"),
     ]
     with LocalEngine() as le:
         local = [train(st, "perf", engine=le, C=0.5, eps=0.01) for st in stores]
@@ -467,11 +460,11 @@ def test_local_and_dask_engines_agree(tmp_path):
 # ------------------------------------------------------------------------------------------
 
 
-def test_cli_train_json(tmp_path, capsys):
+def test_cli_train_json(tmp_path, capsys, make_store):
     from ooc_svm.cli import main
 
     X, y = _tiny_binary(13)
-    st = _store(tmp_path, X, y)
+    st = make_store(X, y, shard_rows=97)
     out = tmp_path / "model"
     rc = main(
         [
@@ -529,14 +522,14 @@ def test_conf_file_matches_defaults():
 
 
 @pytest.mark.parametrize("variant", ["paper", "accelerated"])
-def test_extreme_C_finishes_or_stops_in_bounded_time(tmp_path, variant):
+def test_extreme_C_finishes_or_stops_in_bounded_time(tmp_path, variant, make_store):
     """``--C 1e9``: the lower bound never decreases (it went to −1e11 when the working-set QP
     broke down), and the run either meets the guarantee against LIBLINEAR's objective or
     stops with the one-line breakdown message, within a bounded time."""
     import time
 
     X, y = _tiny_binary(0)
-    st = _store(tmp_path, X, y)
+    st = make_store(X, y, shard_rows=97)
     C, eps = 1e9, 1e-3
     lbs = []
 
@@ -561,13 +554,13 @@ def test_extreme_C_finishes_or_stops_in_bounded_time(tmp_path, variant):
         check_guarantee(res, p_ref, C, X.shape[0], eps)
 
 
-def test_extreme_C_cli_one_line(tmp_path):
+def test_extreme_C_cli_one_line(tmp_path, make_store):
     import subprocess
     import sys
     import time
 
     X, y = _tiny_binary(0)
-    _store(tmp_path, X, y)
+    make_store(X, y, shard_rows=97)
     t = time.perf_counter()
     p = subprocess.run(
         [sys.executable, "-m", "ooc_svm", "train", "--solver", "perf", "--C", "1e9", "s.zarr"]
