@@ -418,12 +418,12 @@ def make_model(
     coef = sv.y * sv.alpha
     info = dict(info or {})
     info.setdefault("n_sv", int(sv.n))
-    classes = [float(classes[0]), float(classes[1])]
+    class_list = [float(classes[0]), float(classes[1])]
     if kp.kernel == "linear":
         return Model(
             kind="linear",
             n_features=n_features,
-            classes=classes,
+            classes=class_list,
             coef_=primal_w(sv, coef, n_features),
             intercept_=float(intercept),
             kernel="linear",
@@ -436,7 +436,7 @@ def make_model(
     return Model(
         kind="kernel",
         n_features=n_features,
-        classes=classes,
+        classes=class_list,
         intercept_=float(intercept),
         support_vectors_=X,
         dual_coef_=coef,
