@@ -312,7 +312,7 @@ def binary_metrics(y_true, scores, positive: float, negative: float) -> dict:
     s = np.asarray(scores, dtype=np.float64)
     pred = np.where(s > 0, positive, negative)
     tp, fp, tn, fn = confusion(y_true, pred, positive)
-    out = {"n": int(y_true.shape[0])}
+    out: dict[str, float] = {"n": int(y_true.shape[0])}
     out.update(counts_metrics(tp, fp, tn, fn))
     out["prbep"] = prbep(y_true, s, positive)
     out["auc"] = roc_auc(y_true, s, positive)

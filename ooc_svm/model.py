@@ -174,7 +174,8 @@ class Model:
             meta["probability"] = probability_meta(self)
         try:
             with atomic_dir(path, prefix="model") as tmp:
-                np.savez(os.path.join(tmp, "arrays.npz"), **arrays)
+                # numeric arrays only: no pickle is ever written (load_model refuses one)
+                np.savez(os.path.join(tmp, "arrays.npz"), allow_pickle=False, **arrays)
                 with open(os.path.join(tmp, "model.json"), "w") as f:
                     json.dump(meta, f, indent=1, default=json_default)
         except FileExistsError:

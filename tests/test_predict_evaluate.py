@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
+from conftest import build_store
 from sklearn import metrics as skm
 
 from ooc_svm.api import train
@@ -19,7 +20,6 @@ from ooc_svm.evaluation import evaluate_model
 from ooc_svm.metrics import kendall_tau, ndcg_at_k, pairwise_accuracy
 from ooc_svm.model import Model, load_model
 from ooc_svm.scoring import predict_to_file, shard_batches
-from ooc_svm.store import csr_to_shards, open_store, write_store
 
 
 def _data(seed=0, n=500, d=20, labels=(-1.0, 1.0)):
@@ -31,17 +31,11 @@ def _data(seed=0, n=500, d=20, labels=(-1.0, 1.0)):
     return X, y
 
 
-def _store(tmp_path, X, y, qid=None, name="s.zarr", shard_rows=64):
-    path = str(tmp_path / name)
-    write_store(path, csr_to_shards(X, y, qid=qid, shard_rows=shard_rows), n_features=X.shape[1])
-    return open_store(path)
-
-
 @pytest.fixture(scope="module")
 def binary(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pe")
     X, y = _data(0, labels=(1.0, 2.0))
-    st = _store(tmp, X, y)
+    st = build_store(tmp / "s.zarr", X, y, shard_rows=64)
     res = train(st, "perf", C=1.0)
     mpath = tmp / "model"
     res.model.save(str(mpath))
@@ -101,7 +95,7 @@ def test_cli_predict(binary, capsys):
     assert "not an ooc-svm model" in capsys.readouterr().err
 
 
-def test_ranking_with_qids(tmp_path):
+def test_ranking_with_qids(tmp_path, make_store):
     rng = np.random.default_rng(3)
     n, d = 240, 8
     X = sp.csr_matrix(
@@ -111,7 +105,7 @@ def test_ranking_with_qids(tmp_path):
     s_true = X @ rng.normal(size=d) + 0.5 * rng.normal(size=n)
     y = np.digitize(s_true, [-0.3, 0.4]).astype(float)
     qid = np.sort(rng.integers(0, 12, n))
-    st = _store(tmp_path, X, y, qid=qid, shard_rows=50)
+    st = make_store(X, y, qid=qid, shard_rows=50)
     res = train(st, "perf", C=0.01)
     model = res.model
     assert model.info["loss"] == "ordinal"
@@ -129,11 +123,11 @@ def test_ranking_with_qids(tmp_path):
     np.testing.assert_allclose(t["score"], s, rtol=1e-12, atol=1e-12)
 
 
-def test_one_vs_rest_linear_model(tmp_path):
+def test_one_vs_rest_linear_model(tmp_path, make_store):
     rng = np.random.default_rng(4)
     X = sp.csr_matrix(rng.normal(size=(90, 4)).astype(np.float32).astype(np.float64))
     y = rng.integers(0, 3, 90).astype(float) + 1.0
-    st = _store(tmp_path, X, y)
+    st = make_store(X, y, shard_rows=64)
     model = Model(
         kind="linear",
         n_features=4,
@@ -153,12 +147,12 @@ def test_one_vs_rest_linear_model(tmp_path):
     assert ev["accuracy"] == pytest.approx(np.mean(model.predict(X) == y))
 
 
-def test_kernel_model_streamed(tmp_path):
+def test_kernel_model_streamed(tmp_path, make_store):
     if importlib.util.find_spec("ooc_svm.solvers.dual_common") is None:
         pytest.skip("kernel scoring (ooc_svm.solvers.dual_common) is not there yet")
     pytest.importorskip("ooc_svm.kernels.kernel_functions")
     X, y = _data(5, n=120, d=6)
-    st = _store(tmp_path, X, y)
+    st = make_store(X, y, shard_rows=64)
     sv = sp.csr_matrix(X[:10])
     model = Model(
         kind="kernel",
@@ -178,10 +172,10 @@ def test_kernel_model_streamed(tmp_path):
     np.testing.assert_allclose(t["score"], model.decision_function(X), rtol=1e-6, atol=1e-7)
 
 
-def test_store_with_more_features_than_model(binary, tmp_path):
+def test_store_with_more_features_than_model(binary, tmp_path, make_store):
     _, X, y, _, model, _ = binary
     Xw = sp.hstack([X, sp.random(X.shape[0], 5, density=0.5, random_state=1)]).tocsr()
-    st = _store(tmp_path, Xw, y, name="wide.zarr")
+    st = make_store(Xw, y, name="wide.zarr", shard_rows=64)
     out = str(tmp_path / "w.parquet")
     with LocalEngine() as eng:
         predict_to_file(model, st, eng, out)
@@ -192,9 +186,9 @@ def test_store_with_more_features_than_model(binary, tmp_path):
 # --- issue 13 item 5: ranking models, class-label columns, CSV -------------------------------
 
 
-def test_ranking_model_evaluate_says_threshold_not_trained(tmp_path, capsys):
+def test_ranking_model_evaluate_says_threshold_not_trained(tmp_path, capsys, make_store):
     X, y = _data(7, labels=(-1.0, 1.0))
-    st = _store(tmp_path, X, y)
+    st = make_store(X, y, shard_rows=64)
     res = train(st, "perf", C=1.0, loss="roc")
     mpath = str(tmp_path / "roc")
     res.model.save(mpath)
@@ -214,11 +208,11 @@ def test_ranking_model_evaluate_says_threshold_not_trained(tmp_path, capsys):
     assert "threshold_trained" not in ev and list(ev)[:2] == ["n", "accuracy"]
 
 
-def test_multiclass_columns_by_label_and_csv(tmp_path):
+def test_multiclass_columns_by_label_and_csv(tmp_path, make_store):
     rng = np.random.default_rng(8)
     X = sp.csr_matrix(rng.normal(size=(60, 4)).astype(np.float32).astype(np.float64))
     y = np.array([-1.0, 5.0, 105.0])[rng.integers(0, 3, 60)]
-    st = _store(tmp_path, X, y)
+    st = make_store(X, y, shard_rows=64)
     model = Model(
         kind="linear",
         n_features=4,
@@ -236,14 +230,14 @@ def test_multiclass_columns_by_label_and_csv(tmp_path):
     np.testing.assert_allclose(arr[:, 1:4], model.decision_function(X), rtol=1e-12)
 
 
-def test_ovr_kernel_model_streamed_equals_in_memory(tmp_path):
+def test_ovr_kernel_model_streamed_equals_in_memory(tmp_path, make_store):
     """One-vs-rest kernel models (issue 12 item 4): the streamed multi-class expansion gives
     each class the same value as that class's binary expansion, bit for bit."""
     from ooc_svm.expansion import score_shard, scoring_broadcast
 
     X, _ = _data(9, n=150, d=7)
     y = np.array([1.0, 2.0, 3.0])[np.random.default_rng(9).integers(0, 3, 150)]
-    st = _store(tmp_path, X, y, shard_rows=40)
+    st = make_store(X, y, shard_rows=40)
     rng = np.random.default_rng(10)
     coef = rng.normal(size=(3, 12))
     model = Model(
@@ -281,13 +275,13 @@ def test_ovr_kernel_model_streamed_equals_in_memory(tmp_path):
     assert ev["accuracy"] == pytest.approx(np.mean(pred == y))
 
 
-def test_ovo_model_streamed_equals_in_memory(tmp_path):
+def test_ovo_model_streamed_equals_in_memory(tmp_path, make_store):
     """One-vs-one models (LIBSVM's layout, e.g. imported): predict / evaluate stream them, with
     one score column per class pair and LIBSVM's voting."""
     rng = np.random.default_rng(11)
     X, _ = _data(11, n=130, d=6)
     y = np.array([1.0, 2.0, 3.0])[rng.integers(0, 3, 130)]
-    st = _store(tmp_path, X, y, shard_rows=40)
+    st = make_store(X, y, shard_rows=40)
     model = Model(
         kind="ovo",
         n_features=6,
