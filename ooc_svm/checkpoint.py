@@ -168,7 +168,7 @@ class Checkpointer:
             "n_shard_states": None if shard_states is None else len(shard_states),
         }
         with open(os.path.join(tmp, "arrays.npz"), "wb") as f:
-            np.savez(f, **{k: np.asarray(v) for k, v in (arrays or {}).items()})
+            np.savez(f, allow_pickle=False, **{k: np.asarray(v) for k, v in (arrays or {}).items()})
             f.flush()
             os.fsync(f.fileno())
         if shard_states is not None:
@@ -177,7 +177,7 @@ class Checkpointer:
                 for k, v in st.items():
                     flat[f"s{i}_{k}"] = np.asarray(v)
             with open(os.path.join(tmp, "shards.npz"), "wb") as f:
-                np.savez(f, **flat)
+                np.savez(f, allow_pickle=False, **flat)
                 f.flush()
                 os.fsync(f.fileno())
         with open(os.path.join(tmp, "meta.json"), "w") as f:
@@ -220,7 +220,7 @@ class Checkpointer:
                 meta = json.load(f)
             with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
-            shard_states = None
+            shard_states: list[dict[str, np.ndarray]] | None = None
             if meta.get("n_shard_states") is not None:
                 shard_states = [{} for _ in range(int(meta["n_shard_states"]))]
                 with np.load(os.path.join(path, "shards.npz"), allow_pickle=False) as z:
