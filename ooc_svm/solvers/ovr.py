@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -121,7 +121,7 @@ def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
         )
     # kernel models: union of support vectors (by global row index), one coefficient row each
     index: dict[int, int] = {}
-    rows = []
+    rows: list[Any] = []  # one-row scipy CSR matrices
     for m in models:
         sv = sp.csr_matrix(m.support_vectors_)
         for j, g in enumerate(np.asarray(m.support_, dtype=np.int64)):
@@ -130,8 +130,10 @@ def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
                 rows.append(sv[j])
     coef = np.zeros((len(models), len(rows)))
     for k, m in enumerate(models):
+        assert m.dual_coef_ is not None  # a kernel model
+        dual = np.ravel(m.dual_coef_)
         for j, g in enumerate(np.asarray(m.support_, dtype=np.int64)):
-            coef[k, index[int(g)]] = np.ravel(m.dual_coef_)[j]
+            coef[k, index[int(g)]] = dual[j]
     return Model(
         kind="kernel",
         n_features=first.n_features,
@@ -139,7 +141,7 @@ def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
         intercept_=np.array([float(m.intercept_) for m in models]),
         support_vectors_=sp.vstack(rows).tocsr() if rows else None,
         dual_coef_=coef,
-        support_=np.array(sorted(index, key=index.get), dtype=np.int64),
+        support_=np.array(sorted(index, key=index.__getitem__), dtype=np.int64),
         kernel=first.kernel,
         gamma=first.gamma,
         degree=first.degree,
