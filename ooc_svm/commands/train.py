@@ -6,6 +6,10 @@ import argparse
 import json
 import re
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..api import SolverParams
 
 
 def _fmt(v) -> str:
@@ -36,7 +40,7 @@ def _help_and_default(name: str, help_: str, default) -> tuple[str, str]:
     return help_, _NONE_MEANS.get(name, "unset")
 
 
-def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type]) -> None:
+def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type[SolverParams]]) -> None:
     """Solver flags generated from the ``Params`` dataclasses: ``--name-with-dashes`` per
     field, help and default(s) from its metadata; a field several solvers share is one flag
     (in the common group, with each solver's default where they differ); the others are
