@@ -97,7 +97,7 @@ from .perf import (
     reduce_cut,
 )
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 STOPPING_RULE = (
     "selective: P(w_best) - dual(W) <= eps * C * n, P(w_best) measured by a full pass "

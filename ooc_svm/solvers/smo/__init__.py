@@ -171,6 +171,7 @@ def _finish(store, engine, state, p: Params, kp, classes, out, costs=None):
     objs: dict[str, float] = {}
 
     def info(kkt: dict | None) -> dict:
+        assert kkt is not None  # finish_dual runs the KKT pass (check=True)
         d = dual
         if d is None:
             if w is not None:
@@ -205,6 +206,7 @@ def _finish(store, engine, state, p: Params, kp, classes, out, costs=None):
         kkt=extra.pop("kkt", None),
     )
     kkt = fin.kkt
+    assert kkt is not None  # check=True: the pass was made
     if not kkt["ok"]:
         log.warning(
             "smo: KKT check found a violation of %.3g (> tol %.3g) on %d rows",

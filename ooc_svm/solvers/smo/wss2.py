@@ -121,8 +121,8 @@ class _Wss2Run:
                 self.X, self.kt, sc, self.work, self.W.alpha, self.G, self.G_bar, self.p_lin, self.C
             )
             self.init = False
-        args = (self.X, self.kt, sc.arrays(), self.work, self.W.alpha, self.G, self.G_bar)
-        args += (self.p_lin, self.QD, self.C, self.tol, limit, bool(shrinking))
+        head = (self.X, self.kt, sc.arrays(), self.work, self.W.alpha, self.G, self.G_bar)
+        args = (*head, self.p_lin, self.QD, self.C, self.tol, limit, bool(shrinking))
         while not self.ist[IST_DONE]:
             _wss2_steps(*args, self.active, self.ist, self.fst, sl.budget)
             sl.adapt()
