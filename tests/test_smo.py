@@ -17,7 +17,7 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import dataset
+from conftest import build_store, dataset
 
 from ooc_svm.engine import LocalEngine
 from ooc_svm.model import load_model
@@ -57,12 +57,6 @@ def _libsvm(X, y, C, kernel, gamma, degree=3, coef0=0.0):
     Xs = X[clf.support_]
     dual = 0.5 * c @ _kernel(Xs, Xs, kernel, gamma, degree, coef0) @ c - np.abs(c).sum()
     return clf, float(dual)
-
-
-def _store(tmp_path, X, y, name="s.zarr", shard_rows=2000):
-    path = str(tmp_path / name)
-    write_store(path, csr_to_shards(sp.csr_matrix(X, dtype=np.float32), y, shard_rows=shard_rows))
-    return open_store(path)
 
 
 def _load(rel, n=None, n_features=None):
@@ -120,7 +114,7 @@ def _brute_force_dual(X, y, C, kernel, gamma, degree=3, coef0=0.0):
 
 @pytest.mark.parametrize("kernel", ["linear", "rbf", "poly", "sigmoid"])
 @pytest.mark.parametrize("selection", ["wss2", "platt"])
-def test_tiny_vs_brute_force_qp(tmp_path, kernel, selection):
+def test_tiny_vs_brute_force_qp(tmp_path, kernel, selection, make_store):
     """PSD kernels: the global optimum. sigmoid is not PSD (the dual is non-convex, SMO and a
     local QP solver may stop at different KKT points): only the KKT check is asserted."""
     rng = np.random.default_rng(5)
@@ -128,7 +122,7 @@ def test_tiny_vs_brute_force_qp(tmp_path, kernel, selection):
     X = sp.csr_matrix(rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.6), dtype=np.float32)
     y = np.where(X @ rng.normal(size=d) + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
     coef0 = -0.3 if kernel == "sigmoid" else 1.0
-    st = _store(tmp_path, X, y, shard_rows=15)
+    st = make_store(X, y, shard_rows=15, n_features=0)
     res = smo.solve(
         st,
         _sols(),
@@ -141,13 +135,13 @@ def test_tiny_vs_brute_force_qp(tmp_path, kernel, selection):
     assert abs(res.dual_objective - ref) <= 1e-4 * abs(ref) + 1e-6, (res.dual_objective, ref)
 
 
-def test_decomposition_path_matches_in_memory(tmp_path):
+def test_decomposition_path_matches_in_memory(tmp_path, make_store):
     """A working budget smaller than the data forces the streamed decomposition."""
     rng = np.random.default_rng(9)
     n, d = 900, 30
     X = sp.random(n, d, density=0.3, format="csr", random_state=9, dtype=np.float32)
     y = np.where(X @ rng.normal(size=d) + 0.3 * rng.normal(size=n) > 0, 2.0, 1.0)
-    st = _store(tmp_path, X, y, shard_rows=200)
+    st = make_store(X, y, shard_rows=200, n_features=0)
     for kernel in ("rbf", "linear"):
         clf, ref = _libsvm(X, y, 1.0, kernel, 0.2)
         full = smo.solve(st, _sols(), dict(kernel=kernel, gamma=0.2))
@@ -159,13 +153,13 @@ def test_decomposition_path_matches_in_memory(tmp_path):
         assert part.model.classes == [1.0, 2.0]
 
 
-def test_params_and_errors(tmp_path):
+def test_params_and_errors(tmp_path, make_store):
     X = sp.random(30, 5, density=0.5, format="csr", random_state=1, dtype=np.float32)
     y = np.arange(30) % 3
-    st = _store(tmp_path, X, y.astype(float))
+    st = make_store(X, y.astype(float), shard_rows=2000, n_features=0)
     with pytest.raises(SolverError):
         smo.solve(st, _sols(), {})  # three classes
-    st2 = _store(tmp_path, X, (y % 2).astype(float), name="b.zarr")
+    st2 = make_store(X, (y % 2).astype(float), name="b.zarr", shard_rows=2000, n_features=0)
     with pytest.raises(SolverError):
         smo.solve(st2, _sols(), {"kernel": "laplace"})
     with pytest.raises(SolverError):
@@ -175,11 +169,11 @@ def test_params_and_errors(tmp_path):
     assert smo.DEFAULTS["kernel"] == "rbf" and smo.DEFAULTS["tol"] == 1e-3
 
 
-def test_model_roundtrip_and_streamed_scores(tmp_path):
+def test_model_roundtrip_and_streamed_scores(tmp_path, make_store):
     rng = np.random.default_rng(2)
     X = sp.random(400, 25, density=0.3, format="csr", random_state=2, dtype=np.float32)
     y = np.where(X @ rng.normal(size=25) > 0, 1.0, -1.0)
-    st = _store(tmp_path, X, y, shard_rows=90)
+    st = make_store(X, y, shard_rows=90, n_features=0)
     res = smo.solve(st, _sols(), dict(kernel="rbf", gamma=0.5, C=3.0))
     m = res.model
     assert m.kind == "kernel" and m.support_vectors_.shape[0] == res.summary["n_sv"]
@@ -221,7 +215,9 @@ def _real(name, tmp_path_factory):
         rel, n, nf, params = REAL[name]
         X, y = _load(rel, n, nf)
         clf, ref = _libsvm(X, y, params["C"], params["kernel"], params.get("gamma", "scale"))
-        st = _store(tmp_path_factory.mktemp(name), X, y, shard_rows=3000)
+        st = build_store(
+            tmp_path_factory.mktemp(name) / "s.zarr", X, y, shard_rows=3000, n_features=0
+        )
         _REF_CACHE[name] = (X, y, clf, ref, st)
     return _REF_CACHE[name]
 
@@ -280,12 +276,12 @@ def cluster_engine():
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("selection", ["wss2", "wss2-decomposition", "platt"])
-def test_same_model_on_local_cluster(tmp_path, selection, cluster_engine):
+def test_same_model_on_local_cluster(tmp_path, selection, cluster_engine, make_store):
     rng = np.random.default_rng(4)
     n = 700
     X = sp.random(n, 40, density=0.2, format="csr", random_state=4, dtype=np.float32)
     y = np.where(X @ rng.normal(size=40) + 0.2 * rng.normal(size=n) > 0, 1.0, -1.0)
-    st = _store(tmp_path, X, y, shard_rows=250)
+    st = make_store(X, y, shard_rows=250, n_features=0)
     params = dict(kernel="rbf", gamma=0.3, C=2.0, selection=selection.split("-")[0])
     if selection.endswith("decomposition"):
         params["working_rows"] = 250
@@ -302,13 +298,13 @@ def test_same_model_on_local_cluster(tmp_path, selection, cluster_engine):
     assert dist.summary["kkt_ok"]
 
 
-def test_history_records_seconds_and_passes(tmp_path):
+def test_history_records_seconds_and_passes(tmp_path, make_store):
     """Every history record carries ``seconds`` and ``passes`` (the plot draws both)."""
     rng = np.random.default_rng(3)
     n, d = 600, 12
     X = sp.random(n, d, density=0.4, format="csr", random_state=3, dtype=np.float32)
     y = np.where(X @ rng.normal(size=d) + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
-    st = _store(tmp_path, X, y, shard_rows=150)
+    st = make_store(X, y, shard_rows=150, n_features=0)
     for kw in (
         dict(checkpoint_every=50),  # in memory, several chunks
         dict(working_rows=120),  # decomposition
@@ -336,7 +332,7 @@ WEIGHTED = {
 
 @pytest.mark.parametrize("kernel", ["linear", "rbf"])
 @pytest.mark.parametrize("name", list(WEIGHTED))
-def test_class_weights_vs_libsvm(name, kernel, tmp_path):
+def test_class_weights_vs_libsvm(name, kernel, tmp_path, make_store):
     """Per-class box bounds C·w_{y_i}: the dual objective of our solution equals LIBSVM's
     (-s 0 -wi, free bias) to its tolerance; the primal with the weighted hinge too."""
     from reference_weights import balanced_weights, libsvm_reference
@@ -346,7 +342,7 @@ def test_class_weights_vs_libsvm(name, kernel, tmp_path):
     weights = balanced_weights(y) if weights is None else weights
     gamma = 0.05 if kernel == "rbf" else None
     ref = libsvm_reference(X, y, 1.0, weights, kernel=kernel, gamma=gamma, eps=1e-5)
-    st = _store(tmp_path, X, y, shard_rows=1000)
+    st = make_store(X, y, shard_rows=1000, n_features=0)
     params = dict(kernel=kernel, C=1.0, class_weight=spec, tol=1e-4)
     if gamma is not None:
         params["gamma"] = gamma
@@ -363,11 +359,11 @@ def test_class_weights_vs_libsvm(name, kernel, tmp_path):
     assert abs(plain.dual_objective - res.dual_objective) > 1e-2 * abs(res.dual_objective)
 
 
-def test_class_weights_refused_where_not_implemented(tmp_path):
+def test_class_weights_refused_where_not_implemented(tmp_path, make_store):
     rng = np.random.default_rng(2)
     X = sp.random(300, 8, density=0.5, format="csr", random_state=2, dtype=np.float32)
     y = np.where(X @ rng.normal(size=8) > 0, 1.0, -1.0)
-    st = _store(tmp_path, X, y, shard_rows=100)
+    st = make_store(X, y, shard_rows=100, n_features=0)
     with pytest.raises(SolverError, match="wss2"):
         smo.solve(st, _sols(), dict(class_weight="pos=2", selection="platt"))
     with pytest.raises(SolverError, match="in memory"):
