@@ -24,7 +24,7 @@ from .kernels import DENSE_BLOCK_MAX, _dense_transposed, dense_kernel_block, den
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ from .working_set import S_FREE, S_UPPER, S_ZERO, Counters, WorkingSet
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from ...kernels.kernel_functions import (
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from .kernels import expansion_add
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------

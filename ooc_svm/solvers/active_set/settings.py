@@ -11,7 +11,7 @@ from ..params import KernelSolverParams, at_least, param, positive
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from .settings import CHECK_EVERY, FULL_FLUSH_EVERY, REFACTOR_TOL
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------

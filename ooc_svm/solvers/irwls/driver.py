@@ -156,7 +156,7 @@ from .working_set import irwls_working_set
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 # ============================================================================================

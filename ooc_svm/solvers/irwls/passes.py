@@ -22,7 +22,7 @@ from ..kernel_cache import KernelCache
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 # ============================================================================================

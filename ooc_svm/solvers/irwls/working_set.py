@@ -18,7 +18,7 @@ from ..dual_common import (
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("ooc_svm")
+log = logging.getLogger(__name__)
 
 
 #: relative slack when deciding that a solved S₁ multiplier lies inside [0, C]
