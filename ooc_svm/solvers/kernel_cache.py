@@ -87,7 +87,7 @@ class KernelCache:
         self.nbytes += row.nbytes
 
     def get_or_compute(
-        self, keys: Sequence[int], compute: Callable[[np.ndarray], np.ndarray]
+        self, keys: Sequence[int] | np.ndarray, compute: Callable[[np.ndarray], np.ndarray]
     ) -> np.ndarray:
         """Rows for ``keys`` as a 2-D array (one row per key, in order).
 

@@ -326,6 +326,23 @@ class _Run:
     """One training run: constants, the state carried between outer iterations (checkpointed
     by :func:`_save_checkpoint`) and the steps of an outer iteration."""
 
+    # loop counters, set from _LOOP_KEYS in __init__ and on resume
+    it: int
+    stall: int
+    hits: int
+    misses: int
+    inner_total: int
+    line_total: int
+    failures: int
+    smo_total: int
+    fallbacks: int
+    b_resets: int
+    # the last pass's reduced partial and the change sent with the next pass
+    part: _PassPartial | None
+    delta: Expansion | None
+    delta_rows: WorkingRows | None
+    delta_coef: np.ndarray | None
+
     def __init__(self, store, engine, p: Params, callback, checkpoint):
         self.t0 = time.perf_counter()
         self.store, self.engine, self.p = store, engine, p
@@ -376,6 +393,7 @@ class _Run:
 
     def _expansion(self) -> Expansion:
         r = self.delta_rows
+        assert r is not None  # a kernel change was made
         return Expansion.from_csr(self.kp, self.nf, r.indptr, r.indices, r.data, self.delta_coef)
 
     # -- one outer iteration ------------------------------------------------------------------
@@ -403,16 +421,18 @@ class _Run:
             self.scratch,
             self.nf,
         )
-        self.part = self.engine.map_reduce(
+        part = self.engine.map_reduce(
             self.store, _pass_fn, bc, reduce=_pass_reduce, state=self.state
         )
-        st = self.part.stats
+        self.part = part
+        st = part.stats
         self.hits += int(st[_S_HITS])
         self.misses += int(st[_S_MISSES])
         return time.perf_counter() - tp
 
     def objectives(self) -> tuple[float, float, float]:
         """(violation, dual, primal) at the last pass."""
+        assert self.part is not None  # after outer_pass
         st = self.part.stats
         dual = 0.5 * float(st[_S_BYG]) - float(st[_S_SUMB])
         primal = 0.5 * float(st[_S_BYG]) + self.C * float(st[_S_HINGE])
@@ -421,6 +441,7 @@ class _Run:
     def step(self) -> bool:
         """One outer iteration after the pass; False when the run stops."""
         pass_s = self.outer_pass()
+        assert self.part is not None
         st = self.part.stats
         viol, dual, primal = self.objectives()
         if viol <= self.tol:
@@ -470,6 +491,7 @@ class _Run:
 
     def solve_working_set(self) -> dict:
         """The next working set and its IRWLS-SVC problem; the change goes to the next pass."""
+        assert self.part is not None  # after outer_pass
         rows, g_w = _select(self.part, self.q)
         K = _working_kernel(rows, self.kp, self.nf)
         yb = rows.y * rows.alpha
@@ -543,6 +565,7 @@ class _Run:
         """The model (support vectors collected in one pass), the independent KKT check."""
         C, p = self.C, self.p
         stop_value, dual, _ = self.objectives()
+        assert self.part is not None  # after outer_pass
         st = self.part.stats
         self.drop_caches()
         sv = collect_support_vectors(self.store, self.engine, self.state, self.pos, _collect_fn)
@@ -550,6 +573,7 @@ class _Run:
 
         def info(chk: dict | None) -> dict:
             nonlocal primal
+            assert chk is not None  # finish_dual made the KKT pass
             primal = 0.5 * float(st[_S_BYG]) + C * float(chk["hinge"])
             return {
                 "solver": "irwls",
@@ -575,6 +599,7 @@ class _Run:
             keep_dual=True,
         )
         seconds = time.perf_counter() - self.t0
+        assert fin.kkt is not None  # check=True
         summary = self._summary(sv, fin.kkt, seconds)
         if not self.converged:
             log.warning(

@@ -170,6 +170,7 @@ def _add_columns(cols, coef, out):
 def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     """Σⱼ Δβⱼyⱼ K(xᵢ, xⱼ) for the shard's rows, with the columns from the shard's cache."""
     rows = bc.delta_rows
+    assert rows is not None and bc.scratch is not None  # a kernel change, cache on
     cache = _shard_cache(bc.scratch, int(shard.row_start), bc.cache_bytes)
     sq = row_sq_norms(ip, ix, shard.data, np.empty(shard.n_rows, dtype=np.float64))
     rix = rows.u32
@@ -230,6 +231,7 @@ def _pass_fn(shard, bc: _PassBroadcast, st):
         if bc.cache_bytes > 0:
             g = g + _cached_delta(shard, ip, ix, bc, hm)
         else:
+            assert bc.delta is not None  # sent with delta_rows when the cache is off
             g = g + bc.delta.scores(ip, ix, shard.data)
     y = np.where(shard.y == bc.positive, 1.0, -1.0)
     u = 1.0 - y * (g + bc.b)
