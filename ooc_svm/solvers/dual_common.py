@@ -33,7 +33,7 @@ import functools
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -182,8 +182,8 @@ class WorkingRows:
         )
 
     @classmethod
-    def concat(cls, parts: list[WorkingRows]) -> WorkingRows:
-        parts = [p for p in parts if p is not None and p.n]
+    def concat(cls, items: Sequence[WorkingRows | None]) -> WorkingRows:
+        parts = [p for p in items if p is not None and p.n]  # None: no rows
         if not parts:
             return cls.empty()
         if len(parts) == 1:

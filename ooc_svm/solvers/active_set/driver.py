@@ -337,7 +337,7 @@ class _Run:
         self.major = self.stall = 0
         self.hit_max_iter = self.converged = False
         self.stop_value = np.inf
-        self.stats = None
+        self.stats: np.ndarray | None = None
 
     # -- start: fresh, warm or resumed -------------------------------------------------------
     def start(self) -> None:
@@ -450,6 +450,7 @@ class _Run:
 
     def _record(self, res: MajorPartial, pass_seconds: float) -> None:
         stats = self.stats
+        assert stats is not None  # after a major pass
         dual, primal = self.objectives()
         rec = {
             "iteration": self.major,
@@ -483,6 +484,7 @@ class _Run:
         C = self.C
         if self.keep_rows:
             kr = res.keep_rows
+            assert kr is not None  # asked for with keep_rows
             self.s_rows = kr.take(np.argsort(kr.gids, kind="stable"))
             self.keep_rows = False
         s_rows = self.s_rows
@@ -527,6 +529,7 @@ class _Run:
         """Warm start: restore yᵀα = 0 on the working rows (positions, old α, new status)."""
         C = self.C
         fix_pos, fix_old = np.zeros(0, dtype=np.int64), np.zeros(0)
+        assert self.stats is not None  # after a major pass
         imb = float(self.stats[_S_SUMYA])
         if abs(imb) > 1e-12 * C * max(1.0, float(self.stats[_S_NSV])):
             a0 = W.alpha.copy()

@@ -290,6 +290,7 @@ class WorkingSet:
         st = self.status
         rc = np.where(st == S_ZERO, rho, np.where(st == S_UPPER, -rho, np.inf))
         if self.nonneg is not None:
+            assert self.shrink_after is not None  # nonneg is kept only with shrinking
             bound = (st == S_ZERO) | (st == S_UPPER)
             ok = bound & (rc >= 0)
             self.nonneg[ok] += 1
