@@ -472,12 +472,12 @@ def test_same_model_on_local_cluster(tmp_path, make_store):
     assert dist.model.intercept_ == pytest.approx(local.model.intercept_, abs=1e-10)
 
 
-def test_history_records_carry_seconds_and_passes(tmp_path):
+def test_history_records_carry_seconds_and_passes(tmp_path, make_store):
     """issue 13 item 3: every history record has elapsed ``seconds`` and streamed ``passes``."""
     rng = np.random.default_rng(3)
     X = rng.normal(size=(400, 6)).astype(np.float32)
     y = np.where(X[:, 0] + 0.5 * rng.normal(size=400) > 0, 1.0, -1.0)
-    st = _store(tmp_path, X, y, shard_rows=100)
+    st = make_store(X, y, shard_rows=100, n_features=0)
     res = _solve(st, C=10.0, kernel="rbf", gamma=0.5, sprint_size=40)
     recs = res.history
     assert len(recs) > 3

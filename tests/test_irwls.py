@@ -332,11 +332,11 @@ def test_conf_file_matches_defaults():
 
 
 @pytest.mark.parametrize("kernel", ["rbf", "linear"])
-def test_history_records_carry_seconds_and_passes(tmp_path, kernel):
+def test_history_records_carry_seconds_and_passes(tmp_path, kernel, make_store):
     """issue 13 item 3: every history record has elapsed ``seconds`` and streamed ``passes``
     (non-decreasing; the last equals the result's passes before the final model passes)."""
     X, y = tiny_problem(7, n=300)
-    st = make_store(tmp_path, X, y, shard_rows=60)
+    st = make_store(X, y, shard_rows=60, n_features=0)
     res = train(st, "irwls", C=10.0, kernel=kernel, gamma=0.5, working_set=20)
     recs = res.history
     assert len(recs) > 3
