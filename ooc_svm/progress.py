@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-log = logging.getLogger("ooc_svm.progress")
+log = logging.getLogger(__name__)
 
 #: seconds between two plain progress lines (``$OOC_SVM_PROGRESS_SECONDS`` overrides)
 LOG_EVERY = 5.0
@@ -306,7 +306,8 @@ class TrainProgress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-            self.redirect.close()
+            if self.redirect is not None:  # set with the bar
+                self.redirect.close()
         elif self.pending is not None and self.mode == "log":
             log.info("%s", self.line(self.pending))
         self.pending = None
@@ -393,4 +394,5 @@ class Meter:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-            self.redirect.close()
+            if self.redirect is not None:  # set with the bar
+                self.redirect.close()
