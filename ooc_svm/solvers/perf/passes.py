@@ -81,7 +81,7 @@ def merge_acc(a, b):
     return ("s", cols, vals, dim)
 
 
-def acc_row(acc, p: int | None = None, upto: bool = False) -> np.ndarray:
+def acc_row(acc, p: int, upto: bool = False) -> np.ndarray:
     """Dense float64 row ``p`` of an accumulator (``upto``: sum of rows 0..p, a prefix sum)."""
     if isinstance(acc, np.ndarray):
         return acc[: p + 1].sum(axis=0) if upto else acc[p].copy()

@@ -37,6 +37,7 @@ class _Ranking:
         self.n_ranks = lab.shape[0]
         self.r = np.searchsorted(lab, y).astype(np.int64)
         self.n = y.shape[0]
+        self.gid: np.ndarray | None
         if qid is not None and qid.shape[0] == self.n:
             _, self.gid = np.unique(qid, return_inverse=True)
             self.gid = self.gid.astype(np.int64)

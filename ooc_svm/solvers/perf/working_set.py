@@ -51,6 +51,7 @@ class WorkingSet:
         use32 = self.nbytes > self.limit / 2
         vb = 4 if use32 else 8
         dt = np.float32 if use32 else np.float64
+        v: np.ndarray | tuple[np.ndarray, np.ndarray]
         if nz.size * (4 + vb) < self.dim * vb:
             v = (nz.astype(np.int32), g[nz].astype(dt))
             size = nz.size * (4 + vb)
