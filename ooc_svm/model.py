@@ -681,7 +681,7 @@ def check_probability(model: Model, probA, probB, method, where: str = "model") 
 
 def probability_meta(model: Model) -> dict | None:
     """The ``probability`` entry of model.json (None when the model has no sigmoid)."""
-    if model.probA_ is None:
+    if model.probA_ is None or model.probB_ is None:
         return None
     return {
         "method": model.probability_method,
@@ -716,6 +716,7 @@ def probabilities(model: Model, dec) -> np.ndarray:
 
     require_probability(model)
     A, B = model.probA_, model.probB_
+    assert A is not None and B is not None  # require_probability refused a model without them
     dec = np.asarray(dec, dtype=np.float64)
     if model.probability_method == "platt":
         if dec.ndim != 1:

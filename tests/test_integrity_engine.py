@@ -53,7 +53,7 @@ def test_scheduler_killed_mid_training_is_one_line_error(tmp_path):
         with Client(address, timeout=60) as c:
             c.wait_for_workers(1, timeout=60)
         train = subprocess.Popen(
-            [sys.executable, "-m", "ooc_svm", "train", "--solver", "perf", "s.zarr"]
+            [sys.executable, "-m", "ooc_svm", "-q", "train", "--solver", "perf", "s.zarr"]
             + ["-o", "m", "--C", "100", "--eps", "1e-6", "--max-iter", "100000"]
             + ["--scheduler", address],
             cwd=tmp_path,

@@ -100,7 +100,7 @@ def _ovr_result(res: list[Result], classes: list[float], variant: str, t0: float
     model.info["shared_passes"] = True
     return Result(
         model=model,
-        objective=float(sum(r.objective for r in res)),
+        objective=float(sum(r.objective for r in res if r.objective is not None)),
         dual_objective=None,
         iterations=max(r.iterations for r in res),
         # the slowest class's count (it includes passes made before a resume)
