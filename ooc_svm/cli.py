@@ -143,17 +143,36 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        # exit within a second: the interpreter's final garbage collections over numba's
-        # objects took ~1 s on a loaded machine; frozen objects are skipped
-        gc.freeze()
-        print("ooc-svm: interrupted", file=sys.stderr)
-        return 130
-    except _known_errors() as e:
+        return _interrupted()
+    except Exception as e:
+        # Ctrl-C inside numba's dispatcher surfaces as "SystemError: ... returned a result
+        # with an exception set" (or another error raised while handling it)
+        if _caused_by_interrupt(e):
+            return _interrupted()
+        if not isinstance(e, (*_known_errors(), OSError)):
+            raise
         print(f"ooc-svm: error: {e}", file=sys.stderr)
         return 1
-    except OSError as e:
-        print(f"ooc-svm: error: {e}", file=sys.stderr)
-        return 1
+
+
+def _interrupted() -> int:
+    # exit within a second: the interpreter's final garbage collections over numba's
+    # objects took ~1 s on a loaded machine; frozen objects are skipped
+    gc.freeze()
+    print("ooc-svm: interrupted", file=sys.stderr)
+    return 130
+
+
+def _caused_by_interrupt(e: BaseException) -> bool:
+    """Whether ``e`` was raised by, or while handling, a KeyboardInterrupt."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,7 @@ import datetime
 import logging
 import os
 import socket
+import threading
 
 from .format import StoreError
 
@@ -45,8 +46,17 @@ class StoreLock:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         payload = f"{os.getpid()} {host} {stamp}\n".encode()
         for _ in range(2):
+            # the lock appears with its content: written to a private file first, then
+            # hard-linked into place (link() fails atomically when the lock exists), so a
+            # second writer always reads whose lock it is
+            tmp = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+                try:
+                    os.write(fd, payload)
+                finally:
+                    os.close(fd)
+                os.link(tmp, self.path)
             except FileExistsError:
                 holder = self._holder()
                 if holder is not None and holder[1] == host and not _alive(holder[0]):
@@ -71,10 +81,11 @@ class StoreLock:
                 ) from None
             except FileNotFoundError:
                 raise StoreError(f"{self.display}: no such store") from None
-            try:
-                os.write(fd, payload)
             finally:
-                os.close(fd)
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
             self.held = True
             return self
         raise StoreError(f"{self.display}: could not take the writer lock {self.path}; retry")
