@@ -274,15 +274,11 @@ def _read_blocks(
             buf = pool.get(size)
             buf[: len(carry)] = np.frombuffer(carry, np.uint8)
             filled = len(carry)
-            eof = False
             mv = buf.data
             try:
-                while filled < size:
-                    got = stream.readinto(mv[filled:size])
-                    if not got:
-                        eof = True
-                        break
-                    filled += got
+                for got_to in _read_into(stream, mv, filled, size):
+                    filled = got_to  # kept up to date for the messages below
+                eof = filled < size
             except EOFError:
                 raise IngestError(
                     f"{inp.name}: the {kind} stream ends early: the compressed file is truncated "
@@ -312,6 +308,20 @@ def _read_blocks(
                 return
     finally:
         close()
+
+
+def _read_into(stream, mv: memoryview, start: int, end: int) -> Generator[int, None, None]:
+    """Fill ``mv[start:end]`` from ``stream``; yields how far it is filled after each read.
+
+    Stops early at the end of the stream: the caller compares the last value with ``end``
+    (and, when a read fails, still knows how far it got).
+    """
+    while start < end:
+        got = stream.readinto(mv[start:end])
+        if not got:
+            return
+        start += got
+        yield start
 
 
 def _tool(kind: str) -> str:
@@ -447,23 +457,45 @@ def _token(buf, s: int, e: int) -> str:
     return text + ("…" if e - s > 60 else "")
 
 
+#: Messages of the parser's error codes that need no more than the token ``tok``.
+_MESSAGES = {
+    sv.E_VALUE: (
+        "feature value in {tok!r} is not a number; write INDEX:VALUE with a decimal "
+        "VALUE such as 0.25, -3 or 1e-4"
+    ),
+    sv.E_INDEX: (
+        "feature index in {tok!r} is not an integer; write INDEX:VALUE with an integer INDEX"
+    ),
+    sv.E_INDEX_ZERO: (
+        "feature index 0 in {tok!r}, but SVMlight/LIBSVM indices start at 1; if this "
+        "file is 0-based, pass --zero-based"
+    ),
+    sv.E_VALUE_NAN: "feature value in {tok!r} is NaN; replace it by a number or drop the line",
+    sv.E_VALUE_INF: (
+        "feature value in {tok!r} is infinite or beyond the float32 range (±3.4e38); "
+        "rescale the feature or drop the line"
+    ),
+    sv.E_LABEL_MISSING: (
+        "missing label: the line starts with {tok!r}; every line must be "
+        "'LABEL [qid:N] INDEX:VALUE ...'"
+    ),
+    sv.E_LABEL: (
+        "label {tok!r} is not a number; the first item of a line must be a numeric "
+        "label such as +1, -1, 0, 2 or 0.5"
+    ),
+    sv.E_LABEL_NAN: "label {tok!r} is NaN; give the line a numeric label or drop it",
+    sv.E_LABEL_INF: "label {tok!r} is infinite; give the line a finite label or drop it",
+    sv.E_QID: "bad qid {tok!r}; write qid:N with an integer N right after the label",
+    sv.E_QID_POS: "{tok!r} must come right after the label, before the features",
+    sv.E_NO_COLON: "feature {tok!r} is not INDEX:VALUE",
+}
+
+
 def _describe(code: int, tok: str, extra: int, zero_based: bool, n_features: int | None) -> str:
     """What is wrong and what to do, for an error code of the parser."""
     base = 0 if zero_based else 1
-    if code == sv.E_VALUE:
-        return (
-            f"feature value in {tok!r} is not a number; write INDEX:VALUE with a decimal "
-            "VALUE such as 0.25, -3 or 1e-4"
-        )
-    if code == sv.E_INDEX:
-        return (
-            f"feature index in {tok!r} is not an integer; write INDEX:VALUE with an integer INDEX"
-        )
-    if code == sv.E_INDEX_ZERO:
-        return (
-            f"feature index 0 in {tok!r}, but SVMlight/LIBSVM indices start at 1; if this "
-            "file is 0-based, pass --zero-based"
-        )
+    if code in _MESSAGES:
+        return _MESSAGES[code].format(tok=tok)
     if code == sv.E_INDEX_NEG:
         return f"negative feature index in {tok!r}; indices must be >= {base}" + (
             "" if zero_based else " (>= 0 with --zero-based)"
@@ -473,31 +505,6 @@ def _describe(code: int, tok: str, extra: int, zero_based: bool, n_features: int
             f"feature indices are not strictly increasing ({extra + base} then {tok!r}); "
             "sort each line's features by index and remove duplicates"
         )
-    if code == sv.E_VALUE_NAN:
-        return f"feature value in {tok!r} is NaN; replace it by a number or drop the line"
-    if code == sv.E_VALUE_INF:
-        return (
-            f"feature value in {tok!r} is infinite or beyond the float32 range (±3.4e38); "
-            "rescale the feature or drop the line"
-        )
-    if code == sv.E_LABEL_MISSING:
-        return (
-            f"missing label: the line starts with {tok!r}; every line must be "
-            "'LABEL [qid:N] INDEX:VALUE ...'"
-        )
-    if code == sv.E_LABEL:
-        return (
-            f"label {tok!r} is not a number; the first item of a line must be a numeric "
-            "label such as +1, -1, 0, 2 or 0.5"
-        )
-    if code == sv.E_LABEL_NAN:
-        return f"label {tok!r} is NaN; give the line a numeric label or drop it"
-    if code == sv.E_LABEL_INF:
-        return f"label {tok!r} is infinite; give the line a finite label or drop it"
-    if code == sv.E_QID:
-        return f"bad qid {tok!r}; write qid:N with an integer N right after the label"
-    if code == sv.E_QID_POS:
-        return f"{tok!r} must come right after the label, before the features"
     if code == sv.E_QID_MIXED:
         if extra == 1:
             return (
@@ -508,8 +515,6 @@ def _describe(code: int, tok: str, extra: int, zero_based: bool, n_features: int
             "this line has a qid: but earlier lines (or the store appended to) have none; "
             "give every line a qid: or none"
         )
-    if code == sv.E_NO_COLON:
-        return f"feature {tok!r} is not INDEX:VALUE"
     if code == sv.E_INDEX_LIMIT:
         if n_features is not None and extra < MAX_FEATURES - 1:
             return (
@@ -843,12 +848,67 @@ def ingest_with_stats(
         Called with the number of input bytes consumed since the last call.
     """
     t0 = time.perf_counter()
+    paths = _input_paths(inputs)
+    job = _make_job(
+        label_kind, shard_rows, shard_mb, n_features, block_mb, threads, zero_based, skip_invalid
+    )
+    job.progress = progress
+    store = os.fspath(store)
+    infos = [_check_input(p) for p in paths]  # a missing input fails before anything is written
+    if append and (format is not None or compression is not None):
+        _check_append_options(store, format, compression)
+    stats = IngestStats(inputs=[i.source for i in infos])
+    with StoreWriter(
+        store,
+        backend=format or backend_from_path(store),
+        compression=compression,
+        overwrite=overwrite,
+        append=append,
+        label_kind=None if label_kind == "auto" else label_kind,
+        n_features=n_features,
+    ) as writer:
+        _write_shards(writer, paths, infos, job, stats, writer_threads)
+        meta = writer.commit(sources=stats.inputs)
+    stats.seconds = time.perf_counter() - t0
+    return meta, stats
+
+
+@dataclass
+class _Job:
+    """The settings of one ingest, checked (see :func:`ingest_with_stats`)."""
+
+    zero_based: bool
+    skip_invalid: bool
+    n_features: int | None
+    col_limit: int
+    shard_rows: int | None
+    shard_bytes: int | None
+    block_bytes: int
+    n_threads: int
+    progress: Callable[[int], None] | None = None
+
+
+def _input_paths(inputs: str | Sequence[str]) -> list[str]:
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise IngestError("no input given")
     if paths.count("-") > 1:
         raise IngestError("'-' (stdin) can be given only once")
+    return paths
+
+
+def _make_job(
+    label_kind: str,
+    shard_rows: int | None,
+    shard_mb: float | None,
+    n_features: int | None,
+    block_mb: float,
+    threads: int | None,
+    zero_based: bool,
+    skip_invalid: bool,
+) -> _Job:
+    """Check the options (one-line errors naming the flag) and derive the sizes."""
     if label_kind not in LABEL_KIND_CHOICES:
         raise IngestError(f"unknown label kind {label_kind!r}; use one of {LABEL_KIND_CHOICES}")
     if shard_rows is not None and shard_rows < 1:
@@ -861,88 +921,77 @@ def ingest_with_stats(
         raise IngestError("block size must be positive")
     if shard_rows is None and shard_mb is None:
         shard_mb = DEFAULT_SHARD_MB
-    shard_bytes = None if shard_mb is None else max(1, int(shard_mb * 1e6))
-    block_bytes = max(1 << 12, int(block_mb * (1 << 20)))
-    n_threads = max(1, int(threads)) if threads else min(4, cpu_count())
-    col_limit = min(n_features, MAX_FEATURES) if n_features is not None else MAX_FEATURES
-
-    store = os.fspath(store)
-    infos = [_check_input(p) for p in paths]  # a missing input fails before anything is written
-    if append:
-        if format is not None or compression is not None:
-            from .writer import open_store
-
-            base = open_store(store).meta if _exists(store) else None
-            if base is not None and format is not None and format != base.backend:
-                raise IngestError(
-                    f"{store}: is a {base.backend} store; --format {format} does not apply to "
-                    "--append (drop --format)"
-                )
-            if base is not None and compression is not None and compression != base.compression:
-                raise IngestError(
-                    f"{store}: uses {base.compression} compression; --compression "
-                    f"{compression} does not apply to --append"
-                )
-    backend = format or backend_from_path(store)
-    stats = IngestStats(inputs=[i.source for i in infos])
-
-    with StoreWriter(
-        store,
-        backend=backend,
-        compression=compression,
-        overwrite=overwrite,
-        append=append,
-        label_kind=None if label_kind == "auto" else label_kind,
+    return _Job(
+        zero_based=zero_based,
+        skip_invalid=skip_invalid,
         n_features=n_features,
-    ) as writer:
-        qid_state = -1 if writer.has_qid is None else int(bool(writer.has_qid))
-        rows_before = writer.n_rows
-        wt = _ShardWriters(writer, writer_threads or min(2, n_threads))
-        stop = threading.Event()
-        pool = ThreadPoolExecutor(n_threads, thread_name_prefix="ooc-svm-ingest-parse")
-        ok = False
-        try:
-            qid_state = _run(
-                paths,
-                infos,
-                block_bytes,
-                stop,
-                pool,
-                n_threads,
-                wt,
-                stats,
-                zero_based=zero_based,
-                col_limit=col_limit,
-                qid_state=qid_state,
-                skip_invalid=skip_invalid,
-                n_features=n_features,
-                shard_rows=shard_rows,
-                shard_bytes=shard_bytes,
-                progress=progress,
-            )
-            wt.close()
-            ok = True
-        finally:
-            stop.set()
-            pool.shutdown(wait=True, cancel_futures=True)
-            if not ok:
-                wt.abandon()
-        added = writer.n_rows - rows_before
-        if added == 0:
-            names = ", ".join(i.name for i in infos)
-            if stats.skipped:
-                raise IngestError(
-                    f"{names}: no valid rows: all {stats.skipped:,} data lines were invalid "
-                    f"(first: {'; '.join(stats.skipped_examples[:3])}); nothing was written"
-                )
-            raise IngestError(
-                f"{names}: no data rows (the input is empty or holds only comments and blank "
-                "lines); nothing was written"
-            )
-        meta = writer.commit(sources=stats.inputs)
+        col_limit=min(n_features, MAX_FEATURES) if n_features is not None else MAX_FEATURES,
+        shard_rows=shard_rows,
+        shard_bytes=None if shard_mb is None else max(1, int(shard_mb * 1e6)),
+        block_bytes=max(1 << 12, int(block_mb * (1 << 20))),
+        n_threads=max(1, int(threads)) if threads else min(4, cpu_count()),
+    )
+
+
+def _check_append_options(store: str, format: str | None, compression: str | None) -> None:
+    """``--format`` / ``--compression`` with ``--append`` must match the existing store."""
+    from .writer import open_store
+
+    base = open_store(store).meta if _exists(store) else None
+    if base is not None and format is not None and format != base.backend:
+        raise IngestError(
+            f"{store}: is a {base.backend} store; --format {format} does not apply to "
+            "--append (drop --format)"
+        )
+    if base is not None and compression is not None and compression != base.compression:
+        raise IngestError(
+            f"{store}: uses {base.compression} compression; --compression "
+            f"{compression} does not apply to --append"
+        )
+
+
+def _write_shards(
+    writer: StoreWriter,
+    paths: list[str],
+    infos: list[_Input],
+    job: _Job,
+    stats: IngestStats,
+    writer_threads: int | None,
+) -> None:
+    """Run the pipeline into ``writer`` (reader, parse pool, writer threads) and count the
+    shards in ``stats``. On any error the writer threads are abandoned; no rows at all is
+    an error."""
+    rows_before = writer.n_rows
+    qid_state = -1 if writer.has_qid is None else int(bool(writer.has_qid))
+    wt = _ShardWriters(writer, writer_threads or min(2, job.n_threads))
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(job.n_threads, thread_name_prefix="ooc-svm-ingest-parse")
+    ok = False
+    try:
+        _Pipeline(job, paths, infos, stop, pool, wt, stats, qid_state).run()
+        wt.close()
+        ok = True
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        if not ok:
+            wt.abandon()
+    if writer.n_rows == rows_before:
+        raise _no_rows_error(infos, stats)
     stats.shards = wt.shards
-    stats.seconds = time.perf_counter() - t0
-    return meta, stats
+
+
+def _no_rows_error(infos: list[_Input], stats: IngestStats) -> IngestError:
+    names = ", ".join(i.name for i in infos)
+    if stats.skipped:
+        return IngestError(
+            f"{names}: no valid rows: all {stats.skipped:,} data lines were invalid "
+            f"(first: {'; '.join(stats.skipped_examples[:3])}); nothing was written"
+        )
+    return IngestError(
+        f"{names}: no data rows (the input is empty or holds only comments and blank "
+        "lines); nothing was written"
+    )
 
 
 def _exists(path: str) -> bool:
@@ -952,148 +1001,176 @@ def _exists(path: str) -> bool:
     return fs.exists(root)
 
 
-def _run(
-    paths,
-    infos,
-    block_bytes,
-    stop,
-    pool,
-    n_threads,
-    wt,
-    stats,
-    *,
-    zero_based,
-    col_limit,
-    qid_state,
-    skip_invalid,
-    n_features,
-    shard_rows,
-    shard_bytes,
-    progress,
-) -> int:
-    """The main loop: blocks in, checked rows to the shard builder, shards to the writer."""
+class _Pipeline:
+    """The main loop: blocks in, checked rows to the shard builder, shards to the writer.
 
-    buffers = _BufferPool()
-    outputs = _OutputPool()
+    Blocks are parsed in the pool (up to ``n_threads + 1`` in flight once the qid state is
+    known, one before) and taken back in input order.
+    """
 
-    def blocks():
-        for i, (inp, path) in enumerate(zip(infos, paths, strict=True)):
-            yield from _read_blocks(i, inp, path, block_bytes, stop, buffers)
+    def __init__(self, job: _Job, paths, infos, stop, pool, wt: _ShardWriters, stats, qid_state):
+        self.job = job
+        self.paths = paths
+        self.infos = infos
+        self.stop = stop
+        self.pool = pool
+        self.wt = wt
+        self.stats = stats
+        self.qid_state = qid_state
+        self.buffers = _BufferPool()
+        self.outputs = _OutputPool()
+        self.builder: _ShardBuilder | None = None
+        self.pending: deque = deque()
+        self.line0 = [0] * len(paths)  # lines of each input before its current block
+        self.rows_in = [0] * len(paths)
+        self.last_raw = 0
+        self.last_input = -1
 
-    builder: _ShardBuilder | None = None
-    pending: deque = deque()
-    line0 = [0] * len(paths)  # lines of each input before its current block
-    rows_in = [0] * len(paths)
-    last_raw = 0
-    last_input = -1
-    src = _background(blocks(), maxsize=2, stop=stop)
+    def _blocks(self):
+        for i, (inp, path) in enumerate(zip(self.infos, self.paths, strict=True)):
+            yield from _read_blocks(i, inp, path, self.job.block_bytes, self.stop, self.buffers)
 
-    def submit(block: _Block) -> None:
-        pending.append(
-            pool.submit(_parse, block, zero_based, col_limit, qid_state, skip_invalid, outputs)
-        )
-
-    try:
-        src_done = False
-        while True:
-            # keep up to n_threads + 1 blocks in flight once the qid state is known
-            limit = n_threads + 1 if qid_state != -1 else 1
-            while not src_done and len(pending) < limit:
-                try:
-                    submit(next(src))
-                except StopIteration:
-                    src_done = True
-            if not pending:
-                break
-            res: _Parsed = pending.popleft().result()
-            blk = res.block
-            inp = infos[blk.input_index]
-            if blk.input_index != last_input:
-                last_input = blk.input_index
-                last_raw = 0
-            if progress is not None:
-                progress(blk.raw_count - last_raw)
-            stats.input_bytes += blk.raw_count - last_raw
-            last_raw = blk.raw_count
-            info = res.info
-            first_line = line0[blk.input_index] + 1
-            code = int(info[sv.I_STATUS])
-            if code:
-                s, e = int(info[sv.I_ERR_START]), int(info[sv.I_ERR_END])
-                if code == sv.E_QID_MIXED:
-                    e = min(e, s + 40)
-                tok = _token(blk.buf, s, e)
-                what = _describe(code, tok, int(info[sv.I_ERR_EXTRA]), zero_based, n_features)
-                raise IngestError(
-                    f"{inp.name}: line {first_line + int(info[sv.I_ERR_LINE]):,} (byte "
-                    f"{blk.offset + s:,}): {what}{_HINT}; nothing was written"
-                )
-            n_rows = int(info[sv.I_ROWS])
-            nnz = int(info[sv.I_NNZ])
-            indptr, indices, data, labels, qids = (
-                res.indptr,
-                res.indices,
-                res.data,
-                res.labels,
-                res.qids,
+    def _submit(self, block: _Block) -> None:
+        j = self.job
+        self.pending.append(
+            self.pool.submit(
+                _parse, block, j.zero_based, j.col_limit, self.qid_state, j.skip_invalid,
+                self.outputs,
             )
-            if info[sv.I_FALLBACK]:
-                bad = sv.resolve_fallbacks(blk.buf, res.fallback, info[sv.I_FALLBACK], data, labels)
-                if bad:
-                    if not skip_invalid:
-                        slot, line, bcode, s, e = bad[0]
-                        tok = _token(blk.buf, s, e)
-                        raise IngestError(
-                            f"{inp.name}: line {first_line + line:,} (byte {blk.offset + s:,}): "
-                            f"{_describe(bcode, tok, 0, zero_based, n_features)}"
-                            f"{_HINT}; nothing was written"
-                        )
-                    drop = set()
-                    for slot, line, bcode, _s, _e in bad:
-                        r = (
-                            -slot - 1
-                            if slot < 0
-                            else int(np.searchsorted(indptr[: n_rows + 1], slot, side="right") - 1)
-                        )
-                        if r not in drop:
-                            drop.add(r)
-                            _note_skip(stats, inp.name, first_line + line, bcode, "")
-                    indptr, indices, data, labels, qids, n_rows, nnz = _drop_rows(
-                        indptr, indices, data, labels, qids, n_rows, sorted(drop)
-                    )
-            if info[sv.I_SKIPPED]:
-                stats.skipped += int(info[sv.I_SKIPPED])
-                for j in range(int(info[sv.I_SKIP_RECORDED])):
-                    line, scode, off = (int(x) for x in res.skips[j])
-                    _note_skip(stats, inp.name, first_line + line, scode, "", count=False)
-            if qid_state == -1:
-                qid_state = int(info[sv.I_QID_STATE])
-            line0[blk.input_index] += int(info[sv.I_LINES])
-            rows_in[blk.input_index] += n_rows
-            stats.text_bytes += blk.n
-            if n_rows:
-                if builder is None:
-                    builder = _ShardBuilder(shard_rows, shard_bytes, qid_state == 1)
-                    wt.release = builder.release
-                stats.rows += n_rows
-                stats.nnz += nnz
-                for item in builder.add(
-                    indptr, indices, data, labels, qids, n_rows, int(info[sv.I_MAX_COL])
-                ):
-                    if item is not None:
-                        wt.put(item)
-            if blk.last and rows_in[blk.input_index] == 0 and len(paths) > 1:
-                log.warning("%s: no data rows", inp.name)
-            buffers.put(blk.buf)
-            outputs.put(res.out)
-            del res
-        if builder is not None:
-            item = builder.flush()
+        )  # fmt: skip
+
+    def run(self) -> None:
+        src = _background(self._blocks(), maxsize=2, stop=self.stop)
+        try:
+            src_done = False
+            while True:
+                # keep up to n_threads + 1 blocks in flight once the qid state is known
+                limit = self.job.n_threads + 1 if self.qid_state != -1 else 1
+                while not src_done and len(self.pending) < limit:
+                    try:
+                        self._submit(next(src))
+                    except StopIteration:
+                        src_done = True
+                if not self.pending:
+                    break
+                res: _Parsed = self.pending.popleft().result()
+                self._take(res)
+                self.buffers.put(res.block.buf)
+                self.outputs.put(res.out)
+                del res
+            if self.builder is not None:
+                item = self.builder.flush()
+                if item is not None:
+                    self.wt.put(item)
+        finally:
+            src.close()
+
+    def _count_input(self, blk: _Block) -> None:
+        """Progress and ``input_bytes`` from the block's count of raw input bytes."""
+        if blk.input_index != self.last_input:
+            self.last_input = blk.input_index
+            self.last_raw = 0
+        if self.job.progress is not None:
+            self.job.progress(blk.raw_count - self.last_raw)
+        self.stats.input_bytes += blk.raw_count - self.last_raw
+        self.last_raw = blk.raw_count
+
+    def _take(self, res: _Parsed) -> None:
+        """Check one parsed block (in input order) and hand its rows to the shard builder."""
+        blk, info, stats = res.block, res.info, self.stats
+        inp = self.infos[blk.input_index]
+        self._count_input(blk)
+        first_line = self.line0[blk.input_index] + 1
+        if int(info[sv.I_STATUS]):
+            where = _status_error(info, blk.buf, blk.offset, inp.name, first_line,
+                                  self.job.zero_based, self.job.n_features)  # fmt: skip
+            raise IngestError(f"{where}{_HINT}; nothing was written")
+        rows = (res.indptr, res.indices, res.data, res.labels, res.qids,
+                int(info[sv.I_ROWS]), int(info[sv.I_NNZ]))  # fmt: skip
+        if info[sv.I_FALLBACK]:
+            rows = self._resolve_fallbacks(res, inp.name, first_line, rows)
+        if info[sv.I_SKIPPED]:
+            stats.skipped += int(info[sv.I_SKIPPED])
+            for j in range(int(info[sv.I_SKIP_RECORDED])):
+                line, scode, _off = (int(x) for x in res.skips[j])
+                _note_skip(stats, inp.name, first_line + line, scode, "", count=False)
+        if self.qid_state == -1:
+            self.qid_state = int(info[sv.I_QID_STATE])
+        n_rows = rows[5]
+        self.line0[blk.input_index] += int(info[sv.I_LINES])
+        self.rows_in[blk.input_index] += n_rows
+        stats.text_bytes += blk.n
+        if n_rows:
+            self._add_rows(rows, int(info[sv.I_MAX_COL]))
+        if blk.last and self.rows_in[blk.input_index] == 0 and len(self.paths) > 1:
+            log.warning("%s: no data rows", inp.name)
+
+    def _resolve_fallbacks(self, res: _Parsed, name: str, first_line: int, rows: tuple):
+        """Numbers the kernel left to Python; a value that turns out infinite fails the line
+        (or, with ``skip_invalid``, drops its row)."""
+        indptr, indices, data, labels, qids, n_rows, nnz = rows
+        blk = res.block
+        bad = sv.resolve_fallbacks(blk.buf, res.fallback, res.info[sv.I_FALLBACK], data, labels)
+        if not bad:
+            return rows
+        if not self.job.skip_invalid:
+            _slot, line, _bcode, s, _e = bad[0]
+            what = _fallback_error(blk.buf, bad[0], self.job.zero_based, self.job.n_features)
+            raise IngestError(
+                f"{name}: line {first_line + line:,} (byte {blk.offset + s:,}): "
+                f"{what}{_HINT}; nothing was written"
+            )
+        drop = set()
+        for slot, line, bcode, _s, _e in bad:
+            r = (
+                -slot - 1
+                if slot < 0
+                else int(np.searchsorted(indptr[: n_rows + 1], slot, side="right") - 1)
+            )
+            if r not in drop:
+                drop.add(r)
+                _note_skip(self.stats, name, first_line + line, bcode, "")
+        return _drop_rows(indptr, indices, data, labels, qids, n_rows, sorted(drop))
+
+    def _add_rows(self, rows: tuple, max_col: int) -> None:
+        indptr, indices, data, labels, qids, n_rows, nnz = rows
+        if self.builder is None:
+            self.builder = _ShardBuilder(
+                self.job.shard_rows, self.job.shard_bytes, self.qid_state == 1
+            )
+            self.wt.release = self.builder.release
+        self.stats.rows += n_rows
+        self.stats.nnz += nnz
+        for item in self.builder.add(indptr, indices, data, labels, qids, n_rows, max_col):
             if item is not None:
-                wt.put(item)
-    finally:
-        src.close()
-    return qid_state
+                self.wt.put(item)
+
+
+def _status_error(
+    info: np.ndarray,
+    buf: np.ndarray,
+    offset: int,
+    name: str,
+    first_line: int,
+    zero_based: bool,
+    n_features: int | None,
+) -> str:
+    """``NAME: line L (byte B): what is wrong and what to do`` for a block of text the parser
+    stopped in (``info`` from :func:`~.svmlight.parse_block`; ``buf`` the block's text,
+    ``offset`` its byte offset in the input, ``first_line`` the number of its first line)."""
+    code = int(info[sv.I_STATUS])
+    s, e = int(info[sv.I_ERR_START]), int(info[sv.I_ERR_END])
+    if code == sv.E_QID_MIXED:
+        e = min(e, s + 40)
+    tok = _token(buf, s, e)
+    what = _describe(code, tok, int(info[sv.I_ERR_EXTRA]), zero_based, n_features)
+    return f"{name}: line {first_line + int(info[sv.I_ERR_LINE]):,} (byte {offset + s:,}): {what}"
+
+
+def _fallback_error(buf, bad: tuple, zero_based: bool, n_features: int | None) -> str:
+    """What is wrong with a value :func:`~.svmlight.resolve_fallbacks` found infinite."""
+    _slot, _line, code, s, e = bad
+    return _describe(code, _token(buf, s, e), 0, zero_based, n_features)
 
 
 def _note_skip(

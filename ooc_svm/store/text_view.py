@@ -219,23 +219,20 @@ class TextStore:
         )  # fmt: skip
         indptr, indices, data, labels, qids, fb, _skips, info = res
         ing = _ingest()
-        code = int(info[sv.I_STATUS])
-        if code:
-            s, e = int(info[sv.I_ERR_START]), int(info[sv.I_ERR_END])
-            tok = ing._token(buf, s, e if code != sv.E_QID_MIXED else min(e, s + 40))
-            what = ing._describe(code, tok, int(info[sv.I_ERR_EXTRA]), self.zero_based, None)
+        if int(info[sv.I_STATUS]):
+            where = ing._status_error(
+                info, buf, ts.offset, self.name, ts.line0 + 1, self.zero_based, None
+            )
             raise ing.IngestError(
-                f"{self.name}: line {ts.line0 + 1 + int(info[sv.I_ERR_LINE]):,} (byte "
-                f"{ts.offset + s:,}): {what}; fix the line (or ingest the file with "
-                "--skip-invalid and score the store)"
+                f"{where}; fix the line (or ingest the file with --skip-invalid and score the "
+                "store)"
             )
         r, z = int(info[sv.I_ROWS]), int(info[sv.I_NNZ])
         if info[sv.I_FALLBACK]:
             bad = sv.resolve_fallbacks(buf, fb, info[sv.I_FALLBACK], data, labels)
             if bad:
-                slot, line, bcode, s, e = bad[0]
-                what = ing._describe(bcode, ing._token(buf, s, e), 0, self.zero_based, None)
-                raise ing.IngestError(f"{self.name}: line {ts.line0 + 1 + line:,}: {what}")
+                what = ing._fallback_error(buf, bad[0], self.zero_based, None)
+                raise ing.IngestError(f"{self.name}: line {ts.line0 + 1 + bad[0][1]:,}: {what}")
         has_qid = int(info[sv.I_QID_STATE]) == 1
         shard = Shard(
             indptr[: r + 1].copy(),
@@ -267,19 +264,17 @@ class TextStore:
         assert stream is not None  # opened above
         skip = offset - self._pos
         scratch = np.empty(min(max(skip, 1), 1 << 20), np.uint8)
-        while skip > 0:
-            got = stream.readinto(scratch.data[: min(skip, scratch.shape[0])])
-            if not got:
-                raise StoreError(f"{self.name}: the file is shorter than when it was first read")
-            skip -= got
-        mv = buf.data
-        filled = 0
-        while filled < size:
-            got = stream.readinto(mv[filled:size])
-            if not got:
-                raise StoreError(f"{self.name}: the file is shorter than when it was first read")
-            filled += got
+        while skip > 0:  # read forward to offset
+            n = min(skip, scratch.shape[0])
+            self._read_exactly(stream, scratch, n)
+            skip -= n
+        self._read_exactly(stream, buf, size)
         self._pos = offset + size
+
+    def _read_exactly(self, stream, buf: np.ndarray, size: int) -> None:
+        """Fill buf[:size] from the stream; the stream ending first means the file changed."""
+        if max(_ingest()._read_into(stream, buf.data, 0, size), default=0) < size:
+            raise StoreError(f"{self.name}: the file is shorter than when it was first read")
 
     def _close_stream(self) -> None:
         if self._stream is not None:
