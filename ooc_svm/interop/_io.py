@@ -96,6 +96,69 @@ class LineReader:
         return line
 
 
+def read_header(
+    r: LineReader,
+    keys: tuple[str, ...],
+    *,
+    name: str,
+    first: str,
+    end: str,
+    others: str,
+    end_alone: bool = False,
+    unique: bool = False,
+) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """Header lines ``KEY VALUE ...`` of a model file, up to the line starting with ``end``.
+
+    Parameters
+    ----------
+    r : LineReader
+        The file, before its first line.
+    keys : tuple of str
+        The keys a header line may start with.
+    name, first, others : str
+        For the messages: the format's name (``LIBSVM``), the key its files start with
+        (``svm_type``) and where the other formats' files start.
+    end : str
+        The line that ends the header (``SV``); with ``end_alone`` only when it stands alone.
+    unique : bool
+        A key given twice is an error (else the last one counts).
+
+    Returns
+    -------
+    head : dict
+        The values of each key.
+    lines : dict
+        The line number of each key.
+    """
+    head: dict[str, list[str]] = {}
+    lines: dict[str, int] = {}
+    while True:
+        line = r.need(f"the header of a {name} model ending with a line '{end}'")
+        toks = line.split()
+        if not toks:
+            continue
+        key = toks[0]
+        if key == end and (len(toks) == 1 or not end_alone):
+            return head, lines
+        if unique and key in head:
+            raise r.error(f"'{key}' given twice")
+        if key not in keys:
+            if r.lineno == 1:
+                raise r.error(
+                    f"starts with {line[:40]!r}, not '{first}'; not a {name} model ({others})"
+                )
+            raise r.error(f"unknown header line {line[:60]!r} in a {name} model")
+        head[key] = toks[1:]
+        lines[key] = r.lineno
+
+
+def expect_end(r: LineReader, what: str) -> None:
+    """Only blank lines may follow; ``what`` names the text found otherwise."""
+    for line in r:
+        if line.strip():
+            raise r.error(what)
+
+
 def to_float(reader: LineReader, tok: str, what: str) -> float:
     try:
         v = float(tok)

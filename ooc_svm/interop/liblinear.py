@@ -30,8 +30,10 @@ from ._io import (
     LineReader,
     atomic_text,
     check_finite,
+    expect_end,
     fmt,
     linear_weights,
+    read_header,
     to_float,
     to_int,
 )
@@ -57,57 +59,11 @@ def read(path: str, n_features: int | None = None) -> Model:
     ``n_features`` widens the model (weights 0) when the data is wider than ``nr_feature``.
     """
     with LineReader(path) as r:
-        head: dict[str, list[str]] = {}
-        lines: dict[str, int] = {}
-        while True:
-            line = r.need("the header of a LIBLINEAR model ending with a line 'w'")
-            toks = line.split()
-            if not toks:
-                continue
-            if toks[0] == "w" and len(toks) == 1:
-                break
-            if toks[0] not in _KEYS:
-                if r.lineno == 1:
-                    raise r.error(
-                        f"starts with {line[:40]!r}, not 'solver_type'; not a LIBLINEAR model "
-                        "(LIBSVM models start with 'svm_type', SVMlight models with "
-                        "'SVM-light Version')"
-                    )
-                raise r.error(f"unknown header line {line[:60]!r} in a LIBLINEAR model")
-            head[toks[0]] = toks[1:]
-            lines[toks[0]] = r.lineno
-        for key in ("solver_type", "nr_class", "nr_feature", "bias"):
-            if len(head.get(key, [])) != 1:
-                raise r.error(f"the header needs one '{key}' line with one value", lines.get(key))
-        solver = head["solver_type"][0]
-        if solver in OTHER:
-            raise r.error(
-                f"solver_type {solver}: only classifiers can be imported", lines["solver_type"]
-            )
-        if solver not in CLASSIFIERS:
-            raise r.error(f"unknown solver_type {solver!r}", lines["solver_type"])
-        k = to_int(r, head["nr_class"][0], "nr_class", 2)
-        nf = to_int(r, head["nr_feature"][0], "nr_feature", 0)
-        bias = to_float(r, head["bias"][0], "bias")
-        labels = [to_float(r, t, "label") for t in head.get("label", [])]
-        if len(labels) != k:
-            raise r.error(f"'label' needs {k} values (nr_class {k})", lines.get("label"))
+        solver, k, nf, bias, labels = _read_header(r)
         nr_w = 1 if (k == 2 and solver != "MCSVM_CS") else k
         n = nf + (1 if bias >= 0 else 0)
-        w = np.empty((n, nr_w))
-        for i in range(n):
-            toks = r.need(f"weight line {i + 1} of {n}").split()
-            if len(toks) != nr_w:
-                raise r.error(f"a weight line needs {nr_w} values, found {len(toks)}")
-            try:
-                w[i] = np.array(toks, dtype=np.float64)
-            except ValueError:
-                w[i] = [to_float(r, t, "weight") for t in toks]
-            if not np.all(np.isfinite(w[i])):
-                raise r.error("a weight is not finite")
-        for line in r:
-            if line.strip():
-                raise r.error(f"text after the {n} weight lines")
+        w = _read_weights(r, n, nr_w)
+        expect_end(r, f"text after the {n} weight lines")
     width = max(nf, int(n_features or 0), 1)
     coef = np.zeros((nr_w, width))
     coef[:, :nf] = w[:nf].T
@@ -133,6 +89,47 @@ def read(path: str, n_features: int | None = None) -> Model:
     return Model(
         kind="linear", n_features=width, classes=labels, coef_=coef, intercept_=b, info=info
     )
+
+
+def _read_header(r: LineReader) -> tuple[str, int, int, float, list[float]]:
+    """(solver_type, nr_class, nr_feature, bias, labels) of the header, checked."""
+    head, lines = read_header(
+        r, _KEYS, name="LIBLINEAR", first="solver_type", end="w", end_alone=True,
+        others="LIBSVM models start with 'svm_type', SVMlight models with 'SVM-light Version'",
+    )  # fmt: skip
+    for key in ("solver_type", "nr_class", "nr_feature", "bias"):
+        if len(head.get(key, [])) != 1:
+            raise r.error(f"the header needs one '{key}' line with one value", lines.get(key))
+    solver = head["solver_type"][0]
+    if solver in OTHER:
+        raise r.error(
+            f"solver_type {solver}: only classifiers can be imported", lines["solver_type"]
+        )
+    if solver not in CLASSIFIERS:
+        raise r.error(f"unknown solver_type {solver!r}", lines["solver_type"])
+    k = to_int(r, head["nr_class"][0], "nr_class", 2)
+    nf = to_int(r, head["nr_feature"][0], "nr_feature", 0)
+    bias = to_float(r, head["bias"][0], "bias")
+    labels = [to_float(r, t, "label") for t in head.get("label", [])]
+    if len(labels) != k:
+        raise r.error(f"'label' needs {k} values (nr_class {k})", lines.get("label"))
+    return solver, k, nf, bias, labels
+
+
+def _read_weights(r: LineReader, n: int, nr_w: int) -> np.ndarray:
+    """The ``n`` weight lines of ``nr_w`` finite values each."""
+    w = np.empty((n, nr_w))
+    for i in range(n):
+        toks = r.need(f"weight line {i + 1} of {n}").split()
+        if len(toks) != nr_w:
+            raise r.error(f"a weight line needs {nr_w} values, found {len(toks)}")
+        try:
+            w[i] = np.array(toks, dtype=np.float64)
+        except ValueError:
+            w[i] = [to_float(r, t, "weight") for t in toks]
+        if not np.all(np.isfinite(w[i])):
+            raise r.error("a weight is not finite")
+    return w
 
 
 def write(model: Model, out: str, solver: str | None = None) -> None:

@@ -46,8 +46,10 @@ from ._io import (
     SparseRows,
     atomic_text,
     check_finite,
+    expect_end,
     fmt,
     linear_weights,
+    read_header,
     sparse_row_text,
     to_float,
     to_int,
@@ -59,6 +61,23 @@ KERNELS = {"linear": "linear", "polynomial": "poly", "rbf": "rbf", "sigmoid": "s
 _KERNEL_NAMES = {v: k for k, v in KERNELS.items()}
 SVM_TYPES = ("c_svc", "nu_svc")
 _OTHER_TYPES = ("one_class", "epsilon_svr", "nu_svr")
+
+
+_HEADER_KEYS = (
+    "svm_type",
+    "kernel_type",
+    "degree",
+    "gamma",
+    "coef0",
+    "nr_class",
+    "total_sv",
+    "rho",
+    "label",
+    "probA",
+    "probB",
+    "prob_density_marks",
+    "nr_sv",
+)
 
 
 def read(path: str, n_features: int | None = None) -> Model:
@@ -75,105 +94,30 @@ def read(path: str, n_features: int | None = None) -> Model:
         values on such rows.
     """
     with LineReader(path) as r:
-        head: dict[str, list[str]] = {}
-        while True:
-            line = r.need("the header of a LIBSVM model ending with a line 'SV'")
-            toks = line.split()
-            if not toks:
-                continue
-            key = toks[0]
-            if key == "SV":
-                break
-            if key in head:
-                raise r.error(f"'{key}' given twice")
-            if key not in (
-                "svm_type",
-                "kernel_type",
-                "degree",
-                "gamma",
-                "coef0",
-                "nr_class",
-                "total_sv",
-                "rho",
-                "label",
-                "probA",
-                "probB",
-                "prob_density_marks",
-                "nr_sv",
-            ):
-                if r.lineno == 1:
-                    raise r.error(
-                        f"starts with {line[:40]!r}, not 'svm_type'; not a LIBSVM model "
-                        "(LIBLINEAR models start with 'solver_type', SVMlight models with "
-                        "'SVM-light Version')"
-                    )
-                raise r.error(f"unknown header line {line[:60]!r} in a LIBSVM model")
-            head[key] = toks[1:]
-            head.setdefault("_line_" + key, [str(r.lineno)])
-        svm_type = _one(r, head, "svm_type")
-        if svm_type in _OTHER_TYPES:
-            raise r.error(
-                f"svm_type {svm_type}: only classifiers (c_svc, nu_svc) can be imported",
-                int(head["_line_svm_type"][0]),
-            )
-        if svm_type not in SVM_TYPES:
-            raise r.error(f"unknown svm_type {svm_type!r}", int(head["_line_svm_type"][0]))
-        kt = _one(r, head, "kernel_type")
-        if kt == "precomputed":
-            raise r.error("kernel_type precomputed: the kernel values are not in the model")
-        if kt not in KERNELS:
-            raise r.error(f"unknown kernel_type {kt!r}", int(head["_line_kernel_type"][0]))
-        kernel = KERNELS[kt]
-        gamma = to_float(r, _one(r, head, "gamma"), "gamma") if "gamma" in head else 0.0
-        degree = to_int(r, _one(r, head, "degree"), "degree") if "degree" in head else 3
-        coef0 = to_float(r, _one(r, head, "coef0"), "coef0") if "coef0" in head else 0.0
-        if kernel in ("poly", "rbf", "sigmoid") and "gamma" not in head:
-            raise r.error(f"kernel_type {kt} without a 'gamma' line")
-        k = to_int(r, _one(r, head, "nr_class"), "nr_class", 2)
-        total = to_int(r, _one(r, head, "total_sv"), "total_sv")
-        for key in ("rho", "label", "nr_sv"):
-            if key not in head:
-                raise r.error(f"the header has no '{key}' line (needed for a classifier)")
-        n_pairs = k * (k - 1) // 2
-        rho = [to_float(r, t, "rho") for t in head["rho"]]
-        labels = [to_float(r, t, "label") for t in head["label"]]
-        nr_sv = [to_int(r, t, "nr_sv") for t in head["nr_sv"]]
-        if len(rho) != n_pairs:
-            raise r.error(f"{len(rho)} rho values for {k} classes, expected {n_pairs}")
-        if len(labels) != k or len(nr_sv) != k:
-            raise r.error(f"'label' and 'nr_sv' need {k} values each (nr_class {k})")
-        if sum(nr_sv) != total:
-            raise r.error(f"nr_sv sums to {sum(nr_sv)} but total_sv is {total}")
-        coef = np.empty((k - 1, total))
-        rows = SparseRows()
-        for s in range(total):
-            line = r.need(f"support vector {s + 1} of {total}")
-            toks = line.split()
-            if len(toks) < k - 1:
-                raise r.error(f"a support vector line needs {k - 1} coefficients first")
-            for m in range(k - 1):
-                coef[m, s] = to_float(r, toks[m], "coefficient")
-            rows.add(r, toks[k - 1 :])
-        for line in r:
-            if line.strip():
-                raise r.error(f"text after the {total} support vectors")
-    width = rows.max_col + 1
-    if n_features is not None:
-        width = max(width, int(n_features))
-    width = max(width, 1)
-    if n_features is None and kernel == "rbf":
-        log.info(
-            "%s: RBF model over features 1..%d (largest index in a support vector); features "
-            "beyond it are ignored when scoring: pass n_features to count them as LIBSVM does",
-            path,
-            width,
-        )
+        head, lines = read_header(
+            r, _HEADER_KEYS, name="LIBSVM", first="svm_type", end="SV", unique=True,
+            others="LIBLINEAR models start with 'solver_type', SVMlight models with "
+            "'SVM-light Version'",
+        )  # fmt: skip
+        svm_type = _svm_type(r, head, lines)
+        kernel, gamma, degree, coef0 = _kernel_params(r, head, lines)
+        k, total, rho, labels, nr_sv = _classes(r, head, lines)
+        coef, rows = _support_vectors(r, k, total)
+        expect_end(r, f"text after the {total} support vectors")
+    width = _width(path, rows.max_col + 1, n_features, kernel)
     sv = rows.matrix(width)
     info: dict[str, Any] = {
         "solver": f"libsvm {svm_type}",
         "imported_from": str(path),
         "format": "libsvm",
     }
+    kernel_args: dict[str, Any] = {
+        "kernel": kernel,
+        "gamma": gamma,
+        "degree": degree,
+        "coef0": coef0,
+    }
+    n_pairs = k * (k - 1) // 2
     if k == 2:
         model = Model(
             kind="kernel",
@@ -183,10 +127,7 @@ def read(path: str, n_features: int | None = None) -> Model:
             dual_coef_=coef[0].copy(),
             intercept_=-rho[0],
             info=info,
-            kernel=kernel,
-            gamma=gamma,
-            degree=degree,
-            coef0=coef0,
+            **kernel_args,
         )
         _probability(r, head, model, n_pairs)
         return model
@@ -200,14 +141,91 @@ def read(path: str, n_features: int | None = None) -> Model:
         dual_coef_=coef,
         intercept_=-np.asarray(rho),
         info=info,
-        kernel=kernel,
-        gamma=gamma,
-        degree=degree,
-        coef0=coef0,
+        **kernel_args,
     )
     validate_ovo(model, str(path))
     _probability(r, head, model, n_pairs)
     return model
+
+
+def _svm_type(r: LineReader, head: dict, lines: dict) -> str:
+    """The ``svm_type``: a classifier's (c_svc, nu_svc)."""
+    svm_type = _one(r, head, lines, "svm_type")
+    if svm_type in _OTHER_TYPES:
+        raise r.error(
+            f"svm_type {svm_type}: only classifiers (c_svc, nu_svc) can be imported",
+            lines["svm_type"],
+        )
+    if svm_type not in SVM_TYPES:
+        raise r.error(f"unknown svm_type {svm_type!r}", lines["svm_type"])
+    return svm_type
+
+
+def _kernel_params(r: LineReader, head: dict, lines: dict) -> tuple[str, float, int, float]:
+    """(kernel, gamma, degree, coef0) in ooc-svm's names."""
+    kt = _one(r, head, lines, "kernel_type")
+    if kt == "precomputed":
+        raise r.error("kernel_type precomputed: the kernel values are not in the model")
+    if kt not in KERNELS:
+        raise r.error(f"unknown kernel_type {kt!r}", lines["kernel_type"])
+    kernel = KERNELS[kt]
+    gamma = to_float(r, _one(r, head, lines, "gamma"), "gamma") if "gamma" in head else 0.0
+    degree = to_int(r, _one(r, head, lines, "degree"), "degree") if "degree" in head else 3
+    coef0 = to_float(r, _one(r, head, lines, "coef0"), "coef0") if "coef0" in head else 0.0
+    if kernel in ("poly", "rbf", "sigmoid") and "gamma" not in head:
+        raise r.error(f"kernel_type {kt} without a 'gamma' line")
+    return kernel, gamma, degree, coef0
+
+
+def _classes(r: LineReader, head: dict, lines: dict):
+    """(nr_class, total_sv, rho, label, nr_sv) of the header, consistent with each other."""
+    k = to_int(r, _one(r, head, lines, "nr_class"), "nr_class", 2)
+    total = to_int(r, _one(r, head, lines, "total_sv"), "total_sv")
+    for key in ("rho", "label", "nr_sv"):
+        if key not in head:
+            raise r.error(f"the header has no '{key}' line (needed for a classifier)")
+    n_pairs = k * (k - 1) // 2
+    rho = [to_float(r, t, "rho") for t in head["rho"]]
+    labels = [to_float(r, t, "label") for t in head["label"]]
+    nr_sv = [to_int(r, t, "nr_sv") for t in head["nr_sv"]]
+    if len(rho) != n_pairs:
+        raise r.error(f"{len(rho)} rho values for {k} classes, expected {n_pairs}")
+    if len(labels) != k or len(nr_sv) != k:
+        raise r.error(f"'label' and 'nr_sv' need {k} values each (nr_class {k})")
+    if sum(nr_sv) != total:
+        raise r.error(f"nr_sv sums to {sum(nr_sv)} but total_sv is {total}")
+    return k, total, rho, labels, nr_sv
+
+
+def _support_vectors(r: LineReader, k: int, total: int) -> tuple[np.ndarray, SparseRows]:
+    """The ``total`` support vector lines: their k - 1 coefficients and their rows."""
+    coef = np.empty((k - 1, total))
+    rows = SparseRows()
+    for s in range(total):
+        line = r.need(f"support vector {s + 1} of {total}")
+        toks = line.split()
+        if len(toks) < k - 1:
+            raise r.error(f"a support vector line needs {k - 1} coefficients first")
+        for m in range(k - 1):
+            coef[m, s] = to_float(r, toks[m], "coefficient")
+        rows.add(r, toks[k - 1 :])
+    return coef, rows
+
+
+def _width(path: str, sv_width: int, n_features: int | None, kernel: str) -> int:
+    """The model's width: the support vectors', or the data's when wider."""
+    width = sv_width
+    if n_features is not None:
+        width = max(width, int(n_features))
+    width = max(width, 1)
+    if n_features is None and kernel == "rbf":
+        log.info(
+            "%s: RBF model over features 1..%d (largest index in a support vector); features "
+            "beyond it are ignored when scoring: pass n_features to count them as LIBSVM does",
+            path,
+            width,
+        )
+    return width
 
 
 def _probability(r: LineReader, head: dict, model: Model, n_pairs: int) -> None:
@@ -225,12 +243,12 @@ def _probability(r: LineReader, head: dict, model: Model, n_pairs: int) -> None:
     model.set_probability(A, B)
 
 
-def _one(r: LineReader, head: dict, key: str) -> str:
+def _one(r: LineReader, head: dict, lines: dict, key: str) -> str:
     if key not in head:
         raise r.error(f"the header has no '{key}' line")
     v = head[key]
     if len(v) != 1:
-        raise r.error(f"'{key}' needs one value", int(head["_line_" + key][0]))
+        raise r.error(f"'{key}' needs one value", lines[key])
     return v[0]
 
 
