@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def add_parser(sub) -> None:
@@ -38,67 +39,56 @@ def add_parser(sub) -> None:
     p.add_argument(
         "store", metavar="STORE", help="destination store (*.parquet / *.pq: Parquet, else Zarr)"
     )
-    p.add_argument(
-        "--format",
-        choices=["zarr", "parquet"],
-        default=None,
-        help="store backend (default: parquet for *.parquet / *.pq, else zarr)",
-    )
-    p.add_argument(
-        "--zero-based",
-        action="store_true",
-        help="indices in the text start at 0 (default: 1-based)",
-    )
-    p.add_argument(
-        "--shard-rows", type=int, default=None, metavar="N", help="at most N rows per shard"
-    )
-    p.add_argument(
-        "--shard-mb",
-        type=float,
-        default=None,
-        metavar="M",
-        help="at most M MB of decoded CSR per shard (default 64 unless --shard-rows is given)",
-    )
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "--append",
-        action="store_true",
-        help="add the rows to an existing store (new shards; metadata replaced atomically)",
-    )
-    g.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    p.add_argument(
-        "--compression",
-        choices=["zstd", "lz4", "none"],
-        default=None,
-        help="shard compression (default lz4 for Zarr, zstd for Parquet; --append "
-        "keeps the store's)",
-    )
-    p.add_argument(
-        "--label-kind",
-        choices=["auto", "binary", "ordinal", "multiclass", "real"],
-        default="auto",
-        help="label kind (auto: 2 values -> binary; 3+ integers -> ordinal (ranks) with qid:, "
-        "else multiclass (one-vs-rest); other values -> real); --label-kind ordinal for "
-        "ordinal regression without qids",
-    )
-    p.add_argument(
-        "--n-features",
-        type=int,
-        default=None,
-        metavar="N",
-        help="declare the number of features (an index beyond it is an error)",
-    )
-    p.add_argument(
-        "--skip-invalid",
-        action="store_true",
-        help="skip invalid lines (reported with a count) instead of failing",
-    )
-    p.add_argument(
-        "--threads", type=int, default=None, help="parser threads (default: usable CPUs, at most 4)"
-    )
-    p.add_argument("--block-mb", type=float, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    _add_options(p, _LAYOUT_OPTIONS)
+    _add_options(p.add_mutually_exclusive_group(), _MODE_OPTIONS)
+    _add_options(p, _PARSE_OPTIONS)
     p.set_defaults(func=run)
+
+
+def _add_options(p, options: tuple[tuple[str, dict[str, Any]], ...]) -> None:
+    for flag, keywords in options:
+        p.add_argument(flag, **keywords)
+
+
+#: Options of ``ingest`` (flag, ``add_argument`` keywords) in ``--help`` order: the store's
+#: layout, then --append / --overwrite (one of them), then how the text is read.
+_LAYOUT_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--format", {"choices": ["zarr", "parquet"], "default": None,
+                  "help": "store backend (default: parquet for *.parquet / *.pq, else zarr)"}),
+    ("--zero-based", {"action": "store_true",
+                      "help": "indices in the text start at 0 (default: 1-based)"}),
+    ("--shard-rows", {"type": int, "default": None, "metavar": "N",
+                      "help": "at most N rows per shard"}),
+    ("--shard-mb", {"type": float, "default": None, "metavar": "M",
+                    "help": "at most M MB of decoded CSR per shard (default 64 unless "
+                    "--shard-rows is given)"}),
+)  # fmt: skip
+_MODE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--append", {"action": "store_true",
+                  "help": "add the rows to an existing store (new shards; metadata replaced "
+                  "atomically)"}),
+    ("--overwrite", {"action": "store_true", "help": "replace an existing store"}),
+)  # fmt: skip
+_PARSE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--compression", {"choices": ["zstd", "lz4", "none"], "default": None,
+                       "help": "shard compression (default lz4 for Zarr, zstd for Parquet; "
+                       "--append keeps the store's)"}),
+    ("--label-kind", {"choices": ["auto", "binary", "ordinal", "multiclass", "real"],
+                      "default": "auto",
+                      "help": "label kind (auto: 2 values -> binary; 3+ integers -> ordinal "
+                      "(ranks) with qid:, else multiclass (one-vs-rest); other values -> real); "
+                      "--label-kind ordinal for ordinal regression without qids"}),
+    ("--n-features", {"type": int, "default": None, "metavar": "N",
+                      "help": "declare the number of features (an index beyond it is an "
+                      "error)"}),
+    ("--skip-invalid", {"action": "store_true",
+                        "help": "skip invalid lines (reported with a count) instead of "
+                        "failing"}),
+    ("--threads", {"type": int, "default": None,
+                   "help": "parser threads (default: usable CPUs, at most 4)"}),
+    ("--block-mb", {"type": float, "default": None, "help": argparse.SUPPRESS}),
+    ("--json", {"action": "store_true", "help": "print the summary as one JSON object"}),
+)  # fmt: skip
 
 
 class _Terminated(KeyboardInterrupt):
@@ -129,25 +119,13 @@ def _install_signal_handlers() -> dict:
 
 def run(args) -> int:
     import gc
-    import json
-    import os
     import signal
 
     from ..progress import Meter, progress_mode
-    from ..store.format import label_kind_note
     from ..store.ingest import DEFAULT_BLOCK_MB, ingest_with_stats
 
     inputs, store = args.inputs, args.store
-    total: int | None = 0  # bytes of all inputs, None when unknown (stdin, a pipe)
-    for path in inputs:
-        try:
-            size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else None
-        except OSError:
-            size = None
-        if size is None or total is None:
-            total = None
-            break
-        total += size
+    total = _total_bytes(inputs)
     # Everything imported so far lives until exit: keep it out of the cyclic GC, whose full
     # collections (triggered by the store writer's many small objects) would otherwise walk
     # every module object again and again.
@@ -177,6 +155,32 @@ def run(args) -> int:
         for sig, h in old_handlers.items():
             signal.signal(sig, h)
         bar.close()
+    _print_summary(args, store, meta, stats)
+    return 0
+
+
+def _total_bytes(inputs: list[str]) -> int | None:
+    """Bytes of all inputs, None when unknown (stdin, a pipe)."""
+    import os
+
+    total: int | None = 0
+    for path in inputs:
+        try:
+            size = os.path.getsize(path) if path != "-" and os.path.isfile(path) else None
+        except OSError:
+            size = None
+        if size is None or total is None:
+            return None
+        total += size
+    return total
+
+
+def _print_summary(args, store: str, meta, stats) -> None:
+    """The skip warning, then the summary line (and the label-kind note) or ``--json``."""
+    import json
+
+    from ..store.format import label_kind_note
+
     note = label_kind_note(meta)
     if stats.skipped:
         print(f"ooc-svm: warning: {stats.skip_report()}", file=sys.stderr)
@@ -207,4 +211,3 @@ def run(args) -> int:
         print(stats.summary(store))
         if meta.label_kind != "binary":
             print(note)
-    return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def add_parser(sub) -> None:
@@ -25,106 +26,64 @@ def add_parser(sub) -> None:
         ),
     )
     p.add_argument("out", help="output file (SVMlight text), store (.zarr/.parquet/.pq) or '-'")
-    p.add_argument("--rows", type=int, required=True, help="number of rows")
-    p.add_argument("--features", type=int, required=True, help="number of features (columns)")
-    p.add_argument(
-        "--nnz-per-row",
-        type=float,
-        required=True,
-        help="mean non-zeros per row (row lengths vary, at least 1)",
-    )
-    p.add_argument("--seed", type=int, required=True, help="seed of the whole dataset")
-    p.add_argument(
-        "--split",
-        choices=["train", "test"],
-        default="train",
-        help="row stream: test has the same hidden weights, different rows (default: train)",
-    )
-    p.add_argument(
-        "--noise",
-        type=float,
-        default=0.05,
-        help="fraction of labels flipped / replaced by another rank (default 0.05)",
-    )
-    p.add_argument(
-        "--ranks",
-        type=int,
-        default=None,
-        help="ordinal labels 1..R from quantiles of the hidden score",
-    )
-    p.add_argument(
-        "--qid-size",
-        type=int,
-        default=None,
-        help="group consecutive rows into queries of this size (adds qid:; ranks "
-        "become relevance within the query)",
-    )
-    p.add_argument(
-        "--zipf",
-        type=float,
-        default=1.0,
-        help="exponent of the feature popularity law (default 1.0)",
-    )
-    p.add_argument(
-        "--nnz-spread",
-        type=float,
-        default=0.5,
-        help="log-sd of the row length (default 0.5; 0 = nearly constant)",
-    )
-    p.add_argument(
-        "--positive-fraction",
-        type=float,
-        default=0.4,
-        help="share of positive labels before noise (default 0.4)",
-    )
-    p.add_argument(
-        "--w-density",
-        type=float,
-        default=0.1,
-        help="fraction of features with a non-zero hidden weight (default 0.1)",
-    )
-    p.add_argument(
-        "--score-noise",
-        type=float,
-        default=0.01,
-        help="Gaussian noise added to the hidden score, in units of its sd (default 0.01)",
-    )
-    p.add_argument(
-        "--format",
-        choices=["svmlight", "zarr", "parquet"],
-        default=None,
-        help="output kind (default: from the suffix of OUT)",
-    )
-    p.add_argument(
-        "--store",
-        action="store_true",
-        help="write a store even without a .zarr/.parquet suffix (Zarr)",
-    )
-    p.add_argument(
-        "--shard-rows",
-        type=int,
-        default=None,
-        help="rows per store shard (default: about 64 MB of CSR)",
-    )
-    p.add_argument(
-        "--compression",
-        choices=["zstd", "lz4", "none"],
-        default=None,
-        help="store compression (default lz4 for Zarr, zstd for Parquet)",
-    )
-    p.add_argument(
-        "--compress-level", type=int, default=None, help="level of .gz/.bz2/.xz text compression"
-    )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="generator threads (default: usable CPUs; output does not depend on it)",
-    )
-    p.add_argument("--block-rows", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    for flag, options in _OPTIONS:
+        p.add_argument(flag, **options)
     p.set_defaults(func=run)
+
+
+#: The options of ``synth`` (flag, ``add_argument`` keywords), in ``--help`` order.
+_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--rows", {"type": int, "required": True, "help": "number of rows"}),
+    ("--features", {"type": int, "required": True, "help": "number of features (columns)"}),
+    ("--nnz-per-row", {"type": float, "required": True,
+                       "help": "mean non-zeros per row (row lengths vary, at least 1)"}),
+    ("--seed", {"type": int, "required": True, "help": "seed of the whole dataset"}),
+    ("--split", {"choices": ["train", "test"], "default": "train",
+                 "help": "row stream: test has the same hidden weights, different rows "
+                 "(default: train)"}),
+    ("--noise", {"type": float, "default": 0.05,
+                 "help": "fraction of labels flipped / replaced by another rank (default 0.05)"}),
+    ("--ranks", {"type": int, "default": None,
+                 "help": "ordinal labels 1..R from quantiles of the hidden score"}),
+    ("--qid-size", {"type": int, "default": None,
+                    "help": "group consecutive rows into queries of this size (adds qid:; "
+                    "ranks become relevance within the query)"}),
+    ("--zipf", {"type": float, "default": 1.0,
+                "help": "exponent of the feature popularity law (default 1.0)"}),
+    ("--nnz-spread", {"type": float, "default": 0.5,
+                      "help": "log-sd of the row length (default 0.5; 0 = nearly constant)"}),
+    ("--positive-fraction", {"type": float, "default": 0.4,
+                             "help": "share of positive labels before noise (default 0.4)"}),
+    ("--w-density", {"type": float, "default": 0.1,
+                     "help": "fraction of features with a non-zero hidden weight (default 0.1)"}),
+    ("--score-noise", {"type": float, "default": 0.01,
+                       "help": "Gaussian noise added to the hidden score, in units of its sd "
+                       "(default 0.01)"}),
+    ("--format", {"choices": ["svmlight", "zarr", "parquet"], "default": None,
+                  "help": "output kind (default: from the suffix of OUT)"}),
+    ("--store", {"action": "store_true",
+                 "help": "write a store even without a .zarr/.parquet suffix (Zarr)"}),
+    ("--shard-rows", {"type": int, "default": None,
+                      "help": "rows per store shard (default: about 64 MB of CSR)"}),
+    ("--compression", {"choices": ["zstd", "lz4", "none"], "default": None,
+                       "help": "store compression (default lz4 for Zarr, zstd for Parquet)"}),
+    ("--compress-level", {"type": int, "default": None,
+                          "help": "level of .gz/.bz2/.xz text compression"}),
+    ("--threads", {"type": int, "default": None,
+                   "help": "generator threads (default: usable CPUs; output does not depend "
+                   "on it)"}),
+    ("--block-rows", {"type": int, "default": None, "help": argparse.SUPPRESS}),
+    ("--overwrite", {"action": "store_true", "help": "replace an existing OUT"}),
+    ("--json", {"action": "store_true", "help": "print the summary as one JSON object"}),
+)  # fmt: skip
+
+
+#: Options passed on to :func:`ooc_svm.synth.synth` as keywords of the same name.
+_PASSED_ON = (
+    "split", "shard_rows", "compression", "compress_level", "overwrite", "block_rows", "threads",
+    "noise", "ranks", "qid_size", "zipf", "nnz_spread", "positive_fraction", "w_density",
+    "score_noise",
+)  # fmt: skip
 
 
 def _return_freed_memory() -> None:
@@ -162,23 +121,9 @@ def run(args) -> int:
             args.features,
             args.nnz_per_row,
             args.seed,
-            split=args.split,
             format=fmt,
-            shard_rows=args.shard_rows,
-            compression=args.compression,
-            compress_level=args.compress_level,
-            overwrite=args.overwrite,
-            block_rows=args.block_rows,
-            threads=args.threads,
             progress=bar.update,
-            noise=args.noise,
-            ranks=args.ranks,
-            qid_size=args.qid_size,
-            zipf=args.zipf,
-            nnz_spread=args.nnz_spread,
-            positive_fraction=args.positive_fraction,
-            w_density=args.w_density,
-            score_noise=args.score_noise,
+            **{name: getattr(args, name) for name in _PASSED_ON},
         )
     except SynthError as e:
         bar.close()
