@@ -1038,36 +1038,29 @@ def synth(
     threads = threads or cpu_count()
     step = _round_to_query(int(block_rows), spec) if block_rows else default_block_rows(spec)
     params = {"rows": rows, "split": split, **asdict(spec)}
+    job = _Job(out, model, split, rows, step, threads, overwrite, progress)
     if fmt == "svmlight":
-        nnz = _write_text(
-            out, model, split, rows, step, threads, overwrite, compress_level, progress
-        )
+        nnz = _write_text(job, compress_level)
     else:
-        nnz = _write_store(
-            out,
-            fmt,
-            model,
-            split,
-            rows,
-            step,
-            threads,
-            overwrite,
-            compression,
-            shard_rows,
-            params,
-            progress,
-        )
+        nnz = _write_store(job, fmt, compression, shard_rows, params)
     seconds = time.perf_counter() - t0
     size = 0 if out == "-" else _path_size(out)
-    return {
-        "path": out,
-        "format": fmt,
-        "rows": rows,
-        "nnz": int(nnz),
-        "bytes": size,
-        "seconds": seconds,
-        **params,
-    }
+    return {"path": out, "format": fmt, "rows": rows, "nnz": int(nnz), "bytes": size,
+            "seconds": seconds, **params}  # fmt: skip
+
+
+@dataclass
+class _Job:
+    """What both writers need: destination, generator, row range, block size, threads."""
+
+    out: str
+    model: SynthModel
+    split: str
+    rows: int
+    step: int
+    threads: int
+    overwrite: bool
+    progress: Callable[[int], None] | None
 
 
 def _check_destination(out: str, overwrite: bool) -> None:
@@ -1078,39 +1071,26 @@ def _check_destination(out: str, overwrite: bool) -> None:
         raise SynthError(f"{out}: destination exists; use --overwrite to replace it")
 
 
-def _write_text(out, model, split, rows, step, threads, overwrite, level, progress) -> int:
+def _write_text(job: _Job, level: int | None) -> int:
+    """SVMlight text to ``job.out`` (a temporary sibling renamed into place), or stdout."""
     import sys
 
     from .store.paths import get_fs, is_local, local_path, temp_sibling
 
-    compress = _text_compressor(out, level) if out != "-" else None
-
-    def work(ab):
-        blk = model.block(split, ab[0], ab[1] - ab[0])
-        buf = format_svmlight(blk)
-        return blk.n_rows, blk.nnz, (compress(buf) if compress else buf)
-
-    nnz = 0
+    out = job.out
     if out == "-":
         f = sys.stdout.buffer
-        for n, z, buf in _ordered_map(work, _ranges(0, rows, step), threads):
-            f.write(buf)
-            nnz += z
-            if progress:
-                progress(n)
+        nnz = _write_text_blocks(f, job, None)
         f.flush()
         return nnz
-    _check_destination(out, overwrite)
+    compress = _text_compressor(out, level)
+    _check_destination(out, job.overwrite)
     fs, root = get_fs(out)
     tmp = temp_sibling(root, "synth")
     ok = False
     try:
         with fs.open(tmp, "wb") as f:
-            for n, z, buf in _ordered_map(work, _ranges(0, rows, step), threads):
-                f.write(buf)
-                nnz += z
-                if progress:
-                    progress(n)
+            nnz = _write_text_blocks(f, job, compress)
         if is_local(out):
             os.replace(local_path(tmp), local_path(out))
         else:
@@ -1127,28 +1107,36 @@ def _write_text(out, model, split, rows, step, threads, overwrite, level, progre
     return nnz
 
 
+def _write_text_blocks(f, job: _Job, compress: Callable[[memoryview], bytes] | None) -> int:
+    """Generate, format (and compress) the rows block by block in threads; write them to
+    ``f`` in order. Returns the number of non-zeros."""
+
+    def work(ab):
+        blk = job.model.block(job.split, ab[0], ab[1] - ab[0])
+        buf = format_svmlight(blk)
+        return blk.n_rows, blk.nnz, (compress(buf) if compress else buf)
+
+    nnz = 0
+    for n, z, buf in _ordered_map(work, _ranges(0, job.rows, job.step), job.threads):
+        f.write(buf)
+        nnz += z
+        if job.progress:
+            job.progress(n)
+    return nnz
+
+
 def _write_store(
-    out,
-    fmt,
-    model,
-    split,
-    rows,
-    step,
-    threads,
-    overwrite,
-    compression,
-    shard_rows,
-    params,
-    progress,
+    job: _Job, fmt: str, compression: str | None, shard_rows: int | None, params: dict
 ) -> int:
     import json
 
     from .store import StoreWriter
 
-    spec = model.spec
-    _check_destination(out, overwrite)
+    spec = job.model.spec
+    rows, model, split, progress = job.rows, job.model, job.split, job.progress
+    _check_destination(job.out, job.overwrite)
     srows = _round_to_query(int(shard_rows), spec) if shard_rows else default_shard_rows(spec)
-    step = min(step, srows)
+    step = min(job.step, srows)
 
     def ranges():
         for a, b in _ranges(0, rows, srows):
@@ -1158,16 +1146,16 @@ def _write_store(
         return model.block(split, ab[0], ab[1] - ab[0])
 
     with StoreWriter(
-        out,
+        job.out,
         backend=fmt,
         compression=compression,
-        overwrite=overwrite,
+        overwrite=job.overwrite,
         label_kind=spec.label_kind,
         n_features=spec.features,
     ) as w:
         parts: list[Shard] = []
         have = 0
-        for blk in _ordered_map(work, ranges(), threads):
+        for blk in _ordered_map(work, ranges(), job.threads):
             parts.append(blk)
             have += blk.n_rows
             if have == srows or blk.row_start + blk.n_rows == rows:
