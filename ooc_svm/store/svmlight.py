@@ -830,9 +830,28 @@ def parse_block(
     info : ndarray of int64
         See the ``I_*`` constants; ``info[I_STATUS]`` is the error code (0 when fine).
     """
-    if n is None:
-        n = int(buf.shape[0])
-    n = int(n)
+    n = int(buf.shape[0]) if n is None else int(n)
+    buf = _padded_text(buf, n, padded)
+    if out is None:
+        n_nl, n_colon = count_block(buf, n)
+        out = alloc_outputs(n_nl + 1, n_colon)
+    indptr, indices, data, labels, qids = out
+    words = buf[: (buf.shape[0] // 8) * 8].view(np.uint64)
+    fb_rows = 1024
+    while True:
+        fb = np.empty((fb_rows, 4), np.int64)
+        skips, info = _parse_block(
+            buf, words, n, bool(zero_based), int(col_limit), int(qid_state), bool(skip_invalid),
+            int(max(1, max_skip_records)), indptr, indices, data, labels, qids, fb,
+        )  # fmt: skip
+        if info[I_STATUS] != E_FALLBACK_FULL:
+            return indptr, indices, data, labels, qids, fb, skips, info
+        fb_rows *= 16  # rare: many numbers only Python's float can convert; parse again
+
+
+def _padded_text(buf: np.ndarray, n: int, padded: bool) -> np.ndarray:
+    """``buf`` (or, unless ``padded``, a copy of ``buf[:n]``) checked to be 8-byte aligned
+    with :data:`PAD` spare bytes after the text, which are set to newlines."""
     if not padded:
         tmp = np.empty(n + PAD + 8, np.uint8)
         tmp[:n] = buf[:n]
@@ -844,32 +863,7 @@ def parse_block(
             "aligned buffer (or padded=False)"
         )
     buf[n : n + PAD] = _NL
-    if out is None:
-        n_nl, n_colon = count_block(buf, n)
-        out = alloc_outputs(n_nl + 1, n_colon)
-    indptr, indices, data, labels, qids = out
-    fb_rows = 1024
-    while True:
-        fb = np.empty((fb_rows, 4), np.int64)
-        skips, info = _parse_block(
-            buf,
-            buf[:m].view(np.uint64),
-            n,
-            bool(zero_based),
-            int(col_limit),
-            int(qid_state),
-            bool(skip_invalid),
-            int(max(1, max_skip_records)),
-            indptr,
-            indices,
-            data,
-            labels,
-            qids,
-            fb,
-        )
-        if info[I_STATUS] != E_FALLBACK_FULL:
-            return indptr, indices, data, labels, qids, fb, skips, info
-        fb_rows *= 16  # rare: many numbers only Python's float can convert; parse again
+    return buf
 
 
 def alloc_outputs(max_rows: int, max_nnz: int):
