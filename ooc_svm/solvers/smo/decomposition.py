@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -75,90 +77,125 @@ def _decomposition_load(checkpoint, store, engine, pos):
     return state, data.scalars, W, a["G"].copy(), F, a["w_fixed"].copy(), ev
 
 
+@dataclass
+class _Decomposition:
+    """What the decomposition carries from one outer iteration to the next."""
+
+    state: Any  # the engine's per-shard α
+    W: WorkingRows  # the working set
+    G: np.ndarray  # its gradient
+    F: WorkingRows  # kernel: bound SVs kept outside W (linear: folded into w_fixed)
+    w_fixed: np.ndarray
+    evicted_g: list[np.ndarray] = field(default_factory=list)  # not yet in the shard state
+    evicted_a: list[np.ndarray] = field(default_factory=list)
+    outer: int = 0
+    total_it: int = 0
+    cache_stats: dict = field(default_factory=lambda: {"hits": 0, "misses": 0, "evictions": 0})
+    gap: float = np.inf
+    rho: float = 0.0
+    status: int = 0
+
+
 def _solve_wss2_decomposition(
     store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint=None
 ):
-    n = store.meta.n_rows
     nf = store.meta.n_features
     linear = kp.kernel == "linear"
-    rng = np.random.default_rng(int(p.seed))
     max_iter = int(p.max_iter)
     top_k = max(1, budget // 4)
-    first = np.sort(rng.choice(n, size=min(n, max(2, budget // 2)), replace=False))
-    W = fetch_rows(store, engine, first, pos, state)
-    # bound SVs outside W: kernel -> rows kept in memory (F); linear -> folded into w_fixed
-    F = WorkingRows.empty()
-    w_fixed = np.zeros(nf)
-    evicted_g: list[np.ndarray] = []
-    evicted_a: list[np.ndarray] = []
-    total_it = 0
-    cache_stats = {"hits": 0, "misses": 0, "evictions": 0}
-    outer = 0
-    gap = np.inf
-    G = np.zeros(W.n)
-    rho = 0.0
-    status = 0
-    loaded = None
-    if checkpoint is not None and checkpoint.resume:
-        loaded = _decomposition_load(checkpoint, store, engine, pos)
-    if loaded is not None:
-        state, sc, W, G, F, w_fixed, (evicted_g, evicted_a) = loaded
-        outer, total_it = int(sc["outer"]), int(sc["total_it"])
-        cache_stats = {k: int(sc["cache_" + k]) for k in cache_stats}
+    d = _decomposition_start(store, engine, state, p, pos, budget, checkpoint)
     while True:
-        outer += 1
+        d.outer += 1
         t1 = time.perf_counter()
         if linear:
-            fixed = Expansion(kp, nf, w=w_fixed)
+            fixed = Expansion(kp, nf, w=d.w_fixed)
         else:
-            fixed = make_expansion(kp, nf, F, F.y * F.alpha)
-        p_lin = -1.0 + W.y * fixed.scores(*W.csr())
-        it, G, cs, status = _run_wss2(
-            W, p_lin, kp, C, tol, p.cache_mb, max(1, max_iter - total_it), p.shrinking, nf
+            fixed = make_expansion(kp, nf, d.F, d.F.y * d.F.alpha)
+        p_lin = -1.0 + d.W.y * fixed.scores(*d.W.csr())
+        it, d.G, cs, d.status = _run_wss2(
+            d.W, p_lin, kp, C, tol, p.cache_mb, max(1, max_iter - d.total_it), p.shrinking, nf
         )
-        total_it += it
-        for k in cache_stats:
-            cache_stats[k] += cs[k]
-        rho, m_w, big_m_w = _rho_and_gap(W.y, W.alpha, G, np.full(W.n, float(C)))
-        exp = _full_expansion(W, F, w_fixed, kp, nf, linear)
-        upd_g = np.concatenate([W.gids] + evicted_g)
-        upd_a = np.concatenate([W.alpha] + evicted_a)
-        order = np.argsort(upd_g, kind="stable")
-        upd_g, upd_a = upd_g[order], upd_a[order]
-        evicted_g, evicted_a = [], []
-        w_sorted = np.sort(W.gids)
-        bc = (exp, upd_g, upd_a, w_sorted, float(m_w), float(big_m_w), float(pos), C, top_k)
-        r = engine.map_reduce(store, _scan_fn, bc, reduce=_scan_reduce, state=state)
-        m_up_o, m_low_o, n_cand, part, _ = r
-        gap = max(m_w, m_up_o) - min(big_m_w, m_low_o)
+        d.total_it += it
+        for k in d.cache_stats:
+            d.cache_stats[k] += cs[k]
+        d.rho, m_w, big_m_w = _rho_and_gap(d.W.y, d.W.alpha, d.G, np.full(d.W.n, float(C)))
+        exp = _full_expansion(d.W, d.F, d.w_fixed, kp, nf, linear)
+        n_cand, part = _decomposition_scan(store, engine, d, exp, m_w, big_m_w, pos, C, top_k)
         report(
             {
-                "iteration": outer,
-                "violation": float(gap),
-                "working_set": W.n,
+                "iteration": d.outer,
+                "violation": float(d.gap),
+                "working_set": d.W.n,
                 "smo_iterations": it,
                 "candidates": int(n_cand),
                 "pass_seconds": time.perf_counter() - t1,
             }
         )
-        if gap <= tol or part is None or status != 0 or total_it >= max_iter:
+        if d.gap <= tol or part is None or d.status != 0 or d.total_it >= max_iter:
             break
-        W, G, F, w_fixed = _add_candidates(W, G, F, w_fixed, part[1], exp, nf, linear)
-        if W.n > budget:
-            W, F, w_fixed, ev_g, ev_a = _evict(W, G, rho, F, w_fixed, C, budget, linear, nf)
-            evicted_g.append(ev_g)
-            evicted_a.append(ev_a)
-        if checkpoint is not None:
-            scalars = {"outer": outer, "total_it": total_it}
-            scalars.update({"cache_" + k: v for k, v in cache_stats.items()})
-            _decomposition_save(
-                checkpoint, engine, state, outer, W, G, F, w_fixed, (evicted_g, evicted_a), scalars
+        d.W, d.G, d.F, d.w_fixed = _add_candidates(
+            d.W, d.G, d.F, d.w_fixed, part[1], exp, nf, linear
+        )
+        if d.W.n > budget:
+            d.W, d.F, d.w_fixed, ev_g, ev_a = _evict(
+                d.W, d.G, d.rho, d.F, d.w_fixed, C, budget, linear, nf
             )
-    if status != 0 or total_it >= max_iter:
-        log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, gap)
+            d.evicted_g.append(ev_g)
+            d.evicted_a.append(ev_a)
+        if checkpoint is not None:
+            _decomposition_checkpoint(checkpoint, engine, d)
+    if d.status != 0 or d.total_it >= max_iter:
+        log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, d.gap)
     return _decomposition_result(
-        W, F, w_fixed, rho, gap, tol, total_it, outer, cache_stats, state, nf, linear
+        d.W, d.F, d.w_fixed, d.rho, d.gap, tol, d.total_it, d.outer, d.cache_stats, d.state,
+        nf, linear,
+    )  # fmt: skip
+
+
+def _decomposition_start(store, engine, state, p, pos, budget, checkpoint) -> _Decomposition:
+    """A random first working set of ~budget/2 rows, or the state of the latest checkpoint
+    (``checkpoint.resume``)."""
+    n = store.meta.n_rows
+    rng = np.random.default_rng(int(p.seed))
+    first = np.sort(rng.choice(n, size=min(n, max(2, budget // 2)), replace=False))
+    W = fetch_rows(store, engine, first, pos, state)
+    d = _Decomposition(
+        state, W, np.zeros(W.n), WorkingRows.empty(), np.zeros(store.meta.n_features)
     )
+    loaded = None
+    if checkpoint is not None and checkpoint.resume:
+        loaded = _decomposition_load(checkpoint, store, engine, pos)
+    if loaded is not None:
+        d.state, sc, d.W, d.G, d.F, d.w_fixed, (d.evicted_g, d.evicted_a) = loaded
+        d.outer, d.total_it = int(sc["outer"]), int(sc["total_it"])
+        d.cache_stats = {k: int(sc["cache_" + k]) for k in d.cache_stats}
+    return d
+
+
+def _decomposition_scan(store, engine, d: _Decomposition, exp, m_w, big_m_w, pos, C, top_k):
+    """The streamed pass: every shard's α brought up to date (W and the evicted rows), the
+    maximal violating pair over all rows (sets ``d.gap``) and the most violating rows
+    outside W. Returns (number of candidates, partial result with the candidates or None)."""
+    upd_g = np.concatenate([d.W.gids] + d.evicted_g)
+    upd_a = np.concatenate([d.W.alpha] + d.evicted_a)
+    order = np.argsort(upd_g, kind="stable")
+    upd_g, upd_a = upd_g[order], upd_a[order]
+    d.evicted_g, d.evicted_a = [], []
+    w_sorted = np.sort(d.W.gids)
+    bc = (exp, upd_g, upd_a, w_sorted, float(m_w), float(big_m_w), float(pos), C, top_k)
+    r = engine.map_reduce(store, _scan_fn, bc, reduce=_scan_reduce, state=d.state)
+    m_up_o, m_low_o, n_cand, part, _ = r
+    d.gap = max(m_w, m_up_o) - min(big_m_w, m_low_o)
+    return n_cand, part
+
+
+def _decomposition_checkpoint(checkpoint, engine, d: _Decomposition) -> None:
+    scalars = {"outer": d.outer, "total_it": d.total_it}
+    scalars.update({"cache_" + k: v for k, v in d.cache_stats.items()})
+    _decomposition_save(
+        checkpoint, engine, d.state, d.outer, d.W, d.G, d.F, d.w_fixed,
+        (d.evicted_g, d.evicted_a), scalars,
+    )  # fmt: skip
 
 
 def _decomposition_result(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -54,92 +55,117 @@ class _PlattMemory:
         self.pending: dict[int, float] = {}
 
 
+@dataclass
+class _PlattLoop:
+    """Counters of Platt's outer loop (examine-all / non-bound passes, final KKT checks)."""
+
+    steps: int = 0  # SMO steps so far
+    outer: int = 0
+    num_changed: int = 0
+    examine_all: bool = True
+    full_passes: int = 0
+    checks: int = 0  # final KKT checks that sent the loop back to examine-all
+    kkt: dict | None = None
+    last_gap: float = np.inf
+    cache_stats: dict = field(default_factory=lambda: {"hits": 0, "misses": 0, "evictions": 0})
+
+    def running(self, max_iter: int) -> bool:
+        return (self.num_changed > 0 or self.examine_all) and self.steps < max_iter
+
+
 def _solve_platt(store, engine, state, p, C, tol, kp, pos, report):
     nf = store.meta.n_features
-    linear = kp.kernel == "linear"
-    mem = _PlattMemory(nf, linear)
-    kt = _kernel_tuple(kp)
+    mem = _PlattMemory(nf, kp.kernel == "linear")
     fs = np.zeros(1)  # b
     rs = np.array([np.uint64(int(p.seed) & 0xFFFFFFFFFFFFFFFF)], dtype=np.uint64)
+    ks = (_kernel_tuple(kp), kp, fs, rs)
     max_iter = int(p.max_iter)
-    steps = 0
-    examine_all = True
-    num_changed = 0
-    outer = 0
-    cache_stats = {"hits": 0, "misses": 0, "evictions": 0}
-    kkt = None
-    checks = 0
-    full_passes = 0
-    last_gap = np.inf
-    while (num_changed > 0 or examine_all) and steps < max_iter:
-        outer += 1
+    lp = _PlattLoop()
+    while lp.running(max_iter):
+        lp.outer += 1
         t1 = time.perf_counter()
-        num_changed = 0
-        if examine_all:
-            full_passes += 1
-            nc, st = _platt_examine_all(
-                store, engine, state, mem, (kt, kp, fs, rs), p, pos, max_iter - steps, cache_stats
-            )
-            num_changed += nc
-            steps += st
-        else:
-            nc, st, cs = _platt_shard(mem, None, kt, kp, fs, rs, C, tol, p, max_iter - steps, nf)
-            num_changed += nc
-            steps += st
-            for k in cache_stats:
-                cache_stats[k] += cs[k]
-        was_all = examine_all
-        if examine_all:
-            examine_all = False
-        elif num_changed == 0:
-            examine_all = True
+        was_all = lp.examine_all
+        _platt_outer_pass(store, engine, state, mem, ks, p, C, tol, pos, max_iter, lp)
         n_nb = int(((mem.rows.alpha > 0) & (mem.rows.alpha < C)).sum())
         report(
             {
-                "iteration": outer,
+                "iteration": lp.outer,
                 "examine_all": was_all,
-                "changed": int(num_changed),
-                "smo_iterations": steps,
+                "changed": int(lp.num_changed),
+                "smo_iterations": lp.steps,
                 "working_set": n_nb,
                 "pass_seconds": time.perf_counter() - t1,
-                "passes": full_passes,
+                "passes": lp.full_passes,
             }
         )
-        if not (num_changed > 0 or examine_all):
-            # Platt's loop has ended: confirm with an independent pass before stopping
-            _platt_flush(store, engine, state, mem)
-            exp = _platt_expansion(mem, kp, nf)
-            kkt = kkt_violation_pass(store, engine, state, exp, -fs[0], C, pos, tol)
-            full_passes += 1
-            last_gap = kkt["max_violation"]
-            if not kkt["ok"] and checks < MAX_PLATT_CHECKS:
-                checks += 1
-                log.info(
-                    "smo/platt: KKT check found violation %.3g; more examine-all passes",
-                    kkt["max_violation"],
-                )
-                examine_all = True
-    if steps >= max_iter:
+        if not (lp.num_changed > 0 or lp.examine_all):
+            _platt_final_check(store, engine, state, mem, kp, fs, C, pos, tol, lp)
+    if lp.steps >= max_iter:
         log.warning("smo: iteration limit %d reached", max_iter)
     _platt_flush(store, engine, state, mem)
+    return _platt_result(mem, lp, fs, max_iter, nf)
+
+
+def _platt_outer_pass(store, engine, state, mem, ks, p, C, tol, pos, max_iter, lp: _PlattLoop):
+    """One pass of Platt's outer loop: over all examples (streamed) or over the non-bound
+    rows in memory; then alternate as Platt does."""
+    kt, kp, fs, rs = ks
+    nf = store.meta.n_features
+    lp.num_changed = 0
+    if lp.examine_all:
+        lp.full_passes += 1
+        nc, st = _platt_examine_all(
+            store, engine, state, mem, ks, p, pos, max_iter - lp.steps, lp.cache_stats
+        )
+    else:
+        nc, st, cs = _platt_shard(mem, None, kt, kp, fs, rs, C, tol, p, max_iter - lp.steps, nf)
+        for k in lp.cache_stats:
+            lp.cache_stats[k] += cs[k]
+    lp.num_changed += nc
+    lp.steps += st
+    if lp.examine_all:
+        lp.examine_all = False
+    elif lp.num_changed == 0:
+        lp.examine_all = True
+
+
+def _platt_final_check(store, engine, state, mem, kp, fs, C, pos, tol, lp: _PlattLoop) -> None:
+    """Platt's loop has ended: confirm with an independent pass before stopping (a failed
+    check sends the loop back to examine-all, at most :data:`MAX_PLATT_CHECKS` times)."""
+    _platt_flush(store, engine, state, mem)
+    exp = _platt_expansion(mem, kp, store.meta.n_features)
+    lp.kkt = kkt = kkt_violation_pass(store, engine, state, exp, -fs[0], C, pos, tol)
+    lp.full_passes += 1
+    lp.last_gap = kkt["max_violation"]
+    if not kkt["ok"] and lp.checks < MAX_PLATT_CHECKS:
+        lp.checks += 1
+        log.info(
+            "smo/platt: KKT check found violation %.3g; more examine-all passes",
+            kkt["max_violation"],
+        )
+        lp.examine_all = True
+
+
+def _platt_result(mem: _PlattMemory, lp: _PlattLoop, fs, max_iter: int, nf: int):
+    """(SV rows, intercept, steps, extra, None) of the finished loop."""
     extra = {
-        "outer_iterations": outer,
-        "stop_value": float(last_gap),
+        "outer_iterations": lp.outer,
+        "stop_value": float(lp.last_gap),
         "working_rows": int(mem.rows.n),
-        "cache_hits": cache_stats["hits"],
-        "cache_misses": cache_stats["misses"],
-        "cache_evictions": cache_stats["evictions"],
+        "cache_hits": lp.cache_stats["hits"],
+        "cache_misses": lp.cache_stats["misses"],
+        "cache_evictions": lp.cache_stats["evictions"],
         "in_memory": False,
-        "status": "optimal" if steps < max_iter else "max_iter",
-        "passes": full_passes,
-        "examine_all_checks": checks,
+        "status": "optimal" if lp.steps < max_iter else "max_iter",
+        "passes": lp.full_passes,
+        "examine_all_checks": lp.checks,
     }
-    if kkt is not None and steps < max_iter:
-        extra["kkt"] = kkt
-    if linear:
+    if lp.kkt is not None and lp.steps < max_iter:
+        extra["kkt"] = lp.kkt
+    if mem.linear:
         extra["w"] = mem.w[:nf].copy()
     sv = mem.rows.take(np.flatnonzero(mem.rows.alpha > 0))
-    return sv, -float(fs[0]), steps, extra, None
+    return sv, -float(fs[0]), lp.steps, extra, None
 
 
 def _platt_examine_all(store, engine, state, mem, ks, p, pos, step_budget, cache_stats):
