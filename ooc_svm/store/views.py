@@ -31,12 +31,53 @@ class LabelIsClass:
         return Shard(s.indptr, s.indices, s.data, y, s.qid, s.row_start)
 
 
-class BinaryView:
+class _TransformView:
+    """What the views share: the base store's shards, read through it (its fast reader,
+    shard caches and Dask workers) and passed through ``transform``.
+
+    A subclass sets ``base``, ``transform``, ``path``, ``backend`` and ``meta``, names
+    itself in the cache key by ``_kind`` and returns the arguments it was made with after
+    ``base`` from :meth:`_args` (cache key and pickling: Dask workers re-open the base store
+    by its path).
+    """
+
+    base: Store
+    path: str
+    transform: Callable[[Shard], Shard]
+    _kind: str
+
+    @property
+    def n_shards(self) -> int:
+        return self.base.n_shards
+
+    @property
+    def cache_key(self) -> tuple:
+        return (getattr(self.base, "cache_key", self.path), self._kind, *self._args())
+
+    def _args(self) -> tuple:
+        raise NotImplementedError
+
+    def __reduce__(self):
+        return (_reopen_view, (type(self), self.path, self._args()))
+
+    def read_shard(self, i: int, verify: bool = False) -> Shard:
+        return self.transform(self.base.read_shard(i, verify=verify))
+
+    def shard_reader(self, fast: bool = True) -> Callable[[int], Shard]:
+        """The base store's reader followed by :attr:`transform`."""
+        base_read = self.base.shard_reader(fast=fast)
+        transform = self.transform
+        return lambda i: transform(base_read(i))
+
+
+class BinaryView(_TransformView):
     """Store view whose labels are 1.0 where ``y == positive`` and 0.0 elsewhere.
 
     Engines read views through the base store (``base``) and apply ``transform`` to each
     shard, so the base store's fast read path and shard caches are shared by all views.
     """
+
+    _kind = "binary"
 
     def __init__(self, base, positive: float):
         self.base = base
@@ -49,31 +90,8 @@ class BinaryView:
         meta.labels = [0.0, 1.0]
         self.meta = meta
 
-    @property
-    def n_shards(self) -> int:
-        return self.base.n_shards
-
-    @property
-    def cache_key(self) -> tuple:
-        return (getattr(self.base, "cache_key", self.path), "binary", self.positive)
-
-    def read_shard(self, i: int, verify: bool = False) -> Shard:
-        return self.transform(self.base.read_shard(i, verify=verify))
-
-    def shard_reader(self, fast: bool = True) -> Callable[[int], Shard]:
-        """The base store's reader followed by :attr:`transform`."""
-        base_read = self.base.shard_reader(fast=fast)
-        transform = self.transform
-        return lambda i: transform(base_read(i))
-
-    def __reduce__(self):
-        return (_reopen_binary_view, (self.path, self.positive))
-
-
-def _reopen_binary_view(path: str, positive: float) -> BinaryView:
-    from .writer import open_store
-
-    return BinaryView(open_store(path), positive)
+    def _args(self) -> tuple:
+        return (self.positive,)
 
 
 class KeepShards:
@@ -101,7 +119,7 @@ class KeepShards:
         )
 
 
-class ShardSubsetView:
+class ShardSubsetView(_TransformView):
     """Store view holding only the rows of some shards (e.g. the training folds of a
     cross-validation made of shards, see :func:`ooc_svm.probability.fold_assignment`).
 
@@ -112,6 +130,8 @@ class ShardSubsetView:
     view is row ``i`` of the subset in shard order. Engines still read the dropped shards (the
     view cannot skip a shard id); a k-fold training fold reads k/(k−1) of what it uses.
     """
+
+    _kind = "shards"
 
     def __init__(self, base: Store, shards: Iterable[int]) -> None:
         self.base = base
@@ -146,28 +166,11 @@ class ShardSubsetView:
         self.path = base.path
         self.backend = base.backend
 
-    @property
-    def n_shards(self) -> int:
-        return self.base.n_shards
-
-    @property
-    def cache_key(self) -> tuple:
-        return (getattr(self.base, "cache_key", self.path), "shards", self.shards)
-
-    def read_shard(self, i: int, verify: bool = False) -> Shard:
-        return self.transform(self.base.read_shard(i, verify=verify))
-
-    def shard_reader(self, fast: bool = True) -> Callable[[int], Shard]:
-        """The base store's reader followed by :attr:`transform`."""
-        base_read = self.base.shard_reader(fast=fast)
-        transform = self.transform
-        return lambda i: transform(base_read(i))
-
-    def __reduce__(self):
-        return (_reopen_shard_subset_view, (self.path, self.shards))
+    def _args(self) -> tuple:
+        return (self.shards,)
 
 
-def _reopen_shard_subset_view(path: str, shards: tuple) -> ShardSubsetView:
+def _reopen_view(cls: type, path: str, args: tuple) -> _TransformView:
     from .writer import open_store
 
-    return ShardSubsetView(open_store(path), shards)
+    return cls(open_store(path), *args)
