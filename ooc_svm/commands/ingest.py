@@ -91,6 +91,14 @@ _PARSE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
 )  # fmt: skip
 
 
+#: Options passed on to :func:`~ooc_svm.store.ingest.ingest_with_stats` as keywords of the
+#: same name.
+_PASSED_ON = (
+    "format", "zero_based", "shard_rows", "shard_mb", "append", "overwrite", "compression",
+    "label_kind", "n_features", "skip_invalid", "threads",
+)  # fmt: skip
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM / SIGHUP: unwinds like Ctrl-C, so the partial store is removed."""
 
@@ -137,19 +145,9 @@ def run(args) -> int:
         meta, stats = ingest_with_stats(
             inputs,
             store,
-            format=args.format,
-            zero_based=args.zero_based,
-            shard_rows=args.shard_rows,
-            shard_mb=args.shard_mb,
-            append=args.append,
-            overwrite=args.overwrite,
-            compression=args.compression,
-            label_kind=args.label_kind,
-            n_features=args.n_features,
-            skip_invalid=args.skip_invalid,
             block_mb=args.block_mb or DEFAULT_BLOCK_MB,
-            threads=args.threads,
             progress=bar.update if mode != "off" else None,
+            **{name: getattr(args, name) for name in _PASSED_ON},
         )
     finally:
         for sig, h in old_handlers.items():
