@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .engine.base import Engine, concat_partials
 from .kernels.csr import kernel_scores_csc_multi
@@ -61,6 +60,8 @@ class Expansion:
     @classmethod
     def from_csr(cls, kp: KernelParams, n_features: int, indptr, indices, data, coef) -> Expansion:
         """Kernel expansion from SV rows in CSR form and their coefficients yᵢαᵢ."""
+        import scipy.sparse as sp
+
         n_sv = indptr.shape[0] - 1
         X = sp.csr_matrix(
             (np.asarray(data, dtype=np.float64), indices, indptr), shape=(n_sv, n_features)
@@ -227,6 +228,8 @@ def scoring_broadcast(model: Model) -> ScoringBroadcast:
     coef = np.asarray(model.dual_coef_, dtype=np.float64)
     coef = np.atleast_2d(coef) if ovr else coef.ravel()
     if model.support_vectors_ is None:
+        import scipy.sparse as sp
+
         sv = sp.csr_matrix((0, model.n_features))
         coef = np.zeros((coef.shape[0], 0)) if ovr else np.zeros(0)
     else:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._util import json_default
+
+if TYPE_CHECKING:  # scipy is imported where it is used: a linear model never needs it
+    import scipy.sparse as sp
 
 MODEL_FORMAT = "ooc-svm-model"
 MODEL_VERSION = 1
@@ -25,6 +27,8 @@ class ModelError(Exception):
 
 
 def _as_csr(X, n_features: int) -> sp.csr_matrix:
+    import scipy.sparse as sp
+
     X = sp.csr_matrix(X, dtype=np.float64)
     if X.shape[1] < n_features:
         X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
@@ -147,6 +151,8 @@ class Model:
             arrays["coef"] = np.asarray(self.coef_, dtype=np.float64)
         arrays["intercept"] = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
         if self.support_vectors_ is not None:
+            import scipy.sparse as sp
+
             sv = sp.csr_matrix(self.support_vectors_)
             arrays["sv_indptr"] = sv.indptr.astype(np.int64)
             arrays["sv_indices"] = sv.indices.astype(np.int32)
@@ -402,6 +408,8 @@ def _check_meta(where: str, meta: dict) -> dict:
 
 def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
     """Shapes, dtypes, index ranges and finiteness of the arrays against model.json."""
+    import scipy.sparse as sp
+
     nf, k = m["n_features"], len(m["classes"])
     ovo = m["kind"] == "ovo"
     n_out = 1 if m["scalar"] else (k * (k - 1) // 2 if ovo else k)
@@ -564,6 +572,8 @@ def ovo_decision_function(model: Model, X) -> np.ndarray:
     Value ``p`` of pair (i, j), i < j, is positive for a vote to class ``classes[i]``.
     Memory: the kernel block of ``OVO_BLOCK_ROWS`` rows against every support vector.
     """
+    import scipy.sparse as sp
+
     from .kernels.kernel_functions import kernel_matrix
 
     k = len(model.classes)

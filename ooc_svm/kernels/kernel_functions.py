@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 from numba import njit
+
+if TYPE_CHECKING:  # imported where used: the linear paths never need scipy
+    import scipy.sparse as sp
 
 #: Integer code of each kernel (LIBSVM's numbering).
 LINEAR, POLY, RBF, SIGMOID = 0, 1, 2, 3
@@ -369,6 +372,8 @@ def linear_scores(indptr, indices, data, w, out):
 # --------------------------------------------------------------------------------------------
 def csr_parts(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indptr int64, indices uint32 view, data) of a CSR matrix with sorted indices."""
+    import scipy.sparse as sp
+
     X = sp.csr_matrix(X)
     if not X.has_sorted_indices:
         X = X.sorted_indices()
@@ -397,6 +402,8 @@ def kernel_matrix(
 
     ``gamma=None`` means 1 / n_features (n_features = the wider of X, Y).
     """
+    import scipy.sparse as sp
+
     X = sp.csr_matrix(X)
     Y = sp.csr_matrix(Y)
     nf = max(X.shape[1], Y.shape[1])

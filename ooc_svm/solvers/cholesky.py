@@ -36,7 +36,6 @@ from collections.abc import Callable
 
 import numpy as np
 from numba import njit
-from scipy.linalg import lapack
 
 #: Pivot δ² ≤ DEP_TOL · q_kk marks a column as linearly dependent on the basis.
 DEP_TOL = 1e-10
@@ -469,6 +468,8 @@ class ActiveFactor:
         Uses LAPACK's pivoted Cholesky (``dpstrf``): the first ``rank`` pivots form the basis,
         the rest are dependent. ``g`` (indexed by key) refreshes r2. O(n_s³).
         """
+        from scipy.linalg import lapack
+
         keys = np.asarray(keys, dtype=np.int64)
         ys = np.asarray(ys, dtype=np.float64)
         n = keys.size

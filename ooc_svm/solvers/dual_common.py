@@ -35,9 +35,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..engine.base import Engine, ShardState, concat_partials
 from ..expansion import (  # noqa: F401 - re-exported: the expansion lives in ooc_svm.expansion
@@ -54,6 +54,9 @@ from ..kernels.kernel_functions import (
     row_sq_norms,
 )
 from ..model import Model
+
+if TYPE_CHECKING:  # imported where used: linear models never need scipy
+    import scipy.sparse as sp
 
 # --------------------------------------------------------------------------------------------
 # per-shard α
@@ -150,6 +153,8 @@ class WorkingRows:
         return row_sq_norms(self.indptr, self.u32, self.data, np.empty(self.n, dtype=np.float64))
 
     def to_scipy(self, n_features: int) -> sp.csr_matrix:
+        import scipy.sparse as sp
+
         return sp.csr_matrix((self.data, self.indices, self.indptr), shape=(self.n, n_features))
 
     @classmethod
@@ -411,6 +416,8 @@ def make_model(
     ``intercept`` is added to Σ yᵢαᵢK(xᵢ, x): pass ``−b`` (Platt) or ``−ρ`` (LIBSVM). The linear
     kernel gives ``kind="linear"`` with ``coef_ = Σ yᵢαᵢxᵢ`` (Platt eq. 22) and keeps no SVs.
     """
+    import scipy.sparse as sp
+
     nz = np.flatnonzero(sv_rows.alpha > 0)
     sv = sv_rows.take(nz) if nz.size != sv_rows.n else sv_rows
     order = np.argsort(sv.gids, kind="stable")
@@ -539,6 +546,8 @@ def finish_dual(
     if keep_dual and model.kind == "linear" and sv.n:
         order = np.argsort(sv.gids, kind="stable")
         svo = sv.take(order)
+        import scipy.sparse as sp
+
         model.support_vectors_ = sp.csr_matrix(
             (svo.data.astype(np.float64), svo.indices, svo.indptr), shape=(svo.n, nf)
         )

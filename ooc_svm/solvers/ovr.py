@@ -14,7 +14,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..model import Model
 from ..store.views import BinaryView
@@ -106,6 +105,8 @@ def _class_params(params: SolverParams, c: float, classes: list[float]) -> Solve
 
 def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
     """Stack binary models (positive class = ``classes[k]``) into one OvR model."""
+    import scipy.sparse as sp
+
     first = models[0]
     info = dict(first.info)
     info["multiclass"] = "ovr"

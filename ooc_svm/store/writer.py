@@ -22,9 +22,10 @@ from .format import (
     shard_name,
 )
 from .lock import StoreLock
-from .parquet_store import ParquetShardWriter, ParquetStore
 from .paths import get_fs, is_local, local_path, temp_sibling
-from .zarr_store import ZarrShardWriter, ZarrStore
+
+# the backends (zarr, pyarrow) are imported when a store of their kind is opened or written:
+# reading a Zarr store needs neither package, and a command that opens no store none at all
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,12 @@ def open_store(path: str):
     if not fs.exists(root):
         raise StoreError(f"{path}: no such store")
     if fs.exists(f"{root}/_ooc_svm.json"):
+        from .parquet_store import ParquetStore
+
         return ParquetStore(path)
     if fs.exists(f"{root}/zarr.json"):
+        from .zarr_store import ZarrStore
+
         return ZarrStore(path)
     raise StoreError(
         f"{path}: not an ooc-svm store (neither zarr.json nor _ooc_svm.json found); "
@@ -132,7 +137,10 @@ class StoreWriter:
         if compression is None:
             compression = DEFAULT_COMPRESSION[self.backend]
         self.compression = compression
-        cls = ZarrShardWriter if self.backend == "zarr" else ParquetShardWriter
+        if self.backend == "zarr":
+            from .zarr_store import ZarrShardWriter as cls
+        else:
+            from .parquet_store import ParquetShardWriter as cls  # type: ignore[assignment]
         self._writer = cls(self.target, compression=compression)
         if not append and is_local(self.target):
             # marks the temporary store as in use (`verify --repair` leaves it alone)

@@ -7,8 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import zarr
-from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
 
 from .base import (
     MAX_ARRAY_META_BYTES,
@@ -27,6 +25,9 @@ META_KEY = "ooc_svm"
 
 
 def _zarr_store(path: str, mode: str):
+    # zarr is imported by the writers only: reading a store goes through the chunk files
+    import zarr
+
     if is_local(path):
         return zarr.storage.LocalStore(local_path(path), read_only=(mode == "r"))
     return zarr.storage.FsspecStore.from_url(str(path), read_only=(mode == "r"))
@@ -34,6 +35,8 @@ def _zarr_store(path: str, mode: str):
 
 def compressors_for(name: str):
     """Zarr v3 compressor list for a compression name."""
+    from zarr.codecs import BloscCodec, ZstdCodec
+
     if name == "zstd":
         return [ZstdCodec(level=1)]
     if name == "lz4":
@@ -49,10 +52,14 @@ class ZarrShardWriter:
     def __init__(self, path: str, compression: str = "zstd"):
         self.path = path
         self.compression = compression
+        import zarr
+
         self._compressors = compressors_for(compression)
         self.group = zarr.open_group(_zarr_store(path, "w"), mode="a", zarr_format=3)
 
     def write(self, name: str, shard: Shard) -> None:
+        from zarr.codecs import BytesCodec
+
         if name in self.group:
             del self.group[name]
         g = self.group.create_group(name)

@@ -6,7 +6,6 @@ import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 from numba import njit
 
 from ...kernels.csr import csr_matvec_rows, csr_rmatvec_rows_add, csr_take_rows
@@ -387,6 +386,8 @@ class LinearColumns:
         Gbase -= 1.0
 
     def _sub(self, keys):
+        import scipy.sparse as sp
+
         ip, ix, data = csr_take_rows(self.ip, self.ix, self.data, np.asarray(keys, np.int64))
         return sp.csr_matrix(
             (data.astype(np.float64), ix.view(np.int32), ip), shape=(len(keys), self.w.shape[0])

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.linalg as sla
 from numba import njit
 
 from ..dual_common import (
@@ -273,6 +272,8 @@ def _solve_free(M, y1, r, c):
     Cholesky of M and the Schur complement for b (numba up to ``_NUMBA_CHOL_MAX`` rows,
     LAPACK above); LU of the whole (|S₁|+1) system when the Cholesky factorisation fails.
     """
+    import scipy.linalg as sla
+
     n = y1.size
     if n <= _NUMBA_CHOL_MAX:
         ok, beta, b = _schur_solve(M, y1, r, float(c), np.zeros((n, n)))

@@ -1,0 +1,168 @@
+#!/usr/bin/env python
+"""Whole-process wall time of ``ooc-svm train --solver perf`` beside LIBLINEAR's whole ``train``.
+
+Issue 16, goal 3 ("no start-up tax"): on small data the command a user runs must cost no more
+than LIBLINEAR's ``train`` on the text file, start-up (imports, numba cache loading) included.
+
+For a9a, w8a and ijcnn1 (from ``$OOC_SVM_DATA`` or ../shared/data), in one run:
+
+- the data is made ready beforehand, untimed: the text decompressed into ``--dir`` (LIBLINEAR
+  reads plain text) and ingested once into an lz4 Zarr store with ``ooc-svm ingest``;
+- ``ooc-svm``: the whole process ``ooc-svm train --solver perf --C 1 --eps 0.001 --bias 1
+  STORE -o MODEL -q`` (the console script installed beside this Python, else
+  ``python -m ooc_svm``);
+- ``liblinear``: LIBLINEAR (``liblinear-official`` from PyPI, the project's ``bench`` / ``dev``
+  extra) in a child Python that reads the SVMlight text with ``svm_read_problem``, trains
+  ``-s 3 -c 1 -B 1`` (the dual L1-loss SVM LIBLINEAR's ``train`` runs for these flags) and
+  saves the model: LIBLINEAR's ``train`` command, run from Python;
+- ``ooc-svm --help``: the whole process.
+
+Every command runs once untimed first (numba's on-disk caches written, files in the page cache:
+warm), then ``--repeat`` times alternating with the reference; the medians and their ratio are
+printed, with the load average before and after (the machine may be shared: compare ratios).
+
+Usage::
+
+    .venv/bin/python scripts/bench_startup.py                 # a9a, w8a, ijcnn1, 3 repeats
+    .venv/bin/python scripts/bench_startup.py --datasets a9a --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: dataset -> path of its training file under the data folder
+DATASETS = {
+    "a9a": "a9a/a9a",
+    "w8a": "w8a/w8a.bz2",
+    "ijcnn1": "ijcnn1/ijcnn1.bz2",
+}
+
+#: LIBLINEAR's ``train`` from Python: read the text, train, save (argv: DATA MODEL OPTIONS)
+LIBLINEAR_TRAIN = """\
+import sys
+from liblinear.liblinearutil import save_model, svm_read_problem, train
+y, x = svm_read_problem(sys.argv[1])
+save_model(sys.argv[2], train(y, x, sys.argv[3] + " -q"))
+"""
+
+
+def ooc_svm_command() -> list[str]:
+    """The ``ooc-svm`` console script beside this Python, else ``python -m ooc_svm``."""
+    exe = os.path.join(os.path.dirname(sys.executable), "ooc-svm")
+    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "ooc_svm"]
+
+
+def data_dir(arg: str | None) -> str:
+    d = arg or os.environ.get("OOC_SVM_DATA") or os.path.join(ROOT, "..", "shared", "data")
+    if not os.path.isdir(d):
+        raise SystemExit(f"bench_startup: data folder {d} not found (set $OOC_SVM_DATA)")
+    return d
+
+
+def prepare(name: str, src: str, work: str) -> tuple[str, str]:
+    """(plain text file, lz4 Zarr store) of a dataset, made once in ``work``."""
+    text = os.path.join(work, f"{name}.txt")
+    if not os.path.exists(text):
+        # blank lines dropped: w8a ends with one, which LIBLINEAR's reader refuses
+        opener = bz2.open if src.endswith(".bz2") else open
+        with opener(src, "rb") as fi, open(text + ".tmp", "wb") as fo:
+            fo.writelines(line for line in fi if line.strip())
+        os.replace(text + ".tmp", text)
+    store = os.path.join(work, f"{name}.zarr")
+    if not os.path.exists(store):
+        cmd = [*ooc_svm_command(), "ingest", "-q", "--compression", "lz4", text, store]
+        subprocess.run(cmd, check=True)
+    return text, store
+
+
+def wall(cmd: list[str]) -> float:
+    """Wall time of one whole process (its output discarded; a failure stops the bench)."""
+    t = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    dt = time.perf_counter() - t
+    if p.returncode:
+        raise SystemExit(f"bench_startup: {' '.join(cmd)} failed ({p.returncode}): {p.stderr}")
+    return dt
+
+
+def compare(cmds: dict[str, list[str]], repeat: int) -> dict[str, list[float]]:
+    """One untimed run of each command, then ``repeat`` rounds, alternating the commands."""
+    for c in cmds.values():
+        wall(c)
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    for _ in range(repeat):
+        for k, c in cmds.items():
+            times[k].append(wall(c))
+    return times
+
+
+def _fmt(xs: list[float]) -> str:
+    return " ".join(f"{x:.2f}" for x in xs)
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data-dir", default=None, help="default $OOC_SVM_DATA or ../shared/data")
+    ap.add_argument("--dir", default="/tmp/bench_startup", help="text files, stores, models")
+    ap.add_argument("--datasets", default=",".join(DATASETS))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--C", default="1")
+    ap.add_argument("--eps", default="0.001")
+    a = ap.parse_args()
+    try:
+        import liblinear  # noqa: F401
+    except ImportError:
+        raise SystemExit("bench_startup: pip install -e '.[bench]' (liblinear-official)") from None
+    src_dir = data_dir(a.data_dir)
+    os.makedirs(a.dir, exist_ok=True)
+    ooc = ooc_svm_command()
+    print(f"# load average at start: {load()}; cpus: {os.cpu_count()}; ooc-svm: {' '.join(ooc)}")
+    print(f"# medians of {a.repeat} whole-process wall times (after one untimed run of each)")
+    print(f"{'data':<8}{'ooc-svm s':>10}{'liblinear s':>12}{'ratio':>7}   all ooc-svm / liblinear")
+    ratios = []
+    for name in [d for d in a.datasets.split(",") if d]:
+        text, store = prepare(name, os.path.join(src_dir, DATASETS[name]), a.dir)
+        model = os.path.join(a.dir, f"{name}.model")
+        flags = ["--C", a.C, "--eps", a.eps, "--bias", "1"]
+        cmds = {
+            "ooc": [*ooc, "train", "--solver", "perf", *flags, store, "-o", model, "-q"],
+            "ll": [
+                sys.executable,
+                "-c",
+                LIBLINEAR_TRAIN,
+                text,
+                model + ".liblinear",
+                f"-s 3 -c {a.C} -B 1",
+            ],
+        }
+        t = compare(cmds, a.repeat)
+        mo, ml = statistics.median(t["ooc"]), statistics.median(t["ll"])
+        ratios.append(mo / ml)
+        each = (
+            " ".join(f"{x:.2f}" for x in t["ooc"]) + " / " + " ".join(f"{x:.2f}" for x in t["ll"])
+        )
+        print(f"{name:<8}{mo:>10.3f}{ml:>12.3f}{mo / ml:>7.2f}   {each}", flush=True)
+    th = compare({"help": [*ooc, "--help"]}, a.repeat)["help"]
+    print(
+        f"ooc-svm --help: median {statistics.median(th):.3f} s ({' '.join(f'{x:.2f}' for x in th)})"
+    )
+    print(f"# load average at end: {load()}")
+    print(f"# worst ratio ooc-svm / liblinear: {max(ratios):.2f} (goal <= 1)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
