@@ -19,7 +19,15 @@ The store (1,000,000 × 50,000, ~80 non-zeros per row by default) is made once w
 child first makes one untimed pass; the figure is the best of ``--repeat`` passes (median
 also printed). ``--cold`` drops the page cache (``echo 3 > /proc/sys/vm/drop_caches``, needs
 root) right before a single timed pass (after an untimed pass that opened the store and
-loaded the kernels in every process). ``--memtest`` runs the local engine with a shard
+loaded the kernels in every process). ``--overlap`` (issue 16 goal 1, a store that does not
+fit the cache) times, for the same bytes: ``disk read`` (every file of the store read once,
+sequentially, after its pages were evicted with ``posix_fadvise(DONTNEED)``: these files
+only, nothing else on the machine), ``decode`` (the store's own shard reader — read from the
+page cache, decompress, validate — over every shard on ``--threads`` threads, plus the same
+on one thread), ``kernel`` (the ``memory`` pass above) and the engine's real pass
+(``LocalEngine`` with ``cache_mb=0``, the store's pages evicted right before it), and prints
+pass / max(disk read, decode, kernel) (goal <= 1.3) and pass / (decode + kernel) (the bound
+when decode and kernel share the same cores). ``--memtest`` runs the local engine with a shard
 cache 4x smaller than the decoded store and checks peak RSS against
 shard size × (threads + prefetch) + cache + O(features).
 
@@ -27,6 +35,7 @@ Usage::
 
     python scripts/bench_pass.py                       # zarr lz4/zstd/none + parquet lz4
     python scripts/bench_pass.py --codecs lz4 --formats zarr --cold --memtest
+    python scripts/bench_pass.py --codecs lz4 --formats zarr --no-warm --overlap
 """
 
 from __future__ import annotations
@@ -159,7 +168,25 @@ def child(args) -> None:
         return r
 
     res = None
-    if args.child == "memory":
+    if args.child == "decode":  # the store's reader alone, no kernel (page cache warm)
+        from ooc_svm.engine.reader import shard_reader
+
+        read = shard_reader(store)
+        for i in range(store.n_shards):  # untimed: the first read checks every checksum
+            read(i)
+        ids = range(store.n_shards)
+        with ThreadPoolExecutor(args.threads) as pool:
+            for _ in range(args.repeat):
+                timed(lambda: sum(s.nnz for s in pool.map(read, ids)))
+        one = []
+        for _ in range(max(1, args.repeat // 2)):
+            t = time.perf_counter()
+            for i in ids:
+                read(i)
+            one.append(time.perf_counter() - t)
+        out["one_thread"] = min(one)
+        res = (np.zeros(1), 0.0, 0.0, 0.0)
+    elif args.child == "memory":
         shards = [materialize(store.read_shard(i)) for i in range(store.n_shards)]
         out["rss_loaded_mb"] = _current_rss_mb()
         with ThreadPoolExecutor(args.threads) as pool:
@@ -193,13 +220,22 @@ def child(args) -> None:
             eng = make_engine("local", n_threads=args.threads, prefetch=args.prefetch)
             out["cache_budget_mb"] = eng.cache.budget / 2**20
         else:
-            eng = LocalEngine(n_threads=args.threads, prefetch=args.prefetch, cache_mb=cache_mb)
+            eng = LocalEngine(
+                n_threads=args.threads,
+                prefetch=args.prefetch,
+                cache_mb=cache_mb,
+                **json.loads(args.engine_kw or "{}"),
+            )
         out["rss_before_mb"] = _current_rss_mb()
         res = eng.map_reduce(store, hinge_pass, bc)  # untimed: store opened, kernels loaded
         if args.child == "local-auto":  # auto fills the cache in the second pass
             res = eng.map_reduce(store, hinge_pass, bc)
         if args.cold:
             _wait_go()  # the parent drops the page cache now
+        out["engine"] = {
+            k: getattr(eng, k, None)
+            for k in ("n_threads", "prefetch", "io_threads", "local_reads", "decode_threads")
+        }
         with _RssSampler() as rss:
             for _ in range(1 if args.cold else args.repeat):
                 res = timed(lambda: eng.map_reduce(store, hinge_pass, bc))
@@ -278,7 +314,30 @@ def read_all(path: str) -> None:
                     pass
 
 
-def run_child(a, mode: str, store: str, cold: bool = False, extra=()) -> dict:
+def evict(path: str) -> None:
+    """Evict the page-cache pages of every file of a store (these files only)."""
+    for dp, _, fs in os.walk(path):
+        for f in fs:
+            fd = os.open(os.path.join(dp, f), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def disk_read(path: str) -> float:
+    """Seconds to read every file of a store once, sequentially, from disk (pages evicted)."""
+    evict(path)
+    t = time.perf_counter()
+    for dp, _, fs in sorted(os.walk(path)):
+        for f in sorted(fs):
+            with open(os.path.join(dp, f), "rb", buffering=0) as fh:
+                while fh.read(1 << 24):
+                    pass
+    return time.perf_counter() - t
+
+
+def run_child(a, mode: str, store: str, cold=False, extra=()) -> dict:
     cmd = [
         sys.executable,
         os.path.abspath(__file__),
@@ -296,11 +355,15 @@ def run_child(a, mode: str, store: str, cold: bool = False, extra=()) -> dict:
     ]
     if cold:
         cmd.append("--cold")
+    if a.engine_kw:
+        cmd += ["--engine-kw", a.engine_kw]
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     result = None
     for line in p.stdout:
         if line.startswith("READY"):
-            if cold:
+            if cold == "evict":
+                evict(store)
+            elif cold:
                 drop_caches(warn=True)
             p.stdin.write("GO\n")
             p.stdin.flush()
@@ -341,6 +404,17 @@ def main() -> None:
         "--memtest",
         action="store_true",
         help="peak RSS of the local engine with a cache 4x smaller than the store",
+    )
+    ap.add_argument(
+        "--overlap",
+        action="store_true",
+        help="store larger than the cache: disk read, decode, kernel and the real pass "
+        "(cache 0, pages evicted) for the same bytes, and their ratio",
+    )
+    ap.add_argument(
+        "--engine-kw",
+        default=None,
+        help="JSON of extra LocalEngine options for the local modes, e.g. '{\"local_reads\": 2}'",
     )
     ap.add_argument("--json", default=None, help="write all results to this file")
     # child-only options
@@ -420,6 +494,45 @@ def main() -> None:
                 all_results.append(
                     {"format": fmt, "codec": codec, "engine": eng + "-cold", "cold": can, **r}
                 )
+
+    if a.overlap:
+        print(
+            f"\n# overlap (store not in the cache): best of {a.repeat}; pass = LocalEngine "
+            "cache 0 after posix_fadvise(DONTNEED) on the store's files; load "
+            + " ".join(f"{x:.2f}" for x in os.getloadavg())
+        )
+        print(
+            f"{'store':<14}{'disk MB':>8}{'read s':>8}{'decode s':>9}{'(1 thr)':>8}"
+            f"{'kernel s':>9}{'pass s':>8}{'pass/max':>9}{'pass/(dec+ker)':>15}  engine"
+        )
+        for (fmt, codec), path in stores.items():
+            rd = min(disk_read(path) for _ in range(max(1, a.repeat // 2)))
+            read_all(path)
+            dec = run_child(a, "decode", path)
+            ker = run_child(a, "memory", path)
+            passes = [run_child(a, "local", path, cold="evict") for _ in range(a.repeat)]
+            ps = min(r["best"] for r in passes)
+            floor = max(rd, dec["best"], ker["best"])
+            print(
+                f"{fmt + '/' + codec:<14}{du_mb(path):>8.0f}{rd:>8.3f}{dec['best']:>9.3f}"
+                f"{dec['one_thread']:>8.3f}{ker['best']:>9.3f}{ps:>8.3f}{ps / floor:>9.2f}"
+                f"{ps / (dec['best'] + ker['best']):>15.2f}  {passes[0].get('engine')}",
+                flush=True,
+            )
+            all_results.append(
+                {
+                    "format": fmt,
+                    "codec": codec,
+                    "engine": "overlap",
+                    "disk_read": rd,
+                    "decode": dec["best"],
+                    "decode_one_thread": dec["one_thread"],
+                    "kernel": ker["best"],
+                    "pass": ps,
+                    "passes": [r["best"] for r in passes],
+                }
+            )
+        print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     if a.memtest:
         fmt, codec = combos[0]

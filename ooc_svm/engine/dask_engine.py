@@ -58,6 +58,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._util import AUTO_CACHE_SHARE, auto_cache_bytes, cpu_count, parse_cache_mb
@@ -298,7 +299,7 @@ class DaskEngine(Engine):
         self.partial_passes = 0
         self.retried_shards = 0
         self._slots: tuple[float, list[str]] | None = None
-        self._cluster = None
+        self._cluster: Any = None  # a distributed.LocalCluster for threads / processes
         self._client: Client | None = None
         self._npass = 0
         try:
@@ -313,78 +314,15 @@ class DaskEngine(Engine):
 
     # -- connection ----------------------------------------------------------------------
     def _connect(self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs):
-        from distributed import Client, LocalCluster
-
         s = self.scheduler
         if s in ("threads", "processes"):
-            procs = s == "processes"
-            cores = cpu_count()
-            kw = dict(
-                processes=procs,
-                n_workers=n_workers or (cores if procs else 1),
-                threads_per_worker=threads_per_worker or (1 if procs else cores),
-                dashboard_address=None,
-                silence_logs=logging.ERROR,
+            self._start_local_cluster(
+                n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs
             )
-            if memory_limit is not None:
-                kw["memory_limit"] = memory_limit
-            kw.update(cluster_kwargs)
-            try:
-                import dask
-
-                # Our placement keeps shard j (its cache and state) on one worker; stealing
-                # would move tasks away from their data for little gain on equal shards.
-                # The AMM stays off: its ReduceReplicas would drop the copies of a pass's
-                # broadcast that workers fetched, only for them to be fetched again.
-                # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also turns
-                # off glibc's dynamic mmap threshold: every decoded shard array then comes
-                # from fresh pages (page faults ~2x the decode CPU, measured). Our workers
-                # allocate shard-sized arrays over and over, so they keep glibc's defaults.
-                env = {
-                    k: v
-                    for k, v in (
-                        dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
-                    ).items()
-                    if k != "MALLOC_TRIM_THRESHOLD_"
-                }
-                if os.environ.get("MALLOC_TRIM_THRESHOLD_") == "65536":  # left by a nanny
-                    os.environ.pop("MALLOC_TRIM_THRESHOLD_")
-                with (
-                    dask.config.set(
-                        {
-                            "distributed.scheduler.work-stealing": False,
-                            "distributed.scheduler.active-memory-manager.start": False,
-                            "distributed.nanny.pre-spawn-environ": env,
-                        }
-                    ),
-                    warnings.catch_warnings(),
-                ):
-                    # the scheduler's HTTP endpoint falls back to a free port: not our concern
-                    warnings.filterwarnings("ignore", message="Port .* is already in use")
-                    self._cluster = LocalCluster(**kw)
-                self._client = Client(self._cluster, timeout=timeout)
-                self._address = str(self._cluster.scheduler_address)
-            except Exception as e:  # noqa: BLE001
-                self.close()
-                raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
             return
-        address = s
-        if s.endswith(".json"):
-            if not os.path.exists(s):
-                raise EngineError(
-                    f"scheduler file {s} does not exist; start a scheduler with "
-                    f"`dask scheduler --scheduler-file {s}` or pass its tcp:// address"
-                )
-            try:
-                with open(s) as f:
-                    address = json.load(f)["address"]
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise EngineError(f"scheduler file {s} is unreadable ({e!r})") from None
-        elif "://" not in s:
-            raise EngineError(
-                f"unknown scheduler {s!r}: use local, threads, processes, a scheduler "
-                "address tcp://HOST:PORT or a scheduler file *.json"
-            )
+        from distributed import Client
+
+        address = self._scheduler_address(s)
         t0 = time.monotonic()
         try:
             self._client = Client(address, timeout=timeout)
@@ -396,6 +334,85 @@ class DaskEngine(Engine):
             ) from None
         self._address = address
         log.debug("connected to %s in %.2fs", address, time.monotonic() - t0)
+
+    @staticmethod
+    def _scheduler_address(s: str) -> str:
+        """The scheduler address of a ``--scheduler`` value (an address or a scheduler file)."""
+        if s.endswith(".json"):
+            if not os.path.exists(s):
+                raise EngineError(
+                    f"scheduler file {s} does not exist; start a scheduler with "
+                    f"`dask scheduler --scheduler-file {s}` or pass its tcp:// address"
+                )
+            try:
+                with open(s) as f:
+                    return json.load(f)["address"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise EngineError(f"scheduler file {s} is unreadable ({e!r})") from None
+        if "://" not in s:
+            raise EngineError(
+                f"unknown scheduler {s!r}: use local, threads, processes, a scheduler "
+                "address tcp://HOST:PORT or a scheduler file *.json"
+            )
+        return s
+
+    def _start_local_cluster(
+        self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs
+    ) -> None:
+        """A ``distributed.LocalCluster`` of threads or processes, and its client."""
+        from distributed import Client, LocalCluster
+
+        s = self.scheduler
+        procs = s == "processes"
+        cores = cpu_count()
+        kw = dict(
+            processes=procs,
+            n_workers=n_workers or (cores if procs else 1),
+            threads_per_worker=threads_per_worker or (1 if procs else cores),
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+        if memory_limit is not None:
+            kw["memory_limit"] = memory_limit
+        kw.update(cluster_kwargs)
+        try:
+            import dask
+
+            # Our placement keeps shard j (its cache and state) on one worker; stealing
+            # would move tasks away from their data for little gain on equal shards.
+            # The AMM stays off: its ReduceReplicas would drop the copies of a pass's
+            # broadcast that workers fetched, only for them to be fetched again.
+            # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also turns
+            # off glibc's dynamic mmap threshold: every decoded shard array then comes
+            # from fresh pages (page faults ~2x the decode CPU, measured). Our workers
+            # allocate shard-sized arrays over and over, so they keep glibc's defaults.
+            env = {
+                k: v
+                for k, v in (
+                    dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
+                ).items()
+                if k != "MALLOC_TRIM_THRESHOLD_"
+            }
+            if os.environ.get("MALLOC_TRIM_THRESHOLD_") == "65536":  # left by a nanny
+                os.environ.pop("MALLOC_TRIM_THRESHOLD_")
+            with (
+                dask.config.set(
+                    {
+                        "distributed.scheduler.work-stealing": False,
+                        "distributed.scheduler.active-memory-manager.start": False,
+                        "distributed.nanny.pre-spawn-environ": env,
+                    }
+                ),
+                warnings.catch_warnings(),
+            ):
+                # the scheduler's HTTP endpoint falls back to a free port: not our concern
+                warnings.filterwarnings("ignore", message="Port .* is already in use")
+                self._cluster = LocalCluster(**kw)
+            self._client = Client(self._cluster, timeout=timeout)
+            self._address = str(self._cluster.scheduler_address)
+        except Exception as e:  # noqa: BLE001
+            self.close()
+            raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
 
     @property
     def client(self):
@@ -551,8 +568,6 @@ class DaskEngine(Engine):
         return self._guarded(self._run_pass, store, fn, broadcast, reduce, state, shards, read)
 
     def _run_pass(self, store, fn, broadcast, reduce, state, shards, read: bool) -> Any:
-        from distributed import wait
-
         reduce = reduce or add_partials
         full = shards is None
         ids = list(range(store.n_shards)) if full else [int(s) for s in shards]
@@ -566,7 +581,6 @@ class DaskEngine(Engine):
         self._npass += 1
         tag = f"ooc-p{self._npass}-{os.getpid()}-{id(self) & 0xFFFF:x}"
         spec = self._spec(store) if read else None
-        client = self._connected()
         n = len(ids)
         parts: list = [None] * n
         news: list = [None] * n
@@ -577,80 +591,21 @@ class DaskEngine(Engine):
                 attempt += 1
                 if bc_f is None or bc_f.status not in ("finished", "pending"):
                     bc_f = self._scatter_bc(broadcast)
-                place = self._placement(ids, refresh=attempt > 1)
                 redo = [
                     k
                     for k in range(n)
-                    if parts[k] is None
-                    or parts[k].status not in ("finished", "pending")
-                    or (state is not None and news[k].status not in ("finished", "pending"))
+                    if not _alive(parts[k]) or (state is not None and not _alive(news[k]))
                 ]
                 if attempt > 1:
                     self.retried_shards += len(redo)
                     log.info("pass %s: recomputing %d shard(s) lost with a worker", tag, len(redo))
-                # one graph per preferred worker: a single scheduler message per group
-                groups: dict[Any, list[int]] = {}
-                for k in redo:
-                    groups.setdefault(place.get(ids[k]), []).append(k)
-                for worker, ks in groups.items():
-                    dsk: dict = {}
-                    want: list = []
-                    for k in ks:
-                        sid = ids[k]
-                        key = f"{tag}-a{attempt}-s{sid}-k{k}"
-                        arg = spec if read else shard_stub(store, sid)
-                        if state is None:
-                            dsk[key] = (_task if read else _stub_task, fn, arg, sid, bc_f)
-                            want.append(key)
-                            continue
-                        src = state.get(sid).alive()
-                        if src is None:
-                            raise EngineError(
-                                f"the per-shard state of shard {sid} was lost with the workers "
-                                "holding its copies; restart from a checkpoint"
-                            )
-                        dsk[key] = (
-                            _state_task if read else _stub_state_task,
-                            fn,
-                            arg,
-                            sid,
-                            bc_f,
-                            src,
-                        )
-                        dsk[key + "-part"] = (operator.getitem, key, 0)
-                        dsk[key + "-state"] = (operator.getitem, key, 1)
-                        want += [key + "-part", key + "-state"]
-                    where = {"workers": [worker], "allow_other_workers": True} if worker else {}
-                    futs = client.get(dsk, want, sync=False, **where)
-                    if state is None:
-                        for k, f in zip(ks, futs, strict=True):
-                            parts[k] = f
-                    else:
-                        for j, k in enumerate(ks):
-                            parts[k], news[k] = futs[2 * j], futs[2 * j + 1]
-                # the reduction tree over the shard list, as one graph
-                rdsk: dict = {}
-
-                def red(a, b, _d=rdsk, _t=f"{tag}-a{attempt}-r"):
-                    key = f"{_t}{len(_d)}"
-                    _d[key] = (reduce, a, b)
-                    return key
-
-                root_key = tree_reduce(list(parts), red)
-                root = client.get(rdsk, root_key, sync=False) if rdsk else root_key
+                job = _PassJob(f"{tag}-a{attempt}", store, fn, spec, state, bc_f, ids)
+                place = self._placement(ids, refresh=attempt > 1)
+                self._submit_shards(job, redo, place, parts, news)
+                root = self._submit_tree(f"{job.tag}-r", parts, reduce)
                 try:
                     result = root.result()
-                    if state is not None:
-                        wait(news)
-                        if any(f.status != "finished" for f in news):
-                            raise _Lost()
-                        try:
-                            backups = self._protect(news)
-                        except Exception as e:  # noqa: BLE001 - a worker died while copying
-                            log.info("pass %s: replicating states failed (%r); retrying", tag, e)
-                            raise _Lost() from e
-                        if any(f.status != "finished" for f in news):
-                            raise _Lost()
+                    backups = self._settle_states(tag, news) if state is not None else None
                     break
                 except BaseException as e:  # noqa: BLE001
                     if not isinstance(e, KeyboardInterrupt) and self._scheduler_gone():
@@ -666,12 +621,80 @@ class DaskEngine(Engine):
         finally:
             del bc_f
         if state is not None:
+            assert backups is not None
             for k, sid in enumerate(ids):
                 state.set(sid, _StateRef(news[k], backups[k]))
         if spec is not None:
             self._warm.add(spec[1])
         self._count(full)
         return result
+
+    def _submit_shards(self, job: _PassJob, redo: list[int], place: dict, parts, news) -> None:
+        """Submit the tasks of the shards at positions ``redo``: one graph per preferred
+        worker (a single scheduler message per group); fills ``parts`` (and ``news``)."""
+        read = job.spec is not None
+        groups: dict[Any, list[int]] = {}
+        for k in redo:
+            groups.setdefault(place.get(job.ids[k]), []).append(k)
+        for worker, ks in groups.items():
+            dsk: dict = {}
+            want: list = []
+            for k in ks:
+                sid = job.ids[k]
+                key = f"{job.tag}-s{sid}-k{k}"
+                arg = job.spec if read else shard_stub(job.store, sid)
+                if job.state is None:
+                    dsk[key] = (_task if read else _stub_task, job.fn, arg, sid, job.bc)
+                    want.append(key)
+                    continue
+                src = job.state.get(sid).alive()
+                if src is None:
+                    raise EngineError(
+                        f"the per-shard state of shard {sid} was lost with the workers "
+                        "holding its copies; restart from a checkpoint"
+                    )
+                task = _state_task if read else _stub_state_task
+                dsk[key] = (task, job.fn, arg, sid, job.bc, src)
+                dsk[key + "-part"] = (operator.getitem, key, 0)
+                dsk[key + "-state"] = (operator.getitem, key, 1)
+                want += [key + "-part", key + "-state"]
+            where = {"workers": [worker], "allow_other_workers": True} if worker else {}
+            futs = self._connected().get(dsk, want, sync=False, **where)
+            if job.state is None:
+                for k, f in zip(ks, futs, strict=True):
+                    parts[k] = f
+            else:
+                for j, k in enumerate(ks):
+                    parts[k], news[k] = futs[2 * j], futs[2 * j + 1]
+
+    def _submit_tree(self, prefix: str, parts: list, reduce: Callable) -> Any:
+        """The reduction tree over the shard list (:func:`tree_reduce`), as one graph."""
+        rdsk: dict = {}
+
+        def red(a, b):
+            key = f"{prefix}{len(rdsk)}"
+            rdsk[key] = (reduce, a, b)
+            return key
+
+        root_key = tree_reduce(list(parts), red)
+        return self._connected().get(rdsk, root_key, sync=False) if rdsk else root_key
+
+    def _settle_states(self, tag: str, news: list) -> list:
+        """Wait for the new per-shard states and copy each to a second worker; raises
+        :class:`_Lost` when one of them was lost meanwhile. Returns the backups."""
+        from distributed import wait
+
+        wait(news)
+        if any(f.status != "finished" for f in news):
+            raise _Lost()
+        try:
+            backups = self._protect(news)
+        except Exception as e:  # noqa: BLE001 - a worker died while copying
+            log.info("pass %s: replicating states failed (%r); retrying", tag, e)
+            raise _Lost() from e
+        if any(f.status != "finished" for f in news):
+            raise _Lost()
+        return backups
 
     def _explain(self, e: BaseException) -> BaseException:
         from distributed.scheduler import KilledWorker
@@ -776,6 +799,24 @@ class DaskEngine(Engine):
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _alive(fut) -> bool:
+    """A task's future that still holds (or will hold) its result."""
+    return fut is not None and fut.status in ("finished", "pending")
+
+
+@dataclass(frozen=True)
+class _PassJob:
+    """What the tasks of one attempt of a pass are made of."""
+
+    tag: str  # key prefix, unique per pass and attempt
+    store: Any
+    fn: Callable
+    spec: tuple | None  # the workers' store spec (None: stub shards, no read)
+    state: ShardState | None
+    bc: Any  # the broadcast's future
+    ids: list[int]
 
 
 class _Lost(Exception):

@@ -107,38 +107,51 @@ class LocalEngine(Engine):
         reduce = reduce or add_partials
         full = shards is None
         ids = list(range(store.n_shards)) if full else [int(s) for s in shards]
-        n = len(ids)
         if state is not None:
             state.check(ids)
         token = store_token(store) if read else ""  # the cache is used only when read
         reader = self._reader(store) if read else None
-        cache = self.cache
         fill = read and (not self.auto_cache or token in self._warm)
-        if n <= 1 or sum(int(store.meta.shards[s].nnz) for s in ids) <= self.inline_nnz:
-            result = self._run_inline(
-                store, fn, broadcast, reduce, state, ids, read, token, reader, fill
-            )
-            if read:
-                self._warm.add(token)
-            if full:
-                self.passes += 1
-            else:
-                self.partial_passes += 1
-            return result
-        window = self.n_threads + self.prefetch
-        max_reads = self.io_threads
+        run = self._run_threaded
+        if len(ids) <= 1 or sum(int(store.meta.shards[s].nnz) for s in ids) <= self.inline_nnz:
+            run = self._run_inline
+        result = run(store, fn, broadcast, reduce, state, ids, read, token, reader, fill)
         if read:
-            from ..store.paths import is_local
+            self._warm.add(token)
+        if full:
+            self.passes += 1
+        else:
+            self.partial_passes += 1
+        return result
 
-            base = getattr(store, "base", store)
-            if is_local(str(getattr(base, "path", ""))):
-                max_reads = min(max_reads, self.local_reads)
+    def _max_reads(self, store, read: bool) -> int:
+        """Shards read at a time: ``io_threads``, at most ``local_reads`` for a local store."""
+        if not read:
+            return self.io_threads
+        from ..store.paths import is_local
+
+        base = getattr(store, "base", store)
+        if is_local(str(getattr(base, "path", ""))):
+            return min(self.io_threads, self.local_reads)
+        return self.io_threads
+
+    def _run_threaded(
+        self, store, fn, broadcast, reduce, state, ids, read, token, reader, fill
+    ) -> Any:
+        """The pass of :meth:`_run` on the reader and compute threads.
+
+        At most ``n_threads + prefetch`` shards are being read or computed at a time (at most
+        :meth:`_max_reads` of them read); partials are folded in shard order.
+        """
+        n = len(ids)
+        cache = self.cache
+        window = self.n_threads + self.prefetch
+        max_reads = self._max_reads(store, read)
         max_ahead = 2 * window + 2  # bound on partials waiting for an earlier shard
 
         def load(k: int):
             # only called after a cache miss in this pass
             sid = ids[k]
-            assert reader is not None  # load is only submitted when read
             shard = reader(sid)
             self.shards_read += 1
             return cache.put(token, sid, shard) if fill else shard
@@ -153,8 +166,7 @@ class LocalEngine(Engine):
         new_states: dict[int, Any] = {}
         reads: dict[Future, int] = {}
         computes: dict[Future, int] = {}
-        next_submit = 0
-        next_fold = 0
+        next_submit = next_fold = 0
         try:
             while next_fold < n:
                 while (
@@ -178,10 +190,7 @@ class LocalEngine(Engine):
                         computes[self._pool.submit(compute, k, fut.result())] = k
                     else:
                         k = computes.pop(fut)
-                        part, st = fut.result()
-                        pending[k] = part
-                        if state is not None:
-                            new_states[k] = st
+                        pending[k], new_states[k] = fut.result()
                 while next_fold in pending:
                     fold.push(pending.pop(next_fold))
                     next_fold += 1
@@ -194,12 +203,6 @@ class LocalEngine(Engine):
         if state is not None:
             for k, st in new_states.items():
                 state.set(ids[k], st)
-        if read:
-            self._warm.add(token)
-        if full:
-            self.passes += 1
-        else:
-            self.partial_passes += 1
         return fold.result()
 
     def _run_inline(
