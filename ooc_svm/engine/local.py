@@ -26,7 +26,7 @@ from typing import Any
 
 from .._util import auto_cache_bytes, cpu_count, parse_cache_mb
 from .base import Engine, StreamingTreeReduce, add_partials, shard_stub
-from .reader import ShardCache, shard_reader, store_token
+from .reader import ShardCache, read_ahead, shard_files, shard_reader, store_token
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,11 @@ class LocalEngine(Engine):
         Concurrent shard reads from a local store.
     fast_read : bool
         Use the direct Zarr chunk reader (see :mod:`ooc_svm.engine.reader`).
+    readahead : int or None
+        Shards of a local store whose files are handed to the kernel's read-ahead
+        (``posix_fadvise(WILLNEED)``, from one helper thread) beyond the shard being read,
+        so the disk reads the next shards while the current ones are decoded and computed
+        (default ``n_threads + prefetch``; 0: off).
     inline_nnz : int
         A pass over a single shard, or over shards with at most this many non-zeros in all,
         runs in the calling thread: for small stores the hand-off to reader and compute
@@ -72,6 +77,7 @@ class LocalEngine(Engine):
         fast_read: bool = True,
         local_reads: int = 1,
         inline_nnz: int = 1_000_000,
+        readahead: int | None = None,
     ):
         self.n_threads = int(n_threads or cpu_count())
         self.prefetch = max(0, int(prefetch))
@@ -79,6 +85,8 @@ class LocalEngine(Engine):
         self.local_reads = max(1, int(local_reads))
         self.fast_read = bool(fast_read)
         self.inline_nnz = max(0, int(inline_nnz))
+        window = self.n_threads + self.prefetch
+        self.readahead = max(0, int(window if readahead is None else readahead))
         spec = parse_cache_mb(cache_mb if cache_mb is not None else 0)
         self.auto_cache = isinstance(spec, str)
         budget = auto_cache_bytes(spec) if isinstance(spec, str) else int(spec * 2**20)
@@ -89,6 +97,7 @@ class LocalEngine(Engine):
         self.shards_read = 0
         self._pool = ThreadPoolExecutor(self.n_threads, thread_name_prefix="ooc-svm")
         self._io = ThreadPoolExecutor(self.io_threads, thread_name_prefix="ooc-svm-io")
+        self._ra = ThreadPoolExecutor(1, thread_name_prefix="ooc-svm-readahead")
         self._readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _reader(self, store) -> Callable:
@@ -156,6 +165,17 @@ class LocalEngine(Engine):
             self.shards_read += 1
             return cache.put(token, sid, shard) if fill else shard
 
+        hinted = 0  # shards [0, hinted) had their files read ahead
+        ahead = self.readahead if read and shard_files(store, ids[0]) else 0
+
+        def hint(upto: int) -> None:
+            nonlocal hinted
+            upto = min(n, upto)
+            for j in range(hinted, upto):
+                if not cache.contains(token, ids[j]):
+                    self._ra.submit(read_ahead, shard_files(store, ids[j]))
+            hinted = max(hinted, upto)
+
         def compute(k: int, shard):
             if state is None:
                 return fn(shard, broadcast), None
@@ -179,6 +199,8 @@ class LocalEngine(Engine):
                     if hit is not None:
                         computes[self._pool.submit(compute, k, hit)] = k
                     elif len(reads) < max_reads:
+                        if ahead:
+                            hint(k + 1 + ahead)
                         reads[self._io.submit(load, k)] = k
                     else:
                         break
@@ -247,4 +269,5 @@ class LocalEngine(Engine):
             )
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._io.shutdown(wait=True, cancel_futures=True)
+        self._ra.shutdown(wait=True, cancel_futures=True)
         self.cache.clear()

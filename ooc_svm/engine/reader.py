@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import mmap
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -78,6 +79,38 @@ def shard_reader(store, fast: bool = True) -> Callable[[int], Shard]:
     return lambda i: readonly(read(i))
 
 
+def shard_files(store, sid: int) -> list[str]:
+    """The local files of shard ``sid`` (a Zarr shard's folder, or its ``.parquet`` file) for
+    read-ahead hints; ``[]`` for a remote store, a view's transform-only shard, or a layout
+    not found on disk (the hint is then simply not given)."""
+    from ..store.paths import is_local, local_path
+
+    base = getattr(store, "base", store)
+    path = str(getattr(base, "path", "") or "")
+    if not path or not is_local(path):
+        return []
+    p = os.path.join(local_path(path), store.meta.shards[sid].name)
+    if os.path.isdir(p):
+        return [os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs]
+    return [p + ".parquet"] if os.path.isfile(p + ".parquet") else []
+
+
+def read_ahead(files: list[str]) -> None:
+    """Ask the kernel to read these files into the page cache in the background
+    (``posix_fadvise(WILLNEED)``: no copy, no CPU; a file that is gone is skipped)."""
+    for f in files:
+        try:
+            fd = os.open(f, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 _TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -123,6 +156,11 @@ class ShardCache:
             while self.used > self.budget and self._d:
                 _, (_, nb) = self._d.popitem(last=False)
                 self.used -= nb
+
+    def contains(self, token: str, sid: int) -> bool:
+        """Whether the shard is cached (no hit or miss counted)."""
+        with self._lock:
+            return self.budget > 0 and (token, sid) in self._d
 
     def get(self, token: str, sid: int) -> Shard | None:
         if self.budget <= 0:

@@ -1,0 +1,76 @@
+"""Issue 16 goal 1 (second half): passes over a store that does not fit the shard cache overlap
+reading (the kernel's read-ahead of the next shards' files), decoding and computing.
+
+The timing is ``scripts/bench_pass.py --overlap``; these tests check the mechanism (every
+shard's files are handed to the read-ahead, ahead of being decoded) and that the pass
+result is unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ooc_svm.engine.local as local_mod
+from ooc_svm.engine import LocalEngine
+from ooc_svm.engine.reader import shard_files
+from ooc_svm.kernels.csr import csr_matvec, u32
+
+
+def _sum_margins(shard, w):
+    out = np.empty(shard.n_rows)
+    csr_matvec(shard.indptr, u32(shard.indices), shard.data, w, 0.0, out)
+    return np.array([out.sum(), float(shard.n_rows)])
+
+
+@pytest.fixture(scope="module", params=["s.zarr", "s.parquet"])
+def store(request, tmp_path_factory):
+    from conftest import build_store
+
+    X = sp.random(3000, 60, density=0.1, format="csr", random_state=5, dtype=np.float32)
+    y = np.where(np.arange(3000) % 2 == 0, 1.0, -1.0)
+    path = tmp_path_factory.mktemp("ovl") / request.param
+    return build_store(path, X, y, shard_rows=300), X
+
+
+def _all_files(path) -> set[str]:
+    return {os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs}
+
+
+def test_shard_files_are_the_shards_files(store):
+    st, _ = store
+    files = [set(shard_files(st, i)) for i in range(st.n_shards)]
+    assert all(files) and all(os.path.isfile(f) for fs in files for f in fs)
+    assert not set.intersection(*files)  # every shard its own files
+    meta_files = _all_files(st.path) - set.union(*files)
+    # what is left is store metadata (zarr.json of the group, _ooc_svm.json, the lock)
+    assert all(os.path.basename(f) in ("zarr.json", "_ooc_svm.json", ".lock") for f in meta_files)
+
+
+def test_cold_pass_reads_every_shard_ahead(store, monkeypatch):
+    st, X = store
+    w = np.random.default_rng(1).normal(size=X.shape[1])
+    hinted: list[str] = []
+    lock = threading.Lock()
+    real = local_mod.read_ahead
+
+    def record(files):
+        with lock:
+            hinted.extend(files)
+        real(files)
+
+    monkeypatch.setattr(local_mod, "read_ahead", record)
+    with LocalEngine(n_threads=2, prefetch=1, cache_mb=0, inline_nnz=0, readahead=3) as eng:
+        r1 = eng.map_reduce(st, _sum_margins, w)
+    want = {f for i in range(st.n_shards) for f in shard_files(st, i)}
+    assert set(hinted) == want and len(hinted) == len(want)  # each file once per pass
+    with LocalEngine(n_threads=1, prefetch=0, cache_mb=0, inline_nnz=0, readahead=0) as eng:
+        n0 = len(hinted)
+        r0 = eng.map_reduce(st, _sum_margins, w)
+        assert len(hinted) == n0  # readahead=0: no hints
+    np.testing.assert_array_equal(r1, r0)  # same fold, same bits
+    np.testing.assert_allclose(r1[0], (X.astype(np.float64) @ w).sum(), rtol=1e-9)
