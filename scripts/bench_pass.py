@@ -553,12 +553,16 @@ def main() -> None:
         read_all(path)
         r = run_child(a, "memtest", path, extra=["--cache-mb", f"{cache_mb:.1f}"])
         window = a.threads + a.prefetch
-        io_threads = 1  # LocalEngine's local_reads: one shard read at a time from a local store
+        from ooc_svm.engine import LocalEngine
+
+        probe = LocalEngine(n_threads=a.threads, prefetch=a.prefetch, cache_mb=0)
+        io_threads = min(probe.io_threads, probe.local_reads)  # shards decoded at a time
+        probe.close()
         # partials in flight: window + those waiting for an earlier shard + the fold's stack
         feat_mb = st.meta.n_features * 8 * (3 * window + 2 + 10) / 2**20
         parts = {
             "decoded shards in flight (window x largest shard)": max_shard * window / 2**20,
-            "compressed bytes being decoded (1 read at a time x largest packed shard)": io_threads
+            "compressed bytes being decoded (reads at a time x largest packed shard)": io_threads
             * max_packed
             / 2**20,
             "cache budget": cache_mb,

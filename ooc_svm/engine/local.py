@@ -5,6 +5,10 @@ Pipeline of one pass (``map_reduce``):
 - ``io_threads`` reader threads read / decompress shards ahead (the Zarr fast path of
   :mod:`ooc_svm.engine.reader`: memory-mapped for uncompressed stores, GIL-free decoding
   otherwise), at most ``n_threads + prefetch`` shards being read or computed at a time;
+- for a local store, one helper thread hands the files of the next ``readahead`` shards to
+  the kernel's read-ahead (``posix_fadvise(WILLNEED)``), so a store that is not in the page
+  cache is read from disk while earlier shards are decoded and computed, rather than
+  between them;
 - ``n_threads`` compute threads run ``fn`` (numba kernels release the GIL, so the shards are
   processed truly in parallel);
 - partials are folded in the order of the shard list by a streaming version of the fixed
@@ -49,12 +53,14 @@ class LocalEngine(Engine):
         over a store on (a single pass, e.g. ``predict``, caches nothing).
     io_threads : int or None
         Reader threads (default ``max(1, min(prefetch, 4))``). For a store on the local
-        file system at most ``local_reads`` of them read at a time (default 1: one
-        sequential stream suits a local disk and page cache, and every concurrent decoder
-        keeps its own malloc arena — measured +140 MB peak RSS with 2 on the 1M-row bench
-        store); remote stores (``s3://`` ...) use all of them.
+        file system at most ``local_reads`` of them read and decode at a time; remote stores
+        (``s3://`` ...) use all of them.
     local_reads : int
-        Concurrent shard reads from a local store.
+        Concurrent shard reads (and decodes) from a local store. Default 2: decoding an lz4
+        or zstd shard costs several times the kernel's pass over it, so one decoder would
+        leave the other core idle; with the read-ahead below the disk still sees one
+        sequential stream. (Each concurrent decoder keeps its own malloc arena: measured
+        +140 MB peak RSS with 2 instead of 1 on the 1M-row bench store; 1 restores that.)
     fast_read : bool
         Use the direct Zarr chunk reader (see :mod:`ooc_svm.engine.reader`).
     readahead : int or None
@@ -75,7 +81,7 @@ class LocalEngine(Engine):
         cache_mb: float = 0.0,
         io_threads: int | None = None,
         fast_read: bool = True,
-        local_reads: int = 1,
+        local_reads: int = 2,
         inline_nnz: int = 1_000_000,
         readahead: int | None = None,
     ):
