@@ -74,3 +74,39 @@ def test_cold_pass_reads_every_shard_ahead(store, monkeypatch):
         assert len(hinted) == n0  # readahead=0: no hints
     np.testing.assert_array_equal(r1, r0)  # same fold, same bits
     np.testing.assert_allclose(r1[0], (X.astype(np.float64) @ w).sum(), rtol=1e-9)
+
+
+def test_two_shards_decoded_at_a_time_by_default(store, monkeypatch):
+    """Decoding costs several kernels: a local store is read and decoded by two reader
+    threads at once (``local_reads=2``), so no core waits for a single decoder."""
+    st, X = store
+    w = np.ones(X.shape[1])
+    real = local_mod.shard_reader
+
+    def counting_reader(store, fast=True):
+        read = real(store, fast=fast)
+        state = {"now": 0, "max": 0}
+        lock = threading.Lock()
+
+        def rd(i):
+            with lock:
+                state["now"] += 1
+                state["max"] = max(state["max"], state["now"])
+            try:
+                threading.Event().wait(0.05)  # a slow decode
+                return read(i)
+            finally:
+                with lock:
+                    state["now"] -= 1
+
+        seen.append(state)
+        return rd
+
+    seen: list[dict] = []
+    monkeypatch.setattr(local_mod, "shard_reader", counting_reader)
+    results = []
+    for kw in ({}, {"local_reads": 1}):
+        with LocalEngine(n_threads=2, prefetch=2, cache_mb=0, inline_nnz=0, **kw) as eng:
+            results.append(eng.map_reduce(st, _sum_margins, w))
+    assert [s["max"] for s in seen] == [2, 1]
+    np.testing.assert_array_equal(results[0], results[1])
