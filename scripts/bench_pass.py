@@ -506,7 +506,8 @@ def main() -> None:
         )
         print(
             f"{'store':<14}{'disk MB':>8}{'read s':>8}{'decode s':>9}{'(1 thr)':>8}"
-            f"{'kernel s':>9}{'pass s':>8}{'pass/max':>9}{'pass/(dec+ker)':>15}  engine"
+            f"{'kernel s':>9}{'pass s':>8}{'pass/max':>9}{'pass/(dec+ker)':>15}"
+            "  CPU s: decode kernel pass  engine"
         )
         for (fmt, codec), path in stores.items():
             rd = min(disk_read(path) for _ in range(max(1, a.repeat // 2)))
@@ -521,7 +522,9 @@ def main() -> None:
                 print(
                     f"{fmt + '/' + codec:<14}{du_mb(path):>8.0f}{rd:>8.3f}{dec['best']:>9.3f}"
                     f"{dec['one_thread']:>8.3f}{ker['best']:>9.3f}{ps:>8.3f}{ps / floor:>9.2f}"
-                    f"{ps / (dec['best'] + ker['best']):>15.2f}  {passes[0].get('engine')}",
+                    f"{ps / (dec['best'] + ker['best']):>15.2f}  {dec['best_cpu']:>6.2f} "
+                    f"{ker['best_cpu']:>6.2f} {min(r['best_cpu'] for r in passes):>5.2f}  "
+                    f"{passes[0].get('engine')}",
                     flush=True,
                 )
                 all_results.append(
