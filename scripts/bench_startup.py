@@ -35,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,25 +85,36 @@ def prepare(name: str, src: str, work: str) -> tuple[str, str]:
     return text, store
 
 
-def wall(cmd: list[str]) -> float:
-    """Wall time of one whole process (its output discarded; a failure stops the bench)."""
-    t = time.perf_counter()
-    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    dt = time.perf_counter() - t
-    if p.returncode:
-        raise SystemExit(f"bench_startup: {' '.join(cmd)} failed ({p.returncode}): {p.stderr}")
-    return dt
+def wall(cmd: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one whole process, CPU = user + system time of the process and
+    its threads (less sensitive than wall time to other load on a shared machine). Its output
+    is discarded; a failure stops the bench."""
+    with tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, ru = os.wait4(p.pid, 0)
+        dt = time.perf_counter() - t
+        p.returncode = rc = os.waitstatus_to_exitcode(status)
+        if rc:
+            err.seek(0)
+            msg = err.read().decode(errors="replace")
+            raise SystemExit(f"bench_startup: {' '.join(cmd)} failed ({rc}): {msg}")
+    return dt, ru.ru_utime + ru.ru_stime
 
 
-def compare(cmds: dict[str, list[str]], repeat: int) -> dict[str, list[float]]:
-    """One untimed run of each command, then ``repeat`` rounds, alternating the commands."""
-    for c in cmds.values():
-        wall(c)
+def compare(cmds: dict[str, list[str]], repeat: int) -> tuple[dict, dict]:
+    """One untimed run of each command, then ``repeat`` rounds, alternating the commands;
+    (wall times, CPU times) per command."""
+    for cmd in cmds.values():
+        wall(cmd)
     times: dict[str, list[float]] = {k: [] for k in cmds}
+    cpus: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(repeat):
-        for k, c in cmds.items():
-            times[k].append(wall(c))
-    return times
+        for k, cmd in cmds.items():
+            w, c = wall(cmd)
+            times[k].append(w)
+            cpus[k].append(c)
+    return times, cpus
 
 
 def _fmt(xs: list[float]) -> str:
@@ -131,7 +143,10 @@ def main() -> int:
     ooc = ooc_svm_command()
     print(f"# load average at start: {load()}; cpus: {os.cpu_count()}; ooc-svm: {' '.join(ooc)}")
     print(f"# medians of {a.repeat} whole-process wall times (after one untimed run of each)")
-    print(f"{'data':<8}{'ooc-svm s':>10}{'liblinear s':>12}{'ratio':>7}   all ooc-svm / liblinear")
+    print(
+        f"{'data':<8}{'ooc-svm s':>10}{'liblinear s':>12}{'ratio':>7}{'CPU s':>7}{'CPU s':>7}"
+        f"{'ratio':>7}   wall times ooc-svm / liblinear"
+    )
     ratios = []
     for name in [d for d in a.datasets.split(",") if d]:
         text, store = prepare(name, os.path.join(src_dir, DATASETS[name]), a.dir)
@@ -148,17 +163,18 @@ def main() -> int:
                 f"-s 3 -c {a.C} -B 1",
             ],
         }
-        t = compare(cmds, a.repeat)
+        t, c = compare(cmds, a.repeat)
         mo, ml = statistics.median(t["ooc"]), statistics.median(t["ll"])
+        co, cl = statistics.median(c["ooc"]), statistics.median(c["ll"])
         ratios.append(mo / ml)
-        each = (
-            " ".join(f"{x:.2f}" for x in t["ooc"]) + " / " + " ".join(f"{x:.2f}" for x in t["ll"])
+        each = f"{_fmt(t['ooc'])} / {_fmt(t['ll'])}"
+        print(
+            f"{name:<8}{mo:>10.3f}{ml:>12.3f}{mo / ml:>7.2f}{co:>7.2f}{cl:>7.2f}{co / cl:>7.2f}"
+            f"   {each}",
+            flush=True,
         )
-        print(f"{name:<8}{mo:>10.3f}{ml:>12.3f}{mo / ml:>7.2f}   {each}", flush=True)
-    th = compare({"help": [*ooc, "--help"]}, a.repeat)["help"]
-    print(
-        f"ooc-svm --help: median {statistics.median(th):.3f} s ({' '.join(f'{x:.2f}' for x in th)})"
-    )
+    th = compare({"help": [*ooc, "--help"]}, a.repeat)[0]["help"]
+    print(f"ooc-svm --help: median {statistics.median(th):.3f} s ({_fmt(th)})")
     print(f"# load average at end: {load()}")
     print(f"# worst ratio ooc-svm / liblinear: {max(ratios):.2f} (goal <= 1)")
     return 0

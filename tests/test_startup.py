@@ -1,6 +1,6 @@
 """Issue 16 goal 3: no start-up tax. ``ooc-svm train --solver perf`` on a Zarr store imports
-only what the command needs: no zarr or pyarrow (the store is read through its chunk files),
-no scipy.sparse (a linear model does not need it), no Dask.
+only what the command needs: no zarr, pyarrow or fsspec (a local store is read through its
+chunk files with os calls), no scipy.sparse (a linear model does not need it), no Dask.
 
 (``ooc-svm --help`` importing no heavy library is tested in ``test_cli_basics.py``; the
 timing against LIBLINEAR is ``scripts/bench_startup.py``.)
@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 #: what the perf train path of a Zarr store must not import (scipy.linalg is not listed: numba
 #: imports it itself when its CPU target loads, for the BLAS behind np.dot)
-NOT_NEEDED = ["zarr", "pyarrow", "scipy.sparse", "dask", "distributed", "sklearn"]
+NOT_NEEDED = ["zarr", "pyarrow", "fsspec", "scipy.sparse", "dask", "distributed", "sklearn"]
 
 
 def _imported_by(argv: list[str], cwd) -> list[str]:

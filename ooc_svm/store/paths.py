@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import uuid
 
-import fsspec
-
 
 def is_local(path: str) -> bool:
     """True when ``path`` is a plain local path (or ``file://`` URL)."""
@@ -15,6 +13,8 @@ def is_local(path: str) -> bool:
 
 def get_fs(path: str):
     """Return ``(filesystem, root)`` for a path or URL."""
+    import fsspec  # only here: a local store is read with os calls (store.base.store_fs)
+
     fs, root = fsspec.core.url_to_fs(str(path))
     return fs, root.rstrip("/")
 

@@ -45,14 +45,19 @@ def open_store(path: str):
         When ``path`` does not exist, is not a store, or is of a newer format version.
     """
     path = str(path).rstrip("/") or str(path)
-    fs, root = get_fs(path)
-    if not fs.exists(root):
+    if is_local(path):  # no fsspec for a local store
+        root = local_path(path)
+        exists = os.path.exists
+    else:
+        fs, root = get_fs(path)
+        exists = fs.exists
+    if not exists(root):
         raise StoreError(f"{path}: no such store")
-    if fs.exists(f"{root}/_ooc_svm.json"):
+    if exists(f"{root}/_ooc_svm.json"):
         from .parquet_store import ParquetStore
 
         return ParquetStore(path)
-    if fs.exists(f"{root}/zarr.json"):
+    if exists(f"{root}/zarr.json"):
         from .zarr_store import ZarrStore
 
         return ZarrStore(path)
