@@ -28,7 +28,7 @@ _DASK_ONLY = frozenset(
         "memory_limit",
     }
 )
-_LOCAL_ONLY = frozenset({"io_threads"})
+_LOCAL_ONLY = frozenset({"io_threads", "local_reads", "readahead", "inline_nnz"})
 
 
 def make_engine(scheduler: str | None = None, **kwargs) -> Engine:
