@@ -8,10 +8,13 @@ own configuration (``FSSPEC_S3_ENDPOINT_URL``, ``FSSPEC_S3='{"key": ..., "config
 {...}}'``, files in ``~/.config/fsspec``). Dask workers read the same variables, so they
 must see the same environment.
 
-Timeouts: s3fs connects within 5 s and reads within 15 s per request; this module caps
-botocore's own retries at 3 attempts (unless ``AWS_MAX_ATTEMPTS`` / ``AWS_RETRY_MODE`` or an
-fsspec ``config_kwargs`` says otherwise), so an unreachable endpoint fails in seconds
-instead of retrying for minutes. Errors of the remote file system are turned into one-line
+Timeouts: s3fs connects within 5 s and reads within 15 s per request (fsspec
+``config_kwargs`` ``connect_timeout`` / ``read_timeout`` change that); this module caps
+botocore's retries at 3 attempts in its "standard" mode (unless ``AWS_MAX_ATTEMPTS`` /
+``AWS_RETRY_MODE`` or an fsspec ``config_kwargs`` says otherwise) and s3fs's own retry loop
+around them at :data:`S3FS_RETRIES`, so an endpoint that refuses connections fails in
+seconds and one that never answers within 6 read timeouts, instead of retrying for minutes.
+Errors of the remote file system are turned into one-line
 :class:`~ooc_svm.store.format.StoreError` messages by :func:`remote_errors`.
 """
 
@@ -31,6 +34,8 @@ from .format import StoreError
 _EXTRAS = {"s3": "s3", "s3a": "s3"}
 #: botocore retries when neither the environment nor fsspec's configuration sets them
 _DEFAULT_RETRIES = {"max_attempts": 3, "mode": "standard"}
+#: s3fs's own retry loop (around botocore's) on timeouts and dropped connections
+S3FS_RETRIES = 2
 _QUIETED = False
 
 
@@ -95,6 +100,10 @@ def get_fs(path: str):
         ) from None
     except ValueError as e:
         raise StoreError(f"{path}: {e}") from None
+    if proto in ("s3", "s3a") and isinstance(getattr(fs, "retries", None), int):
+        # s3fs retries timeouts 5 times on top of botocore's attempts: 15 x 15 s before an
+        # unanswered request fails. Throttling is retried by botocore's standard mode already.
+        fs.retries = min(fs.retries, S3FS_RETRIES)
     return fs, root.rstrip("/")
 
 
