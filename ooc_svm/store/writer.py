@@ -276,6 +276,8 @@ class StoreWriter:
 
     def _move_into_place(self) -> None:
         old = None
+        if not is_local(self.path):
+            self.fs.invalidate_cache()  # listings cached since __init__ may be stale
         if self.fs.exists(self.root):
             if not self.overwrite:
                 raise StoreError(
