@@ -196,6 +196,9 @@ def test_s3_damaged_object_is_caught(s3, tmp_path, capsys):
     fs.pipe_file(key, bytes(raw[:-4]))
     with pytest.raises(ShardCorruptError, match=r"shard 1 .*data has"):
         open_store(url).read_shard(1)
+    fs.pipe_file(key, b"")
+    with pytest.raises(ShardCorruptError, match=r"shard 1 .*data has 0 bytes"):
+        open_store(url).read_shard(1)
     from ooc_svm.cli import main
 
     assert main(["-q", "verify", url]) == 1

@@ -132,7 +132,12 @@ def read_file(
         return raw, file_id(st)
     # one request: a GET of at most max_bytes + 1 bytes (no separate HEAD for the size)
     with remote_errors(path, fs):
-        raw = fs.cat_file(path, start=0, end=max_bytes + 1)
+        try:
+            raw = fs.cat_file(path, start=0, end=max_bytes + 1)
+        except OSError as e:
+            if "range" not in str(e).lower():
+                raise
+            raw = fs.cat_file(path)  # a zero-length object: S3 answers a Range GET with 416
     if len(raw) > max_bytes:
         raise StoreError(
             f"{what}: {path} is larger than the {max_bytes:,} {limit}; refusing to read it"
