@@ -52,9 +52,10 @@ def protocol_of(path: str) -> str:
 
 def _quiet_aws_logging() -> None:
     # botocore logs "Found credentials in environment variables." at INFO on every client:
-    # the CLI's INFO log is for the user; keep these at WARNING unless set by the user
+    # the CLI's INFO log is for the user; keep these at WARNING unless set by the user or
+    # the root logger is at DEBUG (``ooc-svm -vv``)
     global _QUIETED
-    if _QUIETED:
+    if _QUIETED or logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
         return
     _QUIETED = True
     for name in ("botocore", "aiobotocore", "s3fs"):
