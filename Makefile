@@ -7,10 +7,10 @@ PYTEST_ARGS ?=
 
 .PHONY: venv demo test test-all lint lint-ruff lint-format lint-types lint-imports check clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev]" -c constraints.txt
 	touch $@
 
 venv: $(BIN)/.installed

@@ -15,7 +15,8 @@ Steps 2 and 3 run **once per store object and shard** while the shard's files ke
 identity (device, inode, size, modification time): a later read of the same unchanged files
 skips them, so only the first pass of a training pays (measured in ``scripts/bench_pass.py``).
 ``read_shard(i, verify=True)`` (``ooc-svm verify``) always re-checks. Remote (fsspec) stores
-have no file identity and are checked on every read.
+have no file identity and are checked on every read (sizes, structure and checksum, as local
+ones).
 
 A reader also holds a *snapshot*: the directory it opened (device and inode of the local store
 root). When ``ingest --overwrite`` has moved another store into place, the next read fails with
@@ -43,7 +44,7 @@ from .format import (
     StoreMeta,
     shard_checksum,
 )
-from .paths import get_fs, is_local, local_path
+from .paths import get_fs, is_local, local_path, remote_errors
 
 #: a JSON document describing one Zarr array is a few hundred bytes
 MAX_ARRAY_META_BYTES = 1 << 16
@@ -129,13 +130,19 @@ def read_file(
         if len(raw) > max_bytes:
             raise StoreError(f"{what}: {path} grew while being read; refusing it")
         return raw, file_id(st)
-    size = fs.size(path)
-    if size is None or size > max_bytes:
+    # one request: a GET of at most max_bytes + 1 bytes (no separate HEAD for the size)
+    with remote_errors(path, fs):
+        try:
+            raw = fs.cat_file(path, start=0, end=max_bytes + 1)
+        except OSError as e:
+            if "range" not in str(e).lower():
+                raise
+            raw = fs.cat_file(path)  # a zero-length object: S3 answers a Range GET with 416
+    if len(raw) > max_bytes:
         raise StoreError(
-            f"{what}: {path} is {size} bytes, more than the {max_bytes:,} {limit}; "
-            "refusing to read it"
+            f"{what}: {path} is larger than the {max_bytes:,} {limit}; refusing to read it"
         )
-    return fs.cat_file(path), None
+    return raw, None
 
 
 def read_into(path: str, out: np.ndarray, what: str) -> FileId:

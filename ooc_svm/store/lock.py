@@ -112,3 +112,71 @@ class StoreLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class RemoteStoreLock:
+    """Exclusive writer lock ``root/.lock`` of a store on an object store (fsspec ``fs``),
+    created with a conditional write (fails when it exists)."""
+
+    def __init__(self, fs, root: str, display: str | None = None):
+        self.fs = fs
+        self.root = root
+        self.display = display or root
+        self.path = f"{root}/{LOCK_NAME}"
+        self.shown = f"{self.display.rstrip('/')}/{LOCK_NAME}"
+        self.held = False
+
+    def acquire(self) -> RemoteStoreLock:
+        host = socket.gethostname()
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        payload = f"{os.getpid()} {host} {stamp}\n".encode()
+        for _ in range(2):
+            try:
+                self.fs.pipe_file(self.path, payload, mode="create")
+            except FileExistsError:
+                holder = self._holder()
+                if holder is not None and holder[1] == host and not _alive(holder[0]):
+                    log.warning(
+                        "%s: removing the stale lock of PID %d (no longer running)",
+                        self.display,
+                        holder[0],
+                    )
+                    self._remove()
+                    continue
+                who = (
+                    f"PID {holder[0]} on {holder[1]} since {holder[2]}"
+                    if holder
+                    else "another process"
+                )
+                raise StoreError(
+                    f"{self.display}: store is being written by {who}; wait, or remove "
+                    f"{self.shown} if that process is gone"
+                ) from None
+            self.held = True
+            return self
+        raise StoreError(f"{self.display}: could not take the writer lock {self.shown}; retry")
+
+    def _holder(self) -> tuple[int, str, str] | None:
+        try:
+            text = self.fs.cat_file(self.path)[:4096].decode("utf-8", "replace")
+            pid, host, stamp = text.strip().split(" ", 2)
+            return int(pid), host, stamp
+        except (OSError, ValueError):
+            return None
+
+    def _remove(self) -> None:
+        try:
+            self.fs.rm_file(self.path)
+        except FileNotFoundError:
+            pass
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self._remove()
+
+    def __enter__(self) -> RemoteStoreLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -21,8 +21,8 @@ from .format import (
     shard_checksum,
     shard_name,
 )
-from .lock import StoreLock
-from .paths import get_fs, is_local, local_path, temp_sibling
+from .lock import RemoteStoreLock, StoreLock
+from .paths import check_bucket, get_fs, is_local, local_path, remote_errors, temp_sibling
 
 # the backends (zarr, pyarrow) are imported when a store of their kind is opened or written:
 # reading a Zarr store needs neither package, and a command that opens no store none at all
@@ -47,20 +47,30 @@ def open_store(path: str):
     path = str(path).rstrip("/") or str(path)
     if is_local(path):  # no fsspec for a local store
         root = local_path(path)
-        exists = os.path.exists
+        if not os.path.exists(root):
+            raise StoreError(f"{path}: no such store")
+        if os.path.exists(f"{root}/_ooc_svm.json"):
+            from .parquet_store import ParquetStore
+
+            return ParquetStore(path)
+        if os.path.exists(f"{root}/zarr.json"):
+            from .zarr_store import ZarrStore
+
+            return ZarrStore(path)
     else:
         fs, root = get_fs(path)
-        exists = fs.exists
-    if not exists(root):
-        raise StoreError(f"{path}: no such store")
-    if exists(f"{root}/_ooc_svm.json"):
-        from .parquet_store import ParquetStore
+        with remote_errors(path, fs):
+            if not fs.exists(root):
+                check_bucket(fs, path)
+                raise StoreError(f"{path}: no such store")
+            if fs.exists(f"{root}/_ooc_svm.json"):
+                from .parquet_store import ParquetStore
 
-        return ParquetStore(path)
-    if exists(f"{root}/zarr.json"):
-        from .zarr_store import ZarrStore
+                return ParquetStore(path)
+            if fs.exists(f"{root}/zarr.json"):
+                from .zarr_store import ZarrStore
 
-        return ZarrStore(path)
+                return ZarrStore(path)
     raise StoreError(
         f"{path}: not an ooc-svm store (neither zarr.json nor _ooc_svm.json found); "
         "create one with `ooc-svm ingest INPUT STORE`"
@@ -106,21 +116,30 @@ class StoreWriter:
     ):
         self.path = str(path).rstrip("/")
         self.fs, self.root = get_fs(self.path)
+        self._lock: StoreLock | RemoteStoreLock | None = None
+        with remote_errors(self.path, self.fs):
+            self._init(backend, compression, overwrite, append, label_kind, n_features)
+
+    def _init(self, backend, compression, overwrite, append, label_kind, n_features) -> None:
         if label_kind is not None and label_kind not in LABEL_KINDS:
             raise StoreError(f"unknown label kind {label_kind!r}; use one of {LABEL_KINDS}")
         self.label_kind = label_kind
         self.min_features = n_features or 0
         self.append = append
         self.overwrite = overwrite
+        local = is_local(self.path)
+        if not local:
+            check_bucket(self.fs, self.path)
         exists = self.fs.exists(self.root)
         self._base: StoreMeta | None = None
-        self._lock: StoreLock | None = None
         if append:
             if not exists:
                 raise StoreError(f"{self.path}: --append needs an existing store; there is none")
-            if is_local(self.path):
-                # serialise appends: the lock is taken before the shard table is read
+            # serialise appends: the lock is taken before the shard table is read
+            if local:
                 self._lock = StoreLock(local_path(self.path), self.path).acquire()
+            else:
+                self._lock = RemoteStoreLock(self.fs, self.root, self.path).acquire()
             try:
                 self._base = open_store(self.path).meta
             except BaseException:
@@ -170,7 +189,8 @@ class StoreWriter:
     def add(self, shard: Shard, n_features: int | None = None) -> ShardInfo:
         """Write one shard (its ``row_start`` is assigned here) and return its table entry."""
         name = self._next_name(shard)
-        self._writer.write(name, shard)
+        with remote_errors(self.path, self.fs):
+            self._writer.write(name, shard)
         return self._enter(shard, name, n_features, shard_checksum(shard, self.version))
 
     def reserve(self, shard: Shard, n_features: int | None = None) -> ShardInfo:
@@ -183,7 +203,8 @@ class StoreWriter:
     def write_reserved(self, info: ShardInfo, shard: Shard) -> ShardInfo:
         """Second step of :meth:`reserve`: write the shard and record its checksum.
         Thread-safe for different shards."""
-        self._writer.write(info.name, shard)
+        with remote_errors(self.path, self.fs):
+            self._writer.write(info.name, shard)
         info.checksum = shard_checksum(shard, self.version)
         return info
 
@@ -253,15 +274,20 @@ class StoreWriter:
         base_sources = self._base.sources if self._base else []
         meta.sources = list(base_sources) + list(sources or [])
         try:
-            self._writer.write_meta(meta)
-            if not self.append:
-                self._release()  # the temporary store's lock must not move into place
-                self._move_into_place()
+            with remote_errors(self.path, self.fs):
+                self._commit(meta)
             self._done = True
         finally:
             if self._done:
                 self._release()
         return meta
+
+    def _commit(self, meta: StoreMeta) -> None:
+        # local: written to a temporary file and renamed; remote: one PUT (atomic on S3)
+        self._writer.write_meta(meta)
+        if not self.append:
+            self._release()  # the temporary store's lock must not move into place
+            self._move_into_place()
 
     def _release(self) -> None:
         if self._lock is not None:
@@ -270,6 +296,8 @@ class StoreWriter:
 
     def _move_into_place(self) -> None:
         old = None
+        if not is_local(self.path):
+            self.fs.invalidate_cache()  # listings cached since __init__ may be stale
         if self.fs.exists(self.root):
             if not self.overwrite:
                 raise StoreError(
@@ -278,7 +306,11 @@ class StoreWriter:
                 )
             old = temp_sibling(self.path, "old")
             local_dir = is_local(self.path) and os.path.isdir(local_path(self.path))
-            lock = StoreLock(local_path(self.path), self.path) if local_dir else None
+            lock: StoreLock | RemoteStoreLock | None = None
+            if local_dir:
+                lock = StoreLock(local_path(self.path), self.path)
+            elif not is_local(self.path) and self.fs.isdir(self.root):
+                lock = RemoteStoreLock(self.fs, self.root, self.path)
             if lock is not None:
                 lock.acquire()  # not while an append is writing into the old store
             try:
@@ -305,7 +337,23 @@ class StoreWriter:
                 raise OSError(f"{dst_l} exists")
             os.rename(src_l, dst_l)
         else:
-            self.fs.mv(src, dst, recursive=True)
+            self._remote_move(src, dst)
+
+    def _remote_move(self, src: str, dst: str) -> None:
+        """Object stores have no rename: copy every object (server side), the store's
+        metadata object last, so ``dst`` looks like a store only once complete; then delete
+        ``src``. A writer lock of ``src`` is neither copied nor kept."""
+        src, dst = self.fs._strip_protocol(src), self.fs._strip_protocol(dst)
+        if self.fs.exists(dst):
+            raise OSError(f"{dst} exists")
+        keys = [k for k in self.fs.find(src) if k.rsplit("/", 1)[-1] != ".lock"]
+        meta_names = {f"{src}/zarr.json", f"{src}/_ooc_svm.json"}
+        last = [k for k in keys if k in meta_names]
+        first = [k for k in keys if k not in meta_names]
+        for group in (first, last):
+            if group:
+                self.fs.copy(group, [dst + k[len(src) :] for k in group])
+        self.fs.rm(src, recursive=True)
 
     def _remove(self, p: str) -> None:
         if is_local(self.path):
