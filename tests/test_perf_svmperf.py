@@ -232,7 +232,7 @@ def test_checkpoint_and_other_losses_refused(tmp_path, tiny_store):
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ooc-svm: error: ")
     assert "--variant svmperf does not support --checkpoint" in err[0]
-    assert not (tmp_path / "m").exists()
+    assert not (tmp_path / "m").exists() and not (tmp_path / "ck").exists()
     with pytest.raises(SolverError, match="svmperf trains --loss error only"):
         train(st, "perf", variant="svmperf", loss="roc")
     Xm, _ = _tiny(4, n=300)

@@ -61,6 +61,7 @@ import functools
 import logging
 import math
 import time
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -171,7 +172,7 @@ _PER_ROW = ("conf", "row", "ys", "c", "mean", "var")
 
 
 def _empty(budget: int) -> dict:
-    sel = {k: np.zeros(0) for k in _PER_ROW}
+    sel: dict[str, Any] = {k: np.zeros(0) for k in _PER_ROW}
     sel["row"] = np.zeros(0, dtype=np.int64)
     sel.update(
         budget=int(budget),
