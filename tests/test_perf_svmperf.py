@@ -107,20 +107,24 @@ def tiny_store(tmp_path_factory):
     return build_store(tmp_path_factory.mktemp("tiny") / "s.zarr", X, y, shard_rows=400), X, y
 
 
-@pytest.mark.parametrize("C", [0.05, 5.0])
-def test_tight_eps_and_tiny_budget_keep_the_guarantee(tiny_store, C):
+@pytest.mark.parametrize("C,eps", [(0.05, 1e-4), (5.0, 1e-4), (0.5, 1e-3)])
+def test_tiny_budget_keeps_the_guarantee(tiny_store, C, eps):
     """A budget holding ~5 % of the rows caps S: rows beyond it keep stale coefficients (still
-    valid cuts); the certificate still holds at a tight ε, S stays within the budget and the
-    run differs from the uncapped one."""
+    valid cuts); the certificate still holds, S stays within the budget and the run differs
+    from the uncapped one. At C = 0.5, ε = 1e-3 SVMperf's own test (ceps ≤ ε on a full round)
+    stops with a loose dual that does not certify: the tight QP over W has to (a run without
+    the certificate would report P − D > ε·C·n)."""
     st, X, y = tiny_store
     mb = 0.01
-    capped = train(st, "perf", C=C, eps=1e-4, variant="svmperf", inner_mb=mb)
-    _check(capped, X, y, C, f"tiny-{C}", eps=1e-4)
+    capped = train(st, "perf", C=C, eps=eps, variant="svmperf", inner_mb=mb)
+    _check(capped, X, y, C, f"tiny-{C}", eps=eps)
     nnz = np.diff(X.indptr)
     rows = capped.summary["peak_selected_rows"]
     assert 0 < rows and rows * (spf.ROW_BYTES + spf.NZ_BYTES * nnz.min()) <= mb * 2**20
-    free = train(st, "perf", C=C, eps=1e-4, variant="svmperf")
-    _check(free, X, y, C, f"tiny-{C}", eps=1e-4)
+    if C == 0.5:
+        assert capped.summary["certificate_refines"] >= 1
+    free = train(st, "perf", C=C, eps=eps, variant="svmperf")
+    _check(free, X, y, C, f"tiny-{C}", eps=eps)
     assert free.summary["peak_selected_rows"] > rows
 
 
