@@ -144,7 +144,7 @@ def test_selection_is_the_same_for_any_reduction_tree():
         sel = {"conf": conf[lo:hi], "row": keep, "ys": np.ones(hi - lo), "c": np.zeros(hi - lo)}
         sel.update(mean=conf[lo:hi] * 2, var=conf[lo:hi] ** 2, budget=budget)
         sel.update(indptr=ip, indices=ix, data=dt)
-        return spf._cap(sel)
+        return spf._cap(spf._chunked(sel), budget)
 
     budget = 9000
     cuts = [0, 90, 200, 310, 450, 600]
@@ -155,7 +155,8 @@ def test_selection_is_the_same_for_any_reduction_tree():
     right = parts[-1]
     for p in parts[-2::-1]:
         right = spf.merge_selections(p, right)
-    whole = part(0, 600, budget)
+    left, right = spf.assemble(left), spf.assemble(right)
+    whole = spf.assemble(part(0, 600, budget))
     nb = spf._row_bytes(whole)
     assert 0 < whole["row"].shape[0] < 600 and nb.sum() <= budget
     for got in (left, right):

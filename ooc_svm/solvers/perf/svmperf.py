@@ -195,31 +195,65 @@ def _take(sel: dict, keep: np.ndarray) -> dict:
     return out
 
 
-def _cap(sel: dict) -> dict:
-    """The longest prefix in (conf, row) order within the budget, in row order. A prefix of
-    a union is the prefix of the union of prefixes: any reduction tree gives the same S."""
-    nb = _row_bytes(sel)
-    if int(nb.sum()) <= sel["budget"]:
-        return sel
-    order = np.lexsort((sel["row"], sel["conf"]))
-    k = int(np.searchsorted(np.cumsum(nb[order]), sel["budget"], side="right"))
-    return _take(sel, np.sort(order[:k]).astype(np.int64))
+def _chunked(sel: dict) -> dict:
+    """A shard's rows as a reduction partial: a list of selections (one per shard, in shard
+    order) that merges without copying the rows."""
+    chunks = [sel] if sel["row"].shape[0] else []
+    return {"budget": sel["budget"], "bytes": int(_row_bytes(sel).sum()), "chunks": chunks}
+
+
+def _cap(part: dict, limit: int) -> dict:
+    """Keep the longest prefix in (conf, row) order within the budget when the rows take
+    more than ``limit`` bytes (chunks keep their row order). Any element of the prefix of a
+    union is in the prefix of every subset holding it, so caps of partial unions never drop
+    a row of the final S: any reduction tree gives the same S."""
+    if part["bytes"] <= limit:
+        return part
+    chunks = part["chunks"]
+    nb = np.concatenate([_row_bytes(c) for c in chunks])
+    conf = np.concatenate([c["conf"] for c in chunks])
+    row = np.concatenate([c["row"] for c in chunks])
+    order = np.lexsort((row, conf))
+    k = int(np.searchsorted(np.cumsum(nb[order]), part["budget"], side="right"))
+    keep = np.zeros(nb.shape[0], dtype=bool)
+    keep[order[:k]] = True
+    out, start = [], 0
+    for c in chunks:
+        m = c["row"].shape[0]
+        sub = np.flatnonzero(keep[start : start + m]).astype(np.int64)
+        start += m
+        if sub.shape[0] == m:
+            out.append(c)
+        elif sub.shape[0]:
+            out.append(_take(c, sub))
+    return {"budget": part["budget"], "bytes": int(nb[order[:k]].sum()), "chunks": out}
 
 
 def merge_selections(a: dict, b: dict) -> dict:
-    """S of two consecutive shard ranges (``a`` first), capped to the budget."""
-    if not a["row"].shape[0]:
-        return b
-    if not b["row"].shape[0]:
-        return a
-    out = {k: np.concatenate([a[k], b[k]]) for k in _PER_ROW}
+    """Partials of two consecutive shard ranges (``a`` first); capped beyond two budgets."""
+    out = {"budget": a["budget"], "bytes": a["bytes"] + b["bytes"]}
+    out["chunks"] = a["chunks"] + b["chunks"]
+    return _cap(out, 2 * a["budget"])
+
+
+def assemble(part: dict) -> dict:
+    """S: the merged partial capped to the budget, as one selection (rows in row order)."""
+    part = _cap(part, part["budget"])
+    chunks = part["chunks"]
+    if not chunks:
+        return _empty(part["budget"])
+    if len(chunks) == 1:
+        return chunks[0]
+    out = {k: np.concatenate([c[k] for c in chunks]) for k in _PER_ROW}
+    ends = np.cumsum([c["indptr"][-1] for c in chunks])[:-1]
+    tails = [c["indptr"][1:] + e for c, e in zip(chunks[1:], ends, strict=True)]
     out.update(
-        budget=a["budget"],
-        indptr=np.concatenate([a["indptr"], a["indptr"][-1] + b["indptr"][1:]]),
-        indices=np.concatenate([a["indices"], b["indices"]]),
-        data=np.concatenate([a["data"], b["data"]]),
+        budget=part["budget"],
+        indptr=np.concatenate([chunks[0]["indptr"], *tails]),
+        indices=np.concatenate([c["indices"] for c in chunks]),
+        data=np.concatenate([c["data"] for c in chunks]),
     )
-    return _cap(out)
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -263,7 +297,7 @@ def pass_full(shard, bc, st):
         "g": _finish_accumulator(acc, cols, dim, True),
         "cnt": float(cnt),
         "hinge": float(hinge),
-        "sel": _cap(sel),
+        "sel": _cap(_chunked(sel), sel["budget"]),
     }
     return part, st
 
@@ -349,7 +383,7 @@ class _Run:
         self.pt = time.perf_counter() - t
         self.G = acc_row(part["g"], 0)
         self.count = float(part["cnt"])
-        self.sel = part["sel"]
+        self.sel = assemble(part["sel"])
         self.counts["full"] += 1
         self.counts["scored"] += self.n
         k = int(self.sel["row"].shape[0])
