@@ -54,17 +54,17 @@ def _check(res, X, y, C, name, eps=EPS):
 
 @pytest.fixture(scope="module")
 def a9a_part(tmp_path_factory):
-    """The first 6,000 rows of a9a as a 6-shard store (the quick twin of the full runs)."""
+    """The first 4,000 rows of a9a as a 4-shard store (the quick twin of the full runs)."""
     X, y = load_svmlight_file(str(dataset("a9a/a9a")), n_features=123)
-    X, y = _csr32(X[:6000]), y[:6000]
-    st = build_store(tmp_path_factory.mktemp("a9a6k") / "s.zarr", X, y, shard_rows=1000)
+    X, y = _csr32(X[:4000]), y[:4000]
+    st = build_store(tmp_path_factory.mktemp("a9a4k") / "s.zarr", X, y, shard_rows=1000)
     return st, X, y
 
 
 def test_quick_twin_a9a_subset(a9a_part):
     st, X, y = a9a_part
     res = train(st, "perf", C=1.0, eps=EPS, variant="svmperf")
-    _check(res, X, y, 1.0, "a9a-6k")
+    _check(res, X, y, 1.0, "a9a-4k")
     s = res.summary
     assert s["partial_rounds"] > 0 and s["full_rounds"] >= 5
     assert s["full_pass_equiv"] < res.iterations  # partial rounds score only S
@@ -210,12 +210,14 @@ def test_loose_smo_qp_stops_at_its_tolerance():
 
 
 @pytest.mark.cluster
-def test_local_and_dask_engines_bit_identical(tiny_store):
+def test_local_and_dask_engines_bit_identical(tmp_path):
+    """A real 2-process LocalCluster (as ``--scheduler processes``), S capped by the budget."""
     if importlib.util.find_spec("ooc_svm.engine.dask_engine") is None:
         pytest.skip("the Dask engine is not there")
     pytest.importorskip("distributed")
-    st, X, y = tiny_store
-    p = {"C": 0.5, "eps": 1e-3, "variant": "svmperf", "inner_mb": 0.03}
+    X, y = _tiny(11, n=1200)
+    st = build_store(tmp_path / "s.zarr", X, y, shard_rows=300)
+    p = {"C": 0.5, "eps": 1e-3, "variant": "svmperf", "inner_mb": 0.01}
     with LocalEngine() as le:
         a = train(st, "perf", engine=le, **p)
     with make_engine("processes", n_workers=2, threads_per_worker=1) as de:
