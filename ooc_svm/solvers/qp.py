@@ -302,6 +302,49 @@ def _no_worse(Qa, ba, xa, f_start: float, s: float, floor: float) -> bool:
     return _objective_aug(Qa, ba, xa) <= f_start + s * floor
 
 
+def _warm_start(Q, b, s: float, x0):
+    """Checked float64 ``Q``, ``b``, the augmented ``Qa``, ``ba`` and the feasible start ``xa``
+    (``x0`` clipped to x ≥ 0 and scaled down to Σx ≤ s; the slack coordinate takes the rest)."""
+    Q = np.ascontiguousarray(Q, dtype=np.float64)
+    b = np.ascontiguousarray(b, dtype=np.float64)
+    m = b.shape[0]
+    if Q.shape != (m, m):
+        raise ValueError(f"Q has shape {Q.shape}, expected ({m}, {m})")
+    if not s > 0:
+        raise ValueError("s must be positive")
+    Qa, ba = _augment(Q, b)
+    xa = np.zeros(m + 1)
+    xa[m] = s
+    if x0 is not None and m:
+        x0 = np.maximum(np.asarray(x0, dtype=np.float64)[:m], 0.0)
+        tot = x0.sum()
+        if tot > s:
+            x0 = x0 * (s / tot)
+            tot = s
+        xa[:m] = x0
+        xa[m] = s - tot
+    return Q, b, Qa, ba, xa
+
+
+def smo_simplex_qp(
+    Q: np.ndarray, b: np.ndarray, s: float, x0: np.ndarray | None, tol: float
+) -> np.ndarray:
+    """Minimise ``½ xᵀQx − bᵀx`` over ``x ≥ 0, Σx ≤ s`` *loosely*: SMO from the warm start
+    ``x0`` until the largest KKT violation (max gradient over the support minus min
+    gradient, slack coordinate included) is at most ``tol`` (absolute, gradient units).
+
+    This is SVMperf 3.00's inner QP (SVMlight's decomposition stopped at ``epsilon_crit``):
+    early in a cutting-plane run ``tol`` is large and the solution only a few pair steps away
+    from the warm start. Returns ``x`` (without the slack coordinate).
+    """
+    Q, b, Qa, ba, xa = _warm_start(Q, b, s, x0)
+    m = b.shape[0]
+    if m:
+        ga = matvec(Qa, xa) - ba
+        _smo_chunked(Qa, ba, xa, ga, float(tol), 10_000_000)
+    return xa[:m].copy()
+
+
 def qp_objective(Q: np.ndarray, b: np.ndarray, x: np.ndarray) -> float:
     """``½ xᵀQx − bᵀx``."""
     return float(0.5 * x @ (Q @ x) - b @ x)
@@ -342,25 +385,8 @@ def solve_simplex_qp(
     -------
     QPResult
     """
-    Q = np.ascontiguousarray(Q, dtype=np.float64)
-    b = np.ascontiguousarray(b, dtype=np.float64)
+    Q, b, Qa, ba, xa = _warm_start(Q, b, s, x0)
     m = b.shape[0]
-    if Q.shape != (m, m):
-        raise ValueError(f"Q has shape {Q.shape}, expected ({m}, {m})")
-    if not s > 0:
-        raise ValueError("s must be positive")
-    Qa, ba = _augment(Q, b)
-    xa = np.zeros(m + 1)
-    if x0 is not None and m:
-        x0 = np.maximum(np.asarray(x0, dtype=np.float64)[:m], 0.0)
-        tot = x0.sum()
-        if tot > s:
-            x0 = x0 * (s / tot)
-            tot = s
-        xa[:m] = x0
-        xa[m] = s - tot
-    else:
-        xa[m] = s
     scale = max(
         1.0,
         float(np.abs(b).max()) if m else 0.0,

@@ -22,7 +22,8 @@ Each iteration solves the dual OP3 over the working set W of cuts (:mod:`.workin
 ``max_inactive`` iterations are dropped. ``variant="accelerated"`` (default) adds an OCAS line
 search (Franc & Sonnenburg 2008) in the same pass; ``selective`` (error loss,
 :mod:`ooc_svm.solvers.perf_selective`) iterates on the rows near the margin kept in memory,
-with full passes only to refresh them and certify.
+with full passes only to refresh them and certify; ``svmperf`` (error loss, :mod:`.svmperf`)
+is SVMperf 3.00's loop (loose inner QP, first-above-mean slack, shrinking) plus the certificate.
 
 Stopping rule — ``paper``: the most violated constraint is violated by at most ε,
 ξ' ≤ ξ_W + ε (Alg. 1 line 9 / Alg. 2 line 26), returning that w; ``accelerated``:
@@ -110,7 +111,8 @@ STOPPING_RULE = (
     "paper: most violated constraint violated by <= eps (xi' <= xi_W + eps, Joachims 2006 "
     "Alg. 1 line 9); accelerated: P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs "
     "for roc/ordinal); selective: the accelerated certificate, P(w_best) measured by a full "
-    "pass"
+    "pass; svmperf: a full round with ceps <= eps (SVMperf 3.00), then P(w) - dual(W) <= "
+    "eps * C * n"
 )
 
 #: ``--checkpoint`` / ``--resume`` are supported (every loss, both variants).
@@ -139,6 +141,10 @@ def solve(
         from ..perf_selective import solve_selective
 
         return solve_selective(store, engine, params, callback=callback, checkpoint=checkpoint)
+    if variant == "svmperf":
+        from .svmperf import solve_svmperf
+
+        return solve_svmperf(store, engine, params, callback=callback, checkpoint=checkpoint)
     if loss == "error":
         return _solve_error(store, engine, params, variant, callback, checkpoint)
     return _solve_rank(store, engine, params, loss, variant, callback, checkpoint)

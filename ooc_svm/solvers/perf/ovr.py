@@ -53,9 +53,9 @@ def solve_ovr(
     if params.loss not in (None, "error"):
         raise SolverError("one-vs-rest perf trains --loss error only")
     variant = params.variant
-    if variant == "selective":
+    if variant in ("selective", "svmperf"):
         raise SolverError(
-            "one-vs-rest perf does not support --variant selective yet; use accelerated"
+            f"one-vs-rest perf does not support --variant {variant} yet; use accelerated"
         )
     classes = [float(c) for c in classes]
     params.check_dense(meta, copies=len(classes))

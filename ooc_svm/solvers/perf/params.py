@@ -14,7 +14,7 @@ from ..params import KERNELS, SolverParams, at_least, param, positive
 DENSE_VECTORS = 10
 
 LOSSES = ("error", "roc", "ordinal")
-VARIANTS = ("paper", "accelerated", "selective")
+VARIANTS = ("paper", "accelerated", "selective", "svmperf")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,9 @@ class Params(SolverParams):
         "paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line search to the "
         "best point, same single pass per iteration; selective = many inner cutting planes on "
         "the rows near the margin kept in memory (--inner-mb), full passes only to refresh "
-        "them and certify (loss error; ooc_svm/solvers/perf_selective.py)",
+        "them and certify (loss error; ooc_svm/solvers/perf_selective.py); svmperf = SVMperf "
+        "3.00's loop (loose QP, shrinking; loss error; solvers/perf/svmperf.py) plus the "
+        "dual-gap certificate",
         choices=VARIANTS,
     )
     c_perf: float | None = param(
@@ -64,7 +66,8 @@ class Params(SolverParams):
     kernel: str = param("linear", "perf trains linear SVMs only", choices=KERNELS)
     inner_mb: float = param(
         256.0,
-        "selective: MiB of rows near the margin kept in memory between full passes (64 bytes "
+        "selective, svmperf: MiB of rows near the margin kept in memory between full passes "
+        "(64 bytes "
         "per row + 8 per non-zero; transient copies during a pass add a few times this)",
     )
     max_inner: int = param(2000, "selective: inner cutting planes between two full passes")
