@@ -23,6 +23,9 @@ Conventions (stable API):
   the largest violation (and LIBSVM's m(α) − M(α)).
 - **Models.** :func:`make_model` builds the :class:`~ooc_svm.model.Model` from the SVs
   (``kind="linear"`` with ``coef_ = Σ yᵢαᵢxᵢ``, Platt eq. 22, for the linear kernel).
+- **Class weights.** ``--class-weight`` gives per-class costs ``(C_neg, C_pos)``
+  (:func:`dual_class_costs`): row i's box is ``0 ≤ αᵢ ≤ C_{y_i}`` (:func:`row_costs`), the
+  KKT tests use ``α < C_{y_i}`` and the primal sums ``C_{y_i} ξᵢ``.
 - **Scoring.** :func:`kernel_scores_pass` streams a store against a kernel (or linear) model in
   memory bounded by the model plus one shard per engine thread (used by predict / evaluate).
 """
@@ -273,6 +276,47 @@ def dual_objective(rows: WorkingRows, kp: KernelParams, n_features: int) -> floa
     coef = sv.y * sv.alpha
     f = make_expansion(kp, n_features, sv, coef).scores(*sv.csr())
     return float(0.5 * np.dot(coef, f) - sv.alpha.sum())
+
+
+# --------------------------------------------------------------------------------------------
+# class weights: per-class box bounds
+# --------------------------------------------------------------------------------------------
+def _label_counts_fn(shard, bc):
+    vals, counts = np.unique(np.asarray(shard.y, dtype=np.float64), return_counts=True)
+    return {float(v): int(c) for v, c in zip(vals, counts, strict=True)}
+
+
+def _label_counts_reduce(p, q):
+    if p is None:
+        return q
+    if q is None:
+        return p
+    out = dict(p)
+    for k, v in q.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def dual_class_costs(
+    store, engine: Engine, params, neg: float, pos: float
+) -> tuple[float, float] | None:
+    """``(C_neg, C_pos)`` of ``--class-weight`` (None without): C times each class's weight
+    (LIBSVM ``-wi``); ``balanced`` counts the labels in one streamed pass."""
+    if params.class_weight is None:
+        return None
+    counts = None
+    if str(params.class_weight).strip() == "balanced":
+        counts = engine.map_reduce(store, _label_counts_fn, None, reduce=_label_counts_reduce)
+    costs = params.class_costs(neg, pos, counts)
+    return float(costs[0]), float(costs[1])
+
+
+def row_costs(y: np.ndarray, C: float, costs: tuple[float, float] | None) -> np.ndarray:
+    """Each row's upper bound ``C_{y_i}`` for ±1 labels ``y`` (``C`` for all without
+    ``costs``)."""
+    if costs is None:
+        return np.full(np.shape(y), float(C))
+    return np.where(np.asarray(y) > 0, float(costs[1]), float(costs[0]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -553,6 +597,7 @@ __all__ = [
     "WorkingRows",
     "apply_alpha_updates",
     "build_working_rows",
+    "dual_class_costs",
     "dual_objective",
     "fetch_rows",
     "finish_dual",
@@ -562,6 +607,7 @@ __all__ = [
     "make_expansion",
     "make_model",
     "primal_w",
+    "row_costs",
     "score_shard",
     "scoring_broadcast",
     "shard_rows",

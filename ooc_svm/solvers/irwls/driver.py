@@ -122,15 +122,18 @@ from ..dual_common import (
     WorkingRows,
     check_interrupt,
     collect_support_vectors,
+    dual_class_costs,
     finish_dual,
     interruptible,
     primal_w,
+    row_costs,
     shard_rows,
 )
 from ..kernel_cache import MB
 from ..params import KernelSolverParams, as_params, at_least, param
 from .passes import (
     _S_BYG,
+    _S_CHINGE,
     _S_HINGE,
     _S_HITS,
     _S_MAXV,
@@ -167,6 +170,7 @@ class Params(KernelSolverParams):
     """Parameters of ``--solver irwls`` (see the module docstring)."""
 
     SOLVER: ClassVar[str] = "irwls"
+    SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
 
     tol: float = param(1e-3, "stopping conditions (9)-(11): |y_i e_i| within tol")
     max_iter: int = param(
@@ -354,6 +358,9 @@ class _Run:
         self.linear = self.kp.kernel == "linear"
         self.inner_tol = INNER_TOL_FACTOR * self.tol
         self.passes0 = engine.passes
+        self.costs = dual_class_costs(store, engine, p, self.neg, self.pos)
+        if self.costs is not None:
+            log.info("irwls: class costs C_neg = %.6g, C_pos = %.6g", *self.costs)
         self.scratch = WorkerScratch("irwls-columns")
         self.cache_bytes = (
             0 if self.linear else int(float(p.cache_mb) * MB / max(1, store.n_shards))
@@ -420,6 +427,7 @@ class _Run:
             self.cache_bytes,
             self.scratch,
             self.nf,
+            self.costs,
         )
         part = self.engine.map_reduce(
             self.store, _pass_fn, bc, reduce=_pass_reduce, state=self.state
@@ -435,7 +443,10 @@ class _Run:
         assert self.part is not None  # after outer_pass
         st = self.part.stats
         dual = 0.5 * float(st[_S_BYG]) - float(st[_S_SUMB])
-        primal = 0.5 * float(st[_S_BYG]) + self.C * float(st[_S_HINGE])
+        if self.costs is None:
+            primal = 0.5 * float(st[_S_BYG]) + self.C * float(st[_S_HINGE])
+        else:  # Σ C_{y_i} ξᵢ
+            primal = 0.5 * float(st[_S_BYG]) + float(st[_S_CHINGE])
         return float(st[_S_MAXV]), dual, primal
 
     def step(self) -> bool:
@@ -496,9 +507,8 @@ class _Run:
         K = _working_kernel(rows, self.kp, self.nf)
         yb = rows.y * rows.alpha
         g_out = g_w - K @ yb
-        sub = irwls_working_set(
-            K, rows.y, rows.alpha, self.b, g_out, self.C, self.inner_tol, MAX_INNER
-        )
+        C = self.C if self.costs is None else row_costs(rows.y, self.C, self.costs)
+        sub = irwls_working_set(K, rows.y, rows.alpha, self.b, g_out, C, self.inner_tol, MAX_INNER)
         self.inner_total += sub.iterations
         self.line_total += sub.line_searches
         self.failures += int(not sub.converged)
@@ -574,8 +584,11 @@ class _Run:
         def info(chk: dict | None) -> dict:
             nonlocal primal
             assert chk is not None  # finish_dual made the KKT pass
-            primal = 0.5 * float(st[_S_BYG]) + C * float(chk["hinge"])
+            loss = C * float(chk["hinge"]) if self.costs is None else float(chk["cost_hinge"])
+            primal = 0.5 * float(st[_S_BYG]) + loss
+            extra = {} if self.costs is None else {"class_costs": list(self.costs)}
             return {
+                **extra,
                 "solver": "irwls",
                 "C": C,
                 "tol": self.tol,
@@ -592,7 +605,7 @@ class _Run:
             sv,
             self.b,
             self.kp,
-            C,
+            C if self.costs is None else self.costs,
             self.tol,
             (self.neg, self.pos),
             info,
@@ -639,7 +652,11 @@ class _Run:
             "cache_hits": self.hits,
             "cache_misses": self.misses,
             "n_sv": int(sv.n),
-            "n_bound_sv": int(np.count_nonzero(sv.alpha >= self.C)) if sv.n else 0,
+            "n_bound_sv": (
+                int(np.count_nonzero(sv.alpha >= row_costs(sv.y, self.C, self.costs)))
+                if sv.n
+                else 0
+            ),
             "intercept": self.b,
             "converged": self.converged,
             "stalled": bool(not self.converged and self.stall >= MAX_STALL),
@@ -649,6 +666,7 @@ class _Run:
             "kkt_gap": chk["gap"],
             "sum_y_alpha": chk["sum_y_alpha"],
             "seconds": seconds,
+            **({} if self.costs is None else {"class_costs": list(self.costs)}),
         }
 
 
