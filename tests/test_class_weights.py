@@ -110,12 +110,14 @@ def _check_perf(res, name, n, X, y, opt, ll=None, eps=1e-3):
     bw = m.intercept_ / 1.0  # bias feature value 1
     p_model = primal_objective(X, ypm, m.coef_, m.intercept_, costs) + 0.5 * bw * bw
     assert res.objective == pytest.approx(p_model, rel=1e-9)  # reported = weighted primal
-    p_star, d_star = opt
-    # Theorem: P(w) ≤ P* + C·n·ε (and no point is below the optimum)
-    assert res.objective - p_star <= eps * 1.0 * n, (res.objective, p_star)
-    assert res.objective >= d_star - 1e-6 * d_star
+    # opt = (a primal value ≥ P*, a dual value ≤ P*) of the reference
+    p_ref, d_ref = opt
+    # Theorem: P(w) ≤ P* + C·n·ε (checked against the dual value: sufficient), and no
+    # point is below the optimum, no lower bound above it
+    assert res.objective - d_ref <= eps * 1.0 * n, (res.objective, d_ref)
+    assert res.objective >= d_ref - 1e-6 * d_ref
     lb = res.summary["lower_bound"]
-    assert lb is not None and lb <= p_star + 1e-6 * p_star
+    assert lb is not None and lb <= p_ref + 1e-6 * p_ref
     if ll is not None:  # bracket by LIBLINEAR (it may stop at its iteration cap)
         assert ll["dual"] <= res.objective + 1e-6
         assert lb <= ll["primal"] + 1e-9
@@ -155,7 +157,8 @@ def test_cached_optima(key):
 @pytest.mark.parametrize("name", list(WEIGHTED))
 @pytest.mark.parametrize("variant", ["accelerated", "paper"])
 def test_perf_error_weighted_full(root, name, variant):
-    """Full w8a (balanced) and a9a (pos=5) against dcd_reference run to violation 1e-4."""
+    """Full w8a (balanced) and a9a (pos=5) against dcd_reference (violation 1e-3: its dual
+    is within far less than ε·C·n of the optimum) and LIBLINEAR."""
     X, y = _subset(name, None)
     st = _store(root, name, None, 5000)
     spec = WEIGHTED[name][2]
@@ -169,7 +172,7 @@ def test_perf_error_weighted_full(root, name, variant):
 @functools.cache
 def _dcd_full(name):
     X, y = _subset(name, None)
-    return dcd_reference(X, y, 1.0, _weights(name, y), bias=1.0, eps=1e-4)
+    return dcd_reference(X, y, 1.0, _weights(name, y), bias=1.0, eps=1e-3)
 
 
 def test_perf_weighted_refusals(root):
