@@ -614,6 +614,49 @@ __all__ = [
 ]
 
 
+# --------------------------------------------------------------------------------------------
+# checkpoints: the pieces active-set and irwls share
+# --------------------------------------------------------------------------------------------
+#: the arrays of a :class:`WorkingRows`, in constructor order (how checkpoints store them)
+ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
+
+
+def rows_to_arrays(rows: WorkingRows, prefix: str) -> dict[str, np.ndarray]:
+    """``{prefix + name: array}`` of ``rows`` for a checkpoint (:func:`rows_from_arrays`)."""
+    return {f"{prefix}{k}": getattr(rows, k) for k in ROW_ARRAYS}
+
+
+def rows_from_arrays(arrays, prefix: str) -> WorkingRows:
+    """The :class:`WorkingRows` that :func:`rows_to_arrays` saved under ``prefix``."""
+    return WorkingRows(*(arrays[f"{prefix}{k}"] for k in ROW_ARRAYS))
+
+
+def shard_states_to_save(engine: Engine, state: ShardState, names: tuple[str, str]) -> list:
+    """Per-shard ``(a, b)`` state (``b`` None for the linear kernel) as the dicts a
+    checkpoint stores: ``{names[0]: a}`` or ``{names[0]: a, names[1]: b}``."""
+    n0, n1 = names
+    return [{n0: a} if b is None else {n0: a, n1: b} for a, b in engine.gather_state(state)]
+
+
+def resume_shard_states(checkpoint, store, engine: Engine, names: tuple[str, str]):
+    """``(data, state)`` of the checkpoint to resume from, or None without one: the saved
+    per-shard ``(names[0], names[1])`` states, checked against the store's shards (one
+    ``names[0]`` value per row) and handed to the engine."""
+    from . import SolverError
+
+    data = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
+    if data is None:
+        return None
+    shards = data.shard_states or []
+    n0, n1 = names
+    if len(shards) != store.n_shards or any(
+        st[n0].shape != (int(info.n_rows),)
+        for st, info in zip(shards, store.meta.shards, strict=True)
+    ):
+        raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+    return data, engine.set_state(store, [(st[n0], st.get(n1)) for st in shards])
+
+
 class CheckpointClock:
     """When a solver that can checkpoint after any iteration should save.
 
@@ -631,6 +674,14 @@ class CheckpointClock:
 
     def due(self) -> bool:
         return time.perf_counter() - self.last >= min(self.seconds, self.ratio * self.cost)
+
+    def maybe_save(self, checkpoint, write: Callable[[], None]) -> None:
+        """Call ``write()`` when there is a ``checkpoint`` and a save is due; time it."""
+        if checkpoint is None or not self.due():
+            return
+        started = time.perf_counter()
+        write()
+        self.saved(started)
 
     def saved(self, started: float) -> None:
         """Record a save that began at ``started`` (``time.perf_counter()``)."""

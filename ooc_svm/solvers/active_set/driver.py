@@ -66,7 +66,11 @@ from ..dual_common import (
     dual_class_costs,
     finish_dual,
     interruptible,
+    resume_shard_states,
     row_costs,
+    rows_from_arrays,
+    rows_to_arrays,
+    shard_states_to_save,
     split_updates_by_shard,
 )
 from ..params import as_params
@@ -222,7 +226,6 @@ def _exp_tuple(rows: WorkingRows, coef: np.ndarray):
 # ------------------------------------------------------------------------------------------
 _FACTOR_ARRAYS = ("R", "Lam", "T", "bkeys", "by", "dkeys", "dy", "ddiag")
 _FACTOR_SCALARS = ("dep_tol", "r2_valid", "nb", "nd", "updates", "refactorisations", "promotions")
-_ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
 
 
 @dataclass
@@ -255,7 +258,7 @@ def _save_checkpoint(
     """Write the state after a major iteration: per-shard (α, f), I_s rows, the factor, the
     pending α changes and the scalars; resuming from it repeats the run bit for bit."""
     arrays = {"upd_gids": upd_gids, "upd_alpha": upd_alpha}
-    arrays.update({f"s_{k}": getattr(s_rows, k) for k in _ROW_ARRAYS})
+    arrays.update(rows_to_arrays(s_rows, "s_"))
     arrays.update({f"factor_{k}": getattr(factor, k) for k in _FACTOR_ARRAYS})
     if w is not None:
         arrays["w"] = w
@@ -269,26 +272,18 @@ def _save_checkpoint(
         "warm": warm,
         "delta": delta is not None,
     }
-    shards = [
-        {"alpha": a} if f is None else {"alpha": a, "f": f} for a, f in engine.gather_state(state)
-    ]
+    shards = shard_states_to_save(engine, state, ("alpha", "f"))
     checkpoint.save(loop.major, scalars=scalars, arrays=arrays, shard_states=shards)
 
 
 def _load_checkpoint(checkpoint, store, engine):
     """The state saved by :func:`_save_checkpoint`, or None when there is no checkpoint."""
-    data = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
-    if data is None:
+    resumed = resume_shard_states(checkpoint, store, engine, ("alpha", "f"))
+    if resumed is None:
         return None
-    shards = data.shard_states or []
-    if len(shards) != store.n_shards or any(
-        st["alpha"].shape != (int(info.n_rows),)
-        for st, info in zip(shards, store.meta.shards, strict=True)
-    ):
-        raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+    data, state = resumed
     a, sc = data.arrays, data.scalars
-    state = engine.set_state(store, [(st["alpha"], st.get("f")) for st in shards])
-    s_rows = WorkingRows(*(a[f"s_{k}"] for k in _ROW_ARRAYS))
+    s_rows = rows_from_arrays(a, "s_")
     factor = ActiveFactor()
     for k in _FACTOR_ARRAYS:
         setattr(factor, k, np.array(a[f"factor_{k}"]))
@@ -628,9 +623,10 @@ class _Run:
         self.s_gids = self.s_rows.gids.copy()
 
     def save(self) -> None:
-        if self.checkpoint is None or not self.clock.due():
-            return
-        t_save = time.perf_counter()
+        """Checkpoint the state when one is due (:meth:`CheckpointClock.maybe_save`)."""
+        self.clock.maybe_save(self.checkpoint, self._write_checkpoint)
+
+    def _write_checkpoint(self) -> None:
         loop = _Loop(
             self.major,
             self.stall,
@@ -654,7 +650,6 @@ class _Run:
             self.history,
             self.warm,
         )
-        self.clock.saved(t_save)
 
     # -- the end ----------------------------------------------------------------------------
     def result(self) -> Result:

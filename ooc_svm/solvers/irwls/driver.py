@@ -115,7 +115,7 @@ import numpy as np
 
 from ...engine.base import WorkerScratch
 from ...kernels.kernel_functions import KernelParams, kernel_block
-from .. import Callback, Result, SolverError, binary_classes
+from .. import Callback, Result, binary_classes
 from ..dual_common import (
     CheckpointClock,
     Expansion,
@@ -126,8 +126,12 @@ from ..dual_common import (
     finish_dual,
     interruptible,
     primal_w,
+    resume_shard_states,
     row_costs,
+    rows_from_arrays,
+    rows_to_arrays,
     shard_rows,
+    shard_states_to_save,
 )
 from ..kernel_cache import MB
 from ..params import KernelSolverParams, as_params, at_least, param
@@ -256,7 +260,6 @@ def _collect_fn(shard, positive, st):
 # ============================================================================================
 # checkpoints: the state between two outer iterations
 # ============================================================================================
-_ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
 #: the driver's scalars carried from one outer iteration to the next (and checkpointed)
 _LOOP_KEYS = (
     "it",
@@ -286,32 +289,24 @@ def _save_checkpoint(
     if w is not None:
         arrays["w"] = w
     if delta_rows is not None:
-        arrays.update({f"delta_{k}": getattr(delta_rows, k) for k in _ROW_ARRAYS})
+        arrays.update(rows_to_arrays(delta_rows, "delta_"))
         arrays["delta_coef"] = delta_coef
     scalars = {"loop": loop, "history": history, "delta": delta_rows is not None}
-    shards = [
-        {"beta": bt} if g is None else {"beta": bt, "g": g} for bt, g in engine.gather_state(state)
-    ]
+    shards = shard_states_to_save(engine, state, ("beta", "g"))
     checkpoint.save(int(loop["it"]), scalars=scalars, arrays=arrays, shard_states=shards)
 
 
 def _load_checkpoint(checkpoint, store, engine):
     """(state, loop, w, upd_gids, upd_beta, delta_rows, delta_coef, history) saved by
     :func:`_save_checkpoint`, or None when there is no checkpoint to resume."""
-    data = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
-    if data is None:
+    resumed = resume_shard_states(checkpoint, store, engine, ("beta", "g"))
+    if resumed is None:
         return None
-    shards = data.shard_states or []
-    if len(shards) != store.n_shards or any(
-        st["beta"].shape != (int(info.n_rows),)
-        for st, info in zip(shards, store.meta.shards, strict=True)
-    ):
-        raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+    data, state = resumed
     a, sc = data.arrays, data.scalars
-    state = engine.set_state(store, [(st["beta"], st.get("g")) for st in shards])
     delta_rows = delta_coef = None
     if sc["delta"]:
-        delta_rows = WorkingRows(*(a[f"delta_{k}"] for k in _ROW_ARRAYS))
+        delta_rows = rows_from_arrays(a, "delta_")
         delta_coef = a["delta_coef"]
     loop = dict(sc["loop"])
     return (
@@ -543,9 +538,10 @@ class _Run:
         }
 
     def save(self) -> None:
-        if self.checkpoint is None or not self.clock.due():
-            return
-        t_save = time.perf_counter()
+        """Checkpoint the state when one is due (:meth:`CheckpointClock.maybe_save`)."""
+        self.clock.maybe_save(self.checkpoint, self._write_checkpoint)
+
+    def _write_checkpoint(self) -> None:
         loop = {k: getattr(self, k) for k in _LOOP_KEYS[:-1]}
         loop["passes"] = self.engine.passes - self.passes0
         _save_checkpoint(
@@ -560,7 +556,6 @@ class _Run:
             self.delta_coef,
             self.history,
         )
-        self.clock.saved(t_save)
 
     # -- the end ----------------------------------------------------------------------------
     def drop_caches(self) -> None:
