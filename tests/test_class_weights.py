@@ -183,6 +183,30 @@ def test_perf_weighted_refusals(root):
         perf.solve(st, _engine(), dict(class_weight="7=2"))
 
 
+def test_perf_one_vs_rest_class_weight(tmp_path):
+    """One-vs-rest perf (all classes in shared passes): class c's weight multiplies C on its
+    own rows in its subproblem, as LIBLINEAR's -wi; ``balanced`` is computed per subproblem."""
+    from ooc_svm.api import train
+    from ooc_svm.store.views import BinaryView
+
+    rng = np.random.default_rng(4)
+    X = sp.random(450, 10, density=0.5, format="csr", random_state=4, dtype=np.float32)
+    y = np.argmax(X @ rng.normal(size=(10, 3)) + 0.3 * rng.normal(size=(450, 3)), axis=1) + 1.0
+    st = build_store(tmp_path / "mc.zarr", X, y, shard_rows=150, label_kind="multiclass")
+    plain = train(st, "perf", C=1.0).summary["per_class_objective"]
+    for spec, per_class in (("2=5", {2.0: "pos=5"}), ("balanced", None)):
+        res = train(st, "perf", C=1.0, class_weight=spec)
+        assert res.summary["shared_passes"]
+        objs = res.summary["per_class_objective"]
+        if per_class is not None:  # only class 2's subproblem changes
+            assert objs[0] == plain[0] and objs[2] == plain[2] and objs[1] > plain[1]
+        for k, c in enumerate((1.0, 2.0, 3.0)):
+            sub = "balanced" if per_class is None else per_class.get(c)
+            one = perf.solve(BinaryView(st, c), _engine(), dict(C=1.0, class_weight=sub))
+            assert res.summary["per_class_objective"][k] == one.objective, (spec, c)
+            np.testing.assert_array_equal(res.model.coef_[k], one.model.coef_)
+
+
 # --------------------------------------------------------------------------------------------
 # perf, --loss roc: one weight per pair, w₊·w₋
 # --------------------------------------------------------------------------------------------
@@ -338,3 +362,27 @@ def test_dask_weighted_bit_identical(tmp_path):
                 continue
             np.testing.assert_array_equal(np.asarray(va), np.asarray(vb), err_msg=f"{k} {attr}")
         assert local[k].objective == dask[k].objective, k
+
+
+@pytest.mark.slow
+def test_readme_class_weights_block(tmp_path):
+    """The README's "Class weights" block runs as written in an empty directory."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index("## Class weights")
+    block = re.compile(r"```sh\n(.*?)```", re.S).search(text, start)
+    assert block is not None
+    cmds = [c for c in (ln.split("  #")[0].strip() for ln in block.group(1).splitlines()) if c]
+    assert len(cmds) >= 8 and all(c.startswith("ooc-svm ") for c in cmds)
+    out = {}
+    for cmd in cmds:
+        args = cmd.split()[1:]
+        r = subprocess.run(
+            ooc_cmd(*args), cwd=tmp_path, capture_output=True, text=True, timeout=900
+        )
+        assert r.returncode == 0, f"{cmd}\n{r.stderr[-2000:]}"
+        out[cmd] = r.stdout
+    ev = [json.loads(v) for k, v in out.items() if k.startswith("ooc-svm evaluate")]
+    assert ev[1]["recall"] > ev[0]["recall"]  # balanced weights find more of the rare class
