@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.linalg as sla
@@ -322,9 +322,12 @@ class _Problem:
     def __init__(self, K, y, g_out, C, lam: float, inner_tol: float, u_floor: float):
         self.K, self.y, self.g_out, self.lam = K, y, g_out, lam
         self.scalar = np.ndim(C) == 0
-        self.C = float(C) if self.scalar else np.asarray(C, dtype=np.float64)
-        self.Cv = np.full(y.size, float(C)) if self.scalar else self.C
-        self.box = _BOX_EPS * self.Cv
+        #: ``C`` as given (one float, or each sample's bound) and as one bound per sample
+        self.C: Any = float(C) if self.scalar else np.asarray(C, dtype=np.float64)
+        self.Cv: np.ndarray = (
+            np.full(y.size, float(C)) if self.scalar else np.asarray(C, dtype=np.float64)
+        )
+        self.box: np.ndarray = _BOX_EPS * self.Cv
         self.inner_tol, self.u_floor = inner_tol, u_floor
 
     def u(self, bt: np.ndarray, bb: float) -> np.ndarray:
@@ -335,7 +338,7 @@ class _Problem:
         by = bt * self.y
         hinge = np.maximum(u, 0.0)
         loss = self.C * float(hinge.sum()) if self.scalar else float((self.Cv * hinge).sum())
-        return 0.5 * float(by @ (self.K @ by)) + loss + self.lam * bb
+        return float(0.5 * float(by @ (self.K @ by)) + loss + self.lam * bb)
 
     def dual(self, bt: np.ndarray) -> float:
         by = bt * self.y
