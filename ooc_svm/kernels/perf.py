@@ -407,3 +407,109 @@ def merge_sparse_rows(ca, va, cb, vb):
             j += 1
         t += 1
     return cols, vals
+
+
+# ------------------------------------------------------------------------------------------
+# class-weighted classification (OP2 with per-row costs s_i = C_{y_i} / C)
+# ------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def cut_single_weighted(
+    indptr, indices, gidx, data, y, pos, w, w_bias, bias, g, bias_slot, s_neg, s_pos
+):
+    """:func:`cut_single` with per-class relative costs (``--class-weight``).
+
+    A row of class ``pos`` weighs ``s_pos``, any other ``s_neg``: violated rows add
+    ``sᵢ·yᵢ·x̃ᵢ`` to ``g``, and the returned size and hinge sum are weighted,
+    ``Σ_{mᵢ<1} sᵢ`` and ``Σ sᵢ max(0, 1 − mᵢ)`` (the weighted 1-slack cut).
+
+    Returns
+    -------
+    (weighted count, weighted hinge, number of violated rows)
+    """
+    n = indptr.shape[0] - 1
+    count = 0
+    wcount = 0.0
+    hinge = 0.0
+    tb = w_bias * bias
+    for i in range(n):
+        s = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            s += data[k] * w[indices[k]]
+        if y[i] == pos:
+            yi = 1.0
+            si = s_pos
+        else:
+            yi = -1.0
+            si = s_neg
+        m = yi * (s + tb)
+        if m < 1.0:
+            count += 1
+            wcount += si
+            hinge += si * (1.0 - m)
+            sy = si * yi
+            for k in range(indptr[i], indptr[i + 1]):
+                g[gidx[k]] += sy * data[k]
+            g[bias_slot] += sy * bias
+    return wcount, hinge, count
+
+
+@njit(cache=True, nogil=True)
+def cut_segment_weighted(
+    indptr, indices, gidx, data, y, pos, w2, tb, tc, kv, kg, hv, D, cnt, bias, bias_slot,
+    s_neg, s_pos,
+):  # fmt: skip
+    """:func:`cut_segment` with per-class relative costs (``--class-weight``).
+
+    Row i of class ``pos`` weighs ``s_pos``, any other ``s_neg``: ``hv`` sums ``sᵢ·max(0,
+    1 − mᵢ(k))``, the difference arrays ``D`` take ``±sᵢ·yᵢ·x̃ᵢ`` and ``cnt`` (float64) ``±sᵢ``.
+    """
+    n = indptr.shape[0] - 1
+    nv = kv.shape[0]
+    ng = kg.shape[0]
+    for i in range(n):
+        sb = 0.0
+        sc = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            v = data[k]
+            sb += v * w2[j, 0]
+            sc += v * w2[j, 1]
+        if y[i] == pos:
+            yi = 1.0
+            si = s_pos
+        else:
+            yi = -1.0
+            si = s_neg
+        mb = yi * (sb + tb)
+        mc = yi * (sc + tc)
+        d = mc - mb
+        for q in range(nv):
+            m = mb + kv[q] * d
+            if m < 1.0:
+                hv[q] += si * (1.0 - m)
+        if d > 0.0:
+            lo = 0
+            hi = _count_less(kg, (1.0 - mb) / d)
+        elif d < 0.0:
+            lo = _count_less_eq(kg, (1.0 - mb) / d)
+            hi = ng
+        elif mb < 1.0:
+            lo = 0
+            hi = ng
+        else:
+            lo = 0
+            hi = 0
+        if lo >= hi:
+            continue
+        sy = si * yi
+        cnt[lo] += si
+        for k in range(indptr[i], indptr[i + 1]):
+            D[lo, gidx[k]] += sy * data[k]
+        D[lo, bias_slot] += sy * bias
+        if hi < ng:
+            cnt[hi] -= si
+            for k in range(indptr[i], indptr[i + 1]):
+                D[hi, gidx[k]] -= sy * data[k]
+            D[hi, bias_slot] -= sy * bias

@@ -23,6 +23,9 @@ Conventions (stable API):
   the largest violation (and LIBSVM's m(α) − M(α)).
 - **Models.** :func:`make_model` builds the :class:`~ooc_svm.model.Model` from the SVs
   (``kind="linear"`` with ``coef_ = Σ yᵢαᵢxᵢ``, Platt eq. 22, for the linear kernel).
+- **Class weights.** ``--class-weight`` gives per-class costs ``(C_neg, C_pos)``
+  (:func:`dual_class_costs`): row i's box is ``0 ≤ αᵢ ≤ C_{y_i}`` (:func:`row_costs`), the
+  KKT tests use ``α < C_{y_i}`` and the primal sums ``C_{y_i} ξᵢ``.
 - **Scoring.** :func:`kernel_scores_pass` streams a store against a kernel (or linear) model in
   memory bounded by the model plus one shard per engine thread (used by predict / evaluate).
 """
@@ -278,6 +281,47 @@ def dual_objective(rows: WorkingRows, kp: KernelParams, n_features: int) -> floa
     coef = sv.y * sv.alpha
     f = make_expansion(kp, n_features, sv, coef).scores(*sv.csr())
     return float(0.5 * np.dot(coef, f) - sv.alpha.sum())
+
+
+# --------------------------------------------------------------------------------------------
+# class weights: per-class box bounds
+# --------------------------------------------------------------------------------------------
+def _label_counts_fn(shard, bc):
+    vals, counts = np.unique(np.asarray(shard.y, dtype=np.float64), return_counts=True)
+    return {float(v): int(c) for v, c in zip(vals, counts, strict=True)}
+
+
+def _label_counts_reduce(p, q):
+    if p is None:
+        return q
+    if q is None:
+        return p
+    out = dict(p)
+    for k, v in q.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def dual_class_costs(
+    store, engine: Engine, params, neg: float, pos: float
+) -> tuple[float, float] | None:
+    """``(C_neg, C_pos)`` of ``--class-weight`` (None without): C times each class's weight
+    (LIBSVM ``-wi``); ``balanced`` counts the labels in one streamed pass."""
+    if params.class_weight is None:
+        return None
+    counts = None
+    if str(params.class_weight).strip() == "balanced":
+        counts = engine.map_reduce(store, _label_counts_fn, None, reduce=_label_counts_reduce)
+    costs = params.class_costs(neg, pos, counts)
+    return float(costs[0]), float(costs[1])
+
+
+def row_costs(y: np.ndarray, C: float, costs: tuple[float, float] | None) -> np.ndarray:
+    """Each row's upper bound ``C_{y_i}`` for ±1 labels ``y`` (``C`` for all without
+    ``costs``)."""
+    if costs is None:
+        return np.full(np.shape(y), float(C))
+    return np.where(np.asarray(y) > 0, float(costs[1]), float(costs[0]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -562,6 +606,7 @@ __all__ = [
     "WorkingRows",
     "apply_alpha_updates",
     "build_working_rows",
+    "dual_class_costs",
     "dual_objective",
     "fetch_rows",
     "finish_dual",
@@ -571,10 +616,54 @@ __all__ = [
     "make_expansion",
     "make_model",
     "primal_w",
+    "row_costs",
     "score_shard",
     "scoring_broadcast",
     "shard_rows",
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoints: the pieces active-set and irwls share
+# --------------------------------------------------------------------------------------------
+#: the arrays of a :class:`WorkingRows`, in constructor order (how checkpoints store them)
+ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
+
+
+def rows_to_arrays(rows: WorkingRows, prefix: str) -> dict[str, np.ndarray]:
+    """``{prefix + name: array}`` of ``rows`` for a checkpoint (:func:`rows_from_arrays`)."""
+    return {f"{prefix}{k}": getattr(rows, k) for k in ROW_ARRAYS}
+
+
+def rows_from_arrays(arrays, prefix: str) -> WorkingRows:
+    """The :class:`WorkingRows` that :func:`rows_to_arrays` saved under ``prefix``."""
+    return WorkingRows(*(arrays[f"{prefix}{k}"] for k in ROW_ARRAYS))
+
+
+def shard_states_to_save(engine: Engine, state: ShardState, names: tuple[str, str]) -> list:
+    """Per-shard ``(a, b)`` state (``b`` None for the linear kernel) as the dicts a
+    checkpoint stores: ``{names[0]: a}`` or ``{names[0]: a, names[1]: b}``."""
+    n0, n1 = names
+    return [{n0: a} if b is None else {n0: a, n1: b} for a, b in engine.gather_state(state)]
+
+
+def resume_shard_states(checkpoint, store, engine: Engine, names: tuple[str, str]):
+    """``(data, state)`` of the checkpoint to resume from, or None without one: the saved
+    per-shard ``(names[0], names[1])`` states, checked against the store's shards (one
+    ``names[0]`` value per row) and handed to the engine."""
+    from . import SolverError
+
+    data = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
+    if data is None:
+        return None
+    shards = data.shard_states or []
+    n0, n1 = names
+    if len(shards) != store.n_shards or any(
+        st[n0].shape != (int(info.n_rows),)
+        for st, info in zip(shards, store.meta.shards, strict=True)
+    ):
+        raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+    return data, engine.set_state(store, [(st[n0], st.get(n1)) for st in shards])
 
 
 class CheckpointClock:
@@ -594,6 +683,14 @@ class CheckpointClock:
 
     def due(self) -> bool:
         return time.perf_counter() - self.last >= min(self.seconds, self.ratio * self.cost)
+
+    def maybe_save(self, checkpoint, write: Callable[[], None]) -> None:
+        """Call ``write()`` when there is a ``checkpoint`` and a save is due; time it."""
+        if checkpoint is None or not self.due():
+            return
+        started = time.perf_counter()
+        write()
+        self.saved(started)
 
     def saved(self, started: float) -> None:
         """Record a save that began at ``started`` (``time.perf_counter()``)."""

@@ -75,8 +75,9 @@ class SolverParams:
     seed: int = param(0, "seed of every randomised step")
     class_weight: str | None = param(
         None,
-        "per-class C multipliers, as LIBLINEAR/LIBSVM -wi: 'pos=10', 'neg=2,pos=5', "
-        "'LABEL=W,...' (store labels) or 'balanced' (n / (2 n_class)); default: all 1",
+        "per-class C multipliers, as LIBLINEAR/LIBSVM -wi, every solver (perf: --loss error "
+        "and roc): 'pos=10', 'neg=2,pos=5', 'LABEL=W,...' (store labels) or 'balanced' "
+        "(n / (2 n_class)); default: all 1",
     )
     checkpoint_seconds: float = param(
         60.0, "with --checkpoint: save at least every this many seconds (solvers that can)"

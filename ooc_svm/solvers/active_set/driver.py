@@ -63,8 +63,14 @@ from ..dual_common import (
     WorkingRows,
     check_interrupt,
     collect_support_vectors,
+    dual_class_costs,
     finish_dual,
     interruptible,
+    resume_shard_states,
+    row_costs,
+    rows_from_arrays,
+    rows_to_arrays,
+    shard_states_to_save,
     split_updates_by_shard,
 )
 from ..params import as_params
@@ -72,6 +78,7 @@ from .columns import KernelColumns, LinearColumns
 from .kernels import DENSE_BLOCK_MAX
 from .passes import (
     _S_AQA,
+    _S_CHINGE,
     _S_FREEV,
     _S_HINGE,
     _S_MAXV,
@@ -126,8 +133,11 @@ def _candidate_count(
     return int(max(MIN_CANDIDATES, min(k, n_rows)))
 
 
-def _load_init(path: str, C: float, kp: KernelParams, n_rows: int):
-    """(sorted gids, signed coefficients yα rescaled to C, SV rows, w, intercept) of a model."""
+def _load_init(path: str, C: float, kp: KernelParams, n_rows: int, costs=None):
+    """(sorted gids, signed coefficients yα rescaled to C, SV rows, w, intercept) of a model.
+
+    ``costs`` (class weights): each |yα| is clipped to its class's C_{y_i} instead of C.
+    """
     try:
         model = load_model(path)
     except Exception as e:
@@ -149,8 +159,8 @@ def _load_init(path: str, C: float, kp: KernelParams, n_rows: int):
     C_old = float(model.info.get("C", C))
     scale = C / C_old if C_old > 0 else 1.0
     coef = coef * scale
-    # clip |coef| to C (rounding) and order by row
-    coef = np.sign(coef) * np.minimum(np.abs(coef), C)
+    # clip |coef| to C (rounding) and order by row; sign(coef) = y
+    coef = np.sign(coef) * np.minimum(np.abs(coef), row_costs(np.sign(coef), C, costs))
     order = np.argsort(gids, kind="stable")
     gids, coef = gids[order], coef[order]
     sv = model.support_vectors_
@@ -176,9 +186,13 @@ def _load_init(path: str, C: float, kp: KernelParams, n_rows: int):
     return gids, coef, sv_rows, w, intercept, C_old
 
 
-def _repair_equality(rows: WorkingRows, status: np.ndarray, C: float, imbalance: float):
-    """Move α of working rows so that yᵀα changes by −imbalance (free rows first)."""
+def _repair_equality(
+    rows: WorkingRows, status: np.ndarray, C: float, imbalance: float, Cv: np.ndarray | None = None
+):
+    """Move α of working rows so that yᵀα changes by −imbalance (free rows first); ``Cv``:
+    each row's upper bound (default C)."""
     r = float(imbalance)
+    Cv = np.full(rows.n, float(C)) if Cv is None else Cv
     order = np.concatenate([np.flatnonzero(status == S_FREE), np.flatnonzero(status != S_FREE)])
     for i in order:
         if abs(r) <= 1e-15 * C:
@@ -187,7 +201,7 @@ def _repair_equality(rows: WorkingRows, status: np.ndarray, C: float, imbalance:
         # want Δα with yi Δα = −r
         want = -r * yi
         a = rows.alpha[i]
-        na = min(C, max(0.0, a + want))
+        na = min(Cv[i], max(0.0, a + want))
         r += yi * (na - a)
         rows.alpha[i] = na
     return r
@@ -212,7 +226,6 @@ def _exp_tuple(rows: WorkingRows, coef: np.ndarray):
 # ------------------------------------------------------------------------------------------
 _FACTOR_ARRAYS = ("R", "Lam", "T", "bkeys", "by", "dkeys", "dy", "ddiag")
 _FACTOR_SCALARS = ("dep_tol", "r2_valid", "nb", "nd", "updates", "refactorisations", "promotions")
-_ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
 
 
 @dataclass
@@ -245,7 +258,7 @@ def _save_checkpoint(
     """Write the state after a major iteration: per-shard (α, f), I_s rows, the factor, the
     pending α changes and the scalars; resuming from it repeats the run bit for bit."""
     arrays = {"upd_gids": upd_gids, "upd_alpha": upd_alpha}
-    arrays.update({f"s_{k}": getattr(s_rows, k) for k in _ROW_ARRAYS})
+    arrays.update(rows_to_arrays(s_rows, "s_"))
     arrays.update({f"factor_{k}": getattr(factor, k) for k in _FACTOR_ARRAYS})
     if w is not None:
         arrays["w"] = w
@@ -259,26 +272,18 @@ def _save_checkpoint(
         "warm": warm,
         "delta": delta is not None,
     }
-    shards = [
-        {"alpha": a} if f is None else {"alpha": a, "f": f} for a, f in engine.gather_state(state)
-    ]
+    shards = shard_states_to_save(engine, state, ("alpha", "f"))
     checkpoint.save(loop.major, scalars=scalars, arrays=arrays, shard_states=shards)
 
 
 def _load_checkpoint(checkpoint, store, engine):
     """The state saved by :func:`_save_checkpoint`, or None when there is no checkpoint."""
-    data = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
-    if data is None:
+    resumed = resume_shard_states(checkpoint, store, engine, ("alpha", "f"))
+    if resumed is None:
         return None
-    shards = data.shard_states or []
-    if len(shards) != store.n_shards or any(
-        st["alpha"].shape != (int(info.n_rows),)
-        for st, info in zip(shards, store.meta.shards, strict=True)
-    ):
-        raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+    data, state = resumed
     a, sc = data.arrays, data.scalars
-    state = engine.set_state(store, [(st["alpha"], st.get("f")) for st in shards])
-    s_rows = WorkingRows(*(a[f"s_{k}"] for k in _ROW_ARRAYS))
+    s_rows = rows_from_arrays(a, "s_")
     factor = ActiveFactor()
     for k in _FACTOR_ARRAYS:
         setattr(factor, k, np.array(a[f"factor_{k}"]))
@@ -318,6 +323,9 @@ class _Run:
         self.shrinking = p.pricing == "shrinking"
         self.shrink_after = int(p.shrink_after) if self.shrinking else None
         self.passes0 = engine.passes
+        self.costs = dual_class_costs(store, engine, p, self.neg, self.pos)
+        if self.costs is not None:
+            log.info("active-set: class costs C_neg = %.6g, C_pos = %.6g", *self.costs)
         self.avg_nnz = self.meta.nnz / max(self.meta.n_rows, 1)
         self.clock = CheckpointClock(float(getattr(p, "checkpoint_seconds", 60.0)))
         # the state between major iterations
@@ -359,7 +367,7 @@ class _Run:
         """§4.3–4.4: α, β (and w or the expansion to add to f) from the ``--init`` model."""
         p, C, nf = self.p, self.C, self.nf
         gids, coef, sv_rows, w_init, intercept, C_old = _load_init(
-            str(p.init), C, self.kp, self.meta.n_rows
+            str(p.init), C, self.kp, self.meta.n_rows, self.costs
         )
         bad = (
             self.engine.map_reduce(
@@ -379,7 +387,7 @@ class _Run:
             )
         self.beta = -intercept
         a_abs = np.abs(coef)
-        free = (a_abs > 0) & (a_abs < C)
+        free = (a_abs > 0) & (a_abs < row_costs(np.sign(coef), C, self.costs))
         self.keep_rows = bool(free.any())
         self.s_gids = gids[free]
         if self.linear:
@@ -428,6 +436,7 @@ class _Run:
             w=self.w if self.linear else None,
             delta=None if self.linear else self.delta,
             max_value=0.0 if self.shrinking else np.inf,
+            costs=self.costs,
         )
         res: MajorPartial = self.engine.map_reduce(
             self.store, _major_fn, bc, reduce=_major_reduce, state=self.state
@@ -445,7 +454,13 @@ class _Run:
         st = self.stats
         aqa = float(st[_S_AQA]) if st is not None else 0.0
         dual = 0.5 * aqa - (float(st[_S_SUMA]) if st is not None else 0.0)
-        primal = 0.5 * aqa + self.C * (float(st[_S_HINGE]) if st is not None else 0.0)
+        if st is None:
+            loss = 0.0
+        elif self.costs is not None:  # Σ C_{y_i} ξᵢ
+            loss = float(st[_S_CHINGE])
+        else:
+            loss = self.C * float(st[_S_HINGE])
+        primal = 0.5 * aqa + loss
         return dual, primal
 
     def _record(self, res: MajorPartial, pass_seconds: float) -> None:
@@ -495,7 +510,7 @@ class _Run:
         if W is res.cand_rows:
             W = W.take(np.arange(W.n))
         G = W.y * np.concatenate([f_s, res.cand_f]) - 1.0
-        status = _status(W.alpha, C)
+        status = _status(W.alpha, row_costs(W.y, C, self.costs))
         status[:n_s] = S_FREE
         fix_pos, fix_old = np.zeros(0, dtype=np.int64), np.zeros(0)
         if self.warm and self.major == 1:
@@ -519,6 +534,7 @@ class _Run:
             self.counters,
             shrink_after=self.shrink_after,
             seed=self.seed,
+            costs=self.costs,
         )
         ws.max_bytes = int(float(self.p.cache_mb) * (1 << 20))
         if fix_pos.size:
@@ -533,7 +549,8 @@ class _Run:
         imb = float(self.stats[_S_SUMYA])
         if abs(imb) > 1e-12 * C * max(1.0, float(self.stats[_S_NSV])):
             a0 = W.alpha.copy()
-            left = _repair_equality(W, status, C, imb)
+            Cv = row_costs(W.y, C, self.costs)
+            left = _repair_equality(W, status, C, imb, Cv)
             log.info(
                 "active-set: warm start: restored y'alpha = 0 (imbalance %.3g, %.3g left)",
                 imb,
@@ -541,7 +558,7 @@ class _Run:
             )
             fix_pos = np.flatnonzero(W.alpha != a0)
             fix_old = a0[fix_pos]
-            status = _status(W.alpha, C)
+            status = _status(W.alpha, Cv)
         return fix_pos, fix_old, status
 
     def _columns(self, W, G, status, n_s, fix_pos, fix_old):
@@ -606,9 +623,10 @@ class _Run:
         self.s_gids = self.s_rows.gids.copy()
 
     def save(self) -> None:
-        if self.checkpoint is None or not self.clock.due():
-            return
-        t_save = time.perf_counter()
+        """Checkpoint the state when one is due (:meth:`CheckpointClock.maybe_save`)."""
+        self.clock.maybe_save(self.checkpoint, self._write_checkpoint)
+
+    def _write_checkpoint(self) -> None:
         loop = _Loop(
             self.major,
             self.stall,
@@ -632,7 +650,6 @@ class _Run:
             self.history,
             self.warm,
         )
-        self.clock.saved(t_save)
 
     # -- the end ----------------------------------------------------------------------------
     def result(self) -> Result:
@@ -650,6 +667,8 @@ class _Run:
             "objective": primal,
             "converged": self.converged,
         }
+        if self.costs is not None:
+            info["class_costs"] = list(self.costs)
         # linear models keep the dual coefficients (by global row) to warm-start a new run
         fin = finish_dual(
             self.store,
@@ -657,7 +676,7 @@ class _Run:
             sv,
             intercept,
             self.kp,
-            C,
+            C if self.costs is None else self.costs,
             self.tol,
             (self.neg, self.pos),
             info,
@@ -666,7 +685,7 @@ class _Run:
         )
         summary = {
             "n_s": int(self.s_gids.size),
-            "n_c": int(np.sum(sv.alpha >= C)) if sv.n else 0,
+            "n_c": int(np.sum(sv.alpha >= row_costs(sv.y, C, self.costs))) if sv.n else 0,
             "n_sv": int(sv.n),
             "major_iterations": self.major,
             "minor_iterations": c.iterations,
@@ -677,6 +696,8 @@ class _Run:
             "intercept": intercept,
             "warm_start": self.warm,
         }
+        if self.costs is not None:
+            summary["class_costs"] = list(self.costs)
         if fin.kkt is not None:
             chk = fin.kkt
             summary["kkt_max_violation"] = chk["max_violation"]
@@ -718,7 +739,8 @@ _SUMMARY_COUNTERS = (
 )
 
 
-def _status(alpha: np.ndarray, C: float) -> np.ndarray:
+def _status(alpha: np.ndarray, C) -> np.ndarray:
+    """S_ZERO / S_UPPER / S_FREE of each α (``C``: one bound or each row's C_{y_i})."""
     return np.where(alpha <= 0.0, S_ZERO, np.where(alpha >= C, S_UPPER, S_FREE))
 
 

@@ -17,6 +17,7 @@ from ...kernels.kernel_functions import (
 from ..dual_common import (
     WorkingRows,
     check_interrupt,
+    row_costs,
     shard_rows,
 )
 from .kernels import expansion_add
@@ -54,6 +55,7 @@ class MajorBroadcast:
     max_value: float = np.inf  # candidates must have reduced cost below this
     w: np.ndarray | None = None  # linear kernel: the full w
     delta: tuple | None = None  # kernel: (indptr, indices, data, sq, coef) of α changes
+    costs: tuple | None = None  # class weights: (C_neg, C_pos), row i's bound C_{y_i}
 
 
 @dataclass
@@ -72,9 +74,11 @@ class MajorPartial:
     w: np.ndarray | None = None
 
 
-# stats vector layout
-_S_MAXV, _S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_FREEV = range(9)
-_N_STATS = 9
+# stats vector layout (_S_CHINGE: Σ C_{y_i} ξᵢ, the weighted loss of class weights)
+_S_MAXV, _S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_FREEV, _S_CHINGE = range(
+    10
+)
+_N_STATS = 10
 
 
 def _tiebreak(gids: np.ndarray, seed: int) -> np.ndarray:
@@ -133,7 +137,7 @@ def _major_fn(shard, bc: MajorBroadcast, st):
             expansion_add(ip, ix, data, sq, bc.delta, bc.kp, bc.n_features, f)
         fc = f
     # 3. reduced costs of the bound variables
-    C = bc.C
+    C = bc.C if bc.costs is None else row_costs(y, bc.C, bc.costs)
     G = y * fc - 1.0
     rho = G - bc.beta * y
     at0 = alpha <= 0.0
@@ -152,7 +156,10 @@ def _major_fn(shard, bc: MajorBroadcast, st):
     stats[_S_SUMA] = float(alpha.sum())
     stats[_S_SUMYA] = float((alpha * y).sum())
     stats[_S_AQA] = float((alpha * y * fc).sum())
-    stats[_S_HINGE] = float(np.maximum(0.0, 1.0 - y * (fc - bc.beta)).sum())
+    xi = np.maximum(0.0, 1.0 - y * (fc - bc.beta))
+    stats[_S_HINGE] = float(xi.sum())
+    if bc.costs is not None:
+        stats[_S_CHINGE] = float((C * xi).sum())
     stats[_S_NSV] = float((alpha > 0).sum())
     stats[_S_NC] = float(atC.sum())
     # free rows (I_s of the driver) must solve the reduced problem: G − βy = 0
@@ -183,7 +190,7 @@ def _major_reduce(a: MajorPartial | None, b: MajorPartial | None) -> MajorPartia
     if b is None:
         return a
     s = a.stats.copy()
-    for i in (_S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC):
+    for i in (_S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_CHINGE):
         s[i] = a.stats[i] + b.stats[i]
     s[_S_MAXV] = max(a.stats[_S_MAXV], b.stats[_S_MAXV])
     s[_S_FREEV] = max(a.stats[_S_FREEV], b.stats[_S_FREEV])

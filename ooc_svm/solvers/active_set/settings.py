@@ -19,6 +19,7 @@ class Params(KernelSolverParams):
     """Parameters of ``--solver active-set`` (see the module docstring)."""
 
     SOLVER: ClassVar[str] = "active-set"
+    SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
 
     tol: float = param(
         1e-3, "stop when every bound variable's reduced cost is >= -tol (Step 2(iii))"

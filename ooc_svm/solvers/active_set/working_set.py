@@ -13,6 +13,7 @@ from ..cholesky import ActiveFactor
 from ..dual_common import (
     WorkingRows,
     check_interrupt,
+    row_costs,
 )
 from .settings import CHECK_EVERY, FULL_FLUSH_EVERY, REFACTOR_TOL
 
@@ -27,13 +28,16 @@ log = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def ratio_test(d, a, C, eps):
-    """Largest t ≥ 0 with 0 ≤ a + t d ≤ C and the blocking index (−1: none, t = inf)."""
+    """Largest t ≥ 0 with 0 ≤ a + t d ≤ C and the blocking index (−1: none, t = inf).
+
+    ``C`` holds each component's upper bound (class weights: C_{y_i}).
+    """
     t_max = np.inf
     j = -1
     for k in range(d.shape[0]):
         dk = d[k]
         if dk > eps:
-            t = (C - a[k]) / dk
+            t = (C[k] - a[k]) / dk
         elif dk < -eps:
             t = -a[k] / dk
         else:
@@ -48,14 +52,17 @@ def ratio_test(d, a, C, eps):
 
 @njit(cache=True, nogil=True)
 def take_step(keys, d, t, C, finite, beta, alpha, G, y):
-    """α[keys] += t d (clipped to [0, C]); for a finite step G[keys] += t (β y − G)."""
+    """α[keys] += t d (clipped to [0, C[keys]]); for a finite step G[keys] += t (β y − G).
+
+    ``C`` holds every working row's upper bound (class weights: C_{y_i}).
+    """
     for k in range(keys.shape[0]):
         i = keys[k]
         v = alpha[i] + t * d[k]
         if v < 0.0:
             v = 0.0
-        elif v > C:
-            v = C
+        elif v > C[i]:
+            v = C[i]
         alpha[i] = v
         if finite:
             g = G[i]
@@ -105,6 +112,8 @@ class WorkingSet:
         Drop a row from pricing after this many consecutive non-negative reduced costs.
     seed : int
         Seed of the probe vectors.
+    costs : (C_neg, C_pos), optional
+        Class weights: row i's upper bound is C_{y_i} instead of ``C``.
     """
 
     def __init__(
@@ -120,6 +129,7 @@ class WorkingSet:
         counters: Counters,
         shrink_after: int | None = None,
         seed: int = 0,
+        costs: tuple[float, float] | None = None,
     ):
         self.rows = rows
         self.y = rows.y
@@ -129,7 +139,9 @@ class WorkingSet:
         self.status = status
         self.cols = columns
         self.factor = factor
-        self.C = float(C)
+        self.C = float(C) if costs is None else max(float(costs[0]), float(costs[1]))
+        self.costs = costs
+        self.Cv = row_costs(self.y, float(C), costs)  # each working row's upper bound
         self.tol = float(tol)
         self.beta = float(beta)
         self.c = counters
@@ -199,11 +211,12 @@ class WorkingSet:
                 if abs(gd) <= 1e-12 * dmax * (1.0 + float(np.abs(self.G[keys]).max())):
                     pos = np.flatnonzero(keys == self._entered)
                     if pos.size:
-                        inward = 1.0 if self.alpha[self._entered] < 0.5 * C else -1.0
+                        e = self._entered
+                        inward = 1.0 if self.alpha[e] < 0.5 * self.Cv[e] else -1.0
                         if d[pos[0]] * inward < 0:
                             d = -d
             # components below rounding level (relative to the step and to C) do not block
-            t_max, j = ratio_test(d, a, C, max(1e-13 * dmax, 1e-14 * C))
+            t_max, j = ratio_test(d, a, self.Cv[keys], max(1e-13 * dmax, 1e-14 * C))
             if finite:
                 if t_max >= 1.0:
                     t = 1.0
@@ -221,7 +234,7 @@ class WorkingSet:
             if t > 0.0:
                 self._last_move = self.c.iterations
                 # α_s += t d; finite step: exact gradient change Q_ss d = β y_s − g_s
-                take_step(keys, d, t, C, finite, beta_new, self.alpha, self.G, self.y)
+                take_step(keys, d, t, self.Cv, finite, beta_new, self.alpha, self.G, self.y)
                 if finite:
                     f.advance(t, beta_new)
             else:
@@ -233,7 +246,7 @@ class WorkingSet:
                 return hits
             kj = int(keys[j])
             to_upper = d[j] > 0
-            self.alpha[kj] = C if to_upper else 0.0
+            self.alpha[kj] = self.Cv[kj] if to_upper else 0.0
             self._leave(kj, S_UPPER if to_upper else S_ZERO)
             hits += 1
         return hits
@@ -405,6 +418,7 @@ class WorkingSet:
         self.rows = self.rows.take(kept)
         self.y = self.rows.y
         self.alpha = self.rows.alpha
+        self.Cv = self.Cv[kept]
         self.alpha0 = self.alpha0[kept]
         self.Gbase = self.Gbase[kept]
         self.G = self.G[kept]

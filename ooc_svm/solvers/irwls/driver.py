@@ -115,22 +115,29 @@ import numpy as np
 
 from ...engine.base import WorkerScratch
 from ...kernels.kernel_functions import KernelParams, kernel_block
-from .. import Callback, Result, SolverError, binary_classes
+from .. import Callback, Result, binary_classes
 from ..dual_common import (
     CheckpointClock,
     Expansion,
     WorkingRows,
     check_interrupt,
     collect_support_vectors,
+    dual_class_costs,
     finish_dual,
     interruptible,
     primal_w,
+    resume_shard_states,
+    row_costs,
+    rows_from_arrays,
+    rows_to_arrays,
     shard_rows,
+    shard_states_to_save,
 )
 from ..kernel_cache import MB
 from ..params import KernelSolverParams, as_params, at_least, param
 from .passes import (
     _S_BYG,
+    _S_CHINGE,
     _S_HINGE,
     _S_HITS,
     _S_MAXV,
@@ -167,6 +174,7 @@ class Params(KernelSolverParams):
     """Parameters of ``--solver irwls`` (see the module docstring)."""
 
     SOLVER: ClassVar[str] = "irwls"
+    SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
 
     tol: float = param(1e-3, "stopping conditions (9)-(11): |y_i e_i| within tol")
     max_iter: int = param(
@@ -252,7 +260,6 @@ def _collect_fn(shard, positive, st):
 # ============================================================================================
 # checkpoints: the state between two outer iterations
 # ============================================================================================
-_ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
 #: the driver's scalars carried from one outer iteration to the next (and checkpointed)
 _LOOP_KEYS = (
     "it",
@@ -282,32 +289,24 @@ def _save_checkpoint(
     if w is not None:
         arrays["w"] = w
     if delta_rows is not None:
-        arrays.update({f"delta_{k}": getattr(delta_rows, k) for k in _ROW_ARRAYS})
+        arrays.update(rows_to_arrays(delta_rows, "delta_"))
         arrays["delta_coef"] = delta_coef
     scalars = {"loop": loop, "history": history, "delta": delta_rows is not None}
-    shards = [
-        {"beta": bt} if g is None else {"beta": bt, "g": g} for bt, g in engine.gather_state(state)
-    ]
+    shards = shard_states_to_save(engine, state, ("beta", "g"))
     checkpoint.save(int(loop["it"]), scalars=scalars, arrays=arrays, shard_states=shards)
 
 
 def _load_checkpoint(checkpoint, store, engine):
     """(state, loop, w, upd_gids, upd_beta, delta_rows, delta_coef, history) saved by
     :func:`_save_checkpoint`, or None when there is no checkpoint to resume."""
-    data = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
-    if data is None:
+    resumed = resume_shard_states(checkpoint, store, engine, ("beta", "g"))
+    if resumed is None:
         return None
-    shards = data.shard_states or []
-    if len(shards) != store.n_shards or any(
-        st["beta"].shape != (int(info.n_rows),)
-        for st, info in zip(shards, store.meta.shards, strict=True)
-    ):
-        raise SolverError(f"{checkpoint.directory}: checkpoint is of another store")
+    data, state = resumed
     a, sc = data.arrays, data.scalars
-    state = engine.set_state(store, [(st["beta"], st.get("g")) for st in shards])
     delta_rows = delta_coef = None
     if sc["delta"]:
-        delta_rows = WorkingRows(*(a[f"delta_{k}"] for k in _ROW_ARRAYS))
+        delta_rows = rows_from_arrays(a, "delta_")
         delta_coef = a["delta_coef"]
     loop = dict(sc["loop"])
     return (
@@ -354,6 +353,9 @@ class _Run:
         self.linear = self.kp.kernel == "linear"
         self.inner_tol = INNER_TOL_FACTOR * self.tol
         self.passes0 = engine.passes
+        self.costs = dual_class_costs(store, engine, p, self.neg, self.pos)
+        if self.costs is not None:
+            log.info("irwls: class costs C_neg = %.6g, C_pos = %.6g", *self.costs)
         self.scratch = WorkerScratch("irwls-columns")
         self.cache_bytes = (
             0 if self.linear else int(float(p.cache_mb) * MB / max(1, store.n_shards))
@@ -420,6 +422,7 @@ class _Run:
             self.cache_bytes,
             self.scratch,
             self.nf,
+            self.costs,
         )
         part = self.engine.map_reduce(
             self.store, _pass_fn, bc, reduce=_pass_reduce, state=self.state
@@ -435,7 +438,10 @@ class _Run:
         assert self.part is not None  # after outer_pass
         st = self.part.stats
         dual = 0.5 * float(st[_S_BYG]) - float(st[_S_SUMB])
-        primal = 0.5 * float(st[_S_BYG]) + self.C * float(st[_S_HINGE])
+        if self.costs is None:
+            primal = 0.5 * float(st[_S_BYG]) + self.C * float(st[_S_HINGE])
+        else:  # Σ C_{y_i} ξᵢ
+            primal = 0.5 * float(st[_S_BYG]) + float(st[_S_CHINGE])
         return float(st[_S_MAXV]), dual, primal
 
     def step(self) -> bool:
@@ -496,9 +502,8 @@ class _Run:
         K = _working_kernel(rows, self.kp, self.nf)
         yb = rows.y * rows.alpha
         g_out = g_w - K @ yb
-        sub = irwls_working_set(
-            K, rows.y, rows.alpha, self.b, g_out, self.C, self.inner_tol, MAX_INNER
-        )
+        C = self.C if self.costs is None else row_costs(rows.y, self.C, self.costs)
+        sub = irwls_working_set(K, rows.y, rows.alpha, self.b, g_out, C, self.inner_tol, MAX_INNER)
         self.inner_total += sub.iterations
         self.line_total += sub.line_searches
         self.failures += int(not sub.converged)
@@ -533,9 +538,10 @@ class _Run:
         }
 
     def save(self) -> None:
-        if self.checkpoint is None or not self.clock.due():
-            return
-        t_save = time.perf_counter()
+        """Checkpoint the state when one is due (:meth:`CheckpointClock.maybe_save`)."""
+        self.clock.maybe_save(self.checkpoint, self._write_checkpoint)
+
+    def _write_checkpoint(self) -> None:
         loop = {k: getattr(self, k) for k in _LOOP_KEYS[:-1]}
         loop["passes"] = self.engine.passes - self.passes0
         _save_checkpoint(
@@ -550,7 +556,6 @@ class _Run:
             self.delta_coef,
             self.history,
         )
-        self.clock.saved(t_save)
 
     # -- the end ----------------------------------------------------------------------------
     def drop_caches(self) -> None:
@@ -574,8 +579,11 @@ class _Run:
         def info(chk: dict | None) -> dict:
             nonlocal primal
             assert chk is not None  # finish_dual made the KKT pass
-            primal = 0.5 * float(st[_S_BYG]) + C * float(chk["hinge"])
+            loss = C * float(chk["hinge"]) if self.costs is None else float(chk["cost_hinge"])
+            primal = 0.5 * float(st[_S_BYG]) + loss
+            extra = {} if self.costs is None else {"class_costs": list(self.costs)}
             return {
+                **extra,
                 "solver": "irwls",
                 "C": C,
                 "tol": self.tol,
@@ -592,7 +600,7 @@ class _Run:
             sv,
             self.b,
             self.kp,
-            C,
+            C if self.costs is None else self.costs,
             self.tol,
             (self.neg, self.pos),
             info,
@@ -639,7 +647,11 @@ class _Run:
             "cache_hits": self.hits,
             "cache_misses": self.misses,
             "n_sv": int(sv.n),
-            "n_bound_sv": int(np.count_nonzero(sv.alpha >= self.C)) if sv.n else 0,
+            "n_bound_sv": (
+                int(np.count_nonzero(sv.alpha >= row_costs(sv.y, self.C, self.costs)))
+                if sv.n
+                else 0
+            ),
             "intercept": self.b,
             "converged": self.converged,
             "stalled": bool(not self.converged and self.stall >= MAX_STALL),
@@ -649,6 +661,7 @@ class _Run:
             "kkt_gap": chk["gap"],
             "sum_y_alpha": chk["sum_y_alpha"],
             "seconds": seconds,
+            **({} if self.costs is None else {"class_costs": list(self.costs)}),
         }
 
 

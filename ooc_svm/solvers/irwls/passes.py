@@ -15,6 +15,7 @@ from ..dual_common import (
     Expansion,
     WorkingRows,
     check_interrupt,
+    row_costs,
     shard_rows,
 )
 from ..kernel_cache import KernelCache
@@ -43,8 +44,9 @@ log = logging.getLogger(__name__)
     _S_MLOW,
     _S_HITS,
     _S_MISSES,
-) = range(13)
-_N_STATS = 13
+    _S_CHINGE,  # Σ C_{y_i} max(0, uᵢ) (class weights only)
+) = range(14)
+_N_STATS = 14
 
 STRATEGIES = ("random", "largest", "smallest")
 
@@ -124,6 +126,7 @@ class _PassBroadcast:
     cache_bytes: int = 0  # column-cache budget of one shard (0: no cache)
     scratch: WorkerScratch | None = None  # this run's column caches (per process)
     n_features: int = 0
+    costs: tuple | None = None  # class weights: (C_neg, C_pos), sample i's bound C_{y_i}
 
 
 @dataclass
@@ -235,7 +238,7 @@ def _pass_fn(shard, bc: _PassBroadcast, st):
             g = g + bc.delta.scores(ip, ix, shard.data)
     y = np.where(shard.y == bc.positive, 1.0, -1.0)
     u = 1.0 - y * (g + bc.b)
-    C, tol = bc.C, bc.tol
+    C, tol = (bc.C if bc.costs is None else row_costs(y, bc.C, bc.costs)), bc.tol
     at0 = beta <= 0.0
     atC = beta >= C
     free = ~(at0 | atC)
@@ -252,6 +255,8 @@ def _pass_fn(shard, bc: _PassBroadcast, st):
     stats[_S_SUMB] = beta.sum()
     stats[_S_BYG] = float(np.dot(beta * y, g))
     stats[_S_HINGE] = float(np.maximum(u, 0.0).sum())
+    if bc.costs is not None:
+        stats[_S_CHINGE] = float((C * np.maximum(u, 0.0)).sum())
     stats[_S_NSV] = np.count_nonzero(~at0)
     stats[_S_NBSV] = np.count_nonzero(atC)
     stats[_S_SUMYB] = float(np.dot(beta, y))

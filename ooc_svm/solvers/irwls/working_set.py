@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numba import njit
@@ -58,8 +58,9 @@ class SubproblemResult:
     smo_steps: int = 0
 
 
-def _kkt_violation(u: np.ndarray, beta: np.ndarray, C: float) -> float:
-    """Largest violation of conditions (9)–(11) given uᵢ = yᵢeᵢ."""
+def _kkt_violation(u: np.ndarray, beta: np.ndarray, C) -> float:
+    """Largest violation of conditions (9)–(11) given uᵢ = yᵢeᵢ (``C``: one bound or each
+    sample's C_{y_i})."""
     if u.size == 0:
         return 0.0
     at0 = beta <= 0.0
@@ -72,20 +73,34 @@ def _kkt_violation(u: np.ndarray, beta: np.ndarray, C: float) -> float:
     return float(max(0.0, v.max()))
 
 
-def _best_bias(v: np.ndarray, y: np.ndarray, C: float, lam: float) -> float:
-    """argmin_b C Σ max(0, vᵢ − yᵢb) + λb (β fixed): a weighted median of the breakpoints."""
-    bp = np.sort(v * y)
-    n_pos = int(np.count_nonzero(y > 0))
-    # slope(b) = λ − C·n_pos + C·#{breakpoints ≤ b}; the minimiser is the k-th breakpoint
-    k = int(math.ceil(n_pos - lam / C - 1e-12))
-    k = min(max(k, 1), bp.size)
-    return float(bp[k - 1])
+def _best_bias(v: np.ndarray, y: np.ndarray, C, lam: float) -> float:
+    """argmin_b Σ Cᵢ max(0, vᵢ − yᵢb) + λb (β fixed): a weighted median of the breakpoints.
+
+    ``C`` is one cost or each sample's C_{y_i}.
+    """
+    if np.ndim(C) == 0:
+        bp = np.sort(v * y)
+        n_pos = int(np.count_nonzero(y > 0))
+        # slope(b) = λ − C·n_pos + C·#{breakpoints ≤ b}; the minimiser is the k-th breakpoint
+        k = int(math.ceil(n_pos - lam / C - 1e-12))
+        k = min(max(k, 1), bp.size)
+        return float(bp[k - 1])
+    # slope(b) = λ − Σ_{yᵢ>0} Cᵢ + Σ_{breakpoints ≤ b} Cᵢ: the first breakpoint where it is ≥ 0
+    order = np.argsort(v * y, kind="stable")
+    bp = (v * y)[order]
+    need = float(C[y > 0].sum()) - lam
+    k = int(np.searchsorted(np.cumsum(C[order]), need - 1e-12 * max(1.0, abs(need))))
+    return float(bp[min(max(k, 0), bp.size - 1)])
 
 
-def _line_search(A: float, B: float, u0: np.ndarray, du: np.ndarray, C: float) -> float:
-    """Minimiser over [0, 1] of ½Aη² + Bη + C Σ max(0, u0ᵢ + η duᵢ) (convex, piecewise)."""
+def _line_search(A: float, B: float, u0: np.ndarray, du: np.ndarray, C) -> float:
+    """Minimiser over [0, 1] of ½Aη² + Bη + Σ Cᵢ max(0, u0ᵢ + η duᵢ) (convex, piecewise);
+    ``C`` is one cost or an array of each sample's."""
     active = (u0 > 0) | ((u0 == 0) & (du > 0))
-    s0 = B + C * float(du[active].sum())
+    if np.ndim(C) == 0:
+        s0 = B + C * float(du[active].sum())
+    else:
+        s0 = B + float((C[active] * du[active]).sum())
     if s0 >= 0.0:
         return 0.0
     nz = du != 0
@@ -94,7 +109,7 @@ def _line_search(A: float, B: float, u0: np.ndarray, du: np.ndarray, C: float) -
     inside = (t > 0) & (t < 1) & nz
     order = np.argsort(t[inside], kind="stable")
     tk = t[inside][order]
-    inc = C * np.abs(du[inside][order])
+    inc = (C if np.ndim(C) == 0 else C[inside][order]) * np.abs(du[inside][order])
     starts = np.concatenate(([0.0], tk))
     ends = np.concatenate((tk, [1.0]))
     slopes = s0 + np.concatenate(([0.0], np.cumsum(inc)))
@@ -111,9 +126,9 @@ def _line_search(A: float, B: float, u0: np.ndarray, du: np.ndarray, C: float) -
 def _smo_finish(K, y, beta, F, C, tol, max_steps):
     """Second-order SMO (Fan, Chen & Lin 2005) on a dense working-set problem, in place.
 
-    ``F`` holds yᵢ − gᵢ (gᵢ = f(xᵢ) without bias) and is kept up to date. Stops when LIBSVM's
-    m(β) − M(β) ≤ tol; returns (steps, b) with b the mean of F over free samples, else
-    (m + M) / 2.
+    ``F`` holds yᵢ − gᵢ (gᵢ = f(xᵢ) without bias) and is kept up to date; ``C`` holds each
+    sample's upper bound. Stops when LIBSVM's m(β) − M(β) ≤ tol; returns (steps, b) with b
+    the mean of F over free samples, else (m + M) / 2.
     """
     q = y.shape[0]
     steps = 0
@@ -124,8 +139,8 @@ def _smo_finish(K, y, beta, F, C, tol, max_steps):
         m = -np.inf
         M = np.inf
         for t in range(q):
-            up = (y[t] > 0 and beta[t] < C) or (y[t] < 0 and beta[t] > 0)
-            low = (y[t] > 0 and beta[t] > 0) or (y[t] < 0 and beta[t] < C)
+            up = (y[t] > 0 and beta[t] < C[t]) or (y[t] < 0 and beta[t] > 0)
+            low = (y[t] > 0 and beta[t] > 0) or (y[t] < 0 and beta[t] < C[t])
             if up and F[t] > m:
                 m = F[t]
                 i = t
@@ -136,7 +151,7 @@ def _smo_finish(K, y, beta, F, C, tol, max_steps):
         j = -1
         best = 0.0
         for t in range(q):
-            low = (y[t] > 0 and beta[t] > 0) or (y[t] < 0 and beta[t] < C)
+            low = (y[t] > 0 and beta[t] > 0) or (y[t] < 0 and beta[t] < C[t])
             if low and F[t] < m:
                 bb = m - F[t]
                 a = K[i, i] + K[t, t] - 2.0 * K[i, t]
@@ -152,20 +167,20 @@ def _smo_finish(K, y, beta, F, C, tol, max_steps):
         if eta <= 0.0:
             eta = 1e-12
         step = (F[i] - F[j]) / eta
-        lim_i = C - beta[i] if y[i] > 0 else beta[i]
-        lim_j = beta[j] if y[j] > 0 else C - beta[j]
+        lim_i = C[i] - beta[i] if y[i] > 0 else beta[i]
+        lim_j = beta[j] if y[j] > 0 else C[j] - beta[j]
         step = min(step, lim_i, lim_j)
         if step <= 0.0:
             break
-        beta[i] = min(C, max(0.0, beta[i] + y[i] * step))
-        beta[j] = min(C, max(0.0, beta[j] - y[j] * step))
+        beta[i] = min(C[i], max(0.0, beta[i] + y[i] * step))
+        beta[j] = min(C[j], max(0.0, beta[j] - y[j] * step))
         for t in range(q):
             F[t] -= step * (K[t, i] - K[t, j])
         steps += 1
     s = 0.0
     n = 0
     for t in range(q):
-        if 0.0 < beta[t] < C:
+        if 0.0 < beta[t] < C[t]:
             s += F[t]
             n += 1
     return steps, (s / n if n else 0.5 * (m + M))
@@ -234,7 +249,8 @@ def _schur_solve(M, y1, r, c, L):
 def _assemble(K, y, g_out, sets, inv_a, C, lam):
     """System (3) on S₁ with S₃ at C (Table 1 step 1): (S₁ indices, H₁₁ + D⁻¹, y₁, r, c).
 
-    r = 1 − y₁ ∘ (G_in + C K₁₃ y₃) and c = λ − C Σ_{S₃} yᵢ (the paper's G₁₃, G_b3).
+    r = 1 − y₁ ∘ (G_in + K₁₃ (C y)₃) and c = λ − Σ_{S₃} Cᵢyᵢ (the paper's G₁₃, G_b3); ``C``
+    holds each sample's upper bound.
     """
     q = y.shape[0]
     idx = np.empty(q, dtype=np.int64)
@@ -245,7 +261,7 @@ def _assemble(K, y, g_out, sets, inv_a, C, lam):
             idx[n1] = t
             n1 += 1
         elif sets[t] == 3:
-            c -= C * y[t]
+            c -= C[t] * y[t]
     M = np.empty((n1, n1))
     r = np.empty(n1)
     y1 = np.empty(n1)
@@ -255,7 +271,7 @@ def _assemble(K, y, g_out, sets, inv_a, C, lam):
         s = g_out[i]
         for t in range(q):
             if sets[t] == 3:
-                s += C * K[i, t] * y[t]
+                s += C[t] * K[i, t] * y[t]
         r[a] = 1.0 - y[i] * s
         for bb in range(a + 1):
             j = idx[bb]
@@ -300,13 +316,140 @@ def _solve_free(M, y1, r, c):
     return sol[:n], float(sol[n])
 
 
+class _Problem:
+    """The dual restricted to a working set (Table 1): its data, the closed-form pieces of one
+    IRWLS iteration and the feasibility tests. ``C`` is one cost or each sample's C_{y_i}."""
+
+    def __init__(self, K, y, g_out, C, lam: float, inner_tol: float, u_floor: float):
+        self.K, self.y, self.g_out, self.lam = K, y, g_out, lam
+        self.scalar = np.ndim(C) == 0
+        #: ``C`` as given (one float, or each sample's bound) and as one bound per sample
+        self.C: Any = float(C) if self.scalar else np.asarray(C, dtype=np.float64)
+        self.Cv: np.ndarray = (
+            np.full(y.size, float(C)) if self.scalar else np.asarray(C, dtype=np.float64)
+        )
+        self.box: np.ndarray = _BOX_EPS * self.Cv
+        self.inner_tol, self.u_floor = inner_tol, u_floor
+
+    def u(self, bt: np.ndarray, bb: float) -> np.ndarray:
+        """uᵢ = yᵢeᵢ = 1 − yᵢ f(xᵢ)."""
+        return 1.0 - self.y * (self.g_out + self.K @ (bt * self.y) + bb)
+
+    def primal(self, bt: np.ndarray, bb: float, u: np.ndarray) -> float:
+        by = bt * self.y
+        hinge = np.maximum(u, 0.0)
+        loss = self.C * float(hinge.sum()) if self.scalar else float((self.Cv * hinge).sum())
+        return float(0.5 * float(by @ (self.K @ by)) + loss + self.lam * bb)
+
+    def dual(self, bt: np.ndarray) -> float:
+        by = bt * self.y
+        return 0.5 * float(by @ (self.K @ by)) + float(bt @ (self.y * self.g_out - 1.0))
+
+    def violation(self, u: np.ndarray, bt: np.ndarray) -> float:
+        return _kkt_violation(u, bt, self.C)
+
+    def solve_sets(self, sets: np.ndarray, inv_a: np.ndarray):
+        """Table 1 step 1: β_s with S₂ = 0, S₃ = C and (3) solved on S₁; (β_s, b, S₁)."""
+        K, y = self.K, self.y
+        bs = np.where(sets == 3, self.Cv, 0.0)
+        i1, M, y1, r, c = _assemble(K, y, self.g_out, sets, inv_a, self.Cv, self.lam)
+        if i1.size:
+            bs[i1], b_new = _solve_free(M, y1, r, c)
+        else:  # no free sample: b minimises P with β fixed
+            b_new = _best_bias(1.0 - y * (self.g_out + K @ (bs * y)), y, self.C, self.lam)
+        return bs, float(b_new), i1
+
+    def corrected(self, sets: np.ndarray, u: np.ndarray, attempts: int):
+        """Step 1 with up to ``attempts`` set corrections (sets updated); (β_s, b_s, S₁, u_s)."""
+        inv_a = np.maximum(u, self.u_floor) / self.Cv  # step 3: weights (eq. 8)
+        removed = np.zeros(u.size, dtype=bool)
+        for k in range(attempts + 1):
+            beta_s, b_s, i1 = self.solve_sets(sets, inv_a)
+            u_s = self.u(beta_s, b_s)
+            if k == attempts:
+                break
+            # the solution contradicts the sets: S₁ multipliers outside [0, C] leave S₁;
+            # then samples the step would carry across the margin join S₁
+            low = (sets == 1) & (beta_s < -self.box)
+            high = (sets == 1) & (beta_s > self.Cv + self.box)
+            if low.any() or high.any():
+                sets[low] = 2
+                sets[high] = 3
+                removed |= low | high
+                continue
+            add = (((sets == 2) & (u_s > 0.0)) | ((sets == 3) & (u_s < 0.0))) & ~removed
+            if not add.any():
+                break
+            sets[add] = 1
+            inv_a[add] = self.u_floor / self.Cv[add]
+        return beta_s, b_s, i1, u_s
+
+    def step(self, sets, beta, b, u, n_corr: int, p_ref: float):
+        """Step 2: a step that cannot increase P beyond ``p_ref`` (else the exact line search),
+        with corrections first and without them if that fails.
+
+        Returns (η, β_s, b_s, u_s, S₁, P(β_s, b_s), line searches made).
+        """
+        sets0 = sets.copy()
+        eta, searches = 0.0, 0
+        for attempts in (n_corr, 0) if n_corr else (0,):
+            sets[:] = sets0
+            beta_s, b_s, i1, u_s = self.corrected(sets, u, attempts)
+            p1 = self.primal(beta_s, b_s, u_s)
+            if p1 <= p_ref + 1e-13 * max(1.0, abs(p_ref)):
+                eta = 1.0
+            else:
+                searches += 1
+                dy = (beta_s - beta) * self.y
+                Kdy = self.K @ dy
+                A, B = float(dy @ Kdy), float((beta * self.y) @ Kdy) + self.lam * (b_s - b)
+                eta = _line_search(A, B, u, u_s - u, self.C)
+            if eta > 0.0:
+                break
+        return eta, beta_s, b_s, u_s, i1, p1, searches
+
+    def feasible(self, beta: np.ndarray, i1: np.ndarray) -> bool:
+        """The S₁ values lie in [0, C] (to rounding): β is a dual-feasible point."""
+        if i1.size == 0:
+            return True
+        bi = beta[i1]
+        return bool(np.all(bi >= -self.box[i1]) and np.all(bi <= self.Cv[i1] + self.box[i1]))
+
+    def reorder(self, sets: np.ndarray, u: np.ndarray) -> None:
+        """Table 1 step 4: sets reordering from the current errors."""
+        released = (sets == 3) & (u < 0.0)  # S₃ sample inside the margin: released to S₁
+        sets[released] = 1
+        sets[(sets == 1) & (u <= -self.inner_tol) & ~released] = 2  # aᵢ = 0
+        sets[(sets == 2) & (u > 0.0)] = 1  # aᵢ ≠ 0
+
+    def rule_b(self, sets: np.ndarray, beta: np.ndarray, u: np.ndarray, to_upper: float) -> None:
+        """Rule b (relaxed, see ``to_upper``) and S₁ multipliers that fell below 0."""
+        Cv = self.Cv
+        up = (beta >= Cv) | ((beta >= (1.0 - to_upper) * Cv) & (u > self.inner_tol))
+        sets[(sets == 1) & up] = 3
+        sets[(sets == 1) & (beta <= 0.0)] = 2
+
+    def polish(self, best, it: int, line_searches: int) -> SubproblemResult:
+        """SMO finish from the best feasible point (IRWLS did not reach the tolerance: seen on
+        rank-deficient kernels, where the null-space part of β keeps S₁ outside [0, C])."""
+        K, y = self.K, self.y
+        bp = best[0].copy()
+        F = y - (self.g_out + K @ (bp * y))
+        n_smo, b_p = _smo_finish(K, y, bp, F, self.Cv, self.inner_tol, 200 * y.size + 10_000)
+        u = self.u(bp, b_p)
+        viol = self.violation(u, bp)
+        return SubproblemResult(
+            bp, float(b_p), it, viol <= self.inner_tol, viol, line_searches, n_smo
+        )
+
+
 def irwls_working_set(
     K: np.ndarray,
     y: np.ndarray,
     beta: np.ndarray,
     b: float,
     g_out: np.ndarray,
-    C: float,
+    C: float | np.ndarray,
     inner_tol: float = 1e-4,
     max_inner: int = 500,
     *,
@@ -319,134 +462,49 @@ def irwls_working_set(
 ) -> SubproblemResult:
     """Solve the SVC dual restricted to a working set W by IRWLS (paper, Table 1).
 
-    Minimises ½βᵀH_WWβ + Σ_{i∈W} βᵢ(yᵢ g_outᵢ − 1) over 0 ≤ β ≤ C, yᵀβ = λ with λ = yᵀβ⁰ (the
-    multipliers outside W are fixed; their contribution to every f(xᵢ), i ∈ W, is ``g_out``,
-    the paper's G_in, and to the equality constraint λ, the paper's G_bin).
+    Minimises ½βᵀH_WWβ + Σ_{i∈W} βᵢ(yᵢ g_outᵢ − 1) over 0 ≤ βᵢ ≤ Cᵢ, yᵀβ = λ with λ = yᵀβ⁰
+    (the multipliers outside W are fixed; their contribution to every f(xᵢ), i ∈ W, is
+    ``g_out``, the paper's G_in, and to the equality constraint λ, the paper's G_bin).
 
-    Parameters
-    ----------
-    K : ndarray (q, q)
-        Kernel matrix of the working set.
-    y : ndarray (q,)
-        Labels ±1.
-    beta : ndarray (q,)
-        Current (feasible) multipliers; the warm start.
-    b : float
-        Current bias.
-    g_out : ndarray (q,)
-        Σ_{j∉W} βⱼyⱼK(xⱼ, xᵢ) for every i ∈ W.
-    C : float
-    inner_tol : float
-        KKT tolerance on W at which the working-set problem counts as solved.
-    max_inner : int
-        Limit on IRWLS iterations.
-    to_upper : float
-        Sets reordering, rule b: an S₁ sample moves to S₃ when its new βᵢ ≥ (1 − to_upper)·C
-        while it still violates the margin (uᵢ > inner_tol); the paper's rule is βᵢ ≥ C
-        (``to_upper=0``), which S₁ samples with a positive error approach only geometrically.
-    u_floor : float, optional
-        aᵢ = C / max(uᵢ, u_floor) (default ``1e-3 * inner_tol``).
-    corrections : int
-        Re-solves per iteration while the solution contradicts the sets (0: none).
-    switch_after : int
-        Iterations after which corrections are switched off (plain IRWLS steps only).
-    nonmonotone : int
-        The full step is taken when P does not exceed the largest of its last
-        ``nonmonotone`` values (1: monotone); otherwise the exact line search.
-
-    Returns
-    -------
-    SubproblemResult
+    Parameters: ``K`` (q, q) kernel matrix of W; ``y`` labels ±1; ``beta`` the current
+    (feasible) multipliers, the warm start; ``b`` the current bias; ``g_out`` Σ_{j∉W}
+    βⱼyⱼK(xⱼ, xᵢ) for every i ∈ W; ``C`` one cost or each sample's C_{y_i} (class weights);
+    ``inner_tol`` the KKT tolerance on W at which the problem counts as solved;
+    ``max_inner`` the limit on IRWLS iterations. ``to_upper``: sets reordering, rule b — an
+    S₁ sample moves to S₃ when its new βᵢ ≥ (1 − to_upper)·Cᵢ while it still violates the
+    margin (uᵢ > inner_tol); the paper's rule is βᵢ ≥ Cᵢ (``to_upper=0``), which S₁ samples
+    with a positive error approach only geometrically. ``u_floor``: aᵢ = Cᵢ / max(uᵢ,
+    u_floor) (default ``1e-3 * inner_tol``). ``corrections``: re-solves per iteration while
+    the solution contradicts the sets (0: none); ``switch_after``: iterations after which
+    they are switched off; ``nonmonotone``: the full step is taken when P does not exceed the
+    largest of its last ``nonmonotone`` values (1: monotone), else the exact line search;
+    ``polish``: finish by SMO when IRWLS stops short of ``inner_tol``.
     """
-    K = np.asarray(K, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    q = y.size
+    C = C if np.ndim(C) == 0 else np.asarray(C, dtype=np.float64)
     beta = np.clip(np.asarray(beta, dtype=np.float64), 0.0, C)
-    g_out = np.asarray(g_out, dtype=np.float64)
-    lam = float(y @ beta)
     u_floor = 1e-3 * inner_tol if u_floor is None else float(u_floor)
-    box = _BOX_EPS * C
-
-    def hinge_args(bt, bb):
-        return 1.0 - y * (g_out + K @ (bt * y) + bb)
-
-    def primal(bt, bb, u):
-        by = bt * y
-        return 0.5 * float(by @ (K @ by)) + C * float(np.maximum(u, 0.0).sum()) + lam * bb
-
-    def dual(bt):
-        by = bt * y
-        return 0.5 * float(by @ (K @ by)) + float(bt @ (y * g_out - 1.0))
-
-    def solve_sets(sets, inv_a):
-        """Table 1 step 1: β_s with S₂ = 0, S₃ = C and (3) solved on S₁."""
-        bs = np.where(sets == 3, C, 0.0)
-        i1, M, y1, r, c = _assemble(K, y, g_out, sets, inv_a, C, lam)
-        if i1.size:
-            bs[i1], b_new = _solve_free(M, y1, r, c)
-        else:  # no free sample: b minimises P with β fixed
-            b_new = _best_bias(1.0 - y * (g_out + K @ (bs * y)), y, C, lam)
-        return bs, float(b_new), i1
-
-    u = hinge_args(beta, b)
-    best = (beta.copy(), float(b), dual(beta), _kkt_violation(u, beta, C))
+    pb = _Problem(
+        np.asarray(K, dtype=np.float64), y, np.asarray(g_out, dtype=np.float64), C,
+        float(y @ beta), inner_tol, u_floor,
+    )  # fmt: skip
+    u = pb.u(beta, b)
+    best = (beta.copy(), float(b), pb.dual(beta), pb.violation(u, beta))
     if best[3] <= inner_tol:
         return SubproblemResult(beta, float(b), 0, True, best[3])
-
     # 1 = S₁ (solved for), 2 = S₂ (β = 0), 3 = S₃ (β = C)
-    sets = np.where(beta <= 0.0, 2, np.where(beta >= C, 3, 1))
-    p_hist = [primal(beta, b, u)]
+    sets = np.where(beta <= 0.0, 2, np.where(beta >= pb.Cv, 3, 1))
+    p_hist = [pb.primal(beta, b, u)]
     plain_only = False
-    line_searches = 0
-    it = 0
+    line_searches = it = 0
     for it in range(1, max_inner + 1):
         check_interrupt()
-        # --- step 4: sets reordering from the current errors -----------------------------
-        released = (sets == 3) & (u < 0.0)  # S₃ sample inside the margin: released to S₁
-        sets[released] = 1
-        sets[(sets == 1) & (u <= -inner_tol) & ~released] = 2  # aᵢ = 0
-        sets[(sets == 2) & (u > 0.0)] = 1  # aᵢ ≠ 0
-        sets0 = sets.copy()
+        pb.reorder(sets, u)
         n_corr = 0 if (plain_only or it > switch_after) else corrections
-        eta = 0.0
-        for attempt in (n_corr, 0) if n_corr else (0,):
-            sets[:] = sets0
-            # --- step 3: weights (eq. 8) -------------------------------------------------
-            inv_a = np.maximum(u, u_floor) / C
-            removed = np.zeros(q, dtype=bool)
-            for k in range(attempt + 1):
-                beta_s, b_s, i1 = solve_sets(sets, inv_a)
-                u_s = hinge_args(beta_s, b_s)
-                if k == attempt:
-                    break
-                # the solution contradicts the sets: S₁ multipliers outside [0, C] leave
-                # S₁; then samples the step would carry across the margin join S₁
-                low = (sets == 1) & (beta_s < -box)
-                high = (sets == 1) & (beta_s > C + box)
-                if low.any() or high.any():
-                    sets[low] = 2
-                    sets[high] = 3
-                    removed |= low | high
-                    continue
-                add = (((sets == 2) & (u_s > 0.0)) | ((sets == 3) & (u_s < 0.0))) & ~removed
-                if not add.any():
-                    break
-                sets[add] = 1
-                inv_a[add] = u_floor / C
-            # --- step 2: a step that cannot increase P (beyond the non-monotone window) ----
-            p1 = primal(beta_s, b_s, u_s)
-            p_ref = max(p_hist[-nonmonotone:])
-            if p1 <= p_ref + 1e-13 * max(1.0, abs(p_ref)):
-                eta = 1.0
-            else:
-                line_searches += 1
-                dy = (beta_s - beta) * y
-                Kdy = K @ dy
-                eta = _line_search(
-                    float(dy @ Kdy), float((beta * y) @ Kdy) + lam * (b_s - b), u, u_s - u, C
-                )
-            if eta > 0.0:
-                break
+        eta, beta_s, b_s, u_s, i1, p1, searches = pb.step(
+            sets, beta, b, u, n_corr, max(p_hist[-nonmonotone:])
+        )
+        line_searches += searches
         if eta <= 0.0:
             if n_corr:
                 plain_only = True
@@ -459,16 +517,14 @@ def irwls_working_set(
         else:
             beta = beta + eta * (beta_s - beta)
             b = b + eta * (b_s - b)
-            u = hinge_args(beta, b)
-            p_hist.append(primal(beta, b, u))
-        # --- rule b (relaxed, see ``to_upper``) and S₁ multipliers that fell below 0 ------
-        sets[(sets == 1) & ((beta >= C) | ((beta >= (1.0 - to_upper) * C) & (u > inner_tol)))] = 3
-        sets[(sets == 1) & (beta <= 0.0)] = 2
-        # --- a dual-feasible point: keep the best, stop when the KKT conditions hold ------
-        if eta >= 1.0 and (i1.size == 0 or (beta[i1].min() >= -box and beta[i1].max() <= C + box)):
-            bf = np.clip(beta, 0.0, C)
-            viol = _kkt_violation(u, bf, C)
-            dv = dual(bf)
+            u = pb.u(beta, b)
+            p_hist.append(pb.primal(beta, b, u))
+        pb.rule_b(sets, beta, u, to_upper)
+        # a dual-feasible point: keep the best, stop when the KKT conditions hold
+        if eta >= 1.0 and pb.feasible(beta, i1):
+            bf = np.clip(beta, 0.0, pb.Cv)
+            viol = pb.violation(u, bf)
+            dv = pb.dual(bf)
             if dv <= best[2] + 1e-12 * abs(best[2]):  # (rounding: flat duals of singular K)
                 best = (bf, float(b), dv, viol)
                 if viol <= inner_tol:
@@ -477,11 +533,4 @@ def irwls_working_set(
                 break  # solved, but an earlier point was lower: finish from that one
     if best[3] <= inner_tol or not polish:
         return SubproblemResult(best[0], best[1], it, best[3] <= inner_tol, best[3], line_searches)
-    # IRWLS did not reach the tolerance (seen on rank-deficient kernels, where the null-space
-    # part of β keeps the S₁ values outside [0, C]): finish from the best feasible point
-    bp = best[0].copy()
-    F = y - (g_out + K @ (bp * y))
-    n_smo, b_p = _smo_finish(K, y, bp, F, C, inner_tol, 200 * q + 10_000)
-    u = hinge_args(bp, b_p)
-    viol = _kkt_violation(u, bp, C)
-    return SubproblemResult(bp, float(b_p), it, viol <= inner_tol, viol, line_searches, n_smo)
+    return pb.polish(best, it, line_searches)

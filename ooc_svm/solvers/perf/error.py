@@ -24,9 +24,10 @@ import numpy as np
 
 from ...kernels.perf import vdot
 from ...model import Model
-from .. import Result, binary_classes
+from .. import Result, SolverError, binary_classes
+from ..params import class_weights, parse_class_weight
 from .common import _cut_grid, _finite, _line_grid, _Progress, _resolve_C
-from .passes import acc_row, pass_segment, pass_single, reduce_cut
+from .passes import acc_row, pass_count_pos, pass_segment, pass_single, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
 if TYPE_CHECKING:
@@ -78,11 +79,16 @@ class _ErrorRun:
     pt: float = 0.0
     resume: Any = None
     extra: dict = field(default_factory=dict)
+    #: ``(s_neg, s_pos)``: relative per-class costs C_k / C of ``--class-weight`` (None: 1, 1)
+    sw: tuple[float, float] | None = None
+
+    def _weights(self) -> tuple:
+        return () if self.sw is None else (self.sw,)
 
     def single_request(self, w):
         d = self.d
         bc = (np.ascontiguousarray(w[:d]), float(w[d]), self.bias, self.pos, self.dim)
-        return pass_single, bc
+        return pass_single, bc + self._weights()
 
     def save(self, scalars: dict, arrays: dict) -> None:
         if self.checkpoint is None:
@@ -146,6 +152,14 @@ def _error_steps(
     memory budget of a pass's accumulators between the problems that share it.
     """
     run = _error_run(meta, neg, pos, engine, params, variant, callback, checkpoint)
+    if params.class_weight is not None:
+        n_pos = None
+        if parse_class_weight(params.class_weight) == "balanced":
+            part, _ = yield (pass_count_pos, (pos,))
+            n_pos = int(part["n_pos"][0])
+        run.sw = relative_costs(params.class_weight, neg, pos, n_pos, run.n)
+        costs = (run.C * run.sw[0], run.C * run.sw[1])
+        log.info("perf: class costs C_neg = %.6g, C_pos = %.6g", *costs)
     if variant == "paper":
         final = yield from _paper_steps(run)
     else:
@@ -245,7 +259,8 @@ def _accelerated_steps(run: _ErrorRun, share: int):
         wc = run.qp()
         w2 = np.ascontiguousarray(np.stack([wb[:d], wc[:d]], axis=1))
         tb, tc = float(wb[d]) * run.bias, float(wc[d]) * run.bias
-        part, run.pt = yield (pass_segment, (w2, tb, tc, run.bias, run.pos, dim, kv, kg))
+        bc = (w2, tb, tc, run.bias, run.pos, dim, kv, kg) + run._weights()
+        part, run.pt = yield (pass_segment, bc)
         dw = wc - wb
         a2 = float(vdot(dw, dw))
         a1 = float(vdot(wb, dw))
@@ -299,6 +314,8 @@ def _error_result(run: _ErrorRun, w_final, obj_final: float, xi_final: float) ->
         "converged": run.converged,
         "float32_planes": ws.float32,
     }
+    if run.sw is not None:
+        info["class_costs"] = [C * run.sw[0], C * run.sw[1]]
     model = Model(
         kind="linear",
         n_features=d,
@@ -326,5 +343,22 @@ def _error_result(run: _ErrorRun, w_final, obj_final: float, xi_final: float) ->
             "lower_bound": _finite(run.dual),
             "C": C,
             "converged": run.converged,
+            **({} if run.sw is None else {"class_costs": [C * run.sw[0], C * run.sw[1]]}),
         },
     )
+
+
+def relative_costs(
+    spec: str, neg: float, pos: float, n_pos: int | None, n: int
+) -> tuple[float, float]:
+    """``(s_neg, s_pos)`` = ``(C_neg / C, C_pos / C)`` of ``--class-weight spec`` for the
+    problem ``pos`` vs the rest (``neg`` may be NaN for "the rest" of one-vs-rest).
+
+    ``balanced`` needs ``n_pos`` (rows of class ``pos``) of the ``n`` rows: ``n / (2 n_k)``.
+    """
+    if parse_class_weight(spec) != "balanced":
+        return class_weights(spec, neg, pos)
+    n_pos = int(n_pos or 0)
+    if n_pos == 0 or n_pos == n:
+        raise SolverError("--class-weight balanced: one class has no rows")
+    return n / (2.0 * (n - n_pos)), n / (2.0 * n_pos)

@@ -57,6 +57,8 @@ def solve_ovr(
         raise SolverError(
             f"one-vs-rest perf does not support --variant {variant} yet; use accelerated"
         )
+    from ..ovr import _class_params
+
     classes = [float(c) for c in classes]
     params.check_dense(meta, copies=len(classes))
     t0 = time.perf_counter()
@@ -69,7 +71,8 @@ def solve_ovr(
 
         # neg: "the rest" (the binary model's classes are replaced by combine_ovr_models)
         ck = None if checkpoint is None else checkpoint(k, c)
-        g = _error_steps(meta, math.nan, c, engine, params, variant, cb, ck, share=len(classes))
+        sub = _class_params(params, c, classes)  # --class-weight of "c vs the rest"
+        g = _error_steps(meta, math.nan, c, engine, sub, variant, cb, ck, share=len(classes))
         steps.append(g)
         reqs[k] = next(g)
     rounds = 0

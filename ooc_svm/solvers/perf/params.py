@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .. import SolverError, binary_classes
-from ..params import KERNELS, SolverParams, at_least, param, positive
+from ..params import KERNELS, SolverParams, at_least, param, parse_class_weight, positive
 
 #: dense float64 vectors over the features perf holds at once per problem (w, w_b, w_c,
 #: w_c − w_b, the two-column copy for the pass, the new cut and temporaries), all within
@@ -22,6 +22,7 @@ class Params(SolverParams):
     """Parameters of ``--solver perf`` (see the module docstring)."""
 
     SOLVER: ClassVar[str] = "perf"
+    SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
 
     eps: float = param(
         0.001,
@@ -103,6 +104,13 @@ class Params(SolverParams):
             positive(self, "C")
         positive(self, "c_perf")
         at_least(self, "max_iter", 0)
+        if self.class_weight is not None:
+            parse_class_weight(self.class_weight)
+        if self.class_weight is not None and self.variant == "selective":
+            raise SolverError(
+                "perf: --class-weight is not supported with --variant selective yet; use "
+                "--variant accelerated or paper"
+            )
         positive(self, "eps")
         at_least(self, "bias", 0, " (0 = no bias)")
         at_least(self, "max_inactive", 0)

@@ -16,7 +16,9 @@ from ...kernels.csr import csr_matvec, u32
 from ...kernels.perf import (
     accumulate_rows,
     cut_segment,
+    cut_segment_weighted,
     cut_single,
+    cut_single_weighted,
     merge_sparse_rows,
     scores_two,
 )
@@ -109,22 +111,20 @@ def reduce_cut(a, b):
 
 
 def pass_single(shard, bc):
-    """Algorithm 1 lines 5–7 at one point w: count, hinge sum and Σ_{violated} yᵢx̃ᵢ."""
-    w, w_bias, bias, pos, dim = bc
+    """Algorithm 1 lines 5–7 at one point w: count, hinge sum and Σ_{violated} yᵢx̃ᵢ.
+
+    ``bc = (w, w_bias, bias, pos, dim[, (s_neg, s_pos)])``: with the optional per-class
+    relative costs (``--class-weight``) the cut, its size and the hinge are weighted
+    (:func:`~ooc_svm.kernels.perf.cut_single_weighted`).
+    """
+    w, w_bias, bias, pos, dim = bc[:5]
+    sw = bc[5] if len(bc) > 5 else None
     acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, 1, True)
-    cnt, hinge = cut_single(
-        shard.indptr,
-        u32(shard.indices),
-        gidx,
-        shard.data,
-        shard.y,
-        pos,
-        w,
-        w_bias,
-        bias,
-        acc[0],
-        bias_slot,
-    )
+    args = (shard.indptr, u32(shard.indices), gidx, shard.data, shard.y, pos, w, w_bias, bias)
+    if sw is None:
+        cnt, hinge = cut_single(*args, acc[0], bias_slot)
+    else:
+        cnt, hinge, _ = cut_single_weighted(*args, acc[0], bias_slot, sw[0], sw[1])
     return {
         "g": _finish_accumulator(acc, cols, dim, True),
         "cnt": np.array([float(cnt)]),
@@ -133,35 +133,34 @@ def pass_single(shard, bc):
 
 
 def pass_segment(shard, bc):
-    """Accelerated pass: hinge sums along w_b + k(w_c − w_b) and cuts at grid points."""
-    w2, tb, tc, bias, pos, dim, kv, kg = bc
+    """Accelerated pass: hinge sums along w_b + k(w_c − w_b) and cuts at grid points.
+
+    ``bc = (w2, tb, tc, bias, pos, dim, kv, kg[, (s_neg, s_pos)])``: the optional per-class
+    relative costs weight the hinge sums, the cuts and their sizes.
+    """
+    w2, tb, tc, bias, pos, dim, kv, kg = bc[:8]
+    sw = bc[8] if len(bc) > 8 else None
     K = kg.shape[0]
     acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, K, True)
     hv = np.zeros(kv.shape[0])
-    cnt = np.zeros(K, dtype=np.int64)
-    cut_segment(
-        shard.indptr,
-        u32(shard.indices),
-        gidx,
-        shard.data,
-        shard.y,
-        pos,
-        w2,
-        tb,
-        tc,
-        kv,
-        kg,
-        hv,
-        acc,
-        cnt,
-        bias,
-        bias_slot,
-    )
+    args = (shard.indptr, u32(shard.indices), gidx, shard.data, shard.y, pos, w2, tb, tc, kv, kg)
+    if sw is None:
+        cnt = np.zeros(K, dtype=np.int64)
+        cut_segment(*args, hv, acc, cnt, bias, bias_slot)
+    else:
+        cnt = np.zeros(K)
+        cut_segment_weighted(*args, hv, acc, cnt, bias, bias_slot, sw[0], sw[1])
     return {
         "g": _finish_accumulator(acc, cols, dim, True),
         "cnt": cnt.astype(np.float64),
         "hinge": hv,
     }
+
+
+def pass_count_pos(shard, bc):
+    """Rows of the positive class ``bc = (pos,)`` in a shard (``--class-weight balanced``)."""
+    (pos,) = bc
+    return {"n_pos": np.array([float(np.count_nonzero(np.asarray(shard.y) == pos))])}
 
 
 def pass_labels(shard, bc):

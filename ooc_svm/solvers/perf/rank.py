@@ -22,6 +22,7 @@ from ...engine import concat_partials
 from ...kernels.perf import count_pairs, rank_cut, rank_loss, vdot
 from ...model import Model
 from .. import Result, SolverError
+from ..params import class_weights
 from .common import _finite, _Progress, _resolve_C
 from .passes import acc_row, pass_accumulate, pass_labels, pass_scores, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
@@ -110,7 +111,10 @@ class _RankRun:
                 + (" within any query" if meta.has_qid else "")
                 + f"; --loss {loss} needs at least two ranks"
             )
-        self.C = _resolve_C(params, m)
+        self.C_user = _resolve_C(params, m)
+        self.pair_weight = self._pair_weight(y)
+        # every pair (i positive, j negative) costs C·w₊·w₋: class weights rescale C
+        self.C = self.C_user * self.pair_weight
         self.Cp = self.C * m
         self.eps = float(params.eps)
         self.max_iter = int(params.max_iter)
@@ -125,6 +129,25 @@ class _RankRun:
         self.pt = 0.0
         self.wb: Any = None
         self.Pb = self.xib = 0.0
+
+    def _pair_weight(self, y: np.ndarray) -> float:
+        """w₊·w₋ of ``--class-weight`` (1 without): the weight of every pair under --loss roc
+        (the product of the two rows' class weights; one value, as every pair has one
+        positive and one negative row)."""
+        spec = self.params.class_weight
+        if spec is None:
+            return 1.0
+        if self.loss != "roc":
+            raise SolverError(
+                "--class-weight applies to the binary losses (error, roc); --loss ordinal has "
+                "no two classes to weigh"
+            )
+        neg, pos = float(self.labels[0]), float(self.labels[1])
+        counts = {neg: int(np.count_nonzero(y == neg)), pos: int(np.count_nonzero(y == pos))}
+        w_neg, w_pos = class_weights(spec, neg, pos, counts)
+        log.info("perf roc: class weights %.6g (neg), %.6g (pos): pair weight %.6g",
+                 w_neg, w_pos, w_neg * w_pos)  # fmt: skip
+        return w_neg * w_pos
 
     def accumulate(self, coef: np.ndarray):
         """Σᵢ coefᵢ xᵢ (one pass, coefficients as per-shard state) and the pass seconds."""
@@ -280,13 +303,14 @@ class _RankRun:
 
     def result(self, has_qid: bool) -> Result:
         """The linear ranking model (no intercept) and the :class:`Result`."""
-        ws, C, Cp, Pb = self.ws, self.C, self.Cp, self.Pb
+        ws, Cp, Pb = self.ws, self.Cp, self.Pb
         classes = self.labels if self.loss == "ordinal" else self.labels[:2]
         info = {
             "solver": "perf",
             "loss": self.loss,
             "variant": self.variant,
-            "C": C,
+            "C": self.C_user,
+            "pair_weight": self.pair_weight,
             "C_perf": Cp,
             "c_perf_svmperf": Cp / 100.0,
             "eps": self.eps,
@@ -324,7 +348,8 @@ class _RankRun:
                 "loss": self.loss,
                 "lower_bound": _finite(self.dual),
                 "n_pairs": self.m,
-                "C": C,
+                "C": self.C_user,
+                "pair_weight": self.pair_weight,
                 "converged": self.converged,
             },
         )

@@ -7,7 +7,7 @@ import numpy as np
 
 from ...kernels.kernel_functions import KernelParams
 from .. import SolverError
-from ..dual_common import WorkingRows, shard_rows
+from ..dual_common import WorkingRows, dual_class_costs, shard_rows
 from ..kernel_cache import MB, SlotCache
 
 
@@ -120,25 +120,8 @@ def _budget_rows(store, p) -> int:
     return max(2, int(float(p.working_mb) * MB / per_row))
 
 
-def _label_counts_fn(shard, bc):
-    vals, counts = np.unique(np.asarray(shard.y, dtype=np.float64), return_counts=True)
-    return {float(v): int(c) for v, c in zip(vals, counts, strict=True)}
-
-
-def _label_counts_reduce(p, q):
-    if p is None:
-        return q
-    if q is None:
-        return p
-    out = dict(p)
-    for k, v in q.items():
-        out[k] = out.get(k, 0) + v
-    return out
-
-
 def _class_costs(store, engine, p, neg: float, pos: float) -> tuple[float, float]:
     """(C_neg, C_pos) of ``--class-weight`` (``balanced``: one labels pass for the counts)."""
-    counts = None
-    if str(p.class_weight).strip() == "balanced":
-        counts = engine.map_reduce(store, _label_counts_fn, None, reduce=_label_counts_reduce)
-    return p.class_costs(neg, pos, counts)
+    costs = dual_class_costs(store, engine, p, neg, pos)
+    assert costs is not None  # called with a class weight only
+    return costs
