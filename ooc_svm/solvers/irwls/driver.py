@@ -391,6 +391,24 @@ class _Run:
             self.delta = self._expansion()
         log.info("irwls: resuming after outer iteration %d", self.it)
 
+    def warm(self, model) -> None:
+        """Start from ``model`` (this store, a smaller C of a C sweep): β = its α scaled into
+        the box, sent as the first pass's change (g is recomputed from it), b scaled alike."""
+        from ..sweep import warm_start_from_model
+
+        gids, coef, X, intercept = warm_start_from_model(model, self.C, self.store.meta.n_rows)
+        self.upd_gids, self.upd_beta, self.b = gids, np.abs(coef), intercept
+        if self.linear:
+            self.w = np.asarray(X.T @ coef, dtype=np.float64).ravel()
+        elif gids.size:
+            y = np.where(coef > 0, 1.0, -1.0)
+            ip, ix = X.indptr.astype(np.int64), X.indices.astype(np.int32)
+            self.delta_rows = WorkingRows(gids, ip, ix, X.data.astype(np.float32), y, abs(coef))
+            self.delta_coef = coef
+            if not self.cache_bytes:
+                self.delta = self._expansion()
+        log.info("irwls: warm start from %d support vectors", gids.size)
+
     def _expansion(self) -> Expansion:
         r = self.delta_rows
         assert r is not None  # a kernel change was made
@@ -660,6 +678,7 @@ def solve(
     *,
     callback: Callback | None = None,
     checkpoint: Checkpointer | None = None,
+    init=None,
 ) -> Result:
     """Train a C-SVC by IRWLS chunking (see the module docstring).
 
@@ -677,6 +696,9 @@ def solve(
         Saves the state after outer iterations (see :class:`CheckpointClock`); with
         ``checkpoint.resume`` the run continues from the latest checkpoint and ends with the
         same model.
+    init : Model, optional
+        A binary model of this store with its dual coefficients (e.g. a smaller C of a C
+        sweep): the run starts from its β scaled by C/C_old (:meth:`_Run.warm`).
 
     Returns
     -------
@@ -688,6 +710,8 @@ def solve(
     p.validate(store.meta)
     run = _Run(store, engine, p, callback, checkpoint)
     run.start()
+    if init is not None and not (checkpoint is not None and checkpoint.resume):
+        run.warm(init)
     while True:
         check_interrupt()
         if not run.step():

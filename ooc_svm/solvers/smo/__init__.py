@@ -103,8 +103,15 @@ def solve(
     *,
     callback: Callback | None = None,
     checkpoint: Checkpointer | None = None,
+    init=None,
+    keep_dual: bool = False,
 ) -> Result:
     """Train with SMO; see the module docstring for the problem and the stopping rules.
+
+    ``init`` (a binary model of this store with its dual coefficients, e.g. from a smaller C
+    of a C sweep) starts wss2 in memory from its α scaled into the box (α·C/C_old): the
+    gradient is computed from that α. Other paths start from α = 0. ``keep_dual``: linear
+    models also keep their support vectors and dual coefficients (to start a later run).
 
     With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), wss2 saves its state
     every ``checkpoint_every`` SMO steps and every ``checkpoint_seconds`` (in memory) or
@@ -141,10 +148,12 @@ def solve(
         if p.class_weight is not None:
             costs = _class_costs(store, engine, p, neg, pos)
             log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
-        out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint, costs)
+        out = _solve_wss2(
+            store, engine, state, p, C, tol, kp, pos, report, checkpoint, costs, init=init
+        )
     sv_rows, intercept, iters, extra, dual = out
     state = extra.pop("state", state)  # a resumed decomposition restores the shard α
-    model, kkt, objs = _finish(store, engine, state, p, kp, (neg, pos), out, costs)
+    model, kkt, objs = _finish(store, engine, state, p, kp, (neg, pos), out, costs, keep_dual)
     summary = _summary(p, kp, kkt, intercept, extra)
     if costs is not None:
         summary["class_costs"] = [float(costs[0]), float(costs[1])]
@@ -162,7 +171,7 @@ def solve(
     )
 
 
-def _finish(store, engine, state, p: Params, kp, classes, out, costs=None):
+def _finish(store, engine, state, p: Params, kp, classes, out, costs=None, keep_dual=False):
     """The independent KKT check on every row and the model (:func:`finish_dual`); returns
     (model, kkt, {"dual", "primal"}). ``costs``: (C_neg, C_pos) of class weights."""
     sv_rows, intercept, _, extra, dual = out
@@ -204,6 +213,7 @@ def _finish(store, engine, state, p: Params, kp, classes, out, costs=None):
         state=state,
         w=None if w is None else np.asarray(w, dtype=np.float64),
         kkt=extra.pop("kkt", None),
+        keep_dual=keep_dual,
     )
     kkt = fin.kkt
     assert kkt is not None  # check=True: the pass was made
