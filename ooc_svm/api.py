@@ -497,9 +497,8 @@ def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) ->
         )
         rows.append(row)
     b = _best(rows, key)
-    p0 = engine.passes
     final = mod.solve(store, engine, typed.replace(C=Cs[b]), callback=callback)
-    passes.append(int(engine.passes - p0))
+    passes.append(int(final.passes))
     return SweepOutcome(
         final, Cs[b], key, rows, mode, int(sum(passes)), 0.0, folds=k, sweep_passes=passes
     )

@@ -196,7 +196,9 @@ def _perf_shared(store, engine, params, Cs: list[float], callback) -> list[Resul
         parts = engine.map_reduce(store, pass_many, [reqs[k] for k in ks], reduce=reduce_many)
         pt = time.perf_counter() - t
         rounds += 1
-        log.info("perf C sweep: pass %d for %d of %d C values (%.2fs)", rounds, len(ks), len(Cs), pt)
+        log.info(
+            "perf C sweep: pass %d for %d of %d C values (%.2fs)", rounds, len(ks), len(Cs), pt
+        )
         for k, part in zip(ks, parts, strict=True):
             try:
                 reqs[k] = steps[k].send((part, pt))
@@ -222,9 +224,7 @@ def _dual_warm(
             warm.append(prev is not None)
             results.append(res)
             prev = res.model
-            log.info(
-                "C sweep: C=%g: %d passes, %s", c, res.passes, "warm" if warm[-1] else "cold"
-            )
+            log.info("C sweep: C=%g: %d passes, %s", c, res.passes, "warm" if warm[-1] else "cold")
     return results, warm
 
 
@@ -256,9 +256,7 @@ def warm_start_from_model(model, C: float, n_rows: int):
     import numpy as np
 
     if model.support_ is None or model.dual_coef_ is None or model.support_vectors_ is None:
-        raise SolverError(
-            "warm start: the model keeps no dual coefficients with their row indices"
-        )
+        raise SolverError("warm start: the model keeps no dual coefficients with their row indices")
     coef = np.asarray(model.dual_coef_, dtype=np.float64)
     gids = np.asarray(model.support_, dtype=np.int64)
     if coef.ndim != 1 or (gids.size and (gids.min() < 0 or gids.max() >= n_rows)):
