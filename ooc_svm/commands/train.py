@@ -446,7 +446,7 @@ def json_summary(result, solver: str, typed, store, output: str, store_path: str
 
 
 def run(args) -> int:
-    from ..api import get_solver, train
+    from ..api import SolverError, get_solver, train
     from ..progress import TrainProgress, progress_mode, stop_target
     from ..store import open_store
 
@@ -455,7 +455,7 @@ def run(args) -> int:
         return run_sweep(args, typed)
     for flag in ("sweep_table", "plot", "sweep_metric"):
         if getattr(args, flag) is not None:
-            raise ValueError(
+            raise SolverError(
                 f"--{flag.replace('_', '-')} belongs to a C sweep: give --C values with "
                 "--validation STORE or --folds K"
             )
@@ -529,14 +529,14 @@ SWEEP_COLUMNS = ("objective", "passes", "seconds", "iterations", "converged", "w
 
 def run_sweep(args, typed) -> int:
     """``train --C 0.01,0.1,1,10 --validation STORE`` (or ``--folds K``)."""
-    from ..api import train_sweep
+    from ..api import SolverError, train_sweep
     from ..store import open_store
 
     for flag in ("checkpoint", "history", "multiclass"):
         if getattr(args, flag):
-            raise ValueError(f"--{flag} is not supported with a C sweep")
+            raise SolverError(f"--{flag} is not supported with a C sweep")
     if args.resume or args.probability:
-        raise ValueError("--resume and --probability are not supported with a C sweep")
+        raise SolverError("--resume and --probability are not supported with a C sweep")
     Cs = getattr(args, "c_values", None) or [typed.C]
     out = train_sweep(
         args.store,
