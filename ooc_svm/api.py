@@ -400,13 +400,15 @@ def train_sweep(
         if own_engine:
             engine.close()
     out.seconds = time.perf_counter() - t0
-    out.result.model.info["c_sweep"] = {
-        k: out.summary()[k] for k in ("metric", "best_C", "mode", "folds", "validation")
-    }
-    out.result.model.info["c_sweep"]["table"] = [
-        {k: r[k] for k in ("C", key, "objective", "passes")} for r in out.rows
-    ]
+    _record_sweep(out)
     return out
+
+
+def _record_sweep(out: SweepOutcome) -> None:
+    """The sweep's choice and table in the best model's ``info["c_sweep"]``."""
+    info = {k: out.summary()[k] for k in ("metric", "best_C", "mode", "folds", "validation")}
+    info["table"] = [{k: r[k] for k in ("C", out.metric, "objective", "passes")} for r in out.rows]
+    out.result.model.info["c_sweep"] = info
 
 
 def _sweep_row(C: float, res: Result, key: str, value, warm: bool) -> dict[str, Any]:

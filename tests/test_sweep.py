@@ -271,3 +271,35 @@ def test_a9a_perf_sweep_one_set_of_passes(data_path, tmp_path):
         assert abs(r["objective"] - a.objective) <= a.model.info["eps"] * c * n
     assert out.passes == max(r["passes"] for r in out.rows) < total
     assert 0.84 < max(r["accuracy"] for r in out.rows) < 0.86
+
+
+@pytest.mark.slow
+def test_readme_choosing_c_runs_as_written(data_path, tmp_path):
+    """The README's "Choosing C" block, line by line, in an empty directory (the dataset
+    directory standing in for ``../shared/data``); the table names the model written."""
+    import os
+    import re
+    import shlex
+    import sys
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index("## Choosing C")
+    m = re.compile(r"```sh\n(.*?)```", re.S).search(text, start)
+    assert m is not None
+    data = Path(data_path("a9a/a9a")).parent.parent
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for line in m.group(1).splitlines():
+        cmd = line.split("  #")[0].strip()
+        if not cmd:
+            continue
+        cmd = cmd.replace("../shared/data", shlex.quote(str(data)))
+        r = subprocess.run(
+            ["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800
+        )
+        assert r.returncode == 0, f"{cmd}\n{r.stderr[-2000:]}"
+    doc = json.loads((tmp_path / "sweep.json").read_text())
+    assert doc["passes"] == max(r["passes"] for r in doc["table"])
+    assert ooc_svm.load_model(str(tmp_path / "a9a-best")).info["C"] == doc["best_C"]
+    rows = list(csv.DictReader(open(tmp_path / "sweep.csv")))
+    assert len(rows) == 4 and all(0.85 < float(r["auc"]) < 0.95 for r in rows[1:])
+    assert (tmp_path / "sweep.png").stat().st_size > 1000

@@ -196,7 +196,7 @@ def _perf_shared(store, engine, params, Cs: list[float], callback) -> list[Resul
         parts = engine.map_reduce(store, pass_many, [reqs[k] for k in ks], reduce=reduce_many)
         pt = time.perf_counter() - t
         rounds += 1
-        log.info(
+        log.debug(
             "perf C sweep: pass %d for %d of %d C values (%.2fs)", rounds, len(ks), len(Cs), pt
         )
         for k, part in zip(ks, parts, strict=True):
