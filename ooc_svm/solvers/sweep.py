@@ -9,7 +9,7 @@
   from the previous solution (α scaled into the new box, α·C_new/C_old, which keeps yᵀα = 0
   and 0 ≤ α ≤ C; the solver recomputes its gradient / scores from it in its first pass):
   active-set through its incremental mode (Scheinberg 2006 §4.3–4.4, ``init``), smo
-  (in-memory wss2) and irwls through their ``init`` keyword. Each C's passes are its own;
+  (in-memory wss2) and irwls through their ``solve_warm``. Each C's passes are its own;
   the total is their sum.
 - anything else (perf ``--loss roc|ordinal`` or ``--variant selective``): one independent
   training per C (passes add up).
@@ -21,7 +21,6 @@ Validation metrics and the choice of the best C are :func:`ooc_svm.api.train_swe
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import tempfile
@@ -104,7 +103,7 @@ def sweep_mode(mod, params: SolverParams, meta) -> str:
         if params.variant != "selective" and params.resolve_loss(meta) == "error":
             return "shared"
         return "independent"
-    if name == "active-set" or "init" in inspect.signature(mod.solve).parameters:
+    if name == "active-set" or hasattr(mod, "solve_warm"):
         return "warm"
     return "independent"
 
@@ -229,17 +228,20 @@ def _dual_warm(
 
 
 def _solve_warm(mod, name: str, store, engine, p, cb, prev, tmp: str, k: int) -> Result:
-    kw: dict[str, Any] = {}
-    if "keep_dual" in inspect.signature(mod.solve).parameters:
-        kw["keep_dual"] = True  # the next C starts from this model's dual coefficients
-    if prev is None:
-        return mod.solve(store, engine, p, callback=cb, **kw)
+    """One C value: cold (``prev`` None) or started from the previous C's model."""
+    warm_fn = getattr(mod, "solve_warm", None)
     if name == "active-set":
+        if prev is None:
+            return mod.solve(store, engine, p, callback=cb)
         # Scheinberg's incremental mode reads the model it starts from (§4.3-4.4)
         path = os.path.join(tmp, f"C{k - 1}")
         prev.save(path)
-        return mod.solve(store, engine, p.replace(init=path), callback=cb, **kw)
-    return mod.solve(store, engine, p, callback=cb, init=prev, **kw)
+        return mod.solve(store, engine, p.replace(init=path), callback=cb)
+    if warm_fn is None:
+        return mod.solve(store, engine, p, callback=cb)
+    # also the first (cold, init None) value: smo's linear models keep their dual
+    # coefficients only when trained this way
+    return warm_fn(store, engine, p, prev, callback=cb)
 
 
 def warm_start_from_model(model, C: float, n_rows: int):

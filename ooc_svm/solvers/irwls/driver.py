@@ -678,7 +678,6 @@ def solve(
     *,
     callback: Callback | None = None,
     checkpoint: Checkpointer | None = None,
-    init=None,
 ) -> Result:
     """Train a C-SVC by IRWLS chunking (see the module docstring).
 
@@ -696,9 +695,6 @@ def solve(
         Saves the state after outer iterations (see :class:`CheckpointClock`); with
         ``checkpoint.resume`` the run continues from the latest checkpoint and ends with the
         same model.
-    init : Model, optional
-        A binary model of this store with its dual coefficients (e.g. a smaller C of a C
-        sweep): the run starts from its β scaled by C/C_old (:meth:`_Run.warm`).
 
     Returns
     -------
@@ -706,11 +702,22 @@ def solve(
         ``model`` (kernel model; for the linear kernel ``kind="linear"`` with ``coef_`` and the
         support vectors kept), ``dual_objective`` (LIBSVM sign), ``objective`` (primal).
     """
+    return _train(store, engine, params, callback, checkpoint)
+
+
+@interruptible
+def solve_warm(store, engine, params: Params, init, *, callback: Callback | None = None) -> Result:
+    """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
+    store with its dual coefficients; β starts at its α scaled by C/C_old (:meth:`_Run.warm`)."""
+    return _train(store, engine, params, callback, None, init)
+
+
+def _train(store, engine, params, callback, checkpoint, init=None) -> Result:
     p = as_params(Params, params)
     p.validate(store.meta)
     run = _Run(store, engine, p, callback, checkpoint)
     run.start()
-    if init is not None and not (checkpoint is not None and checkpoint.resume):
+    if init is not None:
         run.warm(init)
     while True:
         check_interrupt()

@@ -103,21 +103,27 @@ def solve(
     *,
     callback: Callback | None = None,
     checkpoint: Checkpointer | None = None,
-    init=None,
-    keep_dual: bool = False,
 ) -> Result:
     """Train with SMO; see the module docstring for the problem and the stopping rules.
-
-    ``init`` (a binary model of this store with its dual coefficients, e.g. from a smaller C
-    of a C sweep) starts wss2 in memory from its α scaled into the box (α·C/C_old): the
-    gradient is computed from that α. Other paths start from α = 0. ``keep_dual``: linear
-    models also keep their support vectors and dual coefficients (to start a later run).
 
     With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), wss2 saves its state
     every ``checkpoint_every`` SMO steps and every ``checkpoint_seconds`` (in memory) or
     after every outer iteration (out of core) and, when resuming, starts from the latest
     checkpoint; a resumed run ends with exactly the model of an uninterrupted one.
     """
+    return _solve(store, engine, params, callback, checkpoint)
+
+
+def solve_warm(store, engine, params: Params, init, *, callback: Callback | None = None) -> Result:
+    """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
+    store with its dual coefficients (trained at ``init.info["C"]``). wss2 in memory starts
+    from its α scaled into the box (α·C/C_old, yᵀα = 0 kept) and computes the gradient from
+    it; the other paths start from α = 0. The model returned keeps its dual coefficients
+    (linear kernel included), so it can start the next value."""
+    return _solve(store, engine, params, callback, None, init=init, keep_dual=True)
+
+
+def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=False) -> Result:
     t0 = time.perf_counter()
     p = as_params(Params, params)
     p.validate(store.meta)
