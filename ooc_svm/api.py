@@ -377,11 +377,6 @@ def train_sweep(
     params.pop("C", None)
     typed = _typed_params(mod, params).replace(C=Cs[0])
     meta = store.meta
-    if meta.label_kind == "multiclass":
-        raise SolverError(
-            f"{store.path}: a C sweep trains binary or rank labels; for classes train each "
-            "C with --multiclass ovr"
-        )
     if (validation is None) == (folds is None):
         raise SolverError("a C sweep needs --validation STORE or --folds K (one of them)")
     key = sweep_metric(meta.label_kind, bool(meta.has_qid), metric)

@@ -141,6 +141,45 @@ def test_warm_start_is_feasible_in_the_new_box():
         warm_start_from_model(m, 1.0, 3)  # row 3 is outside a 3-row store
 
 
+def test_multiclass_perf_sweep_fuses_classes_and_c_values(tmp_path):
+    """Classes x C values in one set of passes: passes = the slowest (class, C) problem's;
+    each C's one-vs-rest model as trained alone (objective within eps*C*n per class)."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(450, 6))
+    y = np.argmax(X[:, :3] + 0.6 * rng.normal(size=(450, 3)), axis=1).astype(float) + 1
+    train = build_store(tmp_path / "m.zarr", X[:300], y[:300], shard_rows=100)
+    valid = build_store(tmp_path / "mv.zarr", X[300:], y[300:], shard_rows=100)
+    assert train.meta.label_kind == "multiclass"
+    Cs = [0.1, 1.0]
+    out = train_sweep(train, "perf", Cs, validation=valid, eps=1e-3)
+    assert out.mode == "shared" and out.metric == "accuracy"
+    assert out.passes == max(r["passes"] for r in out.rows)
+    total = 0
+    for c, r in zip(Cs, out.rows, strict=True):
+        alone = ooc_svm.train(train, "perf", C=c, eps=1e-3)
+        total += alone.passes
+        assert abs(r["objective"] - alone.objective) <= 3 * 1e-3 * c * 300
+    assert out.passes < total
+    assert [float(c) for c in out.result.model.classes] == [1.0, 2.0, 3.0]
+
+
+def test_rank_sweep_uses_ndcg(tmp_path):
+    """perf --loss ordinal with query ids: one training per C (passes add up), NDCG@10 on
+    the validation queries picks the model."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(360, 8))
+    qid = np.repeat(np.arange(36), 10)
+    y = np.clip(np.round(X[:, 0] + 0.5 * X[:, 1] + 0.7 * rng.normal(size=360)) + 1, 0, 3)
+    kw = {"label_kind": "ordinal", "shard_rows": 60}
+    train = build_store(tmp_path / "r.zarr", X[:240], y[:240], qid[:240], **kw)
+    valid = build_store(tmp_path / "rv.zarr", X[240:], y[240:], qid[240:], **kw)
+    out = train_sweep(train, "perf", [0.01, 1.0], validation=valid, loss="ordinal")
+    assert out.metric == "ndcg@10" and out.mode == "independent"
+    assert out.passes == sum(r["passes"] for r in out.rows)
+    vals = [r["ndcg@10"] for r in out.rows]
+    assert out.best_C == [0.01, 1.0][int(np.argmax(vals))]
+
+
 def test_folds_metric_is_the_fold_mean_and_final_model_is_retrained(stores):
     _, train, _ = stores
     out = train_sweep(train, "perf", [0.1, 1.0], folds=3, eps=1e-3, seed=1)
@@ -162,7 +201,7 @@ def test_sweep_refusals(stores):
         train_sweep(train, "perf", CS, validation=valid, metric="ndcg")
 
 
-def test_cli_sweep_table_model_and_plot(stores, tmp_path, monkeypatch):
+def test_cli_sweep_table_model_and_plot(stores, monkeypatch, capsys):
     """The CLI writes the best model, the table (CSV and JSON) and the plot, from relative
     paths; ``ooc-svm plot`` draws the JSON table."""
     pytest.importorskip("matplotlib")
@@ -186,25 +225,18 @@ def test_cli_sweep_table_model_and_plot(stores, tmp_path, monkeypatch):
     assert best.info["C"] == [0.01, 0.1, 1.0][int(np.argmax(aucs))]
     assert int(max(int(r["passes"]) for r in rows)) == best.info["c_sweep"]["table"][-1]["passes"]
     assert Path("sweep.png").stat().st_size > 1000
-    run = subprocess.run(
-        ooc_cmd(
-            "train", "train.zarr", "-o", "best2", "--C", "0.01,0.1,1", "--validation",
-            "valid.zarr", "--json",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    doc = json.loads(run.stdout)
+    from ooc_svm.cli import main  # the rest in-process (one interpreter start is enough)
+
+    capsys.readouterr()
+    assert main(["train", "train.zarr", "-o", "best2", "--C", "0.01,0.1,1", "--validation",
+                 "valid.zarr", "--json"]) == 0  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["C"] == doc["sweep"]["best_C"]
     assert doc["sweep"]["passes"] == max(r["passes"] for r in doc["sweep"]["table"])
     Path("t.json").write_text(
         json.dumps({"sweep": True, "solver": "perf", "store": "train.zarr", **doc["sweep"]})
     )
-    run = subprocess.run(
-        ooc_cmd("plot", "t.json", "-o", "p.png"), capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stderr
+    assert main(["plot", "t.json", "-o", "p.png"]) == 0
     assert Path("p.png").stat().st_size > 1000
 
 

@@ -11,8 +11,11 @@
   active-set through its incremental mode (Scheinberg 2006 §4.3–4.4, ``init``), smo
   (in-memory wss2) and irwls through their ``solve_warm``. Each C's passes are its own;
   the total is their sum.
-- anything else (perf ``--loss roc|ordinal`` or ``--variant selective``): one independent
-  training per C (passes add up).
+- anything else (perf ``--loss roc|ordinal`` or ``--variant selective``; dual solvers on
+  classes): one independent training per C (passes add up).
+
+Stores with more than two classes are trained one-vs-rest at every C: with perf every
+(class, C) problem shares the same fused passes.
 
 Every per-C model is the one the solver would reach alone at that C, to its tolerance
 (perf: objective within ε·C·n; dual solvers: the same stopping rule on every row).
@@ -22,6 +25,7 @@ Validation metrics and the choice of the best C are :func:`ooc_svm.api.train_swe
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 import time
@@ -99,6 +103,9 @@ def parse_c_values(values: str | float | Sequence[float]) -> list[float]:
 def sweep_mode(mod, params: SolverParams, meta) -> str:
     """How :func:`solve_sweep` trains the C values of ``mod`` on a store with ``meta``."""
     name = getattr(params, "SOLVER", "")
+    if meta.label_kind == "multiclass":  # one-vs-rest per C (perf: all fused)
+        shared = name == "perf" and params.variant != "selective" and params.loss in (None, "error")
+        return "shared" if shared else "independent"
     if name == "perf":
         if params.variant != "selective" and params.resolve_loss(meta) == "error":
             return "shared"
@@ -140,7 +147,8 @@ def solve_sweep(
     meta = store.meta
     if getattr(params, "c_perf", None) is not None:
         raise SolverError("a C sweep takes --C values, not --c-perf")
-    params.validate(meta)
+    if meta.label_kind != "multiclass":
+        params.validate(meta)
     mode = sweep_mode(mod, params, meta)
     if mode == "warm" and not warm_start:
         mode = "independent"
@@ -152,14 +160,21 @@ def solve_sweep(
     elif mode == "warm":
         results, warm = _dual_warm(store, engine, mod, params, Cs, callback)
     else:
-        results = [
-            mod.solve(store, engine, params.replace(C=c), callback=_tagged(callback, k, c))
-            for k, c in enumerate(Cs)
-        ]
+        results = [_independent(store, engine, mod, params.replace(C=c), _tagged(callback, k, c))
+                   for k, c in enumerate(Cs)]  # fmt: skip
         warm = [False] * len(Cs)
     passes = engine.passes + getattr(engine, "partial_passes", 0) - p0
     log.info("C sweep (%s): %d values, %d passes", mode, len(Cs), passes)
     return SweepResult(Cs, results, int(passes), mode, time.perf_counter() - t0, warm)
+
+
+def _independent(store, engine, mod, params, callback) -> Result:
+    """One C value trained alone (one-vs-rest for classes)."""
+    if store.meta.label_kind == "multiclass":
+        from .ovr import train_ovr
+
+        return train_ovr(store, mod, engine, params, callback=callback)
+    return mod.solve(store, engine, params, callback=callback)
 
 
 def _tagged(callback: Callback | None, k: int, c: float) -> Callback | None:
@@ -173,38 +188,43 @@ def _tagged(callback: Callback | None, k: int, c: float) -> Callback | None:
 
 
 def _perf_shared(store, engine, params, Cs: list[float], callback) -> list[Result]:
-    """perf, error loss: every C's iteration as a generator; one fused pass per round."""
+    """perf, error loss: every C's (and, for classes, every class's) iteration as a
+    generator; one fused pass per round (:func:`~.perf.ovr.run_fused`)."""
     from .perf.error import _error_steps
-    from .perf.passes import pass_many, reduce_many
+    from .perf.ovr import _ovr_result, run_fused
 
     meta = store.meta
-    neg, pos = binary_classes(meta)
-    params.check_dense(meta, copies=len(Cs))
-    steps, reqs, results = [], {}, {}
+    multi = meta.label_kind == "multiclass"
+    if multi:
+        classes = [float(c) for c in (meta.labels or [])]
+        pos_list = [(math.nan, c) for c in classes]  # "class c vs the rest"
+    else:
+        pos_list = [binary_classes(meta)]
+    share = len(Cs) * len(pos_list)
+    params.check_dense(meta, copies=share)
+    t0 = time.perf_counter()
+    steps = []
     for k, c in enumerate(Cs):
         p = params.replace(C=c, c_perf=None)
-        g = _error_steps(
-            meta, neg, pos, engine, p, p.variant, _tagged(callback, k, c), None, share=len(Cs)
-        )
-        steps.append(g)
-        reqs[k] = next(g)
-    rounds = 0
-    while reqs:
-        ks = sorted(reqs)
-        t = time.perf_counter()
-        parts = engine.map_reduce(store, pass_many, [reqs[k] for k in ks], reduce=reduce_many)
-        pt = time.perf_counter() - t
-        rounds += 1
-        log.debug(
-            "perf C sweep: pass %d for %d of %d C values (%.2fs)", rounds, len(ks), len(Cs), pt
-        )
-        for k, part in zip(ks, parts, strict=True):
-            try:
-                reqs[k] = steps[k].send((part, pt))
-            except StopIteration as done:
-                results[k] = done.value
-                del reqs[k]
-    return [results[k] for k in range(len(Cs))]
+        for j, (neg, pos) in enumerate(pos_list):
+            cb = _tagged(callback, k, c)
+            if multi and cb is not None:
+                cb = _tagged_class(cb, j, pos)
+            steps.append(_error_steps(meta, neg, pos, engine, p, p.variant, cb, None, share=share))
+    res = run_fused(store, engine, steps, "perf C sweep", "problems", logging.DEBUG)
+    if not multi:
+        return res
+    m = len(pos_list)
+    return [
+        _ovr_result(res[k * m : (k + 1) * m], classes, params.variant, t0) for k in range(len(Cs))
+    ]
+
+
+def _tagged_class(cb: Callback, j: int, c: float) -> Callback:
+    def out(rec: dict) -> None:
+        cb({**rec, "class": c, "class_index": j})
+
+    return out
 
 
 def _dual_warm(
