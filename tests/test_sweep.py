@@ -257,7 +257,7 @@ def test_cli_sweep_errors_are_one_line(stores, monkeypatch, capsys):
         assert not Path("m").exists()
     with pytest.raises(SystemExit):
         main(["train", "train.zarr", "-o", "m", "--C", "0.1,x", "--validation", "valid.zarr"])
-    assert "invalid C value '0.1,x'" in capsys.readouterr().err
+    assert "argument --C: invalid float value: '0.1,x'" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -190,17 +190,15 @@ def add_parser(sub) -> None:
 
 
 def _c_values(value: str):
-    """``--C``: a number, or a comma-separated list of them (a C sweep)."""
-    parts = [v.strip() for v in value.split(",") if v.strip()]
-    try:
-        vals = [float(v) for v in parts]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid C value {value!r} (a number or a comma list: 0.01,0.1,1,10)"
-        ) from None
+    """``--C``: a number, or a comma-separated list of them (a C sweep). A bad value is
+    argparse's usual one line, "invalid float value: 'x'" (hence the ``__name__``)."""
+    vals = [float(v) for v in value.split(",") if v.strip()]  # ValueError: argparse's message
     if not vals:
-        raise argparse.ArgumentTypeError("no C value given")
-    return vals[0] if len(vals) == 1 and "," not in value else vals
+        raise ValueError(value)
+    return vals if "," in value else vals[0]
+
+
+_c_values.__name__ = "float"
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
