@@ -313,7 +313,7 @@ def history_figure(path: str):
         for ax in (ax0, ax1):
             _grid_legend(ax)
     # for tests: the floor of each log panel (an attribute matplotlib's Figure does not declare)
-    fig._ooc_svm_floors = pn.floors  # type: ignore[attr-defined]
+    fig._ooc_svm_floors = pn.floors
     what = f"{solver} " if solver else ""
     store = header.get("store")
     multi = f", one-vs-rest, {len(groups)} classes" if len(groups) > 1 else ""

@@ -100,7 +100,7 @@ def parse_c_values(values: str | float | Sequence[float]) -> list[float]:
     return sorted(out)
 
 
-def sweep_mode(mod, params: SolverParams, meta) -> str:
+def sweep_mode(mod, params: Any, meta) -> str:
     """How :func:`solve_sweep` trains the C values of ``mod`` on a store with ``meta``."""
     name = getattr(params, "SOLVER", "")
     if meta.label_kind == "multiclass":  # one-vs-rest per C (perf: all fused)
