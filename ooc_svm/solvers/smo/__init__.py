@@ -149,6 +149,8 @@ def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=Fal
             raise SolverError("smo: --checkpoint is supported with --selection wss2 only")
         if p.class_weight is not None:
             raise SolverError("smo: --class-weight is supported with --selection wss2 only")
+        if init is not None:
+            log.info("smo: --selection platt does not use the warm start: alpha = 0")
         out = _solve_platt(store, engine, state, p, C, tol, kp, pos, report)
     else:
         if p.class_weight is not None:
