@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .engine import Engine, make_engine
@@ -29,6 +31,8 @@ __all__ = [
     "solver_names",
     "solver_params",
     "train",
+    "train_sweep",
+    "SweepOutcome",
 ]
 
 
@@ -102,56 +106,14 @@ def train(
     if isinstance(store, str):
         store = open_store(store)
     mod = get_solver(solver)
-    ready = params.pop("params", None)
-    if isinstance(ready, SolverParams) and not params:
-        typed = ready
-    elif ready is not None:
-        raise SolverError("give params=<Params> or keyword parameters, not both")
-    else:
-        typed = mod.Params.from_mapping(params)
-    full = typed.to_dict()
-    kind = store.meta.label_kind
-    if multiclass is None and kind == "multiclass":
-        multiclass = "ovr"
-    if multiclass not in (None, "ovr"):
-        raise SolverError(f"unknown multiclass mode {multiclass!r}; use ovr")
+    typed = _typed_params(mod, params)
+    multiclass = _multiclass_mode(store, multiclass)
     if probability:
         _check_probability(store, multiclass, probability_folds)
-    ckpt: Checkpointer | None = None
-    class_ckpt: Callable[[int, float], Checkpointer] | None = None  # one-vs-rest
-    if checkpoint is not None or resume:
-        if checkpoint is None:
-            raise SolverError("--resume needs the checkpoint directory")
-        if not getattr(mod, "SUPPORTS_CHECKPOINT", False):
-            raise SolverError(f"solver {solver!r} does not support checkpoints")
-        from .checkpoint import Checkpointer
-
-        if multiclass == "ovr":
-            if not getattr(mod, "SUPPORTS_OVR_CHECKPOINT", False):
-                raise SolverError(
-                    f"checkpoints of one-vs-rest training are supported for perf only, not "
-                    f"{solver!r}"
-                )
-            classes = [float(c) for c in (store.meta.labels or [])]
-
-            def per_class(k: int, c: float) -> Checkpointer:
-                # one directory per class; the class list is checked on resume
-                return Checkpointer(
-                    os.path.join(checkpoint, f"class-{k:04d}"),
-                    solver,
-                    {**full, "ovr_class": c, "ovr_classes": classes},
-                    resume=resume,
-                    store=store,
-                )
-
-            class_ckpt = per_class
-        else:
-            ckpt = Checkpointer(checkpoint, solver, full, resume=resume, store=store)
+    ckpt, class_ckpt = _checkpointers(mod, solver, store, typed, multiclass, checkpoint, resume)
     own_engine = engine is None
     if engine is None:
-        if isinstance(shard_cache_mb, int | float) and not shard_cache_mb >= 0:
-            raise SolverError("--shard-cache-mb must be >= 0")
-        engine = make_engine(scheduler, cache_mb=shard_cache_mb)
+        engine = _make_engine(scheduler, shard_cache_mb)
     t0 = time.perf_counter()
     try:
         if multiclass == "ovr":
@@ -167,6 +129,64 @@ def train(
             engine.close()
     log.debug("trained with %s in %.3fs", solver, time.perf_counter() - t0)
     return result
+
+
+def _typed_params(mod, params: dict[str, Any]) -> SolverParams:
+    """The solver's ``Params`` from keywords, or the ready ``params=<Params>``."""
+    ready = params.pop("params", None)
+    if isinstance(ready, SolverParams) and not params:
+        return ready
+    if ready is not None:
+        raise SolverError("give params=<Params> or keyword parameters, not both")
+    return mod.Params.from_mapping(params)
+
+
+def _multiclass_mode(store, multiclass: str | None) -> str | None:
+    if multiclass is None and store.meta.label_kind == "multiclass":
+        multiclass = "ovr"
+    if multiclass not in (None, "ovr"):
+        raise SolverError(f"unknown multiclass mode {multiclass!r}; use ovr")
+    return multiclass
+
+
+def _make_engine(scheduler: str | None, shard_cache_mb) -> Engine:
+    if isinstance(shard_cache_mb, int | float) and not shard_cache_mb >= 0:
+        raise SolverError("--shard-cache-mb must be >= 0")
+    return make_engine(scheduler, cache_mb=shard_cache_mb)
+
+
+def _checkpointers(
+    mod, solver: str, store, typed: SolverParams, multiclass, checkpoint, resume: bool
+) -> tuple[Checkpointer | None, Callable[[int, float], Checkpointer] | None]:
+    """``(checkpointer, per-class factory for one-vs-rest)``; both None without checkpoints."""
+    if checkpoint is None and not resume:
+        return None, None
+    if checkpoint is None:
+        raise SolverError("--resume needs the checkpoint directory")
+    if not getattr(mod, "SUPPORTS_CHECKPOINT", False):
+        raise SolverError(f"solver {solver!r} does not support checkpoints")
+    from .checkpoint import Checkpointer
+
+    full = typed.to_dict()
+    if multiclass != "ovr":
+        return Checkpointer(checkpoint, solver, full, resume=resume, store=store), None
+    if not getattr(mod, "SUPPORTS_OVR_CHECKPOINT", False):
+        raise SolverError(
+            f"checkpoints of one-vs-rest training are supported for perf only, not {solver!r}"
+        )
+    classes = [float(c) for c in (store.meta.labels or [])]
+
+    def per_class(k: int, c: float) -> Checkpointer:
+        # one directory per class; the class list is checked on resume
+        return Checkpointer(
+            os.path.join(checkpoint, f"class-{k:04d}"),
+            solver,
+            {**full, "ovr_class": c, "ovr_classes": classes},
+            resume=resume,
+            store=store,
+        )
+
+    return None, per_class
 
 
 def _check_probability(store, multiclass: str | None, folds: int) -> None:
@@ -225,3 +245,257 @@ def fit_probability(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     log.debug("probability: sigmoid fitted on %d shard folds: A=%s B=%s", folds, A, B)
+
+
+# ------------------------------------------------------------------------------------------
+# choosing C: one sweep over several values, a validation metric per value
+# ------------------------------------------------------------------------------------------
+#: ``metric=`` names → the key of :func:`ooc_svm.evaluation.evaluate_model`'s result
+SWEEP_METRICS = {
+    "accuracy": "accuracy",
+    "auc": "auc",
+    "ndcg": "ndcg@10",
+    "pairwise": "pairwise_accuracy",
+}
+
+
+@dataclass
+class SweepOutcome:
+    """What :func:`train_sweep` returns.
+
+    Attributes
+    ----------
+    result : Result
+        The model at the best C (with ``validation``: that C's model of the sweep; with
+        ``folds``: retrained on all the data at the best C).
+    best_C : float
+    metric : str
+        The metric's name (``accuracy``, ``auc``, ``ndcg@10``, ``pairwise_accuracy``).
+    rows : list of dict
+        One per C: ``C``, the metric, ``objective`` (primal, LIBLINEAR units), ``passes``,
+        ``seconds``, ``iterations``, ``converged``, ``warm_start``.
+    mode : str
+        ``shared`` (perf: fused passes), ``warm`` or ``independent``.
+    passes : int
+        Streamed training passes of the whole sweep (all folds, and the final training).
+    """
+
+    result: Result
+    best_C: float
+    metric: str
+    rows: list[dict]
+    mode: str
+    passes: int
+    seconds: float
+    folds: int | None = None
+    validation: str | None = None
+    sweep_passes: list[int] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary (what ``train --json`` prints under ``"sweep"``)."""
+        return {
+            "metric": self.metric,
+            "best_C": self.best_C,
+            "mode": self.mode,
+            "passes": self.passes,
+            "sweep_passes": self.sweep_passes,
+            "folds": self.folds,
+            "validation": self.validation,
+            "seconds": round(self.seconds, 3),
+            "table": self.rows,
+        }
+
+
+def sweep_metric(kind: str, has_qid: bool, metric: str | None) -> str:
+    """The evaluation key of ``metric`` (default: accuracy for classes, NDCG@10 for ranks
+    with query ids, pairwise accuracy for ranks without)."""
+    if metric is None:
+        if kind == "ordinal":
+            return "ndcg@10" if has_qid else "pairwise_accuracy"
+        return "accuracy"
+    if metric not in SWEEP_METRICS:
+        raise SolverError(f"unknown --sweep-metric {metric!r}; use {', '.join(SWEEP_METRICS)}")
+    if metric == "auc" and kind != "binary":
+        raise SolverError(f"--sweep-metric auc needs binary labels, the store's are {kind}")
+    if metric == "ndcg" and not has_qid:
+        raise SolverError("--sweep-metric ndcg needs query ids (qid:) in the store")
+    return SWEEP_METRICS[metric]
+
+
+def train_sweep(
+    store,
+    solver: str = "perf",
+    C: str | float | Sequence[float] = (0.01, 0.1, 1.0, 10.0),
+    *,
+    validation=None,
+    folds: int | None = None,
+    metric: str | None = None,
+    engine: Engine | None = None,
+    scheduler: str | None = None,
+    callback: Callback | None = None,
+    shard_cache_mb: float | None = None,
+    warm_start: bool = True,
+    **params: Any,
+) -> SweepOutcome:
+    """Train at every value of ``C`` in one sweep and keep the best by a validation metric.
+
+    perf (error loss) trains every C together, sharing every streamed pass (passes = the
+    slowest C's, not the sum); the dual solvers train from the smallest C up, each value
+    warm-started from the previous solution (:mod:`ooc_svm.solvers.sweep`). The metric
+    of every C's model is measured on ``validation`` (a store, one streamed pass per C) or,
+    with ``folds`` = K, by a cross-validation whose folds are groups of whole shards
+    (:func:`ooc_svm.probability.fold_assignment`, seeded by ``seed``): the metric is the mean
+    over folds and the returned model is retrained on all the data at the best C. Ties go to
+    the smaller C.
+
+    Parameters
+    ----------
+    store : str or Store
+    solver : str
+    C : str, float or sequence of float
+        ``"0.01,0.1,1,10"`` or a list.
+    validation : str or Store, optional
+    folds : int, optional
+        Give exactly one of ``validation`` and ``folds``.
+    metric : {"accuracy", "auc", "ndcg", "pairwise"}, optional
+        See :func:`sweep_metric` for the default.
+    warm_start : bool
+        Dual solvers: warm-start each C from the previous one (False: cold starts).
+    **params
+        Solver parameters as for :func:`train` (except ``C``).
+
+    Returns
+    -------
+    SweepOutcome
+    """
+    from .solvers.sweep import parse_c_values
+
+    if isinstance(store, str):
+        store = open_store(store)
+    mod = get_solver(solver)
+    Cs = parse_c_values(C)
+    params.pop("C", None)
+    typed = _typed_params(mod, params).replace(C=Cs[0])
+    meta = store.meta
+    if (validation is None) == (folds is None):
+        raise SolverError("a C sweep needs --validation STORE or --folds K (one of them)")
+    key = sweep_metric(meta.label_kind, bool(meta.has_qid), metric)
+    own_engine = engine is None
+    if engine is None:
+        engine = _make_engine(scheduler, shard_cache_mb)
+    t0 = time.perf_counter()
+    try:
+        if folds is not None:
+            out = _sweep_folds(store, mod, typed, Cs, int(folds), key, engine, callback, warm_start)
+        else:
+            out = _sweep_validation(
+                store, mod, typed, Cs, validation, key, engine, callback, warm_start
+            )
+    finally:
+        if own_engine:
+            engine.close()
+    out.seconds = time.perf_counter() - t0
+    _record_sweep(out)
+    return out
+
+
+def _record_sweep(out: SweepOutcome) -> None:
+    """The sweep's choice and table in the best model's ``info["c_sweep"]``."""
+    info = {k: out.summary()[k] for k in ("metric", "best_C", "mode", "folds", "validation")}
+    info["table"] = [{k: r[k] for k in ("C", out.metric, "objective", "passes")} for r in out.rows]
+    out.result.model.info["c_sweep"] = info
+
+
+def _sweep_row(C: float, res: Result, key: str, value, warm: bool) -> dict[str, Any]:
+    return {
+        "C": C,
+        key: value,
+        "objective": res.objective,
+        "dual_objective": res.dual_objective,
+        "passes": int(res.passes),
+        "seconds": round(float(res.seconds), 4),
+        "iterations": int(res.iterations),
+        "converged": bool(res.converged),
+        "warm_start": bool(warm),
+    }
+
+
+def _best(rows: list[dict], key: str) -> int:
+    """Index of the row with the largest metric (ties and NaN: the smaller C)."""
+    vals = [r[key] if r[key] is not None and r[key] == r[key] else -math.inf for r in rows]
+    return max(range(len(rows)), key=lambda i: (vals[i], -i))
+
+
+def _metric(model, store, engine, key: str):
+    from .evaluation import evaluate_model
+
+    return evaluate_model(model, store, engine).get(key)
+
+
+def _sweep_validation(
+    store, mod, typed, Cs, validation, key, engine, callback, warm_start
+) -> SweepOutcome:
+    from .solvers.sweep import solve_sweep
+
+    vstore = open_store(validation) if isinstance(validation, str) else validation
+    sw = solve_sweep(store, engine, mod, typed, Cs, callback=callback, warm_start=warm_start)
+    rows = [
+        _sweep_row(c, r, key, _metric(r.model, vstore, engine, key), w)
+        for c, r, w in zip(Cs, sw.results, sw.warm_started, strict=True)
+    ]
+    b = _best(rows, key)
+    return SweepOutcome(
+        sw.results[b], Cs[b], key, rows, sw.mode, sw.passes, 0.0,
+        validation=str(vstore.path), sweep_passes=[sw.passes],
+    )  # fmt: skip
+
+
+def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) -> SweepOutcome:
+    """Shard-fold cross-validation of the sweep; the best C retrained on all the data."""
+    import numpy as np
+
+    from .probability import fold_assignment
+    from .solvers.sweep import solve_sweep
+    from .store.views import ShardSubsetView
+
+    if k < 2:
+        raise SolverError(f"--folds must be >= 2, got {k}")
+    try:
+        fold = fold_assignment(store.meta, k, int(typed.seed))
+    except ValueError as e:
+        raise SolverError(f"{store.path}: --folds: {e}") from None
+    per_c: list[list] = [[] for _ in Cs]
+    rows: list[dict] = []
+    passes: list[int] = []
+    mode = ""
+    for f in range(k):
+        train_view = ShardSubsetView(store, np.flatnonzero(fold != f))
+        held = ShardSubsetView(store, np.flatnonzero(fold == f))
+        sw = solve_sweep(train_view, engine, mod, typed, Cs, callback=None, warm_start=warm_start)
+        mode = sw.mode
+        passes.append(sw.passes)
+        for i, r in enumerate(sw.results):
+            per_c[i].append((r, _metric(r.model, held, engine, key), sw.warm_started[i]))
+        log.info("C sweep: fold %d/%d: %d passes", f + 1, k, sw.passes)
+    for i, c in enumerate(Cs):
+        vals = [m for _, m, _ in per_c[i]]
+        ok = [float(v) for v in vals if v is not None]
+        row = _sweep_row(c, per_c[i][0][0], key, float(np.mean(ok)) if ok else None, False)
+        objs = [r.objective for r, _, _ in per_c[i] if r.objective is not None]
+        row.update(
+            objective=float(np.mean(objs)) if objs else None,
+            dual_objective=None,
+            passes=int(sum(r.passes for r, _, _ in per_c[i])),
+            seconds=round(float(sum(r.seconds for r, _, _ in per_c[i])), 4),
+            iterations=int(sum(r.iterations for r, _, _ in per_c[i])),
+            converged=all(r.converged for r, _, _ in per_c[i]),
+            warm_start=any(w for _, _, w in per_c[i]),
+            folds=[None if v is None else float(v) for v in vals],
+        )
+        rows.append(row)
+    b = _best(rows, key)
+    final = mod.solve(store, engine, typed.replace(C=Cs[b]), callback=callback)
+    passes.append(int(final.passes))
+    return SweepOutcome(
+        final, Cs[b], key, rows, mode, int(sum(passes)), 0.0, folds=k, sweep_passes=passes
+    )

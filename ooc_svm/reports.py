@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from typing import IO
 
 import numpy as np
@@ -166,6 +167,93 @@ def _x_values(recs: list[dict], key: str) -> np.ndarray | None:
     return None if np.all(np.isnan(x)) else x
 
 
+def _iteration_records(path: str) -> tuple[dict, list[dict]]:
+    """``(header, records)`` of a history file that has iteration records, else HistoryError."""
+    header, recs = read_history(path)
+    if not recs:
+        raise HistoryError(f"{path}: no iteration records to plot")
+    if not any(any(k in r for k in _ITERATION_KEYS) for r in recs):
+        keys = ", ".join(list(recs[0])[:5])
+        raise HistoryError(
+            f"{path}: not a training history (records have {keys}, none of "
+            f"{', '.join(_ITERATION_KEYS)}); write one with `ooc-svm train --history FILE.jsonl`"
+        )
+    return header, recs
+
+
+def _worst_group(groups: list[tuple[str, list[dict]]]) -> int:
+    """The worst class: largest final stopping value (then: most records)."""
+
+    def final_violation(g):
+        v = _series(g[1], "violation")
+        v = v[~np.isnan(v)]
+        return (float(np.abs(v[-1])) if v.size else -1.0, len(g[1]))
+
+    return max(range(len(groups)), key=lambda i: final_violation(groups[i]))
+
+
+def _not_recorded(axes, col: int, solver: str) -> None:
+    """A column whose x quantity (seconds) the history does not record says so."""
+    for row in range(2):
+        ax = axes[row][col]
+        ax.text(
+            0.5,
+            0.5,
+            f"seconds not recorded\nin this {solver or 'training'} history",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            fontsize=12,
+            color="0.35",
+        )
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[0][col].set_title("against seconds")
+
+
+@dataclass
+class _Panels:
+    """What every column of the convergence figure draws the same way."""
+
+    groups: list[tuple[str, list[dict]]]
+    worst: int
+    obj_key: str
+    viol_key: str
+    tol: float | None
+    floors: dict[tuple[int, int], float]
+
+
+def _draw_lines(axes, col: int, xkey: str, pn: _Panels) -> None:
+    """Every group's gap (or objective) line and stopping-quantity line in column ``col``."""
+    many = len(pn.groups) > MAX_CLASS_LINES
+    for gi, (name, g) in enumerate(pn.groups):
+        x = _x_values(g, xkey)
+        if x is None:
+            x = np.arange(1, len(g) + 1, dtype=float)
+        if many and gi != pn.worst:
+            style = dict(color="0.7", lw=0.6, alpha=0.5, label=None)
+        else:
+            label = name + (f" (worst of {len(pn.groups)})" if many else "")
+            style = dict(lw=1.4, marker="o", ms=2.5, label=label or None)
+        # row 0: certified gap, or the objective on a linear scale
+        gap, _ = _certified_gap(g)
+        ax = axes[0][col]
+        if gap is not None:
+            P = np.abs(_series(g, "objective"))
+            floor = GAP_FLOOR * max(1.0, float(np.nanmax(P)) if np.any(~np.isnan(P)) else 1.0)
+            _log_line(ax, x, gap, floor, style)
+            pn.floors[(0, col)] = min(pn.floors.get((0, col), np.inf), floor)
+        else:
+            ax.plot(x, _series(g, pn.obj_key), **style)
+        # row 1: the stopping quantity and the tolerance
+        v = np.abs(_series(g, pn.viol_key))
+        if not np.all(np.isnan(v)):
+            vmax = float(np.nanmax(v))
+            floor = (pn.tol if pn.tol else max(vmax, 1e-300)) * 1e-3
+            _log_line(axes[1][col], x, v, floor, style)
+            pn.floors[(1, col)] = min(pn.floors.get((1, col), np.inf), floor)
+
+
 def history_figure(path: str):
     """Build the convergence figure of a history file (matplotlib Figure, Agg backend).
 
@@ -183,96 +271,31 @@ def history_figure(path: str):
     HistoryError
         The file is not a training history.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    header, recs = read_history(path)
-    if not recs:
-        raise HistoryError(f"{path}: no iteration records to plot")
-    if not any(any(k in r for k in _ITERATION_KEYS) for r in recs):
-        keys = ", ".join(list(recs[0])[:5])
-        raise HistoryError(
-            f"{path}: not a training history (records have {keys}, none of "
-            f"{', '.join(_ITERATION_KEYS)}); write one with `ooc-svm train --history FILE.jsonl`"
-        )
+    plt = _pyplot()
+    header, recs = _iteration_records(path)
     solver = str(header.get("solver", "") or "")
     tol, tol_name = _tolerance(header)
     groups = _groups(recs)
-
-    # the worst class: largest final stopping value (then: most records)
-    def final_violation(g):
-        v = _series(g[1], "violation")
-        v = v[~np.isnan(v)]
-        return (float(np.abs(v[-1])) if v.size else -1.0, len(g[1]))
-
-    worst = max(range(len(groups)), key=lambda i: final_violation(groups[i]))
-    many = len(groups) > MAX_CLASS_LINES
-    gap_label = ""
-    for _, g in groups:
-        gap, gap_label = _certified_gap(g)
-        if gap is not None:
-            break
+    gap_label = next(
+        (lab for _, g in groups for gap, lab in [_certified_gap(g)] if gap is not None), ""
+    )
     obj_key = "objective" if _has(recs, "objective") else "dual_objective"
-    have_viol = _has(recs, "violation")
-    viol_key = "violation" if have_viol else "gap"
+    viol_key = "violation" if _has(recs, "violation") else "gap"
     viol_label = (
         "ξ violation of the most\nviolated constraint" if solver == "perf" else "KKT violation"
     )
     have_passes = _has(recs, "passes")
-    have_secs = _has(recs, "seconds")
-
+    pn = _Panels(groups, _worst_group(groups), obj_key, viol_key, tol, {})
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex="col", squeeze=False)
-    floors: dict[tuple[int, int], float] = {}
-    for col, (xkey, xlabel, have) in enumerate(
-        (("passes", "passes over the data", have_passes), ("seconds", "seconds", have_secs))
+    for col, (xkey, xlabel) in enumerate(
+        (("passes", "passes over the data"), ("seconds", "seconds"))
     ):
-        if not have and xkey == "passes":
+        if xkey == "passes" and not have_passes:
             xkey, xlabel = "iteration", "iteration (passes not recorded)"
-        elif not have:
-            for row in range(2):
-                ax = axes[row][col]
-                ax.text(
-                    0.5,
-                    0.5,
-                    f"seconds not recorded\nin this {solver or 'training'} history",
-                    ha="center",
-                    va="center",
-                    transform=ax.transAxes,
-                    fontsize=12,
-                    color="0.35",
-                )
-                ax.set_xticks([])
-                ax.set_yticks([])
-            axes[0][col].set_title("against seconds")
+        elif xkey == "seconds" and not _has(recs, "seconds"):
+            _not_recorded(axes, col, solver)
             continue
-        for gi, (name, g) in enumerate(groups):
-            x = _x_values(g, xkey)
-            if x is None:
-                x = np.arange(1, len(g) + 1, dtype=float)
-            if many and gi != worst:
-                style = dict(color="0.7", lw=0.6, alpha=0.5, label=None)
-            else:
-                label = name + (f" (worst of {len(groups)})" if many else "")
-                style = dict(lw=1.4, marker="o", ms=2.5, label=label or None)
-            # row 0: certified gap, or the objective on a linear scale
-            gap, _ = _certified_gap(g)
-            ax = axes[0][col]
-            if gap is not None:
-                P = np.abs(_series(g, "objective"))
-                floor = GAP_FLOOR * max(1.0, float(np.nanmax(P)) if np.any(~np.isnan(P)) else 1.0)
-                _log_line(ax, x, gap, floor, style)
-                floors[(0, col)] = min(floors.get((0, col), np.inf), floor)
-            else:
-                ax.plot(x, _series(g, obj_key), **style)
-            # row 1: the stopping quantity and the tolerance
-            v = np.abs(_series(g, viol_key))
-            if not np.all(np.isnan(v)):
-                vmax = float(np.nanmax(v))
-                floor = (tol if tol else max(vmax, 1e-300)) * 1e-3
-                _log_line(axes[1][col], x, v, floor, style)
-                floors[(1, col)] = min(floors.get((1, col), np.inf), floor)
+        _draw_lines(axes, col, xkey, pn)
         ax0, ax1 = axes[0][col], axes[1][col]
         if gap_label:
             ax0.set_yscale("log")
@@ -288,18 +311,31 @@ def history_figure(path: str):
         if not have_passes and col == 0:
             ax0.set_title("against iterations — passes not recorded")
         for ax in (ax0, ax1):
-            ax.grid(True, which="both", alpha=0.3)
-            handles, labels = ax.get_legend_handles_labels()
-            if labels:
-                ax.legend(fontsize=8, loc="best")
+            _grid_legend(ax)
     # for tests: the floor of each log panel (an attribute matplotlib's Figure does not declare)
-    fig._ooc_svm_floors = floors  # type: ignore[attr-defined]
+    fig._ooc_svm_floors = pn.floors
     what = f"{solver} " if solver else ""
     store = header.get("store")
     multi = f", one-vs-rest, {len(groups)} classes" if len(groups) > 1 else ""
     fig.suptitle(f"convergence of {what}training" + (f" on {store}" if store else "") + multi)
     fig.tight_layout()
     return fig
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _grid_legend(ax) -> None:
+    ax.grid(True, which="both", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if labels:
+        ax.legend(fontsize=8, loc="best")
 
 
 def _objective_label(recs: list[dict], key: str, solver: str) -> str:
@@ -402,6 +438,67 @@ def plot_roc_pr(
     import matplotlib.pyplot as plt
 
     fig = roc_figure(scores, positive, model, store)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        fig.savefig(out, dpi=100)
+    finally:
+        plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------
+# C sweeps (``ooc-svm train --C 0.01,0.1,1 --validation V --sweep-table t.json``)
+# ------------------------------------------------------------------------------------------
+def read_sweep(path: str) -> dict | None:
+    """The sweep document in ``path`` (``train --sweep-table FILE.json``), or None when the
+    file is something else (a training history)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 24)
+        doc = json.loads(first.decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(doc, dict) and doc.get("sweep") is True and isinstance(doc.get("table"), list):
+        return doc
+    return None
+
+
+def sweep_figure(doc: dict):
+    """Validation metric (top) and training objective (bottom) against C, log x; the best C
+    marked. ``doc``: a sweep document (:func:`read_sweep`)."""
+    plt = _pyplot()
+    rows = doc["table"]
+    metric = str(doc.get("metric", "metric"))
+    C = np.array([float(r["C"]) for r in rows])
+    m = _series(rows, metric)
+    obj = _series(rows, "objective")
+    fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(7, 7), sharex=True)
+    ax0.plot(C, m, marker="o", lw=1.4)
+    best = doc.get("best_C")
+    where = "validation store" if doc.get("validation") else f"mean of {doc.get('folds')} folds"
+    ax0.set_ylabel(f"{metric}\n({where})")
+    ax1.plot(C, obj, marker="o", lw=1.4, color="C1")
+    ax1.set_ylabel("training objective\n½‖w‖² + C Σ ξᵢ")
+    if obj.size and np.all(obj[~np.isnan(obj)] > 0):
+        ax1.set_yscale("log")
+    ax1.set_xlabel("C")
+    for ax in (ax0, ax1):
+        ax.set_xscale("log")
+        if best is not None:
+            ax.axvline(float(best), color="C3", ls="--", lw=1.0, label=f"best C = {float(best):g}")
+        _grid_legend(ax)
+    mode = {"shared": "shared passes", "warm": "warm starts"}.get(str(doc.get("mode")), "")
+    fig.suptitle(
+        f"C sweep of {doc.get('solver', '')} on {doc.get('store', '')}"
+        + (f" ({mode}, {doc.get('passes')} passes)" if mode else "")
+    )
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep(doc: dict, out: str) -> None:
+    """Write :func:`sweep_figure` of a sweep document as PNG."""
+    plt = _pyplot()
+    fig = sweep_figure(doc)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         fig.savefig(out, dpi=100)

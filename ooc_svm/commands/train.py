@@ -178,6 +178,31 @@ def add_parser(sub) -> None:
         default="perf",
         help="which solver (see above; default perf)",
     )
+    _add_run_flags(p)
+    _add_output_flags(p)
+    _add_sweep_flags(p)
+    add_solver_flags(p, classes)
+    for action in p._actions:  # --C also takes a list of values: a C sweep
+        if action.dest == "C":
+            action.type = _c_values
+            action.help = (action.help or "") + "; a comma list (0.01,0.1,1) sweeps C"
+    p.set_defaults(func=run, _param_names=sorted({n for c in classes.values() for n in c.names()}))
+
+
+def _c_values(value: str):
+    """``--C``: a number, or a comma-separated list of them (a C sweep). A bad value is
+    argparse's usual one line, "invalid float value: 'x'" (hence the ``__name__``)."""
+    vals = [float(v) for v in value.split(",") if v.strip()]  # ValueError: argparse's message
+    if not vals:
+        raise ValueError(value)
+    return vals if "," in value else vals[0]
+
+
+_c_values.__name__ = "float"
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """Where and how the training runs: scheduler, caches, config, checkpoints."""
     p.add_argument(
         "--scheduler",
         default=None,
@@ -195,7 +220,6 @@ def add_parser(sub) -> None:
         "available memory (auto:SHARE for another share), at most 8 GiB, filled from the "
         "second pass on, so a store that fits is read and decoded twice, not every pass",
     )
-    p.add_argument("--json", action="store_true", help="print a one-line JSON summary")
     p.add_argument(
         "--config",
         default=None,
@@ -220,6 +244,11 @@ def add_parser(sub) -> None:
         action="store_true",
         help="continue from the latest checkpoint in --checkpoint DIR (same parameters)",
     )
+
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
+    """What is written besides the model: JSON summary, history, probability outputs."""
+    p.add_argument("--json", action="store_true", help="print a one-line JSON summary")
     p.add_argument(
         "--history",
         default=None,
@@ -241,8 +270,50 @@ def add_parser(sub) -> None:
         metavar="K",
         help="folds of the --probability cross-validation (2 <= K <= shards; default 5)",
     )
-    add_solver_flags(p, classes)
-    p.set_defaults(func=run, _param_names=sorted({n for c in classes.values() for n in c.names()}))
+
+
+def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
+    """``--C 0.01,0.1,1,10`` with ``--validation`` or ``--folds``: choosing C."""
+    g = p.add_argument_group(
+        "choosing C (--C 0.01,0.1,1,10 with --validation STORE or --folds K)",
+        "Every C value is trained in one sweep: perf (error loss) trains them together, "
+        "sharing every streamed pass (passes = the slowest C's, not the sum); smo, "
+        "active-set and irwls go from the smallest C up, each warm-started from the previous "
+        "solution. The model with the best validation metric (ties: the smaller C) is "
+        "written to -o; the table (C, metric, objective, passes, seconds) goes to stdout or "
+        "--sweep-table.",
+    )
+    g.add_argument(
+        "--validation", default=None, metavar="STORE", help="store the metric is measured on"
+    )
+    g.add_argument(
+        "--folds",
+        type=int,
+        default=None,
+        metavar="K",
+        help="instead of --validation: K-fold cross-validation, folds made of whole shards "
+        "(seeded by --seed); metric = mean over the folds, and the model written is "
+        "retrained on all the data at the best C",
+    )
+    g.add_argument(
+        "--sweep-metric",
+        choices=["accuracy", "auc", "ndcg", "pairwise"],
+        default=None,
+        help="validation metric (default accuracy; ranks: ndcg (NDCG@10) with query ids, "
+        "else pairwise accuracy)",
+    )
+    g.add_argument(
+        "--sweep-table",
+        default=None,
+        metavar="FILE",
+        help="write the table as CSV (FILE.csv) or JSON (any other name; - for stdout)",
+    )
+    g.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE.png",
+        help="draw the validation metric and the training objective against C (log x)",
+    )
 
 
 def load_config(path: str, solver: str) -> dict:
@@ -269,6 +340,9 @@ def solver_params_from_args(args):
 
     cls = solver_catalogue()[args.solver][0]
     given = {k: getattr(args, k) for k in args._param_names if getattr(args, k, None) is not None}
+    if isinstance(given.get("C"), list):  # a C sweep: Params holds the smallest value
+        args.c_values = given["C"]
+        given["C"] = min(given["C"])
     conf = load_config(args.config, args.solver) if args.config else {}
     try:
         cls.check_names(conf)
@@ -370,11 +444,19 @@ def json_summary(result, solver: str, typed, store, output: str, store_path: str
 
 
 def run(args) -> int:
-    from ..api import get_solver, train
+    from ..api import SolverError, get_solver, train
     from ..progress import TrainProgress, progress_mode, stop_target
     from ..store import open_store
 
     typed, params = solver_params_from_args(args)
+    if getattr(args, "c_values", None) is not None or args.validation or args.folds is not None:
+        return run_sweep(args, typed)
+    for flag in ("sweep_table", "plot", "sweep_metric"):
+        if getattr(args, flag) is not None:
+            raise SolverError(
+                f"--{flag.replace('_', '-')} belongs to a C sweep: give --C values with "
+                "--validation STORE or --folds K"
+            )
     store = open_store(args.store)
     kind = store.meta.label_kind
     ovr = args.multiclass == "ovr" or (args.multiclass is None and kind == "multiclass")
@@ -437,3 +519,106 @@ def run(args) -> int:
             f"{summary['seconds']:.2f}s{status} -> {args.output}"
         )
     return 0
+
+
+#: columns of the sweep table, in order (the metric's column follows C)
+SWEEP_COLUMNS = ("objective", "passes", "seconds", "iterations", "converged", "warm_start")
+
+
+def run_sweep(args, typed) -> int:
+    """``train --C 0.01,0.1,1,10 --validation STORE`` (or ``--folds K``)."""
+    from ..api import SolverError, train_sweep
+    from ..store import open_store
+
+    for flag in ("checkpoint", "history", "multiclass"):
+        if getattr(args, flag):
+            raise SolverError(f"--{flag} is not supported with a C sweep")
+    if args.resume or args.probability:
+        raise SolverError("--resume and --probability are not supported with a C sweep")
+    Cs = getattr(args, "c_values", None) or [typed.C]
+    out = train_sweep(
+        args.store,
+        args.solver,
+        Cs,
+        validation=args.validation,
+        folds=args.folds,
+        metric=args.sweep_metric,
+        scheduler=args.scheduler,
+        shard_cache_mb=args.shard_cache_mb,
+        params=typed,
+    )
+    out.result.model.save(args.output)
+    doc = sweep_document(out, args)
+    if args.sweep_table:
+        write_sweep_table(out, args.sweep_table, doc)
+    if args.plot:
+        from ..reports import plot_sweep
+
+        plot_sweep(doc, args.plot)
+    if args.json:
+        store = open_store(args.store)
+        best = typed.replace(C=out.best_C)
+        summary = json_summary(out.result, args.solver, best, store, args.output, args.store)
+        summary["sweep"] = out.summary()
+        print(json.dumps(summary, default=_plain))
+    elif not getattr(args, "quiet", False):
+        if args.sweep_table not in ("-", "/dev/stdout"):
+            print(format_sweep_table(out))
+        how = {"shared": "shared passes", "warm": "warm starts"}.get(out.mode, "independent")
+        print(
+            f"{args.solver}: best C {out.best_C:g} ({out.metric} "
+            f"{_fmt_metric(out.rows, out.best_C, out.metric)}), {len(out.rows)} C values, "
+            f"{out.passes} training passes ({how}), {out.seconds:.2f}s -> {args.output}"
+        )
+    return 0
+
+
+def _fmt_metric(rows, C, key) -> str:
+    v = next(r[key] for r in rows if r["C"] == C)
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def sweep_document(out, args) -> dict:
+    """The table as one JSON document (what ``--sweep-table FILE.json`` holds)."""
+    return {
+        "sweep": True,
+        "solver": args.solver,
+        "store": args.store,
+        **out.summary(),
+    }
+
+
+def format_sweep_table(out) -> str:
+    """The table as aligned text columns."""
+    cols = ["C", out.metric, *SWEEP_COLUMNS]
+    lines = [cols]
+    for r in out.rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            if isinstance(v, float):
+                cells.append(f"{v:.6g}" if c != "objective" else f"{v:.8g}")
+            else:
+                cells.append("n/a" if v is None else str(v))
+        if r["C"] == out.best_C:
+            cells[0] += " *"
+        lines.append(cells)
+    w = [max(len(line[i]) for line in lines) for i in range(len(cols))]
+    return "\n".join("  ".join(x.rjust(w[i]) for i, x in enumerate(line)) for line in lines)
+
+
+def write_sweep_table(out, path: str, doc: dict) -> None:
+    """``--sweep-table``: CSV when the name ends in ``.csv``, else one JSON document."""
+    import csv
+
+    from .._util import open_output
+
+    with open_output(path) as f:
+        if path.lower().endswith(".csv"):
+            cols = ["C", out.metric, *SWEEP_COLUMNS]
+            wr = csv.writer(f)
+            wr.writerow(cols)
+            for r in out.rows:
+                wr.writerow(["" if r.get(c) is None else r.get(c) for c in cols])
+        else:
+            f.write(json.dumps(doc, default=_plain) + "\n")

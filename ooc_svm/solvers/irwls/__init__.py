@@ -25,7 +25,7 @@ Paper sections → modules:
 
 from __future__ import annotations
 
-from .driver import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params, solve
+from .driver import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params, solve, solve_warm
 from .working_set import SubproblemResult, irwls_working_set
 
 __all__ = [
@@ -36,4 +36,5 @@ __all__ = [
     "SubproblemResult",
     "irwls_working_set",
     "solve",
+    "solve_warm",
 ]

@@ -393,6 +393,24 @@ class _Run:
             self.delta = self._expansion()
         log.info("irwls: resuming after outer iteration %d", self.it)
 
+    def warm(self, model) -> None:
+        """Start from ``model`` (this store, a smaller C of a C sweep): β = its α scaled into
+        the box, sent as the first pass's change (g is recomputed from it), b scaled alike."""
+        from ..sweep import warm_start_from_model
+
+        gids, coef, X, intercept = warm_start_from_model(model, self.C, self.store.meta.n_rows)
+        self.upd_gids, self.upd_beta, self.b = gids, np.abs(coef), intercept
+        if self.linear:
+            self.w = np.asarray(X.T @ coef, dtype=np.float64).ravel()
+        elif gids.size:
+            y = np.where(coef > 0, 1.0, -1.0)
+            ip, ix = X.indptr.astype(np.int64), X.indices.astype(np.int32)
+            self.delta_rows = WorkingRows(gids, ip, ix, X.data.astype(np.float32), y, abs(coef))
+            self.delta_coef = coef
+            if not self.cache_bytes:
+                self.delta = self._expansion()
+        log.info("irwls: warm start from %d support vectors", gids.size)
+
     def _expansion(self) -> Expansion:
         r = self.delta_rows
         assert r is not None  # a kernel change was made
@@ -697,10 +715,23 @@ def solve(
         ``model`` (kernel model; for the linear kernel ``kind="linear"`` with ``coef_`` and the
         support vectors kept), ``dual_objective`` (LIBSVM sign), ``objective`` (primal).
     """
+    return _train(store, engine, params, callback, checkpoint)
+
+
+@interruptible
+def solve_warm(store, engine, params: Params, init, *, callback: Callback | None = None) -> Result:
+    """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
+    store with its dual coefficients; β starts at its α scaled by C/C_old (:meth:`_Run.warm`)."""
+    return _train(store, engine, params, callback, None, init)
+
+
+def _train(store, engine, params, callback, checkpoint, init=None) -> Result:
     p = as_params(Params, params)
     p.validate(store.meta)
     run = _Run(store, engine, p, callback, checkpoint)
     run.start()
+    if init is not None:
+        run.warm(init)
     while True:
         check_interrupt()
         if not run.step():

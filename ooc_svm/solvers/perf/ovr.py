@@ -62,7 +62,7 @@ def solve_ovr(
     classes = [float(c) for c in classes]
     params.check_dense(meta, copies=len(classes))
     t0 = time.perf_counter()
-    steps, reqs, results = [], {}, {}
+    steps = []
     for k, c in enumerate(classes):
 
         def cb(rec, k=k, c=c):
@@ -74,7 +74,24 @@ def solve_ovr(
         sub = _class_params(params, c, classes)  # --class-weight of "c vs the rest"
         g = _error_steps(meta, math.nan, c, engine, sub, variant, cb, ck, share=len(classes))
         steps.append(g)
+    res = run_fused(store, engine, steps, "perf ovr", "classes")
+    return _ovr_result(res, classes, variant, t0)
+
+
+def run_fused(
+    store, engine, steps: list, label: str, what: str, level: int = logging.INFO
+) -> list[Result]:
+    """Run problem generators (:func:`~.error._error_steps`) to the end, each round fusing
+    the passes all unfinished problems need into one streamed pass (:func:`pass_many`).
+
+    The problems may differ in their labels (one-vs-rest: one class each) or in C (a C
+    sweep) or both; returns their :class:`Result` in the order of ``steps``. Each pass is
+    logged at ``level`` as "``label``: pass N for K of M ``what``".
+    """
+    reqs = {}
+    for k, g in enumerate(steps):  # in order: each primes its own state (and resume)
         reqs[k] = next(g)
+    results = {}
     rounds = 0
     while reqs:
         ks = sorted(reqs)
@@ -82,8 +99,15 @@ def solve_ovr(
         parts = engine.map_reduce(store, pass_many, [reqs[k] for k in ks], reduce=reduce_many)
         pt = time.perf_counter() - t
         rounds += 1
-        log.info(
-            "perf ovr: pass %d for %d of %d classes (%.2fs)", rounds, len(ks), len(classes), pt
+        log.log(
+            level,
+            "%s: pass %d for %d of %d %s (%.2fs)",
+            label,
+            rounds,
+            len(ks),
+            len(steps),
+            what,
+            pt,
         )
         for k, part in zip(ks, parts, strict=True):
             try:
@@ -91,8 +115,7 @@ def solve_ovr(
             except StopIteration as done:
                 results[k] = done.value
                 del reqs[k]
-    res = [results[k] for k in range(len(classes))]
-    return _ovr_result(res, classes, variant, t0)
+    return [results[k] for k in range(len(steps))]
 
 
 def _ovr_result(res: list[Result], classes: list[float], variant: str, t0: float) -> Result:

@@ -111,6 +111,19 @@ def solve(
     after every outer iteration (out of core) and, when resuming, starts from the latest
     checkpoint; a resumed run ends with exactly the model of an uninterrupted one.
     """
+    return _solve(store, engine, params, callback, checkpoint)
+
+
+def solve_warm(store, engine, params: Params, init, *, callback: Callback | None = None) -> Result:
+    """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
+    store with its dual coefficients (trained at ``init.info["C"]``). wss2 in memory starts
+    from its α scaled into the box (α·C/C_old, yᵀα = 0 kept) and computes the gradient from
+    it; the other paths start from α = 0. The model returned keeps its dual coefficients
+    (linear kernel included), so it can start the next value."""
+    return _solve(store, engine, params, callback, None, init=init, keep_dual=True)
+
+
+def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=False) -> Result:
     t0 = time.perf_counter()
     p = as_params(Params, params)
     p.validate(store.meta)
@@ -136,15 +149,19 @@ def solve(
             raise SolverError("smo: --checkpoint is supported with --selection wss2 only")
         if p.class_weight is not None:
             raise SolverError("smo: --class-weight is supported with --selection wss2 only")
+        if init is not None:
+            log.info("smo: --selection platt does not use the warm start: alpha = 0")
         out = _solve_platt(store, engine, state, p, C, tol, kp, pos, report)
     else:
         if p.class_weight is not None:
             costs = _class_costs(store, engine, p, neg, pos)
             log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
-        out = _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint, costs)
+        out = _solve_wss2(
+            store, engine, state, p, C, tol, kp, pos, report, checkpoint, costs, init=init
+        )
     sv_rows, intercept, iters, extra, dual = out
     state = extra.pop("state", state)  # a resumed decomposition restores the shard α
-    model, kkt, objs = _finish(store, engine, state, p, kp, (neg, pos), out, costs)
+    model, kkt, objs = _finish(store, engine, state, p, kp, (neg, pos), out, costs, keep_dual)
     summary = _summary(p, kp, kkt, intercept, extra)
     if costs is not None:
         summary["class_costs"] = [float(costs[0]), float(costs[1])]
@@ -162,7 +179,7 @@ def solve(
     )
 
 
-def _finish(store, engine, state, p: Params, kp, classes, out, costs=None):
+def _finish(store, engine, state, p: Params, kp, classes, out, costs=None, keep_dual=False):
     """The independent KKT check on every row and the model (:func:`finish_dual`); returns
     (model, kkt, {"dual", "primal"}). ``costs``: (C_neg, C_pos) of class weights."""
     sv_rows, intercept, _, extra, dual = out
@@ -204,6 +221,7 @@ def _finish(store, engine, state, p: Params, kp, classes, out, costs=None):
         state=state,
         w=None if w is None else np.asarray(w, dtype=np.float64),
         kkt=extra.pop("kkt", None),
+        keep_dual=keep_dual,
     )
     kkt = fin.kkt
     assert kkt is not None  # check=True: the pass was made

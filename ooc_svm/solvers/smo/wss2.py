@@ -194,9 +194,22 @@ def _run_wss2(
     return r.total, r.G, stats, status
 
 
-def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=None, costs=None):
+def _warm_alpha(W: WorkingRows, init, C: float, Cv: np.ndarray) -> None:
+    """α of ``W`` (all rows, by global row) from ``init`` scaled into the box [0, Cv]."""
+    from ..sweep import warm_start_from_model
+
+    gids, coef, _, _ = warm_start_from_model(init, C, W.n)
+    rows = np.searchsorted(W.gids, gids)
+    W.alpha[rows] = np.minimum(np.abs(coef), Cv[rows])
+    log.info("smo: warm start from %d support vectors", gids.size)
+
+
+def _solve_wss2(
+    store, engine, state, p, C, tol, kp, pos, report, checkpoint=None, costs=None, init=None
+):
     """wss2 in memory when the rows fit the budget, else the decomposition. ``costs``:
-    (C_neg, C_pos) of class weights (in memory only), or None."""
+    (C_neg, C_pos) of class weights (in memory only), or None. ``init``: a model to start
+    from (in memory only; :func:`ooc_svm.solvers.sweep.warm_start_from_model`)."""
     from .decomposition import _solve_wss2_decomposition  # (it imports _run_wss2)
 
     n = store.meta.n_rows
@@ -209,6 +222,8 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=Non
         W = fetch_rows(store, engine, np.arange(n), pos)
         p_lin = -np.ones(W.n)
         Cv = np.full(W.n, float(C)) if costs is None else np.where(W.y > 0, costs[1], costs[0])
+        if init is not None and not (checkpoint is not None and checkpoint.resume):
+            _warm_alpha(W, init, float(C), Cv)
         it, G, cs, status = _run_wss2(
             W,
             p_lin,
@@ -260,6 +275,8 @@ def _solve_wss2(store, engine, state, p, C, tol, kp, pos, report, checkpoint=Non
             f"smo: --class-weight needs the problem in memory ({n} rows > the working budget "
             f"of {budget}; raise --working-mb or --working-rows)"
         )
+    if init is not None:
+        log.info("smo: out of core, the warm start is not used: starting from alpha = 0")
     return _solve_wss2_decomposition(
         store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint
     )
