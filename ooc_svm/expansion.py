@@ -104,46 +104,26 @@ class Expansion:
         if self.coef is None or self.coef.size == 0:
             out[:] = 0.0
             return out
-        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
         acc = np.empty(self.coef.shape[0], dtype=np.float64)
-        return kernel_scores_csc(
-            indptr,
-            indices_u32,
-            data,
-            sq,
-            self.svt_indptr,
-            self.svt_indices,
-            self.svt_data,
-            self.sv_sq,
-            self.coef,
-            *self.kp.args(),
-            acc,
-            out,
-        )
+        rows = self._rows_and_svs(indptr, indices_u32, data, n)
+        return kernel_scores_csc(*rows, self.coef, *self.kp.args(), acc, out)
 
     def _scores_multi(self, indptr, indices_u32, data, n: int) -> np.ndarray:
         coef = np.ascontiguousarray(self.coef)
         out = np.zeros((n, coef.shape[0]), dtype=np.float64)
         if coef.shape[1] == 0:
             return out
-        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
         acc = np.empty(coef.shape[1], dtype=np.float64)
         kval = np.empty(coef.shape[1], dtype=np.float64)
-        return kernel_scores_csc_multi(
-            indptr,
-            indices_u32,
-            data,
-            sq,
-            self.svt_indptr,
-            self.svt_indices,
-            self.svt_data,
-            self.sv_sq,
-            coef,
-            *self.kp.args(),
-            acc,
-            kval,
-            out,
-        )
+        rows = self._rows_and_svs(indptr, indices_u32, data, n)
+        return kernel_scores_csc_multi(*rows, coef, *self.kp.args(), acc, kval, out)
+
+    def _rows_and_svs(self, indptr, indices_u32, data, n: int) -> tuple:
+        """The leading arguments of the ``kernel_scores_csc*`` kernels: the rows, their
+        squared norms, and the support vectors (transposed) with theirs."""
+        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
+        svs = (self.svt_indptr, self.svt_indices, self.svt_data, self.sv_sq)
+        return (indptr, indices_u32, data, sq, *svs)
 
 
 def _max_col(indices) -> int:
