@@ -26,15 +26,22 @@ from .kernel_functions import kernel_from_dot
 # ------------------------------------------------------------------------------------------
 
 
+@njit(cache=True, nogil=True, inline="always")
+def row_dot(indptr, indices, data, w, i):
+    """x_i · w, summed in the row's stored order (every X·w kernel here sums this way, so
+    their results agree to the bit)."""
+    s = 0.0
+    for k in range(indptr[i], indptr[i + 1]):
+        s += data[k] * w[indices[k]]
+    return s
+
+
 @njit(cache=True, nogil=True)
 def csr_matvec(indptr, indices, data, w, bias, out):
     """out[i] = x_i · w + bias for every row i."""
     n = indptr.shape[0] - 1
     for i in range(n):
-        s = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            s += data[k] * w[indices[k]]
-        out[i] = s + bias
+        out[i] = row_dot(indptr, indices, data, w, i) + bias
     return out
 
 
@@ -42,11 +49,7 @@ def csr_matvec(indptr, indices, data, w, bias, out):
 def csr_matvec_rows(indptr, indices, data, rows, w, bias, out):
     """out[r] = x_{rows[r]} · w + bias for the listed rows (local row numbers)."""
     for r in range(rows.shape[0]):
-        i = rows[r]
-        s = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            s += data[k] * w[indices[k]]
-        out[r] = s + bias
+        out[r] = row_dot(indptr, indices, data, w, rows[r]) + bias
     return out
 
 
@@ -144,11 +147,8 @@ def hinge_violated(indptr, indices, data, y, w, bias_value, w_bias, g, margins):
     for i in range(n):
         lo = indptr[i]
         hi = indptr[i + 1]
-        s = 0.0
-        for k in range(lo, hi):
-            s += data[k] * w[indices[k]]
         yi = y[i]
-        m = yi * (s + b)
+        m = yi * (row_dot(indptr, indices, data, w, i) + b)
         margins[i] = m
         if m < 1.0:
             count += 1
@@ -176,11 +176,8 @@ def hinge_violated_weighted(indptr, indices, data, y, cost, w, bias_value, w_bia
     for i in range(n):
         lo = indptr[i]
         hi = indptr[i + 1]
-        s = 0.0
-        for k in range(lo, hi):
-            s += data[k] * w[indices[k]]
         yi = y[i]
-        m = yi * (s + b)
+        m = yi * (row_dot(indptr, indices, data, w, i) + b)
         margins[i] = m
         ci = cost[i]
         if m < 1.0 and ci != 0.0:
