@@ -65,12 +65,8 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
 
     def __init__(self, C, solver, tol, max_iter, random_state, solver_params):
         # the parameters every estimator shares, stored unchanged (scikit-learn's contract)
-        self.C = C
-        self.solver = solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.solver_params = solver_params
+        self.C, self.solver, self.tol = C, solver, tol
+        self.max_iter, self.random_state, self.solver_params = max_iter, random_state, solver_params
 
     def _solver_params(self, n_features: int, X=None) -> dict[str, Any]:
         raise NotImplementedError
