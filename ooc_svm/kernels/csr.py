@@ -234,19 +234,21 @@ def csr_take_rows(indptr, indices, data, rows):
     return new_ptr, new_idx, new_dat
 
 
-@njit(cache=True, nogil=True)
-def sparse_dot_sorted(ia, da, ib, db):
-    """Dot product of two sparse vectors with strictly increasing indices (sorted merge)."""
-    na = ia.shape[0]
-    nb = ib.shape[0]
-    p = 0
-    q = 0
+@njit(cache=True, nogil=True, inline="always")
+def merge_dot(a_indices, a_data, p, pe, b_indices, b_data, q, qe):
+    """Σ a·b over the columns two sorted sparse vectors share: entries ``[p, pe)`` of
+    ``(a_indices, a_data)`` and ``[q, qe)`` of ``(b_indices, b_data)``, merged in column
+    order, each product in float64 (inlined into its callers by numba).
+
+    (``kernel_functions.sparse_dot`` is not this: its ``float()`` keeps float32 data in
+    float32 for the product.)
+    """
     s = 0.0
-    while p < na and q < nb:
-        a = ia[p]
-        b = ib[q]
+    while p < pe and q < qe:
+        a = a_indices[p]
+        b = b_indices[q]
         if a == b:
-            s += np.float64(da[p]) * np.float64(db[q])
+            s += np.float64(a_data[p]) * np.float64(b_data[q])
             p += 1
             q += 1
         elif a < b:
@@ -254,6 +256,12 @@ def sparse_dot_sorted(ia, da, ib, db):
         else:
             q += 1
     return s
+
+
+@njit(cache=True, nogil=True)
+def sparse_dot_sorted(ia, da, ib, db):
+    """Dot product of two sparse vectors with strictly increasing indices (sorted merge)."""
+    return merge_dot(ia, da, 0, ia.shape[0], ib, db, 0, ib.shape[0])
 
 
 @njit(cache=True, nogil=True)
@@ -295,22 +303,8 @@ def csr_rows_dot(indptr_a, indices_a, data_a, rows_a, indptr_b, indices_b, data_
                 work[indices_a[k]] = 0.0
         else:
             for j in range(nb):
-                p = lo
-                q = indptr_b[j]
-                qe = indptr_b[j + 1]
-                s = 0.0
-                while p < hi and q < qe:
-                    a = indices_a[p]
-                    b = indices_b[q]
-                    if a == b:
-                        s += np.float64(data_a[p]) * np.float64(data_b[q])
-                        p += 1
-                        q += 1
-                    elif a < b:
-                        p += 1
-                    else:
-                        q += 1
-                out[r, j] = s
+                q, qe = indptr_b[j], indptr_b[j + 1]
+                out[r, j] = merge_dot(indices_a, data_a, lo, hi, indices_b, data_b, q, qe)
     return out
 
 
