@@ -11,11 +11,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import default_sigint as _default_sigint
+from conftest import latest_checkpoint_iteration as _latest_iteration
 from sklearn.datasets import make_classification
 
 from ooc_svm.model import load_model
@@ -41,33 +42,25 @@ CASES = {
 }
 
 
+def _store_dir(tmp_path_factory, name: str, n_samples: int, shard_rows: int):
+    """A directory holding ``s.zarr``: ``n_samples`` rows of a 20-feature binary problem."""
+    X, y = make_classification(
+        n_samples=n_samples, n_features=20, n_informative=10, flip_y=0.1, random_state=0
+    )
+    d = tmp_path_factory.mktemp(name)
+    write_store(str(d / "s.zarr"), csr_to_shards(sp.csr_matrix(X), y, shard_rows=shard_rows))
+    return d
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    X, y = make_classification(
-        n_samples=1500, n_features=20, n_informative=10, flip_y=0.1, random_state=0
-    )
-    d = tmp_path_factory.mktemp("ckd")
-    write_store(str(d / "s.zarr"), csr_to_shards(sp.csr_matrix(X), y, shard_rows=250))
-    return d
+    return _store_dir(tmp_path_factory, "ckd", 1500, 250)
 
 
 def _args(case, out, ckpt):
     solver, flags = CASES[case]
     cmd = [sys.executable, "-m", "ooc_svm", "train", "--solver", solver, "s.zarr", "-o", out]
     return cmd + ["--json", "--checkpoint", ckpt, *flags]
-
-
-def _latest_iteration(ckpt: Path) -> int:
-    try:
-        name = (ckpt / "LATEST").read_text().strip()
-    except OSError:
-        return -1
-    return int(name.split("-")[1])
-
-
-def _default_sigint() -> None:
-    # a test run started in the background inherits SIGINT ignored; Ctrl-C needs the default
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _run(args, cwd) -> subprocess.CompletedProcess:
@@ -125,12 +118,7 @@ def test_kill_and_resume_same_model(case, store):
 
 @pytest.fixture(scope="module")
 def big_store(tmp_path_factory):
-    X, y = make_classification(
-        n_samples=5000, n_features=20, n_informative=10, flip_y=0.1, random_state=0
-    )
-    d = tmp_path_factory.mktemp("ckd_int")
-    write_store(str(d / "s.zarr"), csr_to_shards(sp.csr_matrix(X), y, shard_rows=1000))
-    return d
+    return _store_dir(tmp_path_factory, "ckd_int", 5000, 1000)
 
 
 @pytest.mark.parametrize("solver", ["active-set", "irwls"])
