@@ -105,8 +105,9 @@ class Expansion:
             out[:] = 0.0
             return out
         acc = np.empty(self.coef.shape[0], dtype=np.float64)
-        rows = self._rows_and_svs(indptr, indices_u32, data, n)
-        return kernel_scores_csc(*rows, self.coef, *self.kp.args(), acc, out)
+        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
+        rows = (indptr, indices_u32, data, sq)
+        return kernel_scores_csc(*rows, *self._svs(), self.coef, *self.kp.args(), acc, out)
 
     def _scores_multi(self, indptr, indices_u32, data, n: int) -> np.ndarray:
         coef = np.ascontiguousarray(self.coef)
@@ -115,15 +116,14 @@ class Expansion:
             return out
         acc = np.empty(coef.shape[1], dtype=np.float64)
         kval = np.empty(coef.shape[1], dtype=np.float64)
-        rows = self._rows_and_svs(indptr, indices_u32, data, n)
-        return kernel_scores_csc_multi(*rows, coef, *self.kp.args(), acc, kval, out)
-
-    def _rows_and_svs(self, indptr, indices_u32, data, n: int) -> tuple:
-        """The leading arguments of the ``kernel_scores_csc*`` kernels: the rows, their
-        squared norms, and the support vectors (transposed) with theirs."""
         sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
-        svs = (self.svt_indptr, self.svt_indices, self.svt_data, self.sv_sq)
-        return (indptr, indices_u32, data, sq, *svs)
+        rows = (indptr, indices_u32, data, sq)
+        return kernel_scores_csc_multi(*rows, *self._svs(), coef, *self.kp.args(), acc, kval, out)
+
+    def _svs(self) -> tuple[Any, Any, Any, Any]:
+        """The support vectors as the ``kernel_scores_csc*`` kernels take them: transposed
+        (CSC), with their squared norms."""
+        return self.svt_indptr, self.svt_indices, self.svt_data, self.sv_sq
 
 
 def _max_col(indices) -> int:

@@ -28,8 +28,11 @@ def _description() -> str:
     import importlib.util
     from pathlib import Path
 
-    origin = importlib.util.find_spec("ooc_svm.evaluation").origin
-    paras = ast.get_docstring(ast.parse(Path(origin).read_text(encoding="utf-8"))).split("\n\n")
+    spec = importlib.util.find_spec("ooc_svm.evaluation")
+    assert spec is not None and spec.origin is not None
+    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
+    assert doc is not None
+    paras = doc.split("\n\n")
     text = "\n\n".join(
         ["The store is scored in one streamed pass through the engine. " + paras[1]]
         + paras[2:-1]
