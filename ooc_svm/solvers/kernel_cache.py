@@ -209,12 +209,13 @@ class SlotCache:
         }
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _evict_lru(slot_key, slot_of, last_used, stats, key):
     """Give ``key`` a slot on a miss: a free one, else the least recently used (evicted).
 
     Counts the miss (``stats[1]``) and the eviction (``stats[2]``), stamps the slot as used
     now and returns it; the caller marks what the slot holds (``slot_gen`` / ``slot_len``).
+    Inlined into its callers by numba.
     """
     stats[1] += 1
     n = slot_key.shape[0]
