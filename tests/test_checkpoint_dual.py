@@ -63,6 +63,18 @@ def _args(case, out, ckpt):
     return cmd + ["--json", "--checkpoint", ckpt, *flags]
 
 
+def _start(args, cwd) -> subprocess.Popen:
+    """Start ``args`` in ``cwd`` (output piped, text), stoppable by SIGINT."""
+    return subprocess.Popen(
+        args,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
+
+
 def _run(args, cwd) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=900)
 
@@ -76,14 +88,7 @@ def test_kill_and_resume_same_model(case, store):
 
     ck = store / ("ck_" + case)
     out = "m_" + case
-    p = subprocess.Popen(
-        _args(case, out, ck.name),
-        cwd=store,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_sigint,
-    )
+    p = _start(_args(case, out, ck.name), store)
     deadline = time.time() + 600
     while time.time() < deadline and p.poll() is None:
         if _latest_iteration(ck) >= max(1, n_ckpt // 2):
@@ -133,14 +138,7 @@ def test_ctrl_c_within_a_second(solver, after, big_store):
     args = [sys.executable, "-m", "ooc_svm", "train", "--solver", solver, "s.zarr"]
     args += ["-o", out.name, "--kernel", "rbf", "--gamma", "0.05", "--C", "100"]
     args += ["--tol", "1e-6", "--history", hist.name]
-    p = subprocess.Popen(
-        args,
-        cwd=big_store,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_sigint,
-    )
+    p = _start(args, big_store)
     deadline = time.time() + 300
     while p.poll() is None and time.time() < deadline:
         if hist.exists() and len(hist.read_text().splitlines()) >= 3:  # header + 2 records
