@@ -42,7 +42,6 @@ def binary(tmp_path_factory):
     return tmp, X, y, st, load_model(str(mpath)), str(mpath)
 
 
-@pytest.mark.parametrize("suffix", [".parquet", ".tsv"])
 def _predicted(model, st, out) -> dict:
     """``predict_to_file`` into Parquet file ``out`` (local engine); its columns."""
     with LocalEngine() as eng:
@@ -50,6 +49,7 @@ def _predicted(model, st, out) -> dict:
     return pq.read_table(str(out)).to_pydict()
 
 
+@pytest.mark.parametrize("suffix", [".parquet", ".tsv"])
 def test_predict_matches_decision_function(binary, suffix):
     tmp, X, y, st, model, _ = binary
     out = str(tmp / f"pred{suffix}")
