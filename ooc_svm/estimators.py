@@ -63,6 +63,11 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
 
     _kernel_capable = True
 
+    def __init__(self, C, solver, tol, max_iter, random_state, solver_params):
+        # the parameters every estimator shares, stored unchanged (scikit-learn's contract)
+        self.C, self.solver, self.tol = C, solver, tol
+        self.max_iter, self.random_state, self.solver_params = max_iter, random_state, solver_params
+
     def _solver_params(self, n_features: int, X=None) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -191,12 +196,7 @@ class LinearSVC(_OocSVMBase):
     def __init__(
         self, C=1.0, solver="perf", tol=None, max_iter=None, random_state=None, solver_params=None
     ):
-        self.C = C
-        self.solver = solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.solver_params = solver_params
+        super().__init__(C, solver, tol, max_iter, random_state, solver_params)
 
     def _solver_params(self, n_features, X=None):
         p: dict[str, Any] = {"C": float(self.C)}
@@ -233,16 +233,11 @@ class SVC(_OocSVMBase):
         random_state=None,
         solver_params=None,
     ):
-        self.C = C
+        super().__init__(C, solver, tol, max_iter, random_state, solver_params)
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
         self.coef0 = coef0
-        self.solver = solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.solver_params = solver_params
 
     def _solver_params(self, n_features, X=None):
         if self.solver == "perf":

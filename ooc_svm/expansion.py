@@ -104,46 +104,26 @@ class Expansion:
         if self.coef is None or self.coef.size == 0:
             out[:] = 0.0
             return out
-        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
         acc = np.empty(self.coef.shape[0], dtype=np.float64)
-        return kernel_scores_csc(
-            indptr,
-            indices_u32,
-            data,
-            sq,
-            self.svt_indptr,
-            self.svt_indices,
-            self.svt_data,
-            self.sv_sq,
-            self.coef,
-            *self.kp.args(),
-            acc,
-            out,
-        )
+        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
+        rows = (indptr, indices_u32, data, sq)
+        return kernel_scores_csc(*rows, *self._svs(), self.coef, *self.kp.args(), acc, out)
 
     def _scores_multi(self, indptr, indices_u32, data, n: int) -> np.ndarray:
         coef = np.ascontiguousarray(self.coef)
         out = np.zeros((n, coef.shape[0]), dtype=np.float64)
         if coef.shape[1] == 0:
             return out
-        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
         acc = np.empty(coef.shape[1], dtype=np.float64)
         kval = np.empty(coef.shape[1], dtype=np.float64)
-        return kernel_scores_csc_multi(
-            indptr,
-            indices_u32,
-            data,
-            sq,
-            self.svt_indptr,
-            self.svt_indices,
-            self.svt_data,
-            self.sv_sq,
-            coef,
-            *self.kp.args(),
-            acc,
-            kval,
-            out,
-        )
+        sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
+        rows = (indptr, indices_u32, data, sq)
+        return kernel_scores_csc_multi(*rows, *self._svs(), coef, *self.kp.args(), acc, kval, out)
+
+    def _svs(self) -> tuple[Any, Any, Any, Any]:
+        """The support vectors as the ``kernel_scores_csc*`` kernels take them: transposed
+        (CSC), with their squared norms."""
+        return self.svt_indptr, self.svt_indices, self.svt_data, self.sv_sq
 
 
 def _max_col(indices) -> int:

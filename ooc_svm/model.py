@@ -131,7 +131,11 @@ class Model:
         :meth:`decision_function`, a store included)."""
         if self.kind == "ovo" and not _is_store(X):
             return ovo_predict(self, X)
-        s = self.decision_function(X)
+        return self.labels_of(self.decision_function(X))
+
+    def labels_of(self, s: np.ndarray) -> np.ndarray:
+        """Predicted labels from decision values ``s`` (as :meth:`decision_function` gives
+        them): one-vs-one votes, the best one-vs-rest column, or the sign of f(x)."""
         if self.kind == "ovo":
             return ovo_labels(self, s)
         classes = np.asarray(self.classes, dtype=np.float64)

@@ -183,14 +183,7 @@ def predictions(model: Model, scores: np.ndarray) -> np.ndarray | None:
     """Predicted labels from decision values (None for ranking models)."""
     if is_ranking_model(model):
         return None
-    if model.kind == "ovo":
-        from .model import ovo_labels
-
-        return ovo_labels(model, scores)
-    classes = np.asarray(model.classes, dtype=np.float64)
-    if scores.ndim == 2:
-        return classes[np.argmax(scores, axis=1)]
-    return np.where(scores > 0, classes[-1], classes[0])
+    return model.labels_of(scores)
 
 
 # ------------------------------------------------------------------------------------------

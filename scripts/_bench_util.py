@@ -16,3 +16,71 @@ def drop_caches(warn: bool = False) -> bool:
         if warn:
             print(f"# cannot drop the page cache ({e}); cold numbers are not cold", flush=True)
         return False
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB (Linux: ru_maxrss is in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class ChildFailed(RuntimeError):
+    """A ``--child`` run exited non-zero; ``stderr`` is what it printed there."""
+
+    def __init__(self, what: str, stderr: str) -> None:
+        super().__init__(f"child {what} failed:\n{stderr[-3000:]}")
+        self.stderr = stderr
+
+
+def run_child(script: str, spec: dict, timeout: float | None = None) -> dict:
+    """Run one measurement in a fresh process: ``python SCRIPT --child JSON(spec)``.
+
+    Returns the JSON object the child prints last, ``{"timeout": timeout}`` when it runs out
+    of time; raises :class:`ChildFailed` when it fails.
+    """
+    import json
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run(
+            [sys.executable, os.path.abspath(script), "--child", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"timeout": timeout}
+    if out.returncode != 0:
+        raise ChildFailed(spec.get("what", "?"), out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def add_child_option(ap) -> None:
+    """The hidden ``--child JSON`` option by which :func:`run_child` starts a measurement."""
+    import argparse
+
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+
+
+def serve_child(args, child) -> bool:
+    """In a ``--child`` process: print ``child(spec)`` as JSON and answer True (then exit 0);
+    False in the parent."""
+    import json
+
+    if not args.child:
+        return False
+    print(json.dumps(child(json.loads(args.child))))
+    return True
+
+
+def solver_result(res, seconds: float) -> dict:
+    """What every solver benchmark records of an ``api.train`` result."""
+    return {
+        "seconds": seconds,
+        "dual": res.dual_objective,
+        "iterations": res.iterations,
+        "passes": res.passes,
+    }

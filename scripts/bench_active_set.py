@@ -26,14 +26,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+import _bench_util
+from _bench_util import add_child_option, serve_child, solver_result
+from _bench_util import peak_rss_mb as _rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -42,10 +43,6 @@ PROBLEMS = {
     "a9a": dict(file="a9a/a9a", n_features=123, kernel="rbf", gamma=0.05, C=1.0),
     "w8a": dict(file="w8a/w8a.bz2", n_features=300, kernel="linear", gamma=None, C=1.0),
 }
-
-
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _load(spec):
@@ -117,13 +114,7 @@ def child(spec: dict) -> dict:
     t = time.perf_counter()
     res = train(spec["store"], solver, **params)
     sec = time.perf_counter() - t
-    out = {
-        "seconds": sec,
-        "dual": res.dual_objective,
-        "iterations": res.iterations,
-        "passes": res.passes,
-        "rss_mb": _rss_mb(),
-    }
+    out = {**solver_result(res, sec), "rss_mb": _rss_mb()}
     for k in (
         "n_s",
         "n_c",
@@ -139,11 +130,10 @@ def child(spec: dict) -> dict:
 
 
 def run_child(spec: dict) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    try:
+        return _bench_util.run_child(__file__, spec)
+    except _bench_util.ChildFailed as e:
+        return {"error": (e.stderr.strip().splitlines() or ["?"])[-1]}
 
 
 def make_store(name: str, prob: dict, workdir: Path) -> str:
@@ -200,10 +190,9 @@ def main() -> int:
     ap.add_argument("--skip-rss", action="store_true", help="skip the 32 / 1024 MB RSS runs")
     ap.add_argument("--skip-smo", action="store_true")
     ap.add_argument("--workdir", default="/tmp/ooc-svm-bench-active-set")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    add_child_option(ap)
     args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    if serve_child(args, child):
         return 0
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)

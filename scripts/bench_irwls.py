@@ -30,20 +30,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import _bench_util
+from _bench_util import add_child_option, serve_child, solver_result
+from _bench_util import peak_rss_mb as _rss_mb
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-
-
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _load(path: str, rows: int, n_features: int):
@@ -115,11 +113,8 @@ def child(spec: dict) -> dict:
     sec = time.perf_counter() - t
     s = res.summary
     return {
-        "seconds": sec,
-        "dual": res.dual_objective,
+        **solver_result(res, sec),
         "n_sv": s.get("n_sv"),
-        "iterations": res.iterations,
-        "passes": res.passes,
         "converged": bool(s.get("converged", s.get("kkt_ok", True))),
         "kkt_max_violation": s.get("kkt_max_violation"),
         "smo_finishes": s.get("smo_finishes"),
@@ -130,19 +125,7 @@ def child(spec: dict) -> dict:
 
 
 def run_child(spec: dict, timeout: float) -> dict:
-    try:
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return {"timeout": timeout}
-    if out.returncode != 0:
-        raise RuntimeError(f"child {spec['what']} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return _bench_util.run_child(__file__, spec, timeout)
 
 
 def bench_problem(name, spec0, args, tmp) -> dict:
@@ -248,10 +231,9 @@ def main() -> int:
     ap.add_argument("--max-iter", type=int, default=20000, help="IRWLS outer iterations")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--only", default="a9a,w8a")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    add_child_option(ap)
     args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    if serve_child(args, child):
         return 0
     args.q = [int(v) for v in args.q.split(",")]
     args.strategies = args.strategies.split(",")

@@ -24,19 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import _bench_util
+from _bench_util import add_child_option, serve_child, solver_result
+from _bench_util import peak_rss_mb as _rss_mb
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def child(spec: dict) -> dict:
@@ -95,11 +93,8 @@ def child(spec: dict) -> dict:
     sec = time.perf_counter() - t
     s = res.summary
     return {
-        "seconds": sec,
-        "dual": res.dual_objective,
+        **solver_result(res, sec),
         "n_sv": s["n_sv"],
-        "iterations": res.iterations,
-        "passes": res.passes,
         "kkt_max_violation": s["kkt_max_violation"],
         "cache_hits": s["cache_hits"],
         "cache_misses": s["cache_misses"],
@@ -109,15 +104,7 @@ def child(spec: dict) -> dict:
 
 
 def run_child(spec: dict) -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"child {spec['what']} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return _bench_util.run_child(__file__, spec)
 
 
 def main() -> int:
@@ -131,10 +118,9 @@ def main() -> int:
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--cache-mb", type=float, default=256.0, help="cache for the timed runs")
     ap.add_argument("--skip-platt", action="store_true")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    add_child_option(ap)
     args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    if serve_child(args, child):
         return 0
 
     import numpy as np

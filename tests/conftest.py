@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -77,3 +78,142 @@ def ooc_cmd(*args: str) -> list[str]:
     import sys
 
     return [sys.executable, "-m", "ooc_svm", *map(str, args)]
+
+
+# ------------------------------------------------------------------------------------------
+# Dask clusters started from the command line (`dask scheduler`, `dask worker`)
+# ------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (now)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_workers(address: str, n: int, timeout: float = 60.0) -> None:
+    """Block until the scheduler at ``address`` has ``n`` workers."""
+    from distributed import Client
+
+    with Client(address, timeout=timeout) as c:
+        c.wait_for_workers(n, timeout=timeout)
+
+
+def stop_procs(procs) -> None:
+    """SIGTERM every process still running, then wait (15 s each) and kill what is left."""
+    import signal
+    import subprocess
+
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+@contextlib.contextmanager
+def dask_cli_cluster(n_workers: int = 2, cwd=None, scheduler_file=None):
+    """`dask scheduler` + ``n_workers`` `dask worker` processes (one thread each, no nanny,
+    output discarded) started in ``cwd``, as a user starts them from the command line.
+
+    Yields ``(address, procs)`` once the workers are connected (``procs[0]`` is the
+    scheduler); stops every process on exit (:func:`stop_procs`).
+    """
+    import subprocess
+    import sys
+    import time
+
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    dask = [sys.executable, "-m", "dask"]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": cwd}
+    sched = [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"]
+    if scheduler_file is not None:
+        sched += ["--scheduler-file", str(scheduler_file)]
+    procs = [subprocess.Popen(sched, **quiet)]
+    try:
+        time.sleep(1.0)
+        for k in range(n_workers):
+            procs.append(
+                subprocess.Popen(
+                    [*dask, "worker", address, "--nthreads", "1", "--no-nanny"]
+                    + ["--no-dashboard", "--name", f"w{k}"],
+                    **quiet,
+                )
+            )
+        wait_workers(address, n_workers)
+        yield address, procs
+    finally:
+        stop_procs(procs)
+
+
+# ------------------------------------------------------------------------------------------
+# the CLI, real data and references shared by several test files
+# ------------------------------------------------------------------------------------------
+
+
+def run_ooc(*args: str, cwd=None, timeout: float = 300):
+    """Run ``ooc-svm ARGS`` (this interpreter, stdin closed); the completed process, output
+    captured as text."""
+    import subprocess
+
+    return subprocess.run(
+        ooc_cmd(*args),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+    )
+
+
+def load_svmlight_int32(rel: str, n=None, n_features=None):
+    """The first ``n`` rows of dataset ``rel`` (:func:`dataset`) as CSR with int32 indices
+    (scikit-learn's SVC refuses int64 ones), and their labels."""
+    import numpy as np
+    import scipy.sparse as sp
+    from sklearn.datasets import load_svmlight_file
+
+    X, y = load_svmlight_file(str(dataset(rel)), n_features=n_features, zero_based=False)
+    if n is not None:
+        X, y = X[:n], y[:n]
+    X = sp.csr_matrix(X)
+    X.indices = X.indices.astype(np.int32)  # SVC refuses int64 indices
+    X.indptr = X.indptr.astype(np.int32)
+    return X, y
+
+
+def sklearn_kernel(X, Y, kernel: str, gamma: float, degree: int = 3, coef0: float = 0.0):
+    """The kernel matrix K(X, Y) by scikit-learn (the reference of the numba kernels)."""
+    from sklearn.metrics import pairwise
+
+    if kernel == "linear":
+        return pairwise.linear_kernel(X, Y)
+    if kernel == "rbf":
+        return pairwise.rbf_kernel(X, Y, gamma=gamma)
+    if kernel == "poly":
+        return pairwise.polynomial_kernel(X, Y, degree=degree, gamma=gamma, coef0=coef0)
+    return pairwise.sigmoid_kernel(X, Y, gamma=gamma, coef0=coef0)
+
+
+def latest_checkpoint_iteration(ckpt) -> int:
+    """The iteration of the newest checkpoint in directory ``ckpt`` (-1: none yet)."""
+    try:
+        name = (Path(ckpt) / "LATEST").read_text().strip()
+    except OSError:
+        return -1
+    return int(name.split("-")[1])
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a child that must stop on SIGINT: a test run started in the
+    background inherits SIGINT ignored; Ctrl-C needs the default."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

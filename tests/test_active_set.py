@@ -18,7 +18,8 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import build_store, dataset
+from conftest import build_store
+from conftest import load_svmlight_int32 as _load
 
 from ooc_svm.engine import LocalEngine
 from ooc_svm.kernels.kernel_functions import kernel_matrix
@@ -35,22 +36,11 @@ from ooc_svm.solvers.dual_common import (
 from ooc_svm.store import StoreWriter, csr_to_shards, open_store, write_store
 
 svm = pytest.importorskip("sklearn.svm")
-from sklearn.datasets import load_svmlight_file  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
-def _load(rel, n=None, n_features=None):
-    X, y = load_svmlight_file(str(dataset(rel)), n_features=n_features, zero_based=False)
-    if n is not None:
-        X, y = X[:n], y[:n]
-    X = sp.csr_matrix(X)
-    X.indices = X.indices.astype(np.int32)  # SVC refuses int64 indices
-    X.indptr = X.indptr.astype(np.int32)
-    return X, y
-
-
 def _dual(Xsv, coef, kernel, gamma):
     """½ cᵀKc − Σ|c| over support vectors with coefficients c = yα (LIBSVM sign)."""
     K = kernel_matrix(
@@ -378,34 +368,26 @@ def test_params_and_init_errors(tmp_path, make_store):
             _solve(short, C=1.0, gamma=0.5, init=path)
 
 
-def test_cli_json_and_init(tmp_path, make_store):
+def _cli_train(store: str, out: str, *flags: str):
+    """``ooc-svm -q train --solver active-set STORE -o OUT --gamma 0.05 FLAGS --json`` in this
+    process: ``(exit status, the JSON summary)``."""
     from ooc_svm.cli import main
 
-    X, y = _load("a9a/a9a", 1200, n_features=123)
-    st = make_store(X, y, shard_rows=400, n_features=0)
-    m1 = str(tmp_path / "m1")
     buf = io.StringIO()
     with redirect_stdout(buf):
         rc = main(
-            [
-                "-q",
-                "train",
-                "--solver",
-                "active-set",
-                st.path,
-                "-o",
-                m1,
-                "--C",
-                "1",
-                "--gamma",
-                "0.05",
-                "--sprint-size",
-                "300",
-                "--json",
-            ]
+            ["-q", "train", "--solver", "active-set", store, "-o", out, "--gamma", "0.05"]
+            + [*flags, "--json"]
         )
+    return rc, json.loads(buf.getvalue().strip().splitlines()[-1])
+
+
+def test_cli_json_and_init(tmp_path, make_store):
+    X, y = _load("a9a/a9a", 1200, n_features=123)
+    st = make_store(X, y, shard_rows=400, n_features=0)
+    m1 = str(tmp_path / "m1")
+    rc, out = _cli_train(st.path, m1, "--C", "1", "--sprint-size", "300")
     assert rc == 0
-    out = json.loads(buf.getvalue().strip().splitlines()[-1])
     for k in (
         "solver",
         "objective",
@@ -423,30 +405,10 @@ def test_cli_json_and_init(tmp_path, make_store):
     assert out["solver"] == "active-set"
     model = load_model(m1)
     assert model.kind == "kernel" and model.support_ is not None
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rc = main(
-            [
-                "-q",
-                "train",
-                "--solver",
-                "active-set",
-                st.path,
-                "-o",
-                str(tmp_path / "m2"),
-                "--C",
-                "2",
-                "--gamma",
-                "0.05",
-                "--init",
-                m1,
-                "--pricing",
-                "shrinking",
-                "--json",
-            ]
-        )
+    rc, out2 = _cli_train(
+        st.path, str(tmp_path / "m2"), "--C", "2", "--init", m1, "--pricing", "shrinking"
+    )
     assert rc == 0
-    out2 = json.loads(buf.getvalue().strip().splitlines()[-1])
     assert out2["warm_start"] is True
     assert out2["iterations"] < out["iterations"]
 

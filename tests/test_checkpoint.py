@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import default_sigint as _default_sigint
+from conftest import latest_checkpoint_iteration as _latest_iteration
 from conftest import ooc_cmd
 from sklearn.datasets import make_classification
 
@@ -68,19 +70,6 @@ def _args(case, store, out, ckpt, tmp):
         str(ckpt),
         *extra,
     ]
-
-
-def _latest_iteration(ckpt: Path) -> int:
-    try:
-        name = (ckpt / "LATEST").read_text().strip()
-    except OSError:
-        return -1
-    return int(name.split("-")[1])
-
-
-def _default_sigint() -> None:
-    # a test run started in the background inherits SIGINT ignored; Ctrl-C needs the default
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _run_until(args, ckpt: Path, min_iter: int, sig) -> subprocess.CompletedProcess:

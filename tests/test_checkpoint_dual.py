@@ -11,11 +11,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import default_sigint as _default_sigint
+from conftest import latest_checkpoint_iteration as _latest_iteration
 from sklearn.datasets import make_classification
 
 from ooc_svm.model import load_model
@@ -41,14 +42,19 @@ CASES = {
 }
 
 
+def _store_dir(tmp_path_factory, name: str, n_samples: int, shard_rows: int):
+    """A directory holding ``s.zarr``: ``n_samples`` rows of a 20-feature binary problem."""
+    X, y = make_classification(
+        n_samples=n_samples, n_features=20, n_informative=10, flip_y=0.1, random_state=0
+    )
+    d = tmp_path_factory.mktemp(name)
+    write_store(str(d / "s.zarr"), csr_to_shards(sp.csr_matrix(X), y, shard_rows=shard_rows))
+    return d
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    X, y = make_classification(
-        n_samples=1500, n_features=20, n_informative=10, flip_y=0.1, random_state=0
-    )
-    d = tmp_path_factory.mktemp("ckd")
-    write_store(str(d / "s.zarr"), csr_to_shards(sp.csr_matrix(X), y, shard_rows=250))
-    return d
+    return _store_dir(tmp_path_factory, "ckd", 1500, 250)
 
 
 def _args(case, out, ckpt):
@@ -57,17 +63,16 @@ def _args(case, out, ckpt):
     return cmd + ["--json", "--checkpoint", ckpt, *flags]
 
 
-def _latest_iteration(ckpt: Path) -> int:
-    try:
-        name = (ckpt / "LATEST").read_text().strip()
-    except OSError:
-        return -1
-    return int(name.split("-")[1])
-
-
-def _default_sigint() -> None:
-    # a test run started in the background inherits SIGINT ignored; Ctrl-C needs the default
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _start(args, cwd) -> subprocess.Popen:
+    """Start ``args`` in ``cwd`` (output piped, text), stoppable by SIGINT."""
+    return subprocess.Popen(
+        args,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
 
 
 def _run(args, cwd) -> subprocess.CompletedProcess:
@@ -83,14 +88,7 @@ def test_kill_and_resume_same_model(case, store):
 
     ck = store / ("ck_" + case)
     out = "m_" + case
-    p = subprocess.Popen(
-        _args(case, out, ck.name),
-        cwd=store,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_sigint,
-    )
+    p = _start(_args(case, out, ck.name), store)
     deadline = time.time() + 600
     while time.time() < deadline and p.poll() is None:
         if _latest_iteration(ck) >= max(1, n_ckpt // 2):
@@ -125,12 +123,7 @@ def test_kill_and_resume_same_model(case, store):
 
 @pytest.fixture(scope="module")
 def big_store(tmp_path_factory):
-    X, y = make_classification(
-        n_samples=5000, n_features=20, n_informative=10, flip_y=0.1, random_state=0
-    )
-    d = tmp_path_factory.mktemp("ckd_int")
-    write_store(str(d / "s.zarr"), csr_to_shards(sp.csr_matrix(X), y, shard_rows=1000))
-    return d
+    return _store_dir(tmp_path_factory, "ckd_int", 5000, 1000)
 
 
 @pytest.mark.parametrize("solver", ["active-set", "irwls"])
@@ -145,14 +138,7 @@ def test_ctrl_c_within_a_second(solver, after, big_store):
     args = [sys.executable, "-m", "ooc_svm", "train", "--solver", solver, "s.zarr"]
     args += ["-o", out.name, "--kernel", "rbf", "--gamma", "0.05", "--C", "100"]
     args += ["--tol", "1e-6", "--history", hist.name]
-    p = subprocess.Popen(
-        args,
-        cwd=big_store,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_sigint,
-    )
+    p = _start(args, big_store)
     deadline = time.time() + 300
     while p.poll() is None and time.time() < deadline:
         if hist.exists() and len(hist.read_text().splitlines()) >= 3:  # header + 2 records

@@ -12,21 +12,11 @@ import sys
 
 import numpy as np
 import scipy.sparse as sp
+from conftest import run_ooc as _ooc
 
 from ooc_svm import __version__
 from ooc_svm.cli import COMMANDS
 from ooc_svm.store import csr_to_shards, write_store
-
-
-def _ooc(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ooc_svm", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
 
 
 def test_bare_command_lists_commands():

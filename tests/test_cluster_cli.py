@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import ooc_cmd
+from conftest import free_port, ooc_cmd, stop_procs, wait_workers
 
 from ooc_svm.model import load_model
 from ooc_svm.store import csr_to_shards, open_store, write_store
@@ -27,24 +26,11 @@ OOC = ooc_cmd()
 DASK = [sys.executable, "-m", "dask"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_workers(address: str, n: int, timeout: float = 60.0) -> None:
-    from distributed import Client
-
-    with Client(address, timeout=timeout) as c:
-        c.wait_for_workers(n, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Scheduler and two single-process workers (no nanny, so a kill is a real loss)."""
     tmp = tmp_path_factory.mktemp("cluster")
-    port = _free_port()
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
     procs = [
@@ -93,7 +79,7 @@ def cluster(tmp_path_factory):
             )
             workers.append(w)
         procs += workers
-        _wait_workers(address, 2)
+        wait_workers(address, 2)
         yield {
             "address": address,
             "scheduler_file": str(tmp / "sched.json"),
@@ -101,14 +87,7 @@ def cluster(tmp_path_factory):
             "tmp": tmp,
         }
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_procs(procs)
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +184,7 @@ def test_worker_killed_mid_training(cluster, store, local_model, tmp_path):
 
 
 def test_unreachable_scheduler_fails_fast(store, tmp_path):
-    port = _free_port()
+    port = free_port()
     t0 = time.perf_counter()
     r = _train(store, str(tmp_path / "m"), "--scheduler", f"tcp://127.0.0.1:{port}", check=False)
     assert r.returncode != 0

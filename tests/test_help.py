@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import run_ooc
 
 from ooc_svm.cli import COMMANDS, main
 from ooc_svm.commands.train import COMMON_JSON_KEYS
@@ -86,14 +85,7 @@ def _documented_extras() -> dict[str, set[str]]:
 
 
 def _ooc(cwd, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "ooc_svm", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
-    )
+    return run_ooc(*args, cwd=cwd, timeout=600)
 
 
 def test_train_json_keys_agree_across_solvers(store):

@@ -4,7 +4,6 @@ time (finding 9: it was a raw ``AttributeError`` traceback)."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,16 +11,11 @@ import time
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import dask_cli_cluster
 
 from ooc_svm.store import csr_to_shards, write_store
 
 pytestmark = pytest.mark.cluster
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_scheduler_killed_mid_training_is_one_line_error(tmp_path):
@@ -31,27 +25,8 @@ def test_scheduler_killed_mid_training_is_one_line_error(tmp_path):
     X = sp.random(n, d, density=0.05, format="csr", random_state=17, dtype=np.float32)
     y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
     write_store(str(tmp_path / "s.zarr"), csr_to_shards(X, y, shard_rows=2000))
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask = [sys.executable, "-m", "dask"]
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    sched = subprocess.Popen(
-        dask + ["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-        **quiet,
-    )
-    procs = [sched]
-    try:
-        time.sleep(1.0)
-        procs.append(
-            subprocess.Popen(
-                dask + ["worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard"],
-                **quiet,
-            )
-        )
-        from distributed import Client
-
-        with Client(address, timeout=60) as c:
-            c.wait_for_workers(1, timeout=60)
+    with dask_cli_cluster(1) as (address, procs):
+        sched = procs[0]
         train = subprocess.Popen(
             [sys.executable, "-m", "ooc_svm", "-q", "train", "--solver", "perf", "s.zarr"]
             + ["-o", "m", "--C", "100", "--eps", "1e-6", "--max-iter", "100000"]
@@ -72,15 +47,6 @@ def test_scheduler_killed_mid_training_is_one_line_error(tmp_path):
             train.kill()
             pytest.fail("training did not stop within 60 s of losing its scheduler")
         elapsed = time.monotonic() - t0
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
     assert train.returncode == 1, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err

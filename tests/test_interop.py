@@ -297,24 +297,27 @@ def _ours(model, X):
     return model.predict(X), d[:, None] if d.ndim == 1 else d
 
 
+def _exported_and_ours(tmp_path, name: str, fmt: str, seed: int):
+    """Export model ``name`` as ``fmt``, score 300 random rows with the real LIBLINEAR /
+    LIBSVM ``predict`` and with ooc-svm: ``(their labels, their decision values, our
+    labels, our decision values)``."""
+    model = _models()[name]
+    X = _random_csr(300, model.n_features, 0.3, seed)
+    export_model(model, fmt, str(tmp_path / "m"))
+    lab, dec = (_ll_scores if fmt == "liblinear" else _svm_scores)(tmp_path / "m", X)
+    return (lab, dec, *_ours(model, X))
+
+
 @pytest.mark.parametrize("name", ["linear", "linear_12", "ovr"])
 def test_exported_liblinear_read_by_liblinear(tmp_path, name):
-    model = _models()[name]
-    X = _random_csr(300, model.n_features, 0.3, 5)
-    export_model(model, "liblinear", str(tmp_path / "m"))
-    lab, dec = _ll_scores(tmp_path / "m", X)
-    pred, ours = _ours(model, X)
+    lab, dec, pred, ours = _exported_and_ours(tmp_path, name, "liblinear", 5)
     np.testing.assert_array_equal(lab, pred)
     _close(dec, ours)
 
 
 @pytest.mark.parametrize("name", ["linear", "rbf", "poly", "sigmoid", "ovo"])
 def test_exported_libsvm_read_by_libsvm(tmp_path, name):
-    model = _models()[name]
-    X = _random_csr(300, model.n_features, 0.3, 6)
-    export_model(model, "libsvm", str(tmp_path / "m"))
-    lab, dec = _svm_scores(tmp_path / "m", X)
-    pred, ours = _ours(model, X)
+    lab, dec, pred, ours = _exported_and_ours(tmp_path, name, "libsvm", 6)
     np.testing.assert_array_equal(lab, pred)
     _close(dec, ours)
 

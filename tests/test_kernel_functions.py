@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import sklearn_kernel
 
 from ooc_svm.kernels.kernel_functions import (
     KernelParams,
@@ -33,15 +34,7 @@ def _rand(n, d, density, seed, dtype=np.float32):
 
 
 def _ref(X, Y, kernel, gamma, degree, coef0):
-    X = X.astype(np.float64)
-    Y = Y.astype(np.float64)
-    if kernel == "linear":
-        return pairwise.linear_kernel(X, Y)
-    if kernel == "rbf":
-        return pairwise.rbf_kernel(X, Y, gamma=gamma)
-    if kernel == "poly":
-        return pairwise.polynomial_kernel(X, Y, degree=degree, gamma=gamma, coef0=coef0)
-    return pairwise.sigmoid_kernel(X, Y, gamma=gamma, coef0=coef0)
+    return sklearn_kernel(X.astype(np.float64), Y.astype(np.float64), kernel, gamma, degree, coef0)
 
 
 @pytest.mark.parametrize("kernel", ["linear", "rbf", "poly", "sigmoid"])

@@ -42,6 +42,13 @@ def binary(tmp_path_factory):
     return tmp, X, y, st, load_model(str(mpath)), str(mpath)
 
 
+def _predicted(model, st, out) -> dict:
+    """``predict_to_file`` into Parquet file ``out`` (local engine); its columns."""
+    with LocalEngine() as eng:
+        predict_to_file(model, st, eng, str(out))
+    return pq.read_table(str(out)).to_pydict()
+
+
 @pytest.mark.parametrize("suffix", [".parquet", ".tsv"])
 def test_predict_matches_decision_function(binary, suffix):
     tmp, X, y, st, model, _ = binary
@@ -164,10 +171,7 @@ def test_kernel_model_streamed(tmp_path, make_store):
         kernel="rbf",
         gamma=0.5,
     )
-    out = str(tmp_path / "k.parquet")
-    with LocalEngine() as eng:
-        predict_to_file(model, st, eng, out)
-    t = pq.read_table(out).to_pydict()
+    t = _predicted(model, st, tmp_path / "k.parquet")
     # the kernel expansion may round through float32 (the store's precision)
     np.testing.assert_allclose(t["score"], model.decision_function(X), rtol=1e-6, atol=1e-7)
 
@@ -176,10 +180,7 @@ def test_store_with_more_features_than_model(binary, tmp_path, make_store):
     _, X, y, _, model, _ = binary
     Xw = sp.hstack([X, sp.random(X.shape[0], 5, density=0.5, random_state=1)]).tocsr()
     st = make_store(Xw, y, name="wide.zarr", shard_rows=64)
-    out = str(tmp_path / "w.parquet")
-    with LocalEngine() as eng:
-        predict_to_file(model, st, eng, out)
-    t = pq.read_table(out).to_pydict()
+    t = _predicted(model, st, tmp_path / "w.parquet")
     np.testing.assert_allclose(t["score"], model.decision_function(X), rtol=1e-12, atol=1e-12)
 
 

@@ -17,7 +17,8 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import build_store, dataset
+from conftest import build_store, sklearn_kernel
+from conftest import load_svmlight_int32 as _load
 
 from ooc_svm.engine import LocalEngine
 from ooc_svm.model import load_model
@@ -27,7 +28,6 @@ from ooc_svm.store import csr_to_shards, open_store, write_store
 
 svm = pytest.importorskip("sklearn.svm")
 pairwise = pytest.importorskip("sklearn.metrics.pairwise")
-from sklearn.datasets import load_svmlight_file  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -36,13 +36,7 @@ from sklearn.datasets import load_svmlight_file  # noqa: E402
 def _kernel(X, Y, kernel, gamma, degree=3, coef0=0.0):
     X = sp.csr_matrix(X, dtype=np.float64)
     Y = sp.csr_matrix(Y, dtype=np.float64)
-    if kernel == "linear":
-        return pairwise.linear_kernel(X, Y)
-    if kernel == "rbf":
-        return pairwise.rbf_kernel(X, Y, gamma=gamma)
-    if kernel == "poly":
-        return pairwise.polynomial_kernel(X, Y, degree=degree, gamma=gamma, coef0=coef0)
-    return pairwise.sigmoid_kernel(X, Y, gamma=gamma, coef0=coef0)
+    return sklearn_kernel(X, Y, kernel, gamma, degree, coef0)
 
 
 def _libsvm(X, y, C, kernel, gamma, degree=3, coef0=0.0):
@@ -57,16 +51,6 @@ def _libsvm(X, y, C, kernel, gamma, degree=3, coef0=0.0):
     Xs = X[clf.support_]
     dual = 0.5 * c @ _kernel(Xs, Xs, kernel, gamma, degree, coef0) @ c - np.abs(c).sum()
     return clf, float(dual)
-
-
-def _load(rel, n=None, n_features=None):
-    X, y = load_svmlight_file(str(dataset(rel)), n_features=n_features, zero_based=False)
-    if n is not None:
-        X, y = X[:n], y[:n]
-    X = sp.csr_matrix(X)
-    X.indices = X.indices.astype(np.int32)  # SVC refuses int64 indices
-    X.indptr = X.indptr.astype(np.int32)
-    return X, y
 
 
 def _check(res, X, y, clf, ref_dual, C):

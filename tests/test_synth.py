@@ -250,20 +250,13 @@ def main(argv):
     return args.func(args)
 
 
+#: a small synth run: 500 rows, 300 features, 10 non-zeros per row, seed 1
+_SMALL = ["--rows", "500", "--features", "300", "--nnz-per-row", "10", "--seed", "1"]
+
+
 def test_cli_writes_refuses_existing_and_overwrites(tmp_path, capsys):
     out = str(tmp_path / "x.svm")
-    args = [
-        "synth",
-        out,
-        "--rows",
-        "500",
-        "--features",
-        "300",
-        "--nnz-per-row",
-        "10",
-        "--seed",
-        "1",
-    ]
+    args = ["synth", out, *_SMALL]
     assert main(args) == 0
     summary = capsys.readouterr().out
     assert "500 rows" in summary and "nnz" in summary and "MB" in summary
@@ -275,25 +268,7 @@ def test_cli_writes_refuses_existing_and_overwrites(tmp_path, capsys):
     assert main(args + ["--noise", "0.3", "--overwrite"]) == 0
     assert open(out, "rb").read() != before
     store = str(tmp_path / "s")
-    assert (
-        main(
-            [
-                "synth",
-                store,
-                "--store",
-                "--rows",
-                "500",
-                "--features",
-                "300",
-                "--nnz-per-row",
-                "10",
-                "--seed",
-                "1",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    assert main(["synth", store, "--store", *_SMALL, "--json"]) == 0
     assert open_store(store).meta.n_rows == 500
     assert (
         main(

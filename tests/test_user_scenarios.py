@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import build_store, dataset, ooc_cmd
+from conftest import build_store, dask_cli_cluster, dataset, ooc_cmd
 from sklearn.datasets import make_classification
 
 from ooc_svm.store import csr_to_shards, write_store
@@ -82,12 +81,6 @@ def test_item1_relative_paths_python_api_threads(tmp_path, monkeypatch):
     assert res.passes > 1
 
 
-def _item1_free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.cluster
 def test_item1_relative_paths_cli_started_cluster(tmp_path):
     """`dask scheduler` + 2 `dask worker` started from the command line in ANOTHER working
@@ -96,33 +89,7 @@ def test_item1_relative_paths_cli_started_cluster(tmp_path):
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     elsewhere.mkdir()
     _item1_store(work, "data/a.zarr")
-    port = _item1_free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask = [sys.executable, "-m", "dask"]
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": elsewhere}
-    procs = [
-        subprocess.Popen(
-            dask
-            + ["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"]
-            + ["--scheduler-file", str(work / "sched.json")],
-            **quiet,
-        )
-    ]
-    try:
-        time.sleep(1.0)
-        for k in range(2):
-            procs.append(
-                subprocess.Popen(
-                    dask
-                    + ["worker", address, "--nthreads", "1", "--no-nanny"]
-                    + ["--no-dashboard", "--name", f"w{k}"],
-                    **quiet,
-                )
-            )
-        from distributed import Client
-
-        with Client(address, timeout=60) as c:
-            c.wait_for_workers(2, timeout=60)
+    with dask_cli_cluster(2, cwd=elsewhere, scheduler_file=work / "sched.json") as (address, _):
         r = _item1_train(work, "data/a.zarr", "models/m1", address)
         assert r.returncode == 0, r.stderr
         assert (work / "models" / "m1" / "model.json").is_file()
@@ -131,15 +98,6 @@ def test_item1_relative_paths_cli_started_cluster(tmp_path):
         assert r.returncode == 0, r.stderr
         assert (work / "m2" / "model.json").is_file()
         _item1_no_dask_lines(r.stderr)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 def test_item1_worker_sees_another_store_names_the_cause(tmp_path):
@@ -785,45 +743,13 @@ def test_item4_ovr_kernel_on_cli_started_cluster(ovr_kernel):
     tmp, _, _ = ovr_kernel
     ref = _run(tmp, "predict", "rbf", "mc.zarr", "-o", "local4.tsv")
     assert ref.returncode == 0, ref.stderr
-    port = _item1_free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask = [sys.executable, "-m", "dask"]
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": tmp.parent}
-    procs = [
-        subprocess.Popen(
-            [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-            **quiet,
-        )
-    ]
-    try:
-        time.sleep(1.0)
-        for k in range(2):
-            procs.append(
-                subprocess.Popen(
-                    [*dask, "worker", address, "--nthreads", "1", "--no-nanny"]
-                    + ["--no-dashboard", "--name", f"w{k}"],
-                    **quiet,
-                )
-            )
-        from distributed import Client
-
-        with Client(address, timeout=60) as c:
-            c.wait_for_workers(2, timeout=60)
+    with dask_cli_cluster(2, cwd=tmp.parent) as (address, _):
         r = _run(tmp, "predict", "rbf", "mc.zarr", "-o", "cli4.tsv", "--scheduler", address)
         assert r.returncode == 0, r.stderr
         assert (tmp / "cli4.tsv").read_bytes() == (tmp / "local4.tsv").read_bytes()
         r = _run(tmp, "evaluate", "rbf", "mc.zarr", "--json", "--scheduler", address)
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["n"] == 240
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 def test_item3_label_kinds_as_libsvm_and_svmrank_users_expect(tmp_path):

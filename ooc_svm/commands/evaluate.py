@@ -1,18 +1,7 @@
 """``ooc-svm evaluate MODEL STORE [--json]``: prediction quality of a model on a store.
 
-The store is scored in one streamed pass through the engine. What is kept in memory:
-
-- binary labels: confusion counts (exact, from float64 decision values, summed per shard)
-  plus, for ROC AUC and PRBEP, which need the order of all scores, the decision values as
-  **float32 and one byte per label: 5 bytes per row** (50 MB for 10 million rows);
-- rank labels: float32 scores and labels (8 bytes per row, plus 8 for the qid when the store
-  has query ids) for pairwise accuracy, Kendall τ and NDCG@10;
-- multiclass (one-vs-rest models): counts only.
-
-Metrics: binary — n, accuracy, precision, recall, f1 (prediction: f(x) > 0), prbep, auc
-(plus ndcg@10 and pairwise_accuracy when the store has qids); ranks — n, pairwise_accuracy,
-kendall_tau (per query and averaged when there are qids), ndcg@10 (with qids); multiclass —
-n, accuracy. See :mod:`ooc_svm.metrics` for the definitions.
+The store is scored in one streamed pass through the engine; what is kept in memory and the
+metrics are described in :mod:`ooc_svm.evaluation` (``--help`` shows that text).
 
 Ranking models (perf --loss roc|ordinal) only order rows: evaluate says that their threshold
 is not trained and lists the threshold-free metrics (auc, prbep, ranking metrics) first. A
@@ -31,34 +20,51 @@ examples:
   ooc-svm evaluate ranker mq2008-test.zarr --k 10"""
 
 
+def _description() -> str:
+    """``--help``: :mod:`ooc_svm.evaluation`'s account of memory and metrics, then the notes
+    of this command. The text is read from that module's source, not imported: importing it
+    loads numpy and numba, which ``--help`` does not need."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("ooc_svm.evaluation")
+    assert spec is not None and spec.origin is not None
+    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
+    assert doc is not None
+    paras = doc.split("\n\n")
+    text = "\n\n".join(
+        ["The store is scored in one streamed pass through the engine. " + paras[1]]
+        + paras[2:-1]
+        + __doc__.split("\n\n")[2:]
+    )
+    return (
+        text.replace("``", "")
+        .replace(" See :mod:`ooc_svm.metrics` for the definitions.", "")
+        .replace("**", "")
+    )
+
+
 def add_parser(sub) -> None:
     from . import HelpFormatter
+    from ._common import add_model_and_input, add_scheduler
 
     p = sub.add_parser(
         "evaluate",
         help="accuracy, precision/recall/F1, PRBEP, ROC AUC (binary) or pairwise accuracy, "
         "Kendall tau, NDCG@10 (ranks) of a model on a store",
-        description=__doc__.split("\n\n", 1)[1]
-        .replace("``", "")
-        .replace(" See :mod:`ooc_svm.metrics` for the definitions.", "")
-        .replace("**", ""),
+        description=_description(),
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
-    p.add_argument("model", help="model directory written by `ooc-svm train`")
-    p.add_argument("store", help="store, or SVMlight/LIBSVM text file (.gz .bz2 .xz, - for stdin)")
+    add_model_and_input(p)
     p.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object: the metrics, n_rows and model",
     )
     p.add_argument("--k", type=int, default=10, help="cut-off of NDCG (default 10)")
-    p.add_argument(
-        "--scheduler",
-        default=None,
-        help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
-        "scheduler address tcp://HOST:PORT / scheduler-file.json",
-    )
+    add_scheduler(p)
     p.add_argument(
         "--plot",
         default=None,

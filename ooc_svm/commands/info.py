@@ -43,12 +43,11 @@ def store_summary(store) -> dict:
 
 
 def run(args) -> int:
-    import sys
-
     from ..interop.describe import is_model_dir, print_model_info
     from ..store import open_store
     from ..store.format import label_kind_note
     from ..store.gc import find_leftovers
+    from ._common import warn_leftovers
 
     if is_model_dir(args.store):  # `ooc-svm info MODEL`
         return print_model_info(args.store, args.json)
@@ -70,10 +69,7 @@ def run(args) -> int:
             continue
         print(f"{k:12s} {v}")
     print(d["label_note"])
-    if left.count:
-        print(f"ooc-svm: warning: {store.path}: {left.summary()}", file=sys.stderr)
-    if left.busy:
-        print(f"ooc-svm: note: {store.path} is being written by {left.busy}", file=sys.stderr)
+    warn_leftovers(store.path, left)
     if args.shards:
         for s in store.meta.shards:
             print(

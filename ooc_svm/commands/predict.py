@@ -56,6 +56,7 @@ examples:
 
 def add_parser(sub) -> None:
     from . import HelpFormatter
+    from ._common import add_model_and_input, add_scheduler
 
     p = sub.add_parser(
         "predict",
@@ -63,8 +64,7 @@ def add_parser(sub) -> None:
         description=DESCRIPTION,
         formatter_class=HelpFormatter,
     )
-    p.add_argument("model", help="model directory written by `ooc-svm train`")
-    p.add_argument("store", help="store, or SVMlight/LIBSVM text file (.gz .bz2 .xz, - for stdin)")
+    add_model_and_input(p)
     p.add_argument(
         "-o",
         "--output",
@@ -85,12 +85,7 @@ def add_parser(sub) -> None:
         default=1_000_000,
         help="rows scored per batch of shards (bounds memory; default 1000000)",
     )
-    p.add_argument(
-        "--scheduler",
-        default=None,
-        help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
-        "scheduler address tcp://HOST:PORT / scheduler-file.json",
-    )
+    add_scheduler(p)
     p.add_argument(
         "--json",
         action="store_true",

@@ -44,6 +44,7 @@ def run(args) -> int:
     from ..store import StoreError, open_store
     from ..store.format import StoreChangedError
     from ..store.gc import find_leftovers, remove_leftovers
+    from ._common import warn_leftovers
 
     t0 = time.perf_counter()
     quiet = getattr(args, "quiet", False)
@@ -59,10 +60,7 @@ def run(args) -> int:
         n = remove_leftovers(left)
         if not quiet:
             print(f"{args.store}: removed {n} leftover entries ({left.summary().split(':')[0]})")
-    elif left.count:
-        print(f"ooc-svm: warning: {args.store}: {left.summary()}", file=sys.stderr)
-    if left.busy:
-        print(f"ooc-svm: note: {args.store} is being written by {left.busy}", file=sys.stderr)
+    warn_leftovers(args.store, left, count=not args.repair)
     if store is None:
         open_store(args.store)  # re-raises the store's own error after the repair
         return 1

@@ -26,15 +26,22 @@ from .kernel_functions import kernel_from_dot
 # ------------------------------------------------------------------------------------------
 
 
+@njit(cache=True, nogil=True, inline="always")
+def row_dot(indptr, indices, data, w, i):
+    """x_i · w, summed in the row's stored order (every X·w kernel here sums this way, so
+    their results agree to the bit)."""
+    s = 0.0
+    for k in range(indptr[i], indptr[i + 1]):
+        s += data[k] * w[indices[k]]
+    return s
+
+
 @njit(cache=True, nogil=True)
 def csr_matvec(indptr, indices, data, w, bias, out):
     """out[i] = x_i · w + bias for every row i."""
     n = indptr.shape[0] - 1
     for i in range(n):
-        s = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            s += data[k] * w[indices[k]]
-        out[i] = s + bias
+        out[i] = row_dot(indptr, indices, data, w, i) + bias
     return out
 
 
@@ -42,11 +49,7 @@ def csr_matvec(indptr, indices, data, w, bias, out):
 def csr_matvec_rows(indptr, indices, data, rows, w, bias, out):
     """out[r] = x_{rows[r]} · w + bias for the listed rows (local row numbers)."""
     for r in range(rows.shape[0]):
-        i = rows[r]
-        s = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            s += data[k] * w[indices[k]]
-        out[r] = s + bias
+        out[r] = row_dot(indptr, indices, data, w, rows[r]) + bias
     return out
 
 
@@ -144,11 +147,8 @@ def hinge_violated(indptr, indices, data, y, w, bias_value, w_bias, g, margins):
     for i in range(n):
         lo = indptr[i]
         hi = indptr[i + 1]
-        s = 0.0
-        for k in range(lo, hi):
-            s += data[k] * w[indices[k]]
         yi = y[i]
-        m = yi * (s + b)
+        m = yi * (row_dot(indptr, indices, data, w, i) + b)
         margins[i] = m
         if m < 1.0:
             count += 1
@@ -176,11 +176,8 @@ def hinge_violated_weighted(indptr, indices, data, y, cost, w, bias_value, w_bia
     for i in range(n):
         lo = indptr[i]
         hi = indptr[i + 1]
-        s = 0.0
-        for k in range(lo, hi):
-            s += data[k] * w[indices[k]]
         yi = y[i]
-        m = yi * (s + b)
+        m = yi * (row_dot(indptr, indices, data, w, i) + b)
         margins[i] = m
         ci = cost[i]
         if m < 1.0 and ci != 0.0:
@@ -237,19 +234,21 @@ def csr_take_rows(indptr, indices, data, rows):
     return new_ptr, new_idx, new_dat
 
 
-@njit(cache=True, nogil=True)
-def sparse_dot_sorted(ia, da, ib, db):
-    """Dot product of two sparse vectors with strictly increasing indices (sorted merge)."""
-    na = ia.shape[0]
-    nb = ib.shape[0]
-    p = 0
-    q = 0
+@njit(cache=True, nogil=True, inline="always")
+def merge_dot(a_indices, a_data, p, pe, b_indices, b_data, q, qe):
+    """Σ a·b over the columns two sorted sparse vectors share: entries ``[p, pe)`` of
+    ``(a_indices, a_data)`` and ``[q, qe)`` of ``(b_indices, b_data)``, merged in column
+    order, each product in float64 (inlined into its callers by numba).
+
+    (``kernel_functions.sparse_dot`` is not this: its ``float()`` keeps float32 data in
+    float32 for the product.)
+    """
     s = 0.0
-    while p < na and q < nb:
-        a = ia[p]
-        b = ib[q]
+    while p < pe and q < qe:
+        a = a_indices[p]
+        b = b_indices[q]
         if a == b:
-            s += np.float64(da[p]) * np.float64(db[q])
+            s += np.float64(a_data[p]) * np.float64(b_data[q])
             p += 1
             q += 1
         elif a < b:
@@ -257,6 +256,12 @@ def sparse_dot_sorted(ia, da, ib, db):
         else:
             q += 1
     return s
+
+
+@njit(cache=True, nogil=True)
+def sparse_dot_sorted(ia, da, ib, db):
+    """Dot product of two sparse vectors with strictly increasing indices (sorted merge)."""
+    return merge_dot(ia, da, 0, ia.shape[0], ib, db, 0, ib.shape[0])
 
 
 @njit(cache=True, nogil=True)
@@ -298,22 +303,8 @@ def csr_rows_dot(indptr_a, indices_a, data_a, rows_a, indptr_b, indices_b, data_
                 work[indices_a[k]] = 0.0
         else:
             for j in range(nb):
-                p = lo
-                q = indptr_b[j]
-                qe = indptr_b[j + 1]
-                s = 0.0
-                while p < hi and q < qe:
-                    a = indices_a[p]
-                    b = indices_b[q]
-                    if a == b:
-                        s += np.float64(data_a[p]) * np.float64(data_b[q])
-                        p += 1
-                        q += 1
-                    elif a < b:
-                        p += 1
-                    else:
-                        q += 1
-                out[r, j] = s
+                q, qe = indptr_b[j], indptr_b[j + 1]
+                out[r, j] = merge_dot(indices_a, data_a, lo, hi, indices_b, data_b, q, qe)
     return out
 
 

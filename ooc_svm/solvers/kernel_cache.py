@@ -209,6 +209,35 @@ class SlotCache:
         }
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _evict_lru(slot_key, slot_of, last_used, stats, key):
+    """Give ``key`` a slot on a miss: a free one, else the least recently used (evicted).
+
+    Counts the miss (``stats[1]``) and the eviction (``stats[2]``), stamps the slot as used
+    now and returns it; the caller marks what the slot holds (``slot_gen`` / ``slot_len``).
+    Inlined into its callers by numba.
+    """
+    stats[1] += 1
+    n = slot_key.shape[0]
+    best = 0
+    bt = last_used[0]
+    for t in range(n):
+        if slot_key[t] < 0:
+            best = t
+            break
+        if last_used[t] < bt:
+            bt = last_used[t]
+            best = t
+    old = slot_key[best]
+    if old >= 0:
+        slot_of[old] = -1
+        stats[2] += 1
+    slot_key[best] = key
+    slot_of[key] = best
+    last_used[best] = stats[3]
+    return best
+
+
 @njit(cache=True, nogil=True)
 def slot_acquire(slot_key, slot_of, slot_gen, last_used, stats, key, gen, need_full):
     """Find or make the slot for column ``key``.
@@ -229,25 +258,8 @@ def slot_acquire(slot_key, slot_of, slot_gen, last_used, stats, key, gen, need_f
             return s, True
         stats[1] += 1
         return s, False
-    stats[1] += 1
-    n = slot_key.shape[0]
-    best = 0
-    bt = last_used[0]
-    for t in range(n):
-        if slot_key[t] < 0:
-            best = t
-            break
-        if last_used[t] < bt:
-            bt = last_used[t]
-            best = t
-    old = slot_key[best]
-    if old >= 0:
-        slot_of[old] = -1
-        stats[2] += 1
-    slot_key[best] = key
-    slot_of[key] = best
+    best = _evict_lru(slot_key, slot_of, last_used, stats, key)
     slot_gen[best] = -2
-    last_used[best] = stats[3]
     return best, False
 
 
@@ -271,25 +283,8 @@ def slot_acquire_prefix(slot_key, slot_of, slot_len, last_used, stats, key, need
             return s, have
         stats[1] += 1
         return s, max(have, 0)
-    stats[1] += 1
-    n = slot_key.shape[0]
-    best = 0
-    bt = last_used[0]
-    for t in range(n):
-        if slot_key[t] < 0:
-            best = t
-            break
-        if last_used[t] < bt:
-            bt = last_used[t]
-            best = t
-    old = slot_key[best]
-    if old >= 0:
-        slot_of[old] = -1
-        stats[2] += 1
-    slot_key[best] = key
-    slot_of[key] = best
+    best = _evict_lru(slot_key, slot_of, last_used, stats, key)
     slot_len[best] = 0
-    last_used[best] = stats[3]
     return best, 0
 
 
