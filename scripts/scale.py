@@ -11,9 +11,9 @@ Steps (each a child process run under ``/usr/bin/time -v``, so every peak RSS is
    the very pass function the accelerated ``perf`` pass runs (margins at two points, hinge
    sums along the segment, cuts at the grid points), 2 threads, over ~3 GiB of shards
    already decoded in memory, partials reduced the same way.
-3. ``ooc-svm train --solver perf --variant selective --eps 0.001`` (``--variant``) with ``--history``: per
-   pass time, MB/s, non-zeros/s; pass time against max(disk read time, kernel time) for the
-   same bytes.
+3. ``ooc-svm train --solver perf --variant selective --eps 0.001`` (``--variant``,
+   ``--inner-mb``) with ``--history``: per pass time, MB/s, non-zeros/s; pass time against
+   max(disk read time, kernel time) for the same bytes.
 4. ``ooc-svm predict`` and ``ooc-svm evaluate`` of the 10,000,000-row test store: rows/s,
    bounded memory.
 
@@ -144,6 +144,13 @@ def main() -> None:
         help="perf variant to train with (default: selective, the one with the fewest passes)",
     )
     ap.add_argument(
+        "--inner-mb",
+        type=float,
+        default=1536.0,
+        help="selective: memory for the rows kept between passes (default 1536: ~1.7%% of "
+        "the 50M-row store's rows, peak RSS ~2 GB)",
+    )
+    ap.add_argument(
         "--data-only",
         action="store_true",
         help="only synthesise the stores (step 1, implies --keep); train later with --reuse",
@@ -249,9 +256,12 @@ def main() -> None:
             "--json",
             "--history",
             hist,
-            "--checkpoint",
-            ckpt,
-            *(["--resume"] if args.resume else []),
+            # the selective variant has no checkpoints (yet); its selection budget instead
+            *(
+                ["--inner-mb", str(args.inner_mb)]
+                if args.variant == "selective"
+                else ["--checkpoint", ckpt, *(["--resume"] if args.resume else [])]
+            ),
         ],
         log,
     )
@@ -287,7 +297,9 @@ def main() -> None:
         f"| disk cold sequential read | "
         f"{'not measured' if disk_mbs is None else f'{disk_mbs:.0f} MB/s'} |",
         f"| in-memory pass kernel (2 threads) | {kernel['nnz_per_s'] / 1e9:.3f} G nnz/s |",
-        f"| C, eps, variant | {args.C}, {args.eps}, {args.variant} |",
+        f"| C, eps, variant | {args.C}, {args.eps}, {args.variant}"
+        + (f" (--inner-mb {args.inner_mb:g})" if args.variant == "selective" else "")
+        + " |",
         f"| iterations / passes | {summary['iterations']} / {summary['passes']} |",
         f"| total training time | {r['seconds']:.1f} s |",
         f"| time per pass (median, min, max) | {med:.2f} s, {min(pass_times):.2f} s, "
