@@ -374,3 +374,35 @@ def test_train_api_and_cli(tmp_path, monkeypatch):
     assert bad.returncode == 1
     assert bad.stderr.strip().startswith("ooc-svm: error:") and "--inner-mb" in bad.stderr
     assert not os.path.exists("m2")
+
+
+# ------------------------------------------------------------------------------------------
+# every row in memory; QP stall stop
+# ------------------------------------------------------------------------------------------
+
+
+def test_every_row_in_memory_certifies_in_one_pass(tmp_path):
+    """When the selection holds every row, P̃ = P: the inner loop's own value is the exact
+    objective, so the run certifies after the single selecting pass (it took two before) and
+    the guarantee holds against LIBLINEAR."""
+    X, y = _tiny(3)
+    st = _store(tmp_path / "s.zarr", X, y, 700)
+    with LocalEngine() as e:
+        res = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-4})
+    assert res.summary["selected_rows"] == X.shape[0]
+    assert res.passes == 1
+    _check(res, X, y, 1.0, 1e-4, _liblinear(X, y, 1.0))
+
+
+def test_qp_stall_stops_the_run(tmp_path, monkeypatch):
+    """The working-set QP stall stop of the accelerated variant applies to the inner QPs: a
+    QP slower than the thresholds ends the run with the one-line SolverError."""
+    from ooc_svm.solvers import SolverError
+    from ooc_svm.solvers.perf import working_set
+
+    X, y = _tiny(4)
+    st = _store(tmp_path / "s.zarr", X, y, 700)
+    monkeypatch.setattr(working_set, "QP_STALL_SECONDS", -1.0)
+    monkeypatch.setattr(working_set, "QP_STALL_PASSES", -1.0)
+    with LocalEngine() as e, pytest.raises(SolverError, match="QP stalls"):
+        ps.solve_selective(st, e, {"C": 1.0, "inner_mb": 0.05})

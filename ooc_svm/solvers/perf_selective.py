@@ -164,15 +164,23 @@ def select_rows(indptr, indices, data, ys, mb, mc, row_start: int, budget: int) 
     sel = _empty_selection(budget)
     if n == 0 or budget < ROW_BYTES:
         return sel
-    nnz_row = np.diff(indptr)
-    kmax = int(min(n, budget // (ROW_BYTES + NZ_BYTES * int(nnz_row.min()))))
-    if kmax == 0:
-        return sel
-    if kmax < n:
-        t = np.partition(key, kmax - 1)[kmax - 1]
-        cand = np.flatnonzero(key <= t)
-    else:
-        cand = np.arange(n, dtype=np.int64)
+    # candidates: the kmax smallest keys (ties included), kmax from the mean row size; the
+    # prefix that fits the budget is the global one unless it takes every candidate, and
+    # then kmax doubles (so the result does not depend on the estimate)
+    mean_row = ROW_BYTES + NZ_BYTES * (int(indptr[-1] - indptr[0]) / n)
+    kmax = int(min(n, max(16, 2 * budget // mean_row)))
+    while True:
+        if kmax < n:
+            t = np.partition(key, kmax - 1)[kmax - 1]
+            cand = np.flatnonzero(key <= t)
+        else:
+            cand = np.arange(n, dtype=np.int64)
+        tie = _tie(cand.astype(np.int64) + int(row_start))
+        order = np.lexsort((tie, key2[cand], key[cand]))
+        k = int(select_prefix(indptr, cand[order], ROW_BYTES, NZ_BYTES, budget))
+        if k < cand.shape[0] or kmax >= n:
+            break
+        kmax = min(n, 2 * kmax)
     full = {
         "key": key[cand],
         "key2": key2[cand],
@@ -182,9 +190,7 @@ def select_rows(indptr, indices, data, ys, mb, mc, row_start: int, budget: int) 
         "mc": mc[cand],
         "budget": int(budget),
     }
-    full["tie"] = _tie(full["row"])
-    order = np.lexsort((full["tie"], full["key2"], full["key"]))
-    k = int(select_prefix(indptr, cand[order], ROW_BYTES, NZ_BYTES, budget))
+    full["tie"] = tie
     sub = {kk: (v[order[:k]] if kk != "budget" else v) for kk, v in full.items()}
     ip, ix, dt = csr_take_rows(indptr, indices, data, np.ascontiguousarray(cand[order[:k]]))
     sub.update(indptr=ip, indices=ix, data=dt)
