@@ -40,27 +40,32 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   model P̃(w) = ½‖w‖² + C(Σ_{i∉S} cᵢ⁰(1 − mᵢ(w)) + Σ_{i∈S} max(0, 1 − mᵢ(w))) ≤ P(w), equal to
   P at w_p. Away from w_p, P̃ can fall below the working set's own model
   M(w) = ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (also ≤ P), so the inner loop is OCAS
-  (Franc & Sonnenburg, ICML 2008) on F = max(P̃, M): solve OP3 over the working set, line
-  search of F between the best inner point and the QP solution (F is convex; its minimiser
-  lies between k = 1, where M is least, and the exact minimiser of P̃, found from sorted
-  breakpoints; golden section between), new plane at k* + μ(1 − k*). It stops when
-  F(best) − D ≤ ``inner_share``·ε·C_perf (or after ``max_inner`` planes); the next pass runs
-  on the segment from w_b to the best inner point.
+  (Franc & Sonnenburg, ICML 2008) on F = max(P̃, M): solve OP3 over the working set, exact
+  line search of F between the best inner point and the QP solution (F is convex: bisection
+  on its right derivative, one sweep of the in-memory margins per step, numba), new plane at
+  k* + μ(1 − k*). It stops when F(best) − D ≤ ``inner_share``·ε·C_perf (or after
+  ``max_inner`` planes); the next pass runs on the segment from w_b to the best inner point.
+  Cost per inner plane: one sweep of the selected rows for the margins (two threads from
+  ``THREADED_NNZ`` non-zeros), the plane's S-part updated by the rows that change sides only
+  (SVMperf's incremental cut), the gⱼ·w of the line search from the Gram matrix (gⱼ·w_c =
+  (Qα)ⱼ) instead of |W| dot products over the features, and the working-set QP, timed by the
+  accelerated variant's stall stop (:func:`~ooc_svm.solvers.perf.check_qp`).
+- *Every row in memory*: then P̃ = P exactly, F(best) is the exact objective and the inner
+  loop certifies by itself — one streamed pass in all.
 
 P ≥ P̃ everywhere, so a small gap of P̃ says nothing about P until a pass has measured it; only
 the full pass gives the exact P(w) and the true most violated constraint. The certificate
-therefore only ever uses P values measured by passes. When S holds every row, P̃ = P and the
-method is the accelerated variant run in memory: two or three passes. The pass's line search
+therefore only ever uses P values measured by passes, or P̃ when it is P (every row in
+memory: then the method is the accelerated variant run in memory, one pass). The pass's line search
 keeps P(w_b) monotone when the proposal overshoots (rows outside S changed sides).
 
-Memory: the selection (≤ ``inner_mb`` MiB, counted as 64 bytes per row plus 8 per non-zero;
-default 256) lives in the driver between passes; during a pass the shards' candidates
-(≤ 1.25 budgets) and the merged result add about two budgets more (measured: a 4 MiB budget
-added 12 MiB of peak RSS over the accelerated variant's, a budget holding a 40 MiB store 87
-MiB, tests/test_perf_selective.py; on the 1M store the default 256 MiB raised the peak RSS
-from 468 to 1232 MiB, scripts/bench_passes.py). When the budget holds every row, P̃ = P
-and the run is the accelerated variant in memory after one selecting pass. Checkpoints are not
-supported by this variant (yet).
+Memory: ``inner_mb`` bounds the whole variant-specific memory, not only the selection: the
+selection kept between passes takes a third of it (``SELECTION_SHARE``, counted as 64 bytes
+per row plus 8 per non-zero; default 256 MiB → 85 MiB, ~12 % of the 1M store's rows), and
+the shards' candidates during a pass (≤ 1.25 of their share, merged whenever they exceed twice
+the selection) and the merge take the rest. (Before, the selection alone took ``inner_mb``
+and the run ~3× that: 1232 vs 468 MiB peak RSS on the 1M store.) When the selection holds
+every row, P̃ = P and one pass suffices. Checkpoints are not supported by this variant (yet).
 """
 
 from __future__ import annotations
