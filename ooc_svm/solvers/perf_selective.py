@@ -31,7 +31,7 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   of their margins, then |1 − margin at w_c|, ties broken by a hash of the row number) that
   fit the byte budget ``inner_mb``. Each shard returns its closest rows up to ``SHARE`` = 1.25
   times its share of the budget (CSR slices); partials concatenate these candidate lists and
-  merge them down to the budget when they exceed twice of it (:func:`reduce_select`), and the
+  merge them down to the budget when they exceed it (:func:`reduce_select`), and the
   driver keeps the closest within the budget. So only O(budget) bytes travel from workers,
   and the selection is the same for any engine and any reduction tree.
 - *Inner iterations* (no pass): the rows outside S keep their coefficients cᵢ⁰ from the
@@ -59,13 +59,17 @@ therefore only ever uses P values measured by passes, or P̃ when it is P (every
 memory: then the method is the accelerated variant run in memory, one pass). The pass's line search
 keeps P(w_b) monotone when the proposal overshoots (rows outside S changed sides).
 
-Memory: ``inner_mb`` bounds the whole variant-specific memory, not only the selection: the
-selection kept between passes takes a third of it (``SELECTION_SHARE``, counted as 64 bytes
-per row plus 8 per non-zero; default 256 MiB → 85 MiB, ~12 % of the 1M store's rows), and
-the shards' candidates during a pass (≤ 1.25 of their share, merged whenever they exceed twice
-the selection) and the merge take the rest. (Before, the selection alone took ``inner_mb``
-and the run ~3× that: 1232 vs 468 MiB peak RSS on the 1M store.) When the selection holds
-every row, P̃ = P and one pass suffices. Checkpoints are not supported by this variant (yet).
+Memory: the selection kept between passes takes a third of ``inner_mb``
+(``SELECTION_SHARE``, counted as 64 bytes per row plus 8 per non-zero; default 256 MiB → 85
+MiB, ~12 % of the 1M store's rows). During a pass every partial of the reduction holds its
+candidates, merged down to the selection whenever they exceed it, so the transient peak is
+about (partials alive at once + 1) selections: a streaming tree reduction over S shards keeps
+~log₂ S partials, plus those waiting for an earlier shard — fine for the 1M store's 10 shards,
+but on the 406-shard scale store with ``--inner-mb 1536`` one run reached 10.5 GB peak RSS
+(when candidate lists were merged only beyond twice the selection). Bounding this for real
+needs a global threshold (e.g. the previous pass's) or a bounded candidate share per partial;
+not done. When the selection holds every row, P̃ = P and one pass suffices. Checkpoints are
+not supported by this variant (yet).
 """
 
 from __future__ import annotations
@@ -304,7 +308,7 @@ def shard_quota(n_rows: int, nnz: int, budget: int, store_bytes: int) -> int:
 
 def reduce_select(a, b):
     """Reduce of :func:`pass_select` partials: planes summed, the shards' candidate lists
-    concatenated — and merged down to the budget whenever they exceed twice the budget, which
+    concatenated — and merged down to the budget whenever they exceed the budget, which
     keeps every partial O(budget) and changes nothing in the final :func:`merge_selections`
     (a row among the closest of the union is among the closest of any part holding it)."""
     if a is None:
@@ -315,7 +319,7 @@ def reduce_select(a, b):
         {k: v for k, v in a.items() if k != "sel"}, {k: v for k, v in b.items() if k != "sel"}
     )
     sel = list(a["sel"]) + list(b["sel"])
-    if sel and sum(selection_bytes(s) for s in sel) > 2 * sel[0]["budget"]:
+    if sel and sum(selection_bytes(s) for s in sel) > sel[0]["budget"]:
         sel = [merge_selections(*sel)]
     out["sel"] = sel
     return out
