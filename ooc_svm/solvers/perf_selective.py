@@ -29,10 +29,11 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   grid point, whose exact plane (and the one at w_c) joins the working set. The same pass
   selects S: the rows nearest the margin along the segment (distance of 1 from the interval
   of their margins, then |1 − margin at w_c|, ties broken by a hash of the row number) that
-  fit the byte budget ``inner_mb``. Each shard returns its closest rows up to ``SHARE`` = 1.25
-  times its share of the budget (CSR slices); partials concatenate these candidate lists and
-  merge them down to the budget when they exceed it (:func:`reduce_select`), and the
-  driver keeps the closest within the budget. So only O(budget) bytes travel from workers,
+  fit the selection budget (a third of ``inner_mb``). Each shard returns its closest rows up
+  to ``SHARE`` = 1.25 times its share of the budget (CSR slices); partials concatenate these
+  candidate lists and merge them down to the budget when they exceed it
+  (:func:`reduce_select`), and the driver keeps the closest within the budget. So only
+  O(budget) bytes travel from each worker,
   and the selection is the same for any engine and any reduction tree.
 - *Inner iterations* (no pass): the rows outside S keep their coefficients cᵢ⁰ from the
   pass's plane at the new w_b (=: w_p); the rows in S choose cᵢ = [mᵢ(w) < 1] at the current
