@@ -29,9 +29,20 @@ each run (warm); ``--cold`` evicts their pages first (``posix_fadvise(DONTNEED)`
 files only), so the first pass reads from disk. The first pass's time is printed
 separately. The machine may be shared: the load average is printed at start and end.
 
+Goal 4 of issue 16 (``--whole-1m``): whole processes on the 1M store, all in one run —
+``ooc-svm train --solver perf`` (one process per variant, from the already ingested lz4
+store, ``--store`` or generated: 1M x 50,000, ~80 non-zeros per row, seed 1), SVMperf's
+``svm_perf_learn`` (``$SVMPERF_LEARN``) and LIBLINEAR ``-s 3 -B 1`` (liblinear-official from
+PyPI: read the SVMlight text, train, save — its whole ``train`` command) on the store's
+SVMlight text. Wall time of every process (median of ``--repeat``), ratios to SVMperf's and
+LIBLINEAR's, full passes, and every model's primal objective ½‖w̃‖² + C Σ max(0, 1 − yᵢw̃·x̃ᵢ)
+computed by one function over the store, with its distance to the best in units of C·n·ε.
+
 Example::
 
     .venv/bin/python scripts/bench_perf.py                      # everything (~10-20 min)
+    SVMPERF_LEARN=/path/svm_perf_learn .venv/bin/python scripts/bench_perf.py --whole-1m \
+        --store /tmp/bench/pass_1000000x50000x80_s1_lz4.zarr
     .venv/bin/python scripts/bench_perf.py --skip-1m            # the three real datasets
     .venv/bin/python scripts/bench_perf.py --only-1m --cold --no-paper-1m
 """
@@ -363,6 +374,141 @@ def write_text_of_store(store_path: str, out: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------
+# goal 4: whole processes on the 1M store
+# ------------------------------------------------------------------------------------------
+
+#: LIBLINEAR's whole ``train`` command with liblinear-official (the package ships no CLI)
+LL_TRAIN = (
+    "import sys\n"
+    "from liblinear.liblinearutil import save_model, svm_read_problem, train\n"
+    "y, x = svm_read_problem(sys.argv[1])\n"
+    "save_model(sys.argv[2], train(y, x, sys.argv[3] + ' -q'))\n"
+)
+
+
+def write_text_fast(store_path: str, out: str) -> None:
+    """SVMlight text of a store, one shard at a time (scikit-learn's compiled writer)."""
+    if os.path.exists(out):
+        return
+    from sklearn.datasets import dump_svmlight_file
+
+    from ooc_svm.store import open_store
+
+    st = open_store(store_path)
+    with open(out + ".tmp", "wb") as f:
+        for i in range(st.n_shards):
+            sh = st.read_shard(i)
+            dump_svmlight_file(sh.to_scipy(st.meta.n_features), sh.y, f, zero_based=False)
+    os.replace(out + ".tmp", out)
+
+
+def _timed(cmd: list[str]) -> tuple[float, str]:
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        raise SystemExit(f"failed: {shlex.join(cmd)}\n{p.stderr[-2000:]}")
+    return wall, p.stdout
+
+
+def read_linear_model(kind: str, path: str, d: int) -> tuple:
+    """(w, w_bias) of an ooc-svm, SVMperf or LIBLINEAR linear model (bias feature value 1)."""
+    import numpy as np
+
+    if kind == "ooc":
+        from ooc_svm.model import load_model
+
+        m = load_model(path)
+        return np.asarray(m.coef_, dtype=np.float64)[:d], float(m.intercept_), m.classes[1]
+    lines = open(path).read().splitlines()
+    w = np.zeros(d + 2)
+    if kind == "svmperf":  # threshold b: decision w·x − b, so w_bias = −b
+        for tok in lines[11].split("#")[0].split()[1:]:
+            i, v = tok.split(":")
+            if int(i) <= d:
+                w[int(i)] = float(v)
+        return w[1 : d + 1], -float(lines[10].split("#")[0]), 1.0
+    k = lines.index("w")  # LIBLINEAR: w scores the first label; last weight is the bias
+    first = float([ln for ln in lines if ln.startswith("label")][0].split()[1])
+    vals = np.array([float(ln.split()[0]) for ln in lines[k + 1 :] if ln.strip()])
+    ww = np.zeros(d)
+    ww[: min(d, vals.size - 1)] = vals[: min(d, vals.size - 1)]
+    return ww, float(vals[-1]), first
+
+
+def store_objective(store_path: str, w, wb: float, positive: float, C: float) -> float:
+    """½(‖w‖² + w_b²) + C Σ max(0, 1 − yᵢ(w·xᵢ + w_b)), one shard at a time."""
+    import numpy as np
+
+    from ooc_svm.store import open_store
+
+    st = open_store(store_path)
+    hinge = 0.0
+    for i in range(st.n_shards):
+        sh = st.read_shard(i)
+        y = np.where(sh.y == positive, 1.0, -1.0)
+        m = y * (sh.to_scipy(st.meta.n_features) @ w + wb)
+        hinge += float(np.maximum(0.0, 1.0 - m).sum())
+    return 0.5 * (float(w @ w) + wb * wb) + C * hinge
+
+
+def whole_1m(args, svmperf: str | None) -> None:
+    """Goal 4: whole-process wall times on the 1M store (module docstring)."""
+    import statistics
+
+    path = args.store or make_synth_store(args.work, args.rows, args.features, 80.0, 1, "lz4")
+    from ooc_svm.store import open_store
+
+    meta = open_store(path).meta
+    n, d = meta.n_rows, meta.n_features
+    txt = os.path.join(args.work, f"whole_{n}.svm")
+    write_text_fast(path, txt)
+    ooc = os.path.join(os.path.dirname(PY), "ooc-svm")
+    runs: dict[str, dict] = {}
+    cmds = {
+        f"ooc-svm perf {v}": [ooc, "train", "--solver", "perf", path, "-o",
+                              os.path.join(args.work, f"whole_{v}"), "--C", repr(args.C),
+                              "--eps", repr(args.eps), "--variant", v, "--json"]
+        for v in args.whole_variants.split(",")
+    }  # fmt: skip
+    ll_model = os.path.join(args.work, "whole_liblinear.model")
+    cmds["LIBLINEAR -s 3 -B 1"] = [PY, "-c", LL_TRAIN, txt, ll_model, f"-s 3 -c {args.C:g} -B 1"]
+    if svmperf:
+        sp_model = os.path.join(args.work, "whole_svmperf.model")
+        cmds["SVMperf 3.00"] = [svmperf, "-c", repr(args.C * n / 100.0), "-e",
+                                repr(100.0 * args.eps), "--b", "1", txt, sp_model]  # fmt: skip
+    for _ in range(args.repeat):
+        for name, cmd in cmds.items():
+            set_page_cache(path, warm=True)
+            set_page_cache(txt, warm=True)
+            wall, out = _timed(cmd)
+            r = runs.setdefault(name, {"walls": [], "cmd": shlex.join(cmd)})
+            r["walls"].append(wall)
+            if name.startswith("ooc-svm"):
+                j = json.loads(out.strip().splitlines()[-1])
+                r.update(passes=j["passes"], iterations=j["iterations"], model=cmd[6])
+    for name, r in runs.items():
+        r["wall"] = statistics.median(r["walls"])
+        kind = "ooc" if name.startswith("ooc") else "svmperf" if "SVMperf" in name else "ll"
+        model = r.get("model") or (sp_model if kind == "svmperf" else ll_model)
+        w, wb, positive = read_linear_model(kind, model, d)
+        r["objective"] = store_objective(path, w, wb, positive, args.C)
+    best = min(r["objective"] for r in runs.values())
+    ref = {k: runs[k]["wall"] for k in ("SVMperf 3.00", "LIBLINEAR -s 3 -B 1") if k in runs}
+    print(f"\nwhole processes on {path} ({n} rows), load average {os.getloadavg()}")
+    for name, r in runs.items():
+        ratios = "  ".join(f"{k.split()[0]}/this {v / r['wall']:5.2f}x" for k, v in ref.items())
+        print(
+            f"{name:24s} wall {r['wall']:7.2f}s (runs {', '.join(f'{x:.2f}' for x in r['walls'])})"
+            f"  passes {r.get('passes', '-')!s:>3}  P {r['objective']:.4f}  "
+            f"(P - best)/(C n eps) {(r['objective'] - best) / (args.C * n * args.eps):.3f}  "
+            f"{ratios}",
+            flush=True,
+        )
+    print("WHOLE " + json.dumps(runs))
+
+
+# ------------------------------------------------------------------------------------------
 # main
 # ------------------------------------------------------------------------------------------
 
@@ -405,6 +551,14 @@ def main() -> int:
     ap.add_argument("--skip-1m", action="store_true")
     ap.add_argument("--only-1m", action="store_true")
     ap.add_argument(
+        "--whole-1m",
+        action="store_true",
+        help="only goal 4: whole-process runs on the 1M store (ooc-svm, SVMperf, LIBLINEAR)",
+    )
+    ap.add_argument("--store", help="--whole-1m: an already ingested store to use")
+    ap.add_argument("--whole-variants", default="accelerated,selective")
+    ap.add_argument("--repeat", type=int, default=3, help="--whole-1m: runs per command")
+    ap.add_argument(
         "--no-paper-1m",
         action="store_true",
         help="skip the (slow, ~100+ passes) paper variant on the 1M store",
@@ -434,6 +588,9 @@ def main() -> int:
         f"C={args.C} eps={args.eps} bias=1; page cache: {'cold' if args.cold else 'warm'}"
     )
     print(f"SVMperf: {svmperf or 'not available ($SVMPERF_LEARN unset) - DESIGN.md figures'}")
+    if args.whole_1m:
+        whole_1m(args, svmperf)
+        return 0
     print(HEADER)
     summary = {}
     datasets = [] if args.only_1m else [d for d in args.datasets.split(",") if d]

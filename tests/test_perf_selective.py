@@ -186,28 +186,35 @@ def test_selection_is_the_global_prefix_for_any_split():
             np.testing.assert_array_equal(R.toarray(), X[acc["row"]].toarray().astype(np.float32))
 
 
-def test_line_search_is_exact():
+def test_segment_line_search_is_exact():
+    """The inner line search (bisection on the right derivative of F = max(P̃, M)) finds the
+    minimum of F on k ≥ 0 to within round-off of a fine grid, including k = 0 and steps
+    beyond 1, with and without working-set planes."""
+    from ooc_svm.kernels.perf_selective import segment_min
+
     rng = np.random.default_rng(5)
-    for _ in range(20):
+    for trial in range(30):
         m = 200
         mb = rng.normal(1.0, 1.0, size=m)
         dm = rng.normal(0.0, 1.0, size=m)
         dm[:10] = 0.0
         a0, a1, a2 = 3.0, rng.normal(), abs(rng.normal()) + 0.1
-        L0, L1, C = rng.normal(), rng.normal(), 0.3
-        k, f = ps.line_search(a0, a1, a2, L0, L1, mb, dm, C)
+        L0, L1, C, Cp = rng.normal(), rng.normal(), 0.3, 0.3 * m
+        nw = trial % 4
+        u, v = rng.normal(0.5, 1.0, size=nw), rng.normal(0.0, 1.0, size=nw)
+
+        args = (a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
+        k, f = segment_min(*args, ps.LINE_STEPS)
         ks = np.linspace(0, max(4.0, 2 * k), 40001)
-        fs = [
-            0.5 * (a0 + 2 * t * a1 + t * t * a2)
-            + C * (L0 - t * L1 + np.maximum(0.0, 1.0 - mb - t * dm).sum())
-            for t in ks
-        ]
         assert k >= 0.0
-        assert f <= min(fs) + 1e-9
-        assert f == pytest.approx(
-            0.5 * (a0 + 2 * k * a1 + k * k * a2)
-            + C * (L0 - k * L1 + np.maximum(0.0, 1.0 - mb - k * dm).sum())
-        )
+        assert f <= min(_segment_F(t, *args) for t in ks) + 1e-7 * abs(f)
+        assert f == pytest.approx(_segment_F(k, *args), rel=1e-12)
+
+
+def _segment_F(t, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v):
+    lt = C * (L0 - t * L1 + np.maximum(0.0, 1.0 - mb - t * dm).sum())
+    lm = Cp * max(0.0, float(np.max(u - t * v))) if u.shape[0] else 0.0
+    return 0.5 * (a0 + 2 * t * a1 + t * t * a2) + max(lt, lm)
 
 
 def test_same_model_with_one_or_two_threads(tmp_path):
@@ -367,3 +374,35 @@ def test_train_api_and_cli(tmp_path, monkeypatch):
     assert bad.returncode == 1
     assert bad.stderr.strip().startswith("ooc-svm: error:") and "--inner-mb" in bad.stderr
     assert not os.path.exists("m2")
+
+
+# ------------------------------------------------------------------------------------------
+# every row in memory; QP stall stop
+# ------------------------------------------------------------------------------------------
+
+
+def test_every_row_in_memory_certifies_in_one_pass(tmp_path):
+    """When the selection holds every row, P̃ = P: the inner loop's own value is the exact
+    objective, so the run certifies after the single selecting pass (it took two before) and
+    the guarantee holds against LIBLINEAR."""
+    X, y = _tiny(3)
+    st = _store(tmp_path / "s.zarr", X, y, 700)
+    with LocalEngine() as e:
+        res = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-4})
+    assert res.summary["selected_rows"] == X.shape[0]
+    assert res.passes == 1
+    _check(res, X, y, 1.0, 1e-4, _liblinear(X, y, 1.0))
+
+
+def test_qp_stall_stops_the_run(tmp_path, monkeypatch):
+    """The working-set QP stall stop of the accelerated variant applies to the inner QPs: a
+    QP slower than the thresholds ends the run with the one-line SolverError."""
+    from ooc_svm.solvers import SolverError
+    from ooc_svm.solvers.perf import working_set
+
+    X, y = _tiny(4)
+    st = _store(tmp_path / "s.zarr", X, y, 700)
+    monkeypatch.setattr(working_set, "QP_STALL_SECONDS", -1.0)
+    monkeypatch.setattr(working_set, "QP_STALL_PASSES", -1.0)
+    with LocalEngine() as e, pytest.raises(SolverError, match="QP stalls"):
+        ps.solve_selective(st, e, {"C": 1.0, "inner_mb": 0.05})

@@ -94,6 +94,20 @@ def _count_less_eq(a, t):
 
 
 @njit(cache=True, nogil=True)
+def _violated_range(mb, d, kg):
+    """Grid points [lo, hi) of the increasing grid ``kg`` at which a row with margins
+    mb + k·d is violated (margin < 1): a prefix or a suffix, mb + k·d being affine in k."""
+    ng = kg.shape[0]
+    if d > 0.0:
+        return 0, _count_less(kg, (1.0 - mb) / d)
+    if d < 0.0:
+        return _count_less_eq(kg, (1.0 - mb) / d), ng
+    if mb < 1.0:
+        return 0, ng
+    return 0, 0
+
+
+@njit(cache=True, nogil=True)
 def cut_segment(
     indptr, indices, gidx, data, y, pos, w2, tb, tc, kv, kg, hv, D, cnt, bias, bias_slot
 ):
@@ -132,19 +146,7 @@ def cut_segment(
             m = mb + kv[q] * d
             if m < 1.0:
                 hv[q] += 1.0 - m
-        # grid points where the row is violated: [lo, hi)
-        if d > 0.0:
-            lo = 0
-            hi = _count_less(kg, (1.0 - mb) / d)
-        elif d < 0.0:
-            lo = _count_less_eq(kg, (1.0 - mb) / d)
-            hi = ng
-        elif mb < 1.0:
-            lo = 0
-            hi = ng
-        else:
-            lo = 0
-            hi = 0
+        lo, hi = _violated_range(mb, d, kg)
         if lo >= hi:
             continue
         cnt[lo] += 1

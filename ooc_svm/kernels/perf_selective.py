@@ -1,14 +1,13 @@
 """Numba kernels of the selective cutting-plane variant (``--solver perf --variant selective``).
 
-- :func:`cut_single_margins` — :func:`ooc_svm.kernels.perf.cut_single` (margins, most violated
-  constraint, its size and the hinge sum in one sweep) that also writes every row's margin
-  yᵢ(w·x̃ᵢ), from which the pass selects the rows kept in memory.
 - :func:`cut_segment_margins` — the accelerated pass (:func:`ooc_svm.kernels.perf.cut_segment`)
   that also writes every row's margins at both ends of the segment; :func:`violated_at`
   reproduces its violation rule for given rows.
 - :func:`select_prefix` — how many rows of a list sorted by closeness to the margin fit a
   byte budget.
 - :func:`signed_margins` — yᵢ(w·x̃ᵢ) over the in-memory rows (the inner iterations' oracle).
+- :func:`segment_min` — the minimiser of the inner loop's objective F = max(P̃, M) on a
+  segment, by bisection on its right derivative (one sweep of the rows per evaluation).
 
 Conventions as in :mod:`ooc_svm.kernels.perf`: ``indices`` is the uint32 view of the stored
 int32 column indices, ``gidx`` the accumulation positions, the bias an extra constant feature
@@ -19,36 +18,7 @@ from __future__ import annotations
 
 from numba import njit
 
-
-@njit(cache=True, nogil=True)
-def cut_single_margins(indptr, indices, gidx, data, y, pos, w, w_bias, bias, g, bias_slot, m):
-    """One-point pass of Algorithm 1 that also keeps the margins.
-
-    For every row: ``m[i] = ±1 · (xᵢ·w + w_bias·bias)`` (+1 where ``y == pos``); rows with
-    ``m[i] < 1`` add ``±xᵢ`` to ``g`` (at ``gidx``) and ``±bias`` to ``g[bias_slot]``.
-
-    Returns
-    -------
-    (count, hinge) : number of violated rows and Σ max(0, 1 − mᵢ).
-    """
-    n = indptr.shape[0] - 1
-    count = 0
-    hinge = 0.0
-    tb = w_bias * bias
-    for i in range(n):
-        s = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            s += data[k] * w[indices[k]]
-        yi = 1.0 if y[i] == pos else -1.0
-        mi = yi * (s + tb)
-        m[i] = mi
-        if mi < 1.0:
-            count += 1
-            hinge += 1.0 - mi
-            for k in range(indptr[i], indptr[i + 1]):
-                g[gidx[k]] += yi * data[k]
-            g[bias_slot] += yi * bias
-    return count, hinge
+from .perf import _violated_range
 
 
 @njit(cache=True, nogil=True)
@@ -75,46 +45,6 @@ def signed_margins(indptr, indices, data, ys, w, tb, out):
             s += data[k] * w[indices[k]]
         out[i] = ys[i] * (s + tb)
     return out
-
-
-@njit(cache=True, nogil=True)
-def _count_less(a, t):
-    lo = 0
-    hi = a.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] < t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(cache=True, nogil=True)
-def _count_less_eq(a, t):
-    lo = 0
-    hi = a.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] <= t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(cache=True, nogil=True)
-def _violated_range(mb, d, kg):
-    """Grid points [lo, hi) of ``kg`` at which a row with margins mb + k·d is violated
-    (the rule of :func:`ooc_svm.kernels.perf.cut_segment`)."""
-    ng = kg.shape[0]
-    if d > 0.0:
-        return 0, _count_less(kg, (1.0 - mb) / d)
-    if d < 0.0:
-        return _count_less_eq(kg, (1.0 - mb) / d), ng
-    if mb < 1.0:
-        return 0, ng
-    return 0, 0
 
 
 @njit(cache=True, nogil=True)
@@ -195,3 +125,77 @@ def copy_rows(indptr, indices, data, rows, out_indptr, out_pos, out_indices, out
             out_indices[p] = indices[k]
             out_data[p] = data[k]
             p += 1
+
+
+@njit(cache=True, nogil=True)
+def _hinge_slope(mb, dm, k):
+    """(Σᵢ max(0, 1 − mbᵢ − k·dmᵢ), its right derivative in k)."""
+    s = 0.0
+    g = 0.0
+    for i in range(mb.shape[0]):
+        v = 1.0 - mb[i] - k * dm[i]
+        if v > 0.0:
+            s += v
+            g -= dm[i]
+        elif v == 0.0 and dm[i] < 0.0:
+            g -= dm[i]
+    return s, g
+
+
+@njit(cache=True, nogil=True)
+def _segment_eval(k, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v):
+    """F(k) and its right derivative F'(k⁺) (see :func:`segment_min`)."""
+    h, hs = _hinge_slope(mb, dm, k)
+    lt = C * (L0 - k * L1 + h)
+    st = C * (hs - L1)
+    lm = 0.0
+    sm = 0.0
+    for j in range(u.shape[0]):
+        t = u[j] - k * v[j]
+        if t > lm or (t == lm and -v[j] > sm):
+            lm = t
+            sm = -v[j]
+    lm *= Cp
+    sm *= Cp
+    if lm > lt:
+        lt = lm
+        st = sm
+    elif lm == lt and sm > st:
+        st = sm
+    return 0.5 * (a0 + 2.0 * k * a1 + k * k * a2) + lt, a1 + k * a2 + st
+
+
+@njit(cache=True, nogil=True)
+def segment_min(a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
+    """Minimiser k ≥ 0 of the convex F(k) = ½(a0 + 2k·a1 + k²·a2) + max(P̃ part, M part) with
+    P̃ part C(L0 − k·L1 + Σᵢ max(0, 1 − mbᵢ − k·dmᵢ)) and M part Cp·max(0, maxⱼ uⱼ − k·vⱼ).
+
+    Bisection on the right derivative (non-decreasing): the bracket [lo, hi] with F'(lo⁺) < 0
+    ≤ F'(hi⁺) is found by doubling from 1, then halved ``steps`` times; returns (k, F(k)) of
+    the better end. k = 0 when F'(0⁺) ≥ 0.
+    """
+    f0, s0 = _segment_eval(0.0, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
+    if s0 >= 0.0:
+        return 0.0, f0
+    lo = 0.0
+    hi = 1.0
+    fh, sh = _segment_eval(hi, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
+    grow = 0
+    while sh < 0.0 and grow < 60:
+        lo = hi
+        hi *= 2.0
+        fh, sh = _segment_eval(hi, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
+        grow += 1
+    fl, sl = _segment_eval(lo, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        fm, sm = _segment_eval(mid, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
+        if sm < 0.0:
+            lo, fl = mid, fm
+        else:
+            hi, fh = mid, fm
+    if fl <= fh:
+        return lo, fl
+    return hi, fh

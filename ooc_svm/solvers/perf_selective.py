@@ -29,10 +29,11 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   grid point, whose exact plane (and the one at w_c) joins the working set. The same pass
   selects S: the rows nearest the margin along the segment (distance of 1 from the interval
   of their margins, then |1 − margin at w_c|, ties broken by a hash of the row number) that
-  fit the byte budget ``inner_mb``. Each shard returns its closest rows up to ``SHARE`` = 1.25
-  times its share of the budget (CSR slices); partials concatenate these candidate lists and
-  merge them down to the budget when they exceed twice of it (:func:`reduce_select`), and the
-  driver keeps the closest within the budget. So only O(budget) bytes travel from workers,
+  fit the selection budget (a third of ``inner_mb``). Each shard returns its closest rows up
+  to ``SHARE`` = 1.25 times its share of the budget (CSR slices); partials concatenate these
+  candidate lists and merge them down to the budget when they exceed it
+  (:func:`reduce_select`), and the driver keeps the closest within the budget. So only
+  O(budget) bytes travel from each worker,
   and the selection is the same for any engine and any reduction tree.
 - *Inner iterations* (no pass): the rows outside S keep their coefficients cᵢ⁰ from the
   pass's plane at the new w_b (=: w_p); the rows in S choose cᵢ = [mᵢ(w) < 1] at the current
@@ -40,27 +41,36 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   model P̃(w) = ½‖w‖² + C(Σ_{i∉S} cᵢ⁰(1 − mᵢ(w)) + Σ_{i∈S} max(0, 1 − mᵢ(w))) ≤ P(w), equal to
   P at w_p. Away from w_p, P̃ can fall below the working set's own model
   M(w) = ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (also ≤ P), so the inner loop is OCAS
-  (Franc & Sonnenburg, ICML 2008) on F = max(P̃, M): solve OP3 over the working set, line
-  search of F between the best inner point and the QP solution (F is convex; its minimiser
-  lies between k = 1, where M is least, and the exact minimiser of P̃, found from sorted
-  breakpoints; golden section between), new plane at k* + μ(1 − k*). It stops when
-  F(best) − D ≤ ``inner_share``·ε·C_perf (or after ``max_inner`` planes); the next pass runs
-  on the segment from w_b to the best inner point.
+  (Franc & Sonnenburg, ICML 2008) on F = max(P̃, M): solve OP3 over the working set, exact
+  line search of F between the best inner point and the QP solution (F is convex: bisection
+  on its right derivative, one sweep of the in-memory margins per step, numba), new plane at
+  k* + μ(1 − k*). It stops when F(best) − D ≤ ``inner_share``·ε·C_perf (or after
+  ``max_inner`` planes); the next pass runs on the segment from w_b to the best inner point.
+  Cost per inner plane: one sweep of the selected rows for the margins (two threads from
+  ``THREADED_NNZ`` non-zeros), the plane's S-part updated by the rows that change sides only
+  (SVMperf's incremental cut), the gⱼ·w of the line search from the Gram matrix (gⱼ·w_c =
+  (Qα)ⱼ) instead of |W| dot products over the features, and the working-set QP, timed by the
+  accelerated variant's stall stop (:func:`~ooc_svm.solvers.perf.check_qp`).
+- *Every row in memory*: then P̃ = P exactly, F(best) is the exact objective and the inner
+  loop certifies by itself — one streamed pass in all.
 
 P ≥ P̃ everywhere, so a small gap of P̃ says nothing about P until a pass has measured it; only
 the full pass gives the exact P(w) and the true most violated constraint. The certificate
-therefore only ever uses P values measured by passes. When S holds every row, P̃ = P and the
-method is the accelerated variant run in memory: two or three passes. The pass's line search
+therefore only ever uses P values measured by passes, or P̃ when it is P (every row in
+memory: then the method is the accelerated variant run in memory, one pass). The pass's line search
 keeps P(w_b) monotone when the proposal overshoots (rows outside S changed sides).
 
-Memory: the selection (≤ ``inner_mb`` MiB, counted as 64 bytes per row plus 8 per non-zero;
-default 256) lives in the driver between passes; during a pass the shards' candidates
-(≤ 1.25 budgets) and the merged result add about two budgets more (measured: a 4 MiB budget
-added 12 MiB of peak RSS over the accelerated variant's, a budget holding a 40 MiB store 87
-MiB, tests/test_perf_selective.py; on the 1M store the default 256 MiB raised the peak RSS
-from 468 to 1232 MiB, scripts/bench_passes.py). When the budget holds every row, P̃ = P
-and the run is the accelerated variant in memory after one selecting pass. Checkpoints are not
-supported by this variant (yet).
+Memory: the selection kept between passes takes a third of ``inner_mb``
+(``SELECTION_SHARE``, counted as 64 bytes per row plus 8 per non-zero; default 256 MiB → 85
+MiB, ~12 % of the 1M store's rows). During a pass every partial of the reduction holds its
+candidates, merged down to the selection whenever they exceed it, so the transient peak is
+about (partials alive at once + 1) selections: a streaming tree reduction over S shards keeps
+~log₂ S partials, plus those waiting for an earlier shard — fine for the 1M store's 10 shards,
+but on the 406-shard scale store with ``--inner-mb 1536`` one run reached 10.5 GB peak RSS
+(when candidate lists were merged only beyond twice the selection). Bounding this for real
+needs a global threshold (e.g. the previous pass's) or a bounded candidate share per partial;
+not done. When the selection holds every row, P̃ = P and one pass suffices. Checkpoints are
+not supported by this variant (yet).
 """
 
 from __future__ import annotations
@@ -68,15 +78,16 @@ from __future__ import annotations
 import logging
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..kernels.csr import csr_take_rows, u32
-from ..kernels.perf import accumulate_rows, vdot
+from ..kernels.perf import accumulate_rows, matvec, vdot
 from ..kernels.perf_selective import (
     copy_rows,
     cut_segment_margins,
-    hinge_line,
+    segment_min,
     select_prefix,
     signed_margins,
     violated_at,
@@ -88,12 +99,13 @@ from .perf import (
     Params,
     WorkingSet,
     _finish_accumulator,
-    _golden,
+    _finite,
     _new_accumulator,
     _Progress,
     _qp_atol,
     _resolve_C,
     acc_row,
+    check_qp,
     reduce_cut,
 )
 
@@ -162,15 +174,23 @@ def select_rows(indptr, indices, data, ys, mb, mc, row_start: int, budget: int) 
     sel = _empty_selection(budget)
     if n == 0 or budget < ROW_BYTES:
         return sel
-    nnz_row = np.diff(indptr)
-    kmax = int(min(n, budget // (ROW_BYTES + NZ_BYTES * int(nnz_row.min()))))
-    if kmax == 0:
-        return sel
-    if kmax < n:
-        t = np.partition(key, kmax - 1)[kmax - 1]
-        cand = np.flatnonzero(key <= t)
-    else:
-        cand = np.arange(n, dtype=np.int64)
+    # candidates: the kmax smallest keys (ties included), kmax from the mean row size; the
+    # prefix that fits the budget is the global one unless it takes every candidate, and
+    # then kmax doubles (so the result does not depend on the estimate)
+    mean_row = ROW_BYTES + NZ_BYTES * (int(indptr[-1] - indptr[0]) / n)
+    kmax = int(min(n, max(16, 2 * budget // mean_row)))
+    while True:
+        if kmax < n:
+            t = np.partition(key, kmax - 1)[kmax - 1]
+            cand = np.flatnonzero(key <= t)
+        else:
+            cand = np.arange(n, dtype=np.int64)
+        tie = _tie(cand.astype(np.int64) + int(row_start))
+        order = np.lexsort((tie, key2[cand], key[cand]))
+        k = int(select_prefix(indptr, cand[order], ROW_BYTES, NZ_BYTES, budget))
+        if k < cand.shape[0] or kmax >= n:
+            break
+        kmax = min(n, 2 * kmax)
     full = {
         "key": key[cand],
         "key2": key2[cand],
@@ -180,9 +200,7 @@ def select_rows(indptr, indices, data, ys, mb, mc, row_start: int, budget: int) 
         "mc": mc[cand],
         "budget": int(budget),
     }
-    full["tie"] = _tie(full["row"])
-    order = np.lexsort((full["tie"], full["key2"], full["key"]))
-    k = int(select_prefix(indptr, cand[order], ROW_BYTES, NZ_BYTES, budget))
+    full["tie"] = tie
     sub = {kk: (v[order[:k]] if kk != "budget" else v) for kk, v in full.items()}
     ip, ix, dt = csr_take_rows(indptr, indices, data, np.ascontiguousarray(cand[order[:k]]))
     sub.update(indptr=ip, indices=ix, data=dt)
@@ -291,7 +309,7 @@ def shard_quota(n_rows: int, nnz: int, budget: int, store_bytes: int) -> int:
 
 def reduce_select(a, b):
     """Reduce of :func:`pass_select` partials: planes summed, the shards' candidate lists
-    concatenated — and merged down to the budget whenever they exceed twice the budget, which
+    concatenated — and merged down to the budget whenever they exceed the budget, which
     keeps every partial O(budget) and changes nothing in the final :func:`merge_selections`
     (a row among the closest of the union is among the closest of any part holding it)."""
     if a is None:
@@ -302,7 +320,7 @@ def reduce_select(a, b):
         {k: v for k, v in a.items() if k != "sel"}, {k: v for k, v in b.items() if k != "sel"}
     )
     sel = list(a["sel"]) + list(b["sel"])
-    if sel and sum(selection_bytes(s) for s in sel) > 2 * sel[0]["budget"]:
+    if sel and sum(selection_bytes(s) for s in sel) > sel[0]["budget"]:
         sel = [merge_selections(*sel)]
     out["sel"] = sel
     return out
@@ -317,23 +335,33 @@ class _Inner:
     """P̃ of the module docstring: the selected rows (CSR) and the fixed part of the others.
 
     ``G`` = Σ_{i∉S} cᵢ⁰yᵢx̃ᵢ and ``R`` = Σ_{i∉S} cᵢ⁰ (unnormalised), so that for w
-    P̃(w) = ½‖w‖² + C(R − w·G + Σ_{i∈S} max(0, 1 − mᵢ(w))).
+    P̃(w) = ½‖w‖² + C(R − w·G + Σ_{i∈S} max(0, 1 − mᵢ(w))). The S-part of the last cut,
+    ``gS`` = Σ_{i∈S} cᵢyᵢx̃ᵢ, is updated by the rows whose cᵢ flips only (as SVMperf's
+    incremental cut): late inner cuts touch few rows.
     """
 
-    def __init__(
-        self, sel: dict, kg: np.ndarray, q: int, G_p: np.ndarray, cnt_p: float, d: int, bias: float
-    ):
+    def __init__(self, sel: dict, kg, q: int, G_p, cnt_p: float, d: int, n_rows: int, bias, pool):
         self.indptr = sel["indptr"]
         self.idx = u32(np.ascontiguousarray(sel["indices"]))
         self.data = sel["data"]
         self.ys = sel["ys"]
         self.d = d
         self.bias = bias
+        self.pool = pool
+        n = self.ys.shape[0]
+        #: every row of the store is in memory (then P~ = P exactly)
+        self.whole = n == n_rows
+        # two row ranges of about equal non-zeros: margins on two threads, fixed split
+        half = int(np.searchsorted(self.indptr, self.indptr[-1] // 2))
+        big = self.indptr[-1] >= THREADED_NNZ
+        self.parts = [(0, half), (half, n)] if big and 0 < half < n else [(0, n)]
         # the S rows' coefficients in the pass's plane at kg[q], by the pass's own rule, so
         # that G, R hold exactly the other rows' part of that plane
-        viol = violated_at(sel["mb"], sel["mc"], kg, q, np.empty(self.ys.shape[0]))
-        self.G = G_p - self.plane(viol * self.ys)
-        self.R = float(cnt_p) - float(viol.sum())
+        viol = violated_at(sel["mb"], sel["mc"], kg, q, np.empty(n))
+        self.gS = self.plane(viol * self.ys)
+        self.G = G_p - self.gS
+        self.c = viol > 0.0
+        self.R = float(cnt_p) - float(np.count_nonzero(self.c))
 
     def plane(self, coef: np.ndarray) -> np.ndarray:
         """Σ_{i∈S} coefᵢ x̃ᵢ as a dense vector of length d + 1."""
@@ -342,99 +370,48 @@ class _Inner:
         g[self.d] += tot * self.bias
         return g
 
+    def _margins(self, w: np.ndarray, out: np.ndarray, a: int, b: int) -> None:
+        ip = self.indptr[a : b + 1]
+        lo, hi = int(ip[0]), int(ip[-1])
+        signed_margins(
+            ip - lo, self.idx[lo:hi], self.data[lo:hi], self.ys[a:b], w[: self.d],
+            float(w[self.d]) * self.bias, out[a:b],
+        )  # fmt: skip
+
     def margins(self, w: np.ndarray) -> np.ndarray:
         out = np.empty(self.ys.shape[0])
-        signed_margins(
-            self.indptr,
-            self.idx,
-            self.data,
-            self.ys,
-            w[: self.d],
-            float(w[self.d]) * self.bias,
-            out,
-        )
+        if len(self.parts) == 1:
+            self._margins(w, out, *self.parts[0])
+        else:
+            list(self.pool.map(lambda ab: self._margins(w, out, *ab), self.parts))
         return out
 
     def value(self, w: np.ndarray, m: np.ndarray, C: float) -> float:
-        hinge = float(hinge_line(m, m, 0.0))
+        hinge = float(np.maximum(0.0, 1.0 - m).sum())
         return 0.5 * float(vdot(w, w)) + C * (self.R - float(vdot(w, self.G)) + hinge)
 
     def cut(self, m: np.ndarray, n: int) -> tuple[np.ndarray, float]:
         """The plane whose S-coefficients are [mᵢ < 1]: (g, r) normalised by n."""
         viol = m < 1.0
-        g = self.G + self.plane(viol.astype(np.float64) * self.ys)
-        return g / n, (self.R + float(np.count_nonzero(viol))) / n
+        flip = viol != self.c
+        if np.any(flip):
+            self.gS += self.plane(np.where(flip, np.where(viol, self.ys, -self.ys), 0.0))
+            self.c = viol
+        return (self.G + self.gS) / n, (self.R + float(np.count_nonzero(viol))) / n
 
 
-def line_search(a0, a1, a2, L0, L1, mb, dm, C) -> tuple[float, float]:
-    """Exact minimiser k ≥ 0 of the convex piecewise quadratic
-    f(k) = ½(a0 + 2k·a1 + k²·a2) + C(L0 − k·L1 + Σᵢ max(0, 1 − mbᵢ − k·dmᵢ));
-    returns (k*, f(k*))."""
-    b = 1.0 - mb
-    act0 = (b > 0.0) | ((b == 0.0) & (dm < 0.0))
-    s0 = a1 - C * L1 - C * float(dm[act0].sum())
-    if s0 >= 0.0 or a2 <= 0.0:
-        k = 0.0
-    else:
-        nzd = dm != 0.0
-        t = np.full(mb.shape[0], -1.0)
-        t[nzd] = b[nzd] / dm[nzd]
-        brk = t > 0.0
-        t = t[brk]
-        jump = C * np.abs(dm[brk])
-        order = np.argsort(t, kind="stable")
-        t = t[order]
-        jump = jump[order]
-        J = np.cumsum(jump)
-        Jb = np.concatenate([[0.0], J[:-1]]) if J.shape[0] else J
-        before = s0 + a2 * t + Jb
-        after = before + jump
-        hit = np.flatnonzero(after >= 0.0)
-        if hit.shape[0] == 0:
-            k = -(s0 + (float(J[-1]) if J.shape[0] else 0.0)) / a2
-        else:
-            j = int(hit[0])
-            k = -(s0 + float(Jb[j])) / a2 if before[j] >= 0.0 else float(t[j])
-        k = max(0.0, k)
-    f = 0.5 * (a0 + 2 * k * a1 + k * k * a2) + C * (L0 - k * L1 + float(hinge_line(mb, dm, k)))
-    return k, f
-
-
-class _Segment:
-    """F(k) = max(P̃, M) on the segment wb + k(wc − wb), M the cutting-plane model of the
-    working set: ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ). Both are lower bounds of P; F is the
-    inner loop's objective (P̃ alone can fall below the working set's dual bound away from
-    the pass point)."""
-
-    def __init__(self, inner: _Inner, ws: WorkingSet, wb, wc, mb, mc, C: float, Cp: float):
-        self.dw = wc - wb
-        self.mb = mb
-        self.dm = mc - mb
-        self.C = C
-        self.Cp = Cp
-        self.a0 = float(vdot(wb, wb))
-        self.a1 = float(vdot(wb, self.dw))
-        self.a2 = float(vdot(self.dw, self.dw))
-        self.L0 = inner.R - float(vdot(wb, inner.G))
-        self.L1 = float(vdot(self.dw, inner.G))
-        r = np.asarray(ws.r)
-        self.u = r - np.array([ws._dot(v, wb) for v in ws.vecs])
-        self.v = np.array([ws._dot(v, self.dw) for v in ws.vecs])
-
-    def __call__(self, k: float) -> float:
-        quad = 0.5 * (self.a0 + 2 * k * self.a1 + k * k * self.a2)
-        lt = self.C * (self.L0 - k * self.L1 + float(hinge_line(self.mb, self.dm, k)))
-        lm = self.Cp * max(0.0, float(np.max(self.u - k * self.v))) if self.u.shape[0] else 0.0
-        return quad + max(lt, lm)
-
-    def minimise(self, evals: int = 30) -> tuple[float, float]:
-        """k* ≥ 0 and F(k*): F is convex, M is least at k = 1 (wc solves the QP) and P̃ at
-        the exact :func:`line_search` point k̃, so k* lies between 1 and k̃."""
-        kt, _ = line_search(self.a0, self.a1, self.a2, self.L0, self.L1, self.mb, self.dm, self.C)
-        lo, hi = min(1.0, kt), max(1.0, kt)
-        if hi - lo <= 1e-12:
-            return lo, self(lo)
-        return _golden(self, lo, hi, evals)
+def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, Cp: float):
+    """Minimise F = max(P̃, M) on wb + k(wc − wb) (:func:`segment_min`), M the working set's
+    model ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (``gwb``, ``gwc``: the gⱼ·wb, gⱼ·wc);
+    returns (k, F(k), wc − wb, mc − mb)."""
+    dw = wc - wb
+    dm = mc - mb
+    k, f = segment_min(
+        float(vdot(wb, wb)), float(vdot(wb, dw)), float(vdot(dw, dw)),
+        inner.R - float(vdot(wb, inner.G)), float(vdot(dw, inner.G)), C, Cp, mb, dm,
+        np.asarray(ws.r) - gwb, gwc - gwb, LINE_STEPS,
+    )  # fmt: skip
+    return k, f, dw, dm
 
 
 # ------------------------------------------------------------------------------------------
@@ -444,6 +421,127 @@ class _Segment:
 
 #: step lengths on the segment w_b + k(w_c − w_b) at which a pass measures P and a plane
 GRID = np.array([0.0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0])
+#: the inner margins run on two threads from this many non-zeros in memory
+THREADED_NNZ = 1 << 20
+#: bisection steps of the inner line search
+LINE_STEPS = 32
+#: the selection takes this share of ``inner_mb``; the pass's candidate lists and their
+#: merge the rest (module docstring, "Memory")
+SELECTION_SHARE = 1.0 / 3.0
+
+
+class _Run:
+    """State of one selective run: best point, working set, lower bound, counters."""
+
+    def __init__(self, store, engine, params: Params, callback):
+        meta = store.meta
+        self.store, self.engine, self.params = store, engine, params
+        self.neg, self.pos = binary_classes(meta)
+        self.n, self.d = meta.n_rows, meta.n_features
+        self.bias = float(params.bias)
+        self.C = _resolve_C(params, self.n)
+        self.Cp = self.C * self.n
+        self.eps = float(params.eps)
+        self.budget = int(float(params.inner_mb) * 2**20 * SELECTION_SHARE)
+        self.sbytes = ROW_BYTES * self.n + NZ_BYTES * int(meta.nnz)
+        self.ws = WorkingSet(self.d + 1, float(params.dense_limit_mb) * 2**20)
+        self.prog = _Progress(engine, callback)
+        self.atol = _qp_atol(self.eps)
+        self.w_b = np.zeros(self.d + 1)
+        self.P_b = self.xi_b = self.stop = math.inf
+        self.D = -math.inf
+        self.outer = self.inner_total = self.sel_rows = self.sel_peak = 0
+        self.pt = 0.0
+        self.converged = False
+
+    def full_pass(self, w_c: np.ndarray):
+        """One streamed pass on w_b → w_c: P on the grid, w_b to the best point; returns the
+        reduced partial, the best grid index and the new selection."""
+        d, kg, w_b = self.d, GRID, self.w_b
+        t = time.perf_counter()
+        w2 = np.ascontiguousarray(np.stack([w_b[:d], w_c[:d]], axis=1))
+        bc = (w2, float(w_b[d]) * self.bias, float(w_c[d]) * self.bias, self.bias, self.pos,
+              d + 1, kg, self.budget, self.sbytes)  # fmt: skip
+        part = self.engine.map_reduce(self.store, pass_select, bc, reduce=reduce_select)
+        self.pt = time.perf_counter() - t
+        dw = w_c - w_b
+        a0, a1, a2 = float(vdot(w_b, w_b)), float(vdot(w_b, dw)), float(vdot(dw, dw))
+        vals = 0.5 * (a0 + 2 * kg * a1 + kg * kg * a2) + self.C * part["hinge"]
+        q = int(np.argmin(vals))
+        if vals[q] < self.P_b:
+            self.w_b = w_b + kg[q] * dw
+            self.P_b = 0.5 * float(vdot(self.w_b, self.w_b)) + self.C * float(part["hinge"][q])
+            self.xi_b = float(part["hinge"][q]) / self.n
+        else:
+            q = 0
+        self.stop = (self.P_b - self.D) / self.Cp
+        sel = merge_selections(*part.pop("sel"))
+        self.sel_rows = int(sel["key"].shape[0])
+        self.sel_peak = max(self.sel_peak, selection_bytes(sel))
+        self.prog.emit(
+            {
+                "iteration": self.outer + self.inner_total, "objective": self.P_b,
+                "xi": self.xi_b, "violation": _finite(self.stop), "working_set": len(self.ws),
+                "pass_seconds": self.pt, "lower_bound": _finite(self.D), "step": float(kg[q]),
+                "selected_rows": self.sel_rows,
+            }
+        )  # fmt: skip
+        return part, q, sel
+
+    def add_pass_planes(self, part: dict, q: int) -> tuple[np.ndarray, float]:
+        """The exact most violated constraint at the new best point, and the one at w_c."""
+        n, K = self.n, GRID.shape[0]
+        G_p = acc_row(part["g"], q, upto=True)
+        cnt_p = float(part["cnt"][: q + 1].sum())
+        self.ws.add(G_p / n, cnt_p / n)
+        if q != K - 1:
+            self.ws.add(acc_row(part["g"], K - 1, upto=True) / n, float(part["cnt"].sum()) / n)
+        self.ws.drop_inactive(int(self.params.max_inactive))
+        return G_p, cnt_p
+
+    def qp(self) -> np.ndarray:
+        """OP3 over the working set (timed for the stall stop); raises the lower bound."""
+        tq = time.perf_counter()
+        wc, dual, _ = self.ws.solve(self.Cp, self.atol)
+        check_qp(self.C, self.Cp, time.perf_counter() - tq, self.pt)
+        self.D = max(self.D, dual)
+        return wc
+
+    def inner_loop(self, inner: _Inner) -> np.ndarray:
+        """OCAS on F = max(P̃, M) from w_b (where P̃ = P); returns the next pass's w_c."""
+        C, Cp, n, eps, ws = self.C, self.Cp, self.n, self.eps, self.ws
+        mu, share = float(self.params.mu), float(self.params.inner_share)
+        wb = self.w_b
+        mb = inner.margins(wb)
+        Fb = inner.value(wb, mb, C)
+        wc = wb
+        gwb = np.array([ws._dot(v, wb) for v in ws.vecs])  # gⱼ·wb, kept up to date
+        for _ in range(int(self.params.max_inner)):
+            wc = self.qp()
+            if self.P_b - self.D <= eps * Cp:
+                break
+            gwc = matvec(ws.Q, ws.alpha)  # gⱼ·wc from the Gram matrix
+            k, f, dw, dm = segment(inner, ws, gwb, gwc, wb, wc, mb, inner.margins(wc), C, Cp)
+            k = k if f < Fb else 0.0
+            m_k = mb + (k + mu * (1.0 - k)) * dm
+            if f < Fb:
+                wb, mb, Fb, gwb = wb + k * dw, mb + k * dm, f, gwb + k * (gwc - gwb)
+            if inner.whole and Fb - self.D <= eps * Cp:
+                # every row in memory: P~ = P, so F(w) = P(w) is exact and certifies
+                self.w_b, self.P_b, self.xi_b = wb, Fb, float(np.maximum(0.0, 1 - mb).sum()) / n
+                break
+            if Fb - self.D <= share * eps * Cp:
+                break
+            g, r = inner.cut(m_k, n)
+            ws.add(g, r)
+            gwb = np.append(gwb, float(vdot(g, wb)))
+            keep = np.asarray(ws.inactive) < int(self.params.max_inactive)
+            if ws.drop_inactive(int(self.params.max_inactive)):
+                gwb = gwb[keep]
+            self.inner_total += 1
+        log.debug("perf selective: pass %d, %d rows, %d inner planes, F %.10g, D %.10g",
+                  self.outer, self.sel_rows, self.inner_total, Fb, self.D)  # fmt: skip
+        return wb if wb is not self.w_b else wc
 
 
 def solve_selective(
@@ -464,183 +562,73 @@ def solve_selective(
         params = params.replace(variant="selective")
     else:
         params = as_params(Params, {**dict(params or {}), "variant": "selective"})
-    meta = store.meta
-    params.validate(meta)
+    params.validate(store.meta)
     if checkpoint is not None:
         raise SolverError("perf --variant selective does not support --checkpoint yet")
-    loss = params.resolve_loss(meta)
+    loss = params.resolve_loss(store.meta)
     if loss != "error":
         raise SolverError(
             f"perf --variant selective trains --loss error only (got {loss}); use accelerated"
         )
-    neg, pos = binary_classes(meta)
-    n = meta.n_rows
-    d = meta.n_features
-    dim = d + 1
-    bias = float(params.bias)
-    C = _resolve_C(params, n)
-    Cp = C * n
-    eps = float(params.eps)
-    mu = float(params.mu)
-    share = float(params.inner_share)
-    max_iter = int(params.max_iter)
-    max_inner = int(params.max_inner)
-    max_inactive = int(params.max_inactive)
-    budget = int(float(params.inner_mb) * 2**20)
-    ws = WorkingSet(dim, float(params.dense_limit_mb) * 2**20)
-    prog = _Progress(engine, callback)
-    atol = _qp_atol(eps)
-    kg = GRID
-    K = kg.shape[0]
-    sbytes = ROW_BYTES * n + NZ_BYTES * int(meta.nnz)
+    run = _Run(store, engine, params, callback)
+    w_c = run.w_b
+    with ThreadPoolExecutor(2) as pool:
+        while True:
+            part, q, sel = run.full_pass(w_c)
+            if run.stop <= run.eps:
+                run.converged = True
+                break
+            if run.outer >= int(params.max_iter):
+                break
+            run.outer += 1
+            G_p, cnt_p = run.add_pass_planes(part, q)
+            del part
+            inner = _Inner(sel, GRID, q, G_p, cnt_p, run.d, run.n, run.bias, pool)
+            del sel
+            w_c = run.inner_loop(inner)
+            del inner  # the next pass brings a new selection
+            if run.P_b - run.D <= run.eps * run.Cp:
+                run.stop = (run.P_b - run.D) / run.Cp
+                run.converged = True
+                break
+    if not run.converged:
+        log.warning("perf: stopped after %d passes (max_iter) with gap %.3g > eps", run.outer,
+                    run.stop)  # fmt: skip
+    return _result(run)
 
-    w_b = np.zeros(dim)
-    w_c = w_b
-    P_b, xi_b = math.inf, math.inf
-    D = -math.inf
-    outer = 0
-    inner_total = 0
-    converged = False
-    stop = math.inf
-    sel_rows = 0
-    sel_peak = 0
-    while True:
-        t = time.perf_counter()
-        w2 = np.ascontiguousarray(np.stack([w_b[:d], w_c[:d]], axis=1))
-        bc = (w2, float(w_b[d]) * bias, float(w_c[d]) * bias, bias, pos, dim, kg, budget, sbytes)
-        part = engine.map_reduce(store, pass_select, bc, reduce=reduce_select)
-        pt = time.perf_counter() - t
-        dw = w_c - w_b
-        a0, a1, a2 = float(vdot(w_b, w_b)), float(vdot(w_b, dw)), float(vdot(dw, dw))
-        vals = 0.5 * (a0 + 2 * kg * a1 + kg * kg * a2) + C * part["hinge"]
-        q = int(np.argmin(vals))
-        if vals[q] < P_b:
-            w_b = w_b + kg[q] * dw
-            P_b = 0.5 * float(vdot(w_b, w_b)) + C * float(part["hinge"][q])
-            xi_b = float(part["hinge"][q]) / n
-        else:
-            q = 0
-        stop = (P_b - D) / Cp
-        sel = merge_selections(*part.pop("sel"))
-        sel_rows = int(sel["key"].shape[0])
-        sel_peak = max(sel_peak, selection_bytes(sel))
-        prog.emit(
-            {
-                "iteration": outer + inner_total,
-                "objective": P_b,
-                "xi": xi_b,
-                "violation": stop if math.isfinite(stop) else None,
-                "working_set": len(ws),
-                "pass_seconds": pt,
-                "lower_bound": D if math.isfinite(D) else None,
-                "step": float(kg[q]),
-                "selected_rows": sel_rows,
-            }
-        )
-        if stop <= eps:
-            converged = True
-            break
-        if outer >= max_iter:
-            break
-        outer += 1
-        # the exact most violated constraint at the new best point, and the one at w_c
-        G_p = acc_row(part["g"], q, upto=True)
-        cnt_p = float(part["cnt"][: q + 1].sum())
-        ws.add(G_p / n, cnt_p / n)
-        if q != K - 1 and a2 > 0.0:
-            ws.add(acc_row(part["g"], K - 1, upto=True) / n, float(part["cnt"].sum()) / n)
-        ws.drop_inactive(max_inactive)
-        del part
-        inner = _Inner(sel, kg, q, G_p, cnt_p, d, bias)
-        del sel
-        # OCAS on F = max(P~, M) from the best point, where P~ = P
-        wb = w_b
-        mb = inner.margins(wb)
-        Fb = inner.value(wb, mb, C)
-        wc = w_b
-        seg = None
-        for _ in range(max_inner):
-            wc, dual, _ = ws.solve(Cp, atol)
-            D = max(D, dual)
-            if P_b - D <= eps * Cp:
-                break
-            mc = inner.margins(wc)
-            seg = _Segment(inner, ws, wb, wc, mb, mc, C, Cp)
-            k, f = seg.minimise()
-            if f < Fb:
-                wb = wb + k * seg.dw
-                mb = mb + k * seg.dm
-                Fb = f
-            else:
-                k = 0.0
-            if Fb - D <= share * eps * Cp:
-                break
-            kc = k + mu * (1.0 - k)
-            g, r = inner.cut(seg.mb + kc * seg.dm, n)
-            ws.add(g, r)
-            ws.drop_inactive(max_inactive)
-            inner_total += 1
-        log.debug(
-            "perf selective: pass %d, %d rows in memory, %d inner planes, F %.10g, D %.10g",
-            outer,
-            sel_rows,
-            inner_total,
-            Fb,
-            D,
-        )
-        if P_b - D <= eps * Cp:
-            stop = (P_b - D) / Cp
-            converged = True
-            break
-        w_c = wb if wb is not w_b else wc
-        del inner, seg  # the next pass brings a new selection
-    if not converged:
-        log.warning("perf: stopped after %d passes (max_iter) with gap %.3g > eps", outer, stop)
+
+def _result(run: _Run) -> Result:
+    """The binary linear model and the :class:`Result` of a selective run."""
+    C, Cp, ws, d, w_b = run.C, run.Cp, run.ws, run.d, run.w_b
+    iterations = run.outer + run.inner_total
     info = {
-        "solver": "perf",
-        "loss": "error",
-        "variant": "selective",
-        "C": C,
-        "C_perf": Cp,
-        "c_perf_svmperf": Cp / 100.0,
-        "eps": eps,
-        "bias": bias,
-        "objective": P_b,
-        "iterations": outer + inner_total,
-        "converged": converged,
-        "float32_planes": ws.float32,
-    }
+        "solver": "perf", "loss": "error", "variant": "selective", "C": C, "C_perf": Cp,
+        "c_perf_svmperf": Cp / 100.0, "eps": run.eps, "bias": run.bias, "objective": run.P_b,
+        "iterations": iterations, "converged": run.converged, "float32_planes": ws.float32,
+    }  # fmt: skip
     model = Model(
         kind="linear",
         n_features=d,
-        classes=[neg, pos],
+        classes=[run.neg, run.pos],
         coef_=w_b[:d].copy(),
-        intercept_=float(w_b[d] * bias),
+        intercept_=float(w_b[d] * run.bias),
         info=info,
     )
     return Result(
         model=model,
-        objective=P_b,
+        objective=run.P_b,
         dual_objective=None,
-        iterations=outer + inner_total,
-        passes=prog.passes(),
-        seconds=time.perf_counter() - prog.t0,
-        stop_value=float(stop),
-        history=prog.history,
+        iterations=iterations,
+        passes=run.prog.passes(),
+        seconds=time.perf_counter() - run.prog.t0,
+        stop_value=float(run.stop),
+        history=run.prog.history,
         summary={
-            "xi": xi_b,
-            "peak_working_set": ws.peak,
-            "working_set": len(ws),
-            "working_set_mb": ws.peak_bytes / 2**20,
-            "variant": "selective",
-            "loss": "error",
-            "lower_bound": D if math.isfinite(D) else None,
-            "C": C,
-            "converged": converged,
-            "outer_iterations": outer,
-            "inner_iterations": inner_total,
-            "selected_rows": sel_rows,
-            "selected_mb": sel_peak / 2**20,
-            "inner_mb": budget / 2**20,
+            "xi": run.xi_b, "peak_working_set": ws.peak, "working_set": len(ws),
+            "working_set_mb": ws.peak_bytes / 2**20, "variant": "selective", "loss": "error",
+            "lower_bound": _finite(run.D), "C": C, "converged": run.converged,
+            "outer_iterations": run.outer, "inner_iterations": run.inner_total,
+            "selected_rows": run.sel_rows, "selected_mb": run.sel_peak / 2**20,
+            "inner_mb": float(run.params.inner_mb),
         },
-    )
+    )  # fmt: skip

@@ -67,9 +67,9 @@ class Params(SolverParams):
     kernel: str = param("linear", "perf trains linear SVMs only", choices=KERNELS)
     inner_mb: float = param(
         256.0,
-        "selective, svmperf: MiB of rows near the margin kept in memory between full passes "
-        "(64 bytes "
-        "per row + 8 per non-zero; transient copies during a pass add a few times this)",
+        "selective: MiB for the rows near the margin: a third holds the rows kept in memory "
+        "between full passes (64 bytes per row + 8 per non-zero), the rest their transient "
+        "candidates during a pass; svmperf: MiB of the rows kept for its partial rounds",
     )
     max_inner: int = param(2000, "selective: inner cutting planes between two full passes")
     inner_share: float = param(
