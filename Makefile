@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 DEMO    ?= demo
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=25
 
 .PHONY: venv demo test test-all lint lint-ruff lint-format lint-types lint-imports check clean
 
