@@ -335,3 +335,25 @@ def test_readme_choosing_c_runs_as_written(data_path, tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "sweep.csv")))
     assert len(rows) == 4 and all(0.85 < float(r["auc"]) < 0.95 for r in rows[1:])
     assert (tmp_path / "sweep.png").stat().st_size > 1000
+
+
+def test_irwls_kernel_sweep_reaches_the_cold_optimum(tmp_path):
+    """irwls with a kernel: every C of the sweep has the cold run's dual objective and a
+    feasible yᵀβ = 0. A warm start from C=0.01's scaled α ended "converged" at C=1 with
+    yᵀβ = −2.85 and a dual above the optimum (infeasible) on these 2,000 a9a rows."""
+    from conftest import dataset
+    from sklearn.datasets import load_svmlight_file
+
+    X, y = load_svmlight_file(str(dataset("a9a/a9a")), n_features=123)
+    X, y = X[:2000], y[:2000]
+    train = build_store(tmp_path / "a.zarr", X, y, shard_rows=2000)
+    mod = get_solver("irwls")
+    eng = LocalEngine()
+    params = mod.Params.from_mapping({"kernel": "rbf", "gamma": 0.05})
+    Cs = [0.01, 1.0]
+    sw = solve_sweep(train, eng, mod, params, Cs)
+    for c, r in zip(Cs, sw.results, strict=True):
+        alone = mod.solve(train, eng, params.replace(C=c))
+        assert abs(r.summary["sum_y_alpha"]) <= 1e-8, (c, r.summary["sum_y_alpha"])
+        rel = abs(r.dual_objective - alone.dual_objective) / abs(alone.dual_objective)
+        assert rel <= params.tol, (c, r.dual_objective, alone.dual_objective)
