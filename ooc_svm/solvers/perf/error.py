@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...kernels.perf import vdot
-from ...model import Model
 from .. import Result, SolverError, binary_classes
 from ..params import class_weights, parse_class_weight
-from .common import _cut_grid, _finite, _line_grid, _Progress, _resolve_C
+from .common import _cut_grid, _finite, _line_grid, _Progress, _resolve_C, binary_result
 from .passes import acc_row, pass_count_pos, pass_segment, pass_single, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
@@ -299,53 +298,12 @@ def _accelerated_steps(run: _ErrorRun, share: int):
 
 def _error_result(run: _ErrorRun, w_final, obj_final: float, xi_final: float) -> Result:
     """The binary linear model and the :class:`Result` of one error-loss problem."""
-    C, Cp, ws, d = run.C, run.Cp, run.ws, run.d
-    info = {
-        "solver": "perf",
-        "loss": "error",
-        "variant": run.variant,
-        "C": C,
-        "C_perf": Cp,
-        "c_perf_svmperf": Cp / 100.0,
-        "eps": run.eps,
-        "bias": run.bias,
-        "objective": obj_final,
-        "iterations": run.it,
-        "converged": run.converged,
-        "float32_planes": ws.float32,
-    }
-    if run.sw is not None:
-        info["class_costs"] = [C * run.sw[0], C * run.sw[1]]
-    model = Model(
-        kind="linear",
-        n_features=d,
-        classes=[run.neg, run.pos],
-        coef_=w_final[:d].copy(),
-        intercept_=float(w_final[d] * run.bias),
-        info=info,
-    )
-    return Result(
-        model=model,
-        objective=obj_final,
-        dual_objective=None,
-        iterations=run.it,
-        passes=run.prog.passes(),
-        seconds=time.perf_counter() - run.prog.t0,
-        stop_value=float(run.stop),
-        history=run.prog.history,
-        summary={
-            "xi": xi_final,
-            "peak_working_set": ws.peak,
-            "working_set": len(ws),
-            "working_set_mb": ws.peak_bytes / 2**20,
-            "variant": run.variant,
-            "loss": "error",
-            "lower_bound": _finite(run.dual),
-            "C": C,
-            "converged": run.converged,
-            **({} if run.sw is None else {"class_costs": [C * run.sw[0], C * run.sw[1]]}),
-        },
-    )
+    C, sw = run.C, run.sw
+    costs = None if sw is None else [C * sw[0], C * sw[1]]
+    return binary_result(
+        run, w_final, run.variant, obj_final, run.it, run.converged, run.stop, xi_final,
+        run.dual, costs,
+    )  # fmt: skip
 
 
 def relative_costs(

@@ -23,7 +23,7 @@ from ...kernels.perf import count_pairs, rank_cut, rank_loss, vdot
 from ...model import Model
 from .. import Result, SolverError
 from ..params import class_weights
-from .common import _finite, _Progress, _resolve_C
+from .common import _finite, _Progress, _resolve_C, perf_result
 from .passes import acc_row, pass_accumulate, pass_labels, pass_scores, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
@@ -330,29 +330,16 @@ class _RankRun:
             intercept_=0.0,
             info=info,
         )
-        return Result(
-            model=model,
-            objective=Pb,
-            dual_objective=None,
-            iterations=self.it,
-            passes=self.prog.passes(),
-            seconds=time.perf_counter() - self.prog.t0,
-            stop_value=float(self.stop),
-            history=self.prog.history,
-            summary={
-                "xi": self.xib,
-                "peak_working_set": ws.peak,
-                "working_set": len(ws),
-                "working_set_mb": ws.peak_bytes / 2**20,
-                "variant": self.variant,
-                "loss": self.loss,
-                "lower_bound": _finite(self.dual),
-                "n_pairs": self.m,
-                "C": self.C_user,
-                "pair_weight": self.pair_weight,
-                "converged": self.converged,
-            },
-        )
+        summary = {
+            "variant": self.variant,
+            "loss": self.loss,
+            "lower_bound": _finite(self.dual),
+            "n_pairs": self.m,
+            "C": self.C_user,
+            "pair_weight": self.pair_weight,
+            "converged": self.converged,
+        }
+        return perf_result(self.prog, ws, model, Pb, self.it, self.stop, self.xib, summary)
 
 
 def _solve_rank(store, engine, params, loss, variant, callback, checkpoint=None) -> Result:
