@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...kernels.csr import csr_rmatvec_rows_add
-from ...kernels.kernel_functions import (
-    KernelParams,
-    linear_scores,
-    row_sq_norms,
-)
-from ..dual_common import (
-    WorkingRows,
-    check_interrupt,
-    row_costs,
-    shard_rows,
-)
+from ...kernels.kernel_functions import KernelParams, linear_scores, row_sq_norms
+from ..dual_common import WorkingRows, check_interrupt, row_costs, shard_rows
 from .kernels import expansion_add
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

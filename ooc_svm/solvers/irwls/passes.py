@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
 from ...engine.base import WorkerScratch
 from ...kernels.kernel_functions import KernelParams, kernel_block, linear_scores, row_sq_norms
-from ..dual_common import (
-    Expansion,
-    WorkingRows,
-    check_interrupt,
-    row_costs,
-    shard_rows,
-)
+from ..dual_common import Expansion, WorkingRows, check_interrupt, row_costs, shard_rows
 from ..kernel_cache import KernelCache
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numba import njit
 
-from ..dual_common import (
-    check_interrupt,
-)
-
-if TYPE_CHECKING:
-    pass
+from ..dual_common import check_interrupt
 
 log = logging.getLogger(__name__)
 
