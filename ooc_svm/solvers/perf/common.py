@@ -151,3 +151,14 @@ def binary_result(
         **(extra or {}),
     }
     return perf_result(run.prog, run.ws, model, objective, iterations, stop, xi, summary)
+
+
+def save_run(run: Any, scalars: dict, arrays: dict) -> None:
+    """Checkpoint a perf run (``run.checkpoint``, if any) after iteration ``run.it``: its
+    working set, the pass count and the dual value with ``scalars`` and ``arrays``."""
+    if run.checkpoint is None:
+        return
+    wsc, wsa = run.ws.state()
+    scalars = {**scalars, **wsc, "it": run.it, "passes": run.prog.passes()}
+    scalars["dual"] = _finite(run.dual)
+    run.checkpoint.save(run.it, scalars=scalars, arrays={**arrays, **wsa})

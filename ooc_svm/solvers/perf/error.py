@@ -25,7 +25,7 @@ import numpy as np
 from ...kernels.perf import vdot
 from .. import Result, SolverError, binary_classes
 from ..params import class_weights, parse_class_weight
-from .common import _cut_grid, _finite, _line_grid, _Progress, _resolve_C, binary_result
+from .common import _cut_grid, _finite, _line_grid, _Progress, _resolve_C, binary_result, save_run
 from .passes import acc_row, pass_count_pos, pass_segment, pass_single, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
@@ -90,20 +90,7 @@ class _ErrorRun:
         return pass_single, bc + self._weights()
 
     def save(self, scalars: dict, arrays: dict) -> None:
-        if self.checkpoint is None:
-            return
-        wsc, wsa = self.ws.state()
-        self.checkpoint.save(
-            self.it,
-            scalars={
-                **scalars,
-                **wsc,
-                "it": self.it,
-                "passes": self.prog.passes(),
-                "dual": _finite(self.dual),
-            },
-            arrays={**arrays, **wsa},
-        )
+        save_run(self, scalars, arrays)
 
     def qp(self) -> np.ndarray:
         """Solve OP3 over W (timed for the stall check); returns w, sets the dual value."""

@@ -23,7 +23,7 @@ from ...kernels.perf import count_pairs, rank_cut, rank_loss, vdot
 from ...model import Model
 from .. import Result, SolverError
 from ..params import class_weights
-from .common import _finite, _Progress, _resolve_C, perf_result
+from .common import _finite, _Progress, _resolve_C, perf_result, save_run
 from .passes import acc_row, pass_accumulate, pass_labels, pass_scores, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
@@ -169,21 +169,7 @@ class _RankRun:
         return out, time.perf_counter() - t
 
     def save(self) -> None:
-        if self.checkpoint is None:
-            return
-        wsc, wsa = self.ws.state()
-        self.checkpoint.save(
-            self.it,
-            scalars={
-                **wsc,
-                "it": self.it,
-                "passes": self.prog.passes(),
-                "dual": _finite(self.dual),
-                "Pb": self.Pb,
-                "xib": self.xib,
-            },
-            arrays={**wsa, "wb": self.wb},
-        )
+        save_run(self, {"Pb": self.Pb, "xib": self.xib}, {"wb": self.wb})
 
     def start(self) -> None:
         """Resume from the checkpoint, or iteration 0: w = 0, every pair violated."""
