@@ -57,6 +57,7 @@ from ..kernels.kernel_functions import (
     row_sq_norms,
 )
 from ..model import Model
+from .reduce import none_is_identity
 
 if TYPE_CHECKING:  # imported where used: linear models never need scipy
     import scipy.sparse as sp
@@ -291,11 +292,8 @@ def _label_counts_fn(shard, bc):
     return {float(v): int(c) for v, c in zip(vals, counts, strict=True)}
 
 
+@none_is_identity
 def _label_counts_reduce(p, q):
-    if p is None:
-        return q
-    if q is None:
-        return p
     out = dict(p)
     for k, v in q.items():
         out[k] = out.get(k, 0) + v
@@ -368,11 +366,8 @@ def _kkt_fn(shard, bc, st):
     return part, st
 
 
+@none_is_identity
 def _kkt_reduce(p, q):
-    if p is None:
-        return q
-    if q is None:
-        return p
     return (
         max(p[0], q[0]),
         p[1] + q[1],

@@ -71,6 +71,7 @@ from ...kernels.perf import matvec, vdot
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
 from ..qp import smo_simplex_qp
+from ..reduce import none_is_identity
 from .common import _finite, _Progress, _resolve_C, binary_result
 from .params import Params
 from .passes import _finish_accumulator, _new_accumulator, acc_row, merge_acc
@@ -301,12 +302,9 @@ def pass_full(shard, bc, st):
     return part, st
 
 
+@none_is_identity
 def reduce_full(a, b):
     """Reduce of :func:`pass_full` partials (cut, counts, S)."""
-    if a is None:
-        return b
-    if b is None:
-        return a
     return {
         "g": merge_acc(a["g"], b["g"]),
         "cnt": a["cnt"] + b["cnt"],
