@@ -625,6 +625,40 @@ __all__ = [
 ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
 
 
+def dual_result(
+    run,
+    model: Model,
+    primal: float,
+    dual: float,
+    iterations: int,
+    seconds: float,
+    stop_value: float,
+    summary: dict,
+    hit_max_iter: bool,
+):
+    """The :class:`~ooc_svm.solvers.Result` of an active-set or irwls run (``run`` has
+    ``converged``, ``engine``, ``passes0`` and ``history``); an unconverged run stopped at
+    ``max_iter`` when ``hit_max_iter``, else it stalled."""
+    from . import Result
+
+    stop_reason = None
+    if not run.converged:
+        stop_reason = "max_iter" if hit_max_iter else "stalled"
+    return Result(
+        model=model,
+        objective=primal,
+        dual_objective=dual,
+        converged=run.converged,
+        stop_reason=stop_reason,
+        iterations=iterations,
+        passes=run.engine.passes - run.passes0,
+        seconds=seconds,
+        stop_value=stop_value,
+        history=run.history,
+        summary=summary,
+    )
+
+
 def rows_to_arrays(rows: WorkingRows, prefix: str) -> dict[str, np.ndarray]:
     """``{prefix + name: array}`` of ``rows`` for a checkpoint (:func:`rows_from_arrays`)."""
     return {f"{prefix}{k}": getattr(rows, k) for k in ROW_ARRAYS}

@@ -64,6 +64,7 @@ from ..dual_common import (
     check_interrupt,
     collect_support_vectors,
     dual_class_costs,
+    dual_result,
     finish_dual,
     interruptible,
     resume_shard_states,
@@ -706,22 +707,10 @@ class _Run:
             summary["kkt_gap"] = chk["gap"]
         seconds = time.perf_counter() - self.t0
         summary["seconds"] = seconds
-        stop_reason = None
-        if not self.converged:
-            stop_reason = "max_iter" if self.hit_max_iter else "stalled"
-        return Result(
-            model=fin.model,
-            objective=primal,
-            dual_objective=dual,
-            converged=self.converged,
-            stop_reason=stop_reason,
-            iterations=c.iterations,
-            passes=self.engine.passes - self.passes0,
-            seconds=seconds,
-            stop_value=self.stop_value,
-            history=self.history,
-            summary=summary,
-        )
+        return dual_result(
+            self, fin.model, primal, dual, c.iterations, seconds, self.stop_value, summary,
+            self.hit_max_iter,
+        )  # fmt: skip
 
 
 #: counters reported in the summary under their own names

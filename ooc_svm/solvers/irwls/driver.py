@@ -123,6 +123,7 @@ from ..dual_common import (
     check_interrupt,
     collect_support_vectors,
     dual_class_costs,
+    dual_result,
     finish_dual,
     interruptible,
     primal_w,
@@ -634,22 +635,10 @@ class _Run:
                 self.tol,
                 stop_value,
             )
-        stop_reason = None
-        if not self.converged:
-            stop_reason = "max_iter" if self.it >= p.max_iter else "stalled"
-        return Result(
-            model=fin.model,
-            objective=primal,
-            dual_objective=dual,
-            converged=self.converged,
-            stop_reason=stop_reason,
-            iterations=self.it,
-            passes=self.engine.passes - self.passes0,
-            seconds=seconds,
-            stop_value=stop_value,
-            history=self.history,
-            summary=summary,
-        )
+        return dual_result(
+            self, fin.model, primal, dual, self.it, seconds, stop_value, summary,
+            self.it >= p.max_iter,
+        )  # fmt: skip
 
     def _summary(self, sv, chk: dict, seconds: float) -> dict:
         return {
