@@ -162,3 +162,36 @@ def save_run(run: Any, scalars: dict, arrays: dict) -> None:
     scalars = {**scalars, **wsc, "it": run.it, "passes": run.prog.passes()}
     scalars["dual"] = _finite(run.dual)
     run.checkpoint.save(run.it, scalars=scalars, arrays={**arrays, **wsa})
+
+
+def emit_start(run: Any, objective: float, xi: float, **extra: Any) -> None:
+    """The history record of iteration 0 (the first pass, at w = 0)."""
+    rec = {
+        "iteration": 0,
+        "objective": objective,
+        "xi": xi,
+        "violation": None,
+        "working_set": 0,
+        "pass_seconds": run.pt,
+        "lower_bound": None,
+    }
+    run.prog.emit({**rec, **extra})
+
+
+def iteration_done(run: Any, objective: float, xi: float, lower_bound, **extra: Any) -> bool:
+    """The history record of iteration ``run.it``; True when the run stops there: converged
+    (``run.stop <= run.eps``, which sets ``run.converged``) or at ``max_iter``."""
+    rec = {
+        "iteration": run.it,
+        "objective": objective,
+        "xi": xi,
+        "violation": run.stop,
+        "working_set": len(run.ws),
+        "pass_seconds": run.pt,
+        "lower_bound": lower_bound,
+    }
+    run.prog.emit({**rec, **extra})
+    if run.stop <= run.eps:
+        run.converged = True
+        return True
+    return run.it >= run.max_iter

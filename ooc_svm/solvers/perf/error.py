@@ -25,7 +25,17 @@ import numpy as np
 from ...kernels.perf import vdot
 from .. import Result, SolverError, binary_classes
 from ..params import class_weights, parse_class_weight
-from .common import _cut_grid, _finite, _line_grid, _Progress, _resolve_C, binary_result, save_run
+from .common import (
+    _cut_grid,
+    _finite,
+    _line_grid,
+    _Progress,
+    _resolve_C,
+    binary_result,
+    emit_start,
+    iteration_done,
+    save_run,
+)
 from .passes import acc_row, pass_count_pos, pass_segment, pass_single, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
@@ -173,21 +183,7 @@ def _paper_steps(run: _ErrorRun):
         xi_new = hinge / n
         xi_w = ws.slack()
         run.stop = xi_new - xi_w
-        run.prog.emit(
-            {
-                "iteration": run.it,
-                "objective": obj,
-                "xi": xi_new,
-                "violation": run.stop,
-                "working_set": len(ws),
-                "pass_seconds": run.pt,
-                "lower_bound": _finite(run.dual),
-            }
-        )
-        if run.stop <= run.eps:
-            run.converged = True
-            break
-        if run.it >= run.max_iter:
+        if iteration_done(run, obj, xi_new, _finite(run.dual)):
             break
         ws.add(acc_row(part["g"], 0) / n, cnt / n)
         ws.drop_inactive(run.max_inactive)
@@ -212,18 +208,7 @@ def _accelerated_start(run: _ErrorRun):
     wb = np.zeros(run.dim)
     Pb = 0.5 * float(vdot(wb, wb)) + run.C * hinge
     xib = hinge / run.n
-    run.prog.emit(
-        {
-            "iteration": 0,
-            "objective": Pb,
-            "xi": xib,
-            "violation": None,
-            "working_set": 0,
-            "pass_seconds": run.pt,
-            "lower_bound": None,
-            "step": 0.0,
-        }
-    )
+    emit_start(run, Pb, xib, step=0.0)
     run.ws.add(acc_row(part["g"], 0) / run.n, float(part["cnt"][0]) / run.n)
     run.save({"Pb": Pb, "xib": xib}, {"wb": wb})
     return wb, Pb, xib
@@ -259,22 +244,7 @@ def _accelerated_steps(run: _ErrorRun, share: int):
             Pb = 0.5 * float(vdot(wb, wb)) + C * float(part["hinge"][q])
             xib = float(part["hinge"][q]) / n
         run.stop = (Pb - run.dual) / run.Cp
-        run.prog.emit(
-            {
-                "iteration": run.it,
-                "objective": Pb,
-                "xi": xib,
-                "violation": run.stop,
-                "working_set": len(ws),
-                "pass_seconds": run.pt,
-                "lower_bound": run.dual,
-                "step": kstar,
-            }
-        )
-        if run.stop <= run.eps:
-            run.converged = True
-            break
-        if run.it >= run.max_iter:
+        if iteration_done(run, Pb, xib, run.dual, step=kstar):
             break
         p = int(np.argmin(np.abs(kg - (kstar + mu * (1.0 - kstar)))))
         ws.add(acc_row(part["g"], p, upto=True) / n, float(part["cnt"][: p + 1].sum()) / n)

@@ -23,7 +23,15 @@ from ...kernels.perf import count_pairs, rank_cut, rank_loss, vdot
 from ...model import Model
 from .. import Result, SolverError
 from ..params import class_weights
-from .common import _finite, _Progress, _resolve_C, perf_result, save_run
+from .common import (
+    _finite,
+    _Progress,
+    _resolve_C,
+    emit_start,
+    iteration_done,
+    perf_result,
+    save_run,
+)
 from .passes import acc_row, pass_accumulate, pass_labels, pass_scores, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
@@ -190,17 +198,7 @@ class _RankRun:
         viol, lossv, coef = self.rk.cut(np.zeros(self.rk.n))
         g, self.pt = self.accumulate(coef)
         self.wb, self.Pb, self.xib = np.zeros(self.dim), self.C * lossv, lossv / self.m
-        prog.emit(
-            {
-                "iteration": 0,
-                "objective": self.Pb,
-                "xi": self.xib,
-                "violation": None,
-                "working_set": 0,
-                "pass_seconds": self.pt,
-                "lower_bound": None,
-            }
-        )
+        emit_start(self, self.Pb, self.xib)
         ws.add(g / self.m, viol / self.m)
         self.save()
 
@@ -258,22 +256,7 @@ class _RankRun:
                 step, cut = self.step_paper(wc)
             else:
                 step, cut = self.step_accelerated(wc)
-            self.prog.emit(
-                {
-                    "iteration": self.it,
-                    "objective": self.Pb,
-                    "xi": self.xib,
-                    "violation": self.stop,
-                    "working_set": len(ws),
-                    "pass_seconds": self.pt,
-                    "lower_bound": self.dual,
-                    "step": step,
-                }
-            )
-            if self.stop <= self.eps:
-                self.converged = True
-                break
-            if self.it >= self.max_iter:
+            if iteration_done(self, self.Pb, self.xib, self.dual, step=step):
                 break
             viol, coef = cut()
             g, _ = self.accumulate(coef)
