@@ -625,6 +625,18 @@ __all__ = [
 ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
 
 
+def finish_run(run, sv: WorkingRows, intercept: float, info, check: bool = True) -> DualFinish:
+    """:func:`finish_dual` of an active-set or irwls run (``run`` has ``store``, ``engine``,
+    ``kp``, ``C``, ``costs``, ``tol``, ``neg`` and ``pos``), keeping the dual coefficients
+    (a C sweep starts its next value from them)."""
+    C = run.C if run.costs is None else run.costs
+    classes = (run.neg, run.pos)
+    return finish_dual(
+        run.store, run.engine, sv, intercept, run.kp, C, run.tol, classes, info, check=check,
+        keep_dual=True,
+    )  # fmt: skip
+
+
 def dual_result(
     run,
     model: Model,

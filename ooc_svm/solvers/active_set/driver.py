@@ -65,7 +65,7 @@ from ..dual_common import (
     collect_support_vectors,
     dual_class_costs,
     dual_result,
-    finish_dual,
+    finish_run,
     interruptible,
     resume_shard_states,
     row_costs,
@@ -671,19 +671,7 @@ class _Run:
         if self.costs is not None:
             info["class_costs"] = list(self.costs)
         # linear models keep the dual coefficients (by global row) to warm-start a new run
-        fin = finish_dual(
-            self.store,
-            self.engine,
-            sv,
-            intercept,
-            self.kp,
-            C if self.costs is None else self.costs,
-            self.tol,
-            (self.neg, self.pos),
-            info,
-            check=self.p.check,
-            keep_dual=True,
-        )
+        fin = finish_run(self, sv, intercept, info, check=self.p.check)
         summary = {
             "n_s": int(self.s_gids.size),
             "n_c": int(np.sum(sv.alpha >= row_costs(sv.y, C, self.costs))) if sv.n else 0,

@@ -124,7 +124,7 @@ from ..dual_common import (
     collect_support_vectors,
     dual_class_costs,
     dual_result,
-    finish_dual,
+    finish_run,
     interruptible,
     primal_w,
     resume_shard_states,
@@ -613,18 +613,7 @@ class _Run:
                 "converged": self.converged,
             }
 
-        fin = finish_dual(
-            self.store,
-            self.engine,
-            sv,
-            self.b,
-            self.kp,
-            C if self.costs is None else self.costs,
-            self.tol,
-            (self.neg, self.pos),
-            info,
-            keep_dual=True,
-        )
+        fin = finish_run(self, sv, self.b, info)
         seconds = time.perf_counter() - self.t0
         assert fin.kkt is not None  # check=True
         summary = self._summary(sv, fin.kkt, seconds)
