@@ -68,7 +68,6 @@ def ovr_result(
     ``t0``, a ``time.perf_counter()``). ``shared_variant``: the perf variant whose classes
     shared every pass; iterations and passes are then the slowest class's, not the sums."""
     shared = shared_variant is not None
-    count = max if shared else sum
     model = combine_ovr_models([r.model for r in results], classes)
     objs = [r.objective for r in results]
     duals = [r.dual_objective for r in results]
@@ -79,16 +78,17 @@ def ovr_result(
         model.info["shared_passes"] = True
         summary.update(shared_passes=True, variant=shared_variant)
     summary["per_class_objective"] = objs
-    summary["per_class_iterations"] = [r.iterations for r in results]
+    iters, passes = [r.iterations for r in results], [r.passes for r in results]
+    summary["per_class_iterations"] = iters
     if shared:
         summary["converged"] = converged
     return Result(
         model=model,
-        objective=None if any(o is None for o in objs) else float(sum(objs)),
-        dual_objective=None if any(d is None for d in duals) else float(sum(duals)),
-        iterations=count(r.iterations for r in results),
+        objective=_total(objs),
+        dual_objective=_total(duals),
+        iterations=max(iters) if shared else sum(iters),
         # shared: the slowest class's count (it includes passes made before a resume)
-        passes=count(r.passes for r in results),
+        passes=max(passes) if shared else sum(passes),
         seconds=time.perf_counter() - t0,
         stop_value=max(r.stop_value for r in results),
         history=[h for r in results for h in r.history],
@@ -96,6 +96,13 @@ def ovr_result(
         converged=converged,
         stop_reason=reasons[0] if reasons else None,
     )
+
+
+def _total(values: list[float | None]) -> float | None:
+    """The sum of the classes' values; None when one of them is None."""
+    if any(v is None for v in values):
+        return None
+    return float(sum(v for v in values if v is not None))
 
 
 def _class_params(params: SolverParams, c: float, classes: list[float]) -> SolverParams:
