@@ -84,3 +84,46 @@ def solver_result(res, seconds: float) -> dict:
         "iterations": res.iterations,
         "passes": res.passes,
     }
+
+
+def pass_weights(store) -> tuple:
+    """A realistic ``(w, bias, b)`` for a hinge pass: the class-mean direction of shard 0,
+    scaled so the median |w·x| is 2 (a random w makes every row violated, the worst case
+    for the Σ yᵢxᵢ scatter, which a solver only sees in its first iteration)."""
+    import numpy as np
+
+    from ooc_svm.kernels.csr import csr_matvec, csr_rmatvec_add, u32
+
+    s = store.read_shard(0)
+    ys = np.where(s.y > np.median(s.y), 1.0, -1.0)
+    w = csr_rmatvec_add(s.indptr, u32(s.indices), s.data, ys, np.zeros(store.meta.n_features))
+    m = csr_matvec(s.indptr, u32(s.indices), s.data, w, 0.0, np.empty(s.n_rows))
+    w *= 2.0 / max(np.median(np.abs(m)), 1e-12)
+    return (w, 1.0, 0.0)
+
+
+def pass_digest(res) -> str:
+    """A short digest of a hinge pass's result ``(g, count, hinge, gb)`` (equal bytes in,
+    equal digest out)."""
+    import hashlib
+
+    import numpy as np
+
+    g, cnt, hinge, gb = res
+    h = hashlib.blake2b(np.ascontiguousarray(g).view(np.uint8), digest_size=8)
+    h.update(np.array([cnt, hinge, gb]).view(np.uint8))
+    return h.hexdigest()
+
+
+def synth_once(path: str, a, **options) -> None:
+    """Write the synthetic store ``a.rows`` x ``a.features`` (``a.nnz`` per row, ``a.seed``)
+    at ``path`` unless it exists; ``options`` go to :func:`ooc_svm.synth.synth`."""
+    import time
+
+    from ooc_svm.synth import synth
+
+    if os.path.exists(path):
+        return
+    t = time.perf_counter()
+    synth(path, a.rows, a.features, a.nnz, a.seed, **options)
+    print(f"# built {path} in {time.perf_counter() - t:.1f}s", flush=True)

@@ -33,37 +33,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import socket
 import statistics
 import subprocess
 import sys
 import time
 
-import numpy as np
+from _bench_util import pass_digest, pass_weights, peak_rss_mb, synth_once
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _bc(store):
-    """w: the class-mean direction of shard 0, scaled so the median |w·x| is 2."""
-    from ooc_svm.kernels.csr import csr_matvec, csr_rmatvec_add, u32
-
-    s = store.read_shard(0)
-    ys = np.where(s.y > np.median(s.y), 1.0, -1.0)
-    w = csr_rmatvec_add(s.indptr, u32(s.indices), s.data, ys, np.zeros(store.meta.n_features))
-    m = csr_matvec(s.indptr, u32(s.indices), s.data, w, 0.0, np.empty(s.n_rows))
-    w *= 2.0 / max(np.median(np.abs(m)), 1e-12)
-    return (w, 1.0, 0.0)
-
-
-def _digest(res) -> str:
-    import hashlib
-
-    g, cnt, hinge, gb = res
-    h = hashlib.blake2b(np.ascontiguousarray(g).view(np.uint8), digest_size=8)
-    h.update(np.array([cnt, hinge, gb]).view(np.uint8))
-    return h.hexdigest()
 
 
 def child(a) -> None:
@@ -72,7 +50,7 @@ def child(a) -> None:
     from ooc_svm.store import open_store
 
     store = open_store(a.store)
-    bc = _bc(store)
+    bc = pass_weights(store)
     eng = LocalEngine(n_threads=a.threads, prefetch=a.prefetch, cache_mb=0.0)
     res = eng.map_reduce(store, hinge_pass, bc)  # untimed: kernels loaded, store opened
     times = []
@@ -84,8 +62,8 @@ def child(a) -> None:
     out = {
         "best": min(times),
         "median": statistics.median(times),
-        "digest": _digest(res),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "digest": pass_digest(res),
+        "peak_rss_mb": peak_rss_mb(),
     }
     print("RESULT " + json.dumps(out), flush=True)
 
@@ -146,24 +124,10 @@ def main() -> None:
         child(a)
         return
 
-    from ooc_svm.synth import synth
-
     os.makedirs(a.dir, exist_ok=True)
     name = f"s3bench_{a.rows}x{a.features}x{a.nnz:g}_s{a.seed}_r{a.shard_rows}_{a.codec}.{a.format}"
     local = os.path.join(a.dir, name)
-    if not os.path.exists(local):
-        t = time.perf_counter()
-        synth(
-            local,
-            a.rows,
-            a.features,
-            a.nnz,
-            a.seed,
-            format=a.format,
-            compression=a.codec,
-            shard_rows=a.shard_rows,
-        )
-        print(f"# built {local} in {time.perf_counter() - t:.1f}s", flush=True)
+    synth_once(local, a, format=a.format, compression=a.codec, shard_rows=a.shard_rows)
     proc = None
     env = dict(os.environ)
     if a.endpoint is None:

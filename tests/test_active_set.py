@@ -20,6 +20,7 @@ import pytest
 import scipy.sparse as sp
 from conftest import build_store
 from conftest import load_svmlight_int32 as _load
+from history_checks import assert_history_timed
 
 from ooc_svm.engine import LocalEngine
 from ooc_svm.kernels.kernel_functions import kernel_matrix
@@ -441,9 +442,4 @@ def test_history_records_carry_seconds_and_passes(tmp_path, make_store):
     y = np.where(X[:, 0] + 0.5 * rng.normal(size=400) > 0, 1.0, -1.0)
     st = make_store(X, y, shard_rows=100, n_features=0)
     res = _solve(st, C=10.0, kernel="rbf", gamma=0.5, sprint_size=40)
-    recs = res.history
-    assert len(recs) > 3
-    for a, b in zip(recs, recs[1:], strict=False):
-        assert b["seconds"] >= a["seconds"] >= 0.0
-        assert b["passes"] >= a["passes"] >= 1
-    assert recs[-1]["passes"] <= res.passes
+    assert_history_timed(res)

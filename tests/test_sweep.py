@@ -338,9 +338,10 @@ def test_readme_choosing_c_runs_as_written(data_path, tmp_path):
 
 
 def test_irwls_kernel_sweep_reaches_the_cold_optimum(tmp_path):
-    """irwls with a kernel: every C of the sweep has the cold run's dual objective and a
-    feasible yᵀβ = 0. A warm start from C=0.01's scaled α ended "converged" at C=1 with
-    yᵀβ = −2.85 and a dual above the optimum (infeasible) on these 2,000 a9a rows."""
+    """irwls with a kernel, warm-started: every C of the sweep has the cold run's dual
+    objective and a feasible yᵀβ = 0. The warm start from C=0.01's scaled α ended "converged"
+    at C=1 with yᵀβ = −2.85 and a dual above the optimum (infeasible) on these 2,000 a9a rows
+    (a working set's S₁ emptied and its vertex, which broke yᵀβ = λ, was taken as feasible)."""
     from conftest import dataset
     from sklearn.datasets import load_svmlight_file
 
@@ -352,6 +353,7 @@ def test_irwls_kernel_sweep_reaches_the_cold_optimum(tmp_path):
     params = mod.Params.from_mapping({"kernel": "rbf", "gamma": 0.05})
     Cs = [0.01, 1.0]
     sw = solve_sweep(train, eng, mod, params, Cs)
+    assert sw.warm_started == [False, True]
     for c, r in zip(Cs, sw.results, strict=True):
         alone = mod.solve(train, eng, params.replace(C=c))
         assert abs(r.summary["sum_y_alpha"]) <= 1e-8, (c, r.summary["sum_y_alpha"])

@@ -57,6 +57,7 @@ from ..kernels.kernel_functions import (
     row_sq_norms,
 )
 from ..model import Model
+from .reduce import none_is_identity
 
 if TYPE_CHECKING:  # imported where used: linear models never need scipy
     import scipy.sparse as sp
@@ -291,11 +292,8 @@ def _label_counts_fn(shard, bc):
     return {float(v): int(c) for v, c in zip(vals, counts, strict=True)}
 
 
+@none_is_identity
 def _label_counts_reduce(p, q):
-    if p is None:
-        return q
-    if q is None:
-        return p
     out = dict(p)
     for k, v in q.items():
         out[k] = out.get(k, 0) + v
@@ -368,11 +366,8 @@ def _kkt_fn(shard, bc, st):
     return part, st
 
 
+@none_is_identity
 def _kkt_reduce(p, q):
-    if p is None:
-        return q
-    if q is None:
-        return p
     return (
         max(p[0], q[0]),
         p[1] + q[1],
@@ -628,6 +623,52 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 #: the arrays of a :class:`WorkingRows`, in constructor order (how checkpoints store them)
 ROW_ARRAYS = ("gids", "indptr", "indices", "data", "y", "alpha")
+
+
+def finish_run(run, sv: WorkingRows, intercept: float, info, check: bool = True) -> DualFinish:
+    """:func:`finish_dual` of an active-set or irwls run (``run`` has ``store``, ``engine``,
+    ``kp``, ``C``, ``costs``, ``tol``, ``neg`` and ``pos``), keeping the dual coefficients
+    (a C sweep starts its next value from them)."""
+    C = run.C if run.costs is None else run.costs
+    classes = (run.neg, run.pos)
+    return finish_dual(
+        run.store, run.engine, sv, intercept, run.kp, C, run.tol, classes, info, check=check,
+        keep_dual=True,
+    )  # fmt: skip
+
+
+def dual_result(
+    run,
+    model: Model,
+    primal: float,
+    dual: float,
+    iterations: int,
+    seconds: float,
+    stop_value: float,
+    summary: dict,
+    hit_max_iter: bool,
+):
+    """The :class:`~ooc_svm.solvers.Result` of an active-set or irwls run (``run`` has
+    ``converged``, ``engine``, ``passes0`` and ``history``); an unconverged run stopped at
+    ``max_iter`` when ``hit_max_iter``, else it stalled."""
+    from . import Result
+
+    stop_reason = None
+    if not run.converged:
+        stop_reason = "max_iter" if hit_max_iter else "stalled"
+    return Result(
+        model=model,
+        objective=primal,
+        dual_objective=dual,
+        converged=run.converged,
+        stop_reason=stop_reason,
+        iterations=iterations,
+        passes=run.engine.passes - run.passes0,
+        seconds=seconds,
+        stop_value=stop_value,
+        history=run.history,
+        summary=summary,
+    )
 
 
 def rows_to_arrays(rows: WorkingRows, prefix: str) -> dict[str, np.ndarray]:

@@ -58,29 +58,51 @@ def train_ovr(
 
         sub = _class_params(params, c, classes)
         results.append(mod.solve(BinaryView(store, c), engine, sub, callback=cb))
+    return ovr_result(results, classes, t0)
+
+
+def ovr_result(
+    results: list[Result], classes: list[float], t0: float, shared_variant: str | None = None
+) -> Result:
+    """The combined one-vs-rest model and the :class:`Result` of all classes (trained from
+    ``t0``, a ``time.perf_counter()``). ``shared_variant``: the perf variant whose classes
+    shared every pass; iterations and passes are then the slowest class's, not the sums."""
+    shared = shared_variant is not None
     model = combine_ovr_models([r.model for r in results], classes)
     objs = [r.objective for r in results]
     duals = [r.dual_objective for r in results]
     converged = all(r.converged for r in results)
     reasons = [r.stop_reason for r in results if not r.converged]
+    summary: dict[str, Any] = {"multiclass": "ovr", "n_classes": len(classes)}
+    if shared:
+        model.info["shared_passes"] = True
+        summary.update(shared_passes=True, variant=shared_variant)
+    summary["per_class_objective"] = objs
+    iters, passes = [r.iterations for r in results], [r.passes for r in results]
+    summary["per_class_iterations"] = iters
+    if shared:
+        summary["converged"] = converged
     return Result(
         model=model,
-        objective=None if any(o is None for o in objs) else float(sum(objs)),
-        dual_objective=None if any(d is None for d in duals) else float(sum(duals)),
-        iterations=sum(r.iterations for r in results),
-        passes=sum(r.passes for r in results),
+        objective=_total(objs),
+        dual_objective=_total(duals),
+        iterations=max(iters) if shared else sum(iters),
+        # shared: the slowest class's count (it includes passes made before a resume)
+        passes=max(passes) if shared else sum(passes),
         seconds=time.perf_counter() - t0,
         stop_value=max(r.stop_value for r in results),
         history=[h for r in results for h in r.history],
-        summary={
-            "multiclass": "ovr",
-            "n_classes": len(classes),
-            "per_class_objective": objs,
-            "per_class_iterations": [r.iterations for r in results],
-        },
+        summary=summary,
         converged=converged,
         stop_reason=reasons[0] if reasons else None,
     )
+
+
+def _total(values: list[float | None]) -> float | None:
+    """The sum of the classes' values; None when one of them is None."""
+    if any(v is None for v in values):
+        return None
+    return float(sum(v for v in values if v is not None))
 
 
 def _class_params(params: SolverParams, c: float, classes: list[float]) -> SolverParams:

@@ -9,8 +9,7 @@
   from the previous solution (α scaled into the new box, α·C_new/C_old, which keeps yᵀα = 0
   and 0 ≤ α ≤ C; the solver recomputes its gradient / scores from it in its first pass):
   active-set through its incremental mode (Scheinberg 2006 §4.3–4.4, ``init``), smo
-  (in-memory wss2) and linear irwls through their ``solve_warm`` (irwls with a kernel
-  starts each C cold: see :func:`_warm_is_exact`). Each C's passes are its own;
+  (in-memory wss2) and irwls through their ``solve_warm``. Each C's passes are its own;
   the total is their sum.
 - anything else (perf ``--loss roc|ordinal`` or ``--variant selective``; dual solvers on
   classes): one independent training per C (passes add up).
@@ -240,21 +239,12 @@ def _dual_warm(
         for k, c in enumerate(Cs):
             cb = _tagged(callback, k, c)
             p = params.replace(C=c)
-            start = prev if _warm_is_exact(name, p) else None
-            res = _solve_warm(mod, name, store, engine, p, cb, start, tmp, k)
-            warm.append(start is not None)
+            res = _solve_warm(mod, name, store, engine, p, cb, prev, tmp, k)
+            warm.append(prev is not None)
             results.append(res)
             prev = res.model
             log.info("C sweep: C=%g: %d passes, %s", c, res.passes, "warm" if warm[-1] else "cold")
     return results, warm
-
-
-def _warm_is_exact(name: str, p) -> bool:
-    """Whether a warm start reaches the same optimum as a cold run. irwls with a kernel does
-    not (yet): started from the scaled α of C=0.01, its C=1 run on 2,000 a9a rows (rbf,
-    γ=0.05) ended "converged" with yᵀβ = −2.85 and a primal 718.35 against the optimum 716.86,
-    so its kernel runs start cold."""
-    return not (name == "irwls" and getattr(p, "kernel", "linear") != "linear")
 
 
 def _solve_warm(mod, name: str, store, engine, p, cb, prev, tmp: str, k: int) -> Result:

@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
 from ...kernels.csr import csr_matvec_rows, csr_rmatvec_rows_add, csr_take_rows
-from ...kernels.kernel_functions import (
-    KernelParams,
-    kernel_row,
-    kernel_row_subset,
-    linear_scores,
-)
-from ..dual_common import (
-    WorkingRows,
-)
+from ...kernels.kernel_functions import KernelParams, kernel_row, kernel_row_subset, linear_scores
+from ..dual_common import WorkingRows
 from .kernels import DENSE_BLOCK_MAX, _dense_transposed, dense_kernel_block, dense_kernel_col
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

@@ -64,7 +64,8 @@ from ..dual_common import (
     check_interrupt,
     collect_support_vectors,
     dual_class_costs,
-    finish_dual,
+    dual_result,
+    finish_run,
     interruptible,
     resume_shard_states,
     row_costs,
@@ -670,19 +671,7 @@ class _Run:
         if self.costs is not None:
             info["class_costs"] = list(self.costs)
         # linear models keep the dual coefficients (by global row) to warm-start a new run
-        fin = finish_dual(
-            self.store,
-            self.engine,
-            sv,
-            intercept,
-            self.kp,
-            C if self.costs is None else self.costs,
-            self.tol,
-            (self.neg, self.pos),
-            info,
-            check=self.p.check,
-            keep_dual=True,
-        )
+        fin = finish_run(self, sv, intercept, info, check=self.p.check)
         summary = {
             "n_s": int(self.s_gids.size),
             "n_c": int(np.sum(sv.alpha >= row_costs(sv.y, C, self.costs))) if sv.n else 0,
@@ -706,22 +695,10 @@ class _Run:
             summary["kkt_gap"] = chk["gap"]
         seconds = time.perf_counter() - self.t0
         summary["seconds"] = seconds
-        stop_reason = None
-        if not self.converged:
-            stop_reason = "max_iter" if self.hit_max_iter else "stalled"
-        return Result(
-            model=fin.model,
-            objective=primal,
-            dual_objective=dual,
-            converged=self.converged,
-            stop_reason=stop_reason,
-            iterations=c.iterations,
-            passes=self.engine.passes - self.passes0,
-            seconds=seconds,
-            stop_value=self.stop_value,
-            history=self.history,
-            summary=summary,
-        )
+        return dual_result(
+            self, fin.model, primal, dual, c.iterations, seconds, self.stop_value, summary,
+            self.hit_max_iter,
+        )  # fmt: skip
 
 
 #: counters reported in the summary under their own names

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
-from ...kernels.kernel_functions import (
-    KernelParams,
-    kernel_from_dot,
-    kernel_scores,
-)
-
-if TYPE_CHECKING:
-    pass
+from ...kernels.kernel_functions import KernelParams, kernel_from_dot, kernel_scores
 
 log = logging.getLogger(__name__)
 
@@ -24,18 +16,23 @@ log = logging.getLogger(__name__)
 # numba helpers
 # ------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
+def _row_dots(indptr, indices, data, i, Dt, buf):
+    """buf[:] = x_i · Dt (row i of CSR rows, Dt dense, n_features × m)."""
+    m = Dt.shape[1]
+    for j in range(m):
+        buf[j] = 0.0
+    for k in range(indptr[i], indptr[i + 1]):
+        v = float(data[k])
+        row = Dt[indices[k]]
+        for j in range(m):
+            buf[j] += v * row[j]
+
+
+@njit(cache=True, nogil=True)
 def dense_dots(indptr, indices, data, r0, r1, Dt, out):
     """out[i − r0, :] = x_i · Dt for rows r0 ≤ i < r1 (Dt dense, n_features × m)."""
-    m = Dt.shape[1]
     for i in range(r0, r1):
-        buf = out[i - r0]
-        for j in range(m):
-            buf[j] = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            v = float(data[k])
-            row = Dt[indices[k]]
-            for j in range(m):
-                buf[j] += v * row[j]
+        _row_dots(indptr, indices, data, i, Dt, out[i - r0])
     return out
 
 
@@ -74,13 +71,7 @@ def dense_kernel_block(indptr, indices, data, sq, Dt, dsq, code, gamma, degree, 
     m = Dt.shape[1]
     for i in range(n):
         buf = out[i]
-        for j in range(m):
-            buf[j] = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            v = float(data[k])
-            row = Dt[indices[k]]
-            for j in range(m):
-                buf[j] += v * row[j]
+        _row_dots(indptr, indices, data, i, Dt, buf)
         sqi = sq[i]
         for j in range(m):
             buf[j] = kernel_from_dot(code, buf[j], sqi, dsq[j], gamma, degree, coef0)

@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...kernels.csr import csr_rmatvec_rows_add
-from ...kernels.kernel_functions import (
-    KernelParams,
-    linear_scores,
-    row_sq_norms,
-)
-from ..dual_common import (
-    WorkingRows,
-    check_interrupt,
-    row_costs,
-    shard_rows,
-)
+from ...kernels.kernel_functions import KernelParams, linear_scores, row_sq_norms
+from ..dual_common import WorkingRows, check_interrupt, row_costs, shard_rows
+from ..reduce import none_is_identity
 from .kernels import expansion_add
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -184,11 +172,8 @@ def _major_fn(shard, bc: MajorBroadcast, st):
     return part, (alpha, f)
 
 
-def _major_reduce(a: MajorPartial | None, b: MajorPartial | None) -> MajorPartial | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
+@none_is_identity
+def _major_reduce(a: MajorPartial, b: MajorPartial) -> MajorPartial:
     s = a.stats.copy()
     for i in (_S_NVIOL, _S_SUMA, _S_SUMYA, _S_AQA, _S_HINGE, _S_NSV, _S_NC, _S_CHINGE):
         s[i] = a.stats[i] + b.stats[i]

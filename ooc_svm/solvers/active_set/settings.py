@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..params import KernelSolverParams, at_least, param, positive
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

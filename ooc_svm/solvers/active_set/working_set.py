@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
 from ..cholesky import ActiveFactor
-from ..dual_common import (
-    WorkingRows,
-    check_interrupt,
-    row_costs,
-)
+from ..dual_common import WorkingRows, check_interrupt, row_costs
 from .settings import CHECK_EVERY, FULL_FLUSH_EVERY, REFACTOR_TOL
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

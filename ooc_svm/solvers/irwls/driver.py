@@ -123,7 +123,8 @@ from ..dual_common import (
     check_interrupt,
     collect_support_vectors,
     dual_class_costs,
-    finish_dual,
+    dual_result,
+    finish_run,
     interruptible,
     primal_w,
     resume_shard_states,
@@ -612,18 +613,7 @@ class _Run:
                 "converged": self.converged,
             }
 
-        fin = finish_dual(
-            self.store,
-            self.engine,
-            sv,
-            self.b,
-            self.kp,
-            C if self.costs is None else self.costs,
-            self.tol,
-            (self.neg, self.pos),
-            info,
-            keep_dual=True,
-        )
+        fin = finish_run(self, sv, self.b, info)
         seconds = time.perf_counter() - self.t0
         assert fin.kkt is not None  # check=True
         summary = self._summary(sv, fin.kkt, seconds)
@@ -634,22 +624,10 @@ class _Run:
                 self.tol,
                 stop_value,
             )
-        stop_reason = None
-        if not self.converged:
-            stop_reason = "max_iter" if self.it >= p.max_iter else "stalled"
-        return Result(
-            model=fin.model,
-            objective=primal,
-            dual_objective=dual,
-            converged=self.converged,
-            stop_reason=stop_reason,
-            iterations=self.it,
-            passes=self.engine.passes - self.passes0,
-            seconds=seconds,
-            stop_value=stop_value,
-            history=self.history,
-            summary=summary,
-        )
+        return dual_result(
+            self, fin.model, primal, dual, self.it, seconds, stop_value, summary,
+            self.it >= p.max_iter,
+        )  # fmt: skip
 
     def _summary(self, sv, chk: dict, seconds: float) -> dict:
         return {

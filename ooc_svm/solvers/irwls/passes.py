@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
 from ...engine.base import WorkerScratch
 from ...kernels.kernel_functions import KernelParams, kernel_block, linear_scores, row_sq_norms
-from ..dual_common import (
-    Expansion,
-    WorkingRows,
-    check_interrupt,
-    row_costs,
-    shard_rows,
-)
+from ..dual_common import Expansion, WorkingRows, check_interrupt, row_costs, shard_rows
 from ..kernel_cache import KernelCache
-
-if TYPE_CHECKING:
-    pass
+from ..reduce import none_is_identity
 
 log = logging.getLogger(__name__)
 
@@ -291,11 +282,8 @@ def _pass_fn(shard, bc: _PassBroadcast, st):
     return part, (beta, g)
 
 
-def _pass_reduce(a: _PassPartial | None, b: _PassPartial | None) -> _PassPartial | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
+@none_is_identity
+def _pass_reduce(a: _PassPartial, b: _PassPartial) -> _PassPartial:
     st = a.stats + b.stats
     st[_S_MAXV] = max(a.stats[_S_MAXV], b.stats[_S_MAXV])
     st[_S_MUP] = max(a.stats[_S_MUP], b.stats[_S_MUP])

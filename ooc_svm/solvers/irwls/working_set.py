@@ -5,23 +5,20 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numba import njit
 
-from ..dual_common import (
-    check_interrupt,
-)
-
-if TYPE_CHECKING:
-    pass
+from ..dual_common import check_interrupt
 
 log = logging.getLogger(__name__)
 
 
 #: relative slack when deciding that a solved S₁ multiplier lies inside [0, C]
 _BOX_EPS = 1e-12
+#: relative rounding of yᵀβ = λ (against Σ C) at which a vertex counts as meeting it
+_EQ_EPS = 1e-12
 
 
 # ============================================================================================
@@ -409,9 +406,11 @@ class _Problem:
         return eta, beta_s, b_s, u_s, i1, p1, searches
 
     def feasible(self, beta: np.ndarray, i1: np.ndarray) -> bool:
-        """The S₁ values lie in [0, C] (to rounding): β is a dual-feasible point."""
+        """The S₁ values lie in [0, C] (to rounding): β is a dual-feasible point. Without S₁
+        the point is the vertex S₂ = 0, S₃ = C, which meets yᵀβ = λ only by chance (the
+        system (3) that keeps it has no unknown left): feasible only when it does."""
         if i1.size == 0:
-            return True
+            return abs(float(self.y @ beta) - self.lam) <= _EQ_EPS * float(self.Cv.sum())
         bi = beta[i1]
         return bool(np.all(bi >= -self.box[i1]) and np.all(bi <= self.Cv[i1] + self.box[i1]))
 

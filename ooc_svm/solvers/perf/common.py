@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import Any
 
 import numpy as np
 
-from .. import Callback
+from ...model import Model
+from .. import Callback, Result
 from .params import Params
 
 log = logging.getLogger(__name__)
@@ -64,3 +66,132 @@ class _Progress:
         )
         if self.callback is not None:
             self.callback(dict(rec))
+
+
+def perf_result(
+    prog: _Progress,
+    ws,
+    model: Model,
+    objective: float,
+    iterations: int,
+    stop: float,
+    xi: float,
+    summary: dict,
+) -> Result:
+    """The :class:`Result` of a perf run: ``summary`` after the working set's figures."""
+    return Result(
+        model=model,
+        objective=objective,
+        dual_objective=None,
+        iterations=iterations,
+        passes=prog.passes(),
+        seconds=time.perf_counter() - prog.t0,
+        stop_value=float(stop),
+        history=prog.history,
+        summary={
+            "xi": xi,
+            "peak_working_set": ws.peak,
+            "working_set": len(ws),
+            "working_set_mb": ws.peak_bytes / 2**20,
+            **summary,
+        },
+    )
+
+
+def binary_result(
+    run: Any,
+    w: np.ndarray,
+    variant: str,
+    objective: float,
+    iterations: int,
+    converged: bool,
+    stop: float,
+    xi: float,
+    dual: float,
+    costs: list[float] | None = None,
+    extra: dict | None = None,
+) -> Result:
+    """The binary linear model of an error-loss run and its :class:`Result`.
+
+    ``run`` has ``C``, ``Cp``, ``eps``, ``bias``, ``d``, ``neg``, ``pos``, ``ws`` and ``prog``;
+    ``w`` is ``[coef, intercept / bias]``; ``costs`` (``[C_neg, C_pos]``) goes to the info and
+    the summary, ``extra`` to the end of the summary.
+    """
+    info = {
+        "solver": "perf",
+        "loss": "error",
+        "variant": variant,
+        "C": run.C,
+        "C_perf": run.Cp,
+        "c_perf_svmperf": run.Cp / 100.0,
+        "eps": run.eps,
+        "bias": run.bias,
+        "objective": objective,
+        "iterations": iterations,
+        "converged": converged,
+        "float32_planes": run.ws.float32,
+    }
+    if costs is not None:
+        info["class_costs"] = costs
+    model = Model(
+        kind="linear",
+        n_features=run.d,
+        classes=[run.neg, run.pos],
+        coef_=w[: run.d].copy(),
+        intercept_=float(w[run.d] * run.bias),
+        info=info,
+    )
+    summary = {
+        "variant": variant,
+        "loss": "error",
+        "lower_bound": _finite(dual),
+        "C": run.C,
+        "converged": converged,
+        **({} if costs is None else {"class_costs": list(costs)}),
+        **(extra or {}),
+    }
+    return perf_result(run.prog, run.ws, model, objective, iterations, stop, xi, summary)
+
+
+def save_run(run: Any, scalars: dict, arrays: dict) -> None:
+    """Checkpoint a perf run (``run.checkpoint``, if any) after iteration ``run.it``: its
+    working set, the pass count and the dual value with ``scalars`` and ``arrays``."""
+    if run.checkpoint is None:
+        return
+    wsc, wsa = run.ws.state()
+    scalars = {**scalars, **wsc, "it": run.it, "passes": run.prog.passes()}
+    scalars["dual"] = _finite(run.dual)
+    run.checkpoint.save(run.it, scalars=scalars, arrays={**arrays, **wsa})
+
+
+def emit_start(run: Any, objective: float, xi: float, **extra: Any) -> None:
+    """The history record of iteration 0 (the first pass, at w = 0)."""
+    rec = {
+        "iteration": 0,
+        "objective": objective,
+        "xi": xi,
+        "violation": None,
+        "working_set": 0,
+        "pass_seconds": run.pt,
+        "lower_bound": None,
+    }
+    run.prog.emit({**rec, **extra})
+
+
+def iteration_done(run: Any, objective: float, xi: float, lower_bound, **extra: Any) -> bool:
+    """The history record of iteration ``run.it``; True when the run stops there: converged
+    (``run.stop <= run.eps``, which sets ``run.converged``) or at ``max_iter``."""
+    rec = {
+        "iteration": run.it,
+        "objective": objective,
+        "xi": xi,
+        "violation": run.stop,
+        "working_set": len(run.ws),
+        "pass_seconds": run.pt,
+        "lower_bound": lower_bound,
+    }
+    run.prog.emit({**rec, **extra})
+    if run.stop <= run.eps:
+        run.converged = True
+        return True
+    return run.it >= run.max_iter

@@ -23,10 +23,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...kernels.perf import vdot
-from ...model import Model
 from .. import Result, SolverError, binary_classes
 from ..params import class_weights, parse_class_weight
-from .common import _cut_grid, _finite, _line_grid, _Progress, _resolve_C
+from .common import (
+    _cut_grid,
+    _finite,
+    _line_grid,
+    _Progress,
+    _resolve_C,
+    binary_result,
+    emit_start,
+    iteration_done,
+    save_run,
+)
 from .passes import acc_row, pass_count_pos, pass_segment, pass_single, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
@@ -91,20 +100,7 @@ class _ErrorRun:
         return pass_single, bc + self._weights()
 
     def save(self, scalars: dict, arrays: dict) -> None:
-        if self.checkpoint is None:
-            return
-        wsc, wsa = self.ws.state()
-        self.checkpoint.save(
-            self.it,
-            scalars={
-                **scalars,
-                **wsc,
-                "it": self.it,
-                "passes": self.prog.passes(),
-                "dual": _finite(self.dual),
-            },
-            arrays={**arrays, **wsa},
-        )
+        save_run(self, scalars, arrays)
 
     def qp(self) -> np.ndarray:
         """Solve OP3 over W (timed for the stall check); returns w, sets the dual value."""
@@ -187,21 +183,7 @@ def _paper_steps(run: _ErrorRun):
         xi_new = hinge / n
         xi_w = ws.slack()
         run.stop = xi_new - xi_w
-        run.prog.emit(
-            {
-                "iteration": run.it,
-                "objective": obj,
-                "xi": xi_new,
-                "violation": run.stop,
-                "working_set": len(ws),
-                "pass_seconds": run.pt,
-                "lower_bound": _finite(run.dual),
-            }
-        )
-        if run.stop <= run.eps:
-            run.converged = True
-            break
-        if run.it >= run.max_iter:
+        if iteration_done(run, obj, xi_new, _finite(run.dual)):
             break
         ws.add(acc_row(part["g"], 0) / n, cnt / n)
         ws.drop_inactive(run.max_inactive)
@@ -226,18 +208,7 @@ def _accelerated_start(run: _ErrorRun):
     wb = np.zeros(run.dim)
     Pb = 0.5 * float(vdot(wb, wb)) + run.C * hinge
     xib = hinge / run.n
-    run.prog.emit(
-        {
-            "iteration": 0,
-            "objective": Pb,
-            "xi": xib,
-            "violation": None,
-            "working_set": 0,
-            "pass_seconds": run.pt,
-            "lower_bound": None,
-            "step": 0.0,
-        }
-    )
+    emit_start(run, Pb, xib, step=0.0)
     run.ws.add(acc_row(part["g"], 0) / run.n, float(part["cnt"][0]) / run.n)
     run.save({"Pb": Pb, "xib": xib}, {"wb": wb})
     return wb, Pb, xib
@@ -273,22 +244,7 @@ def _accelerated_steps(run: _ErrorRun, share: int):
             Pb = 0.5 * float(vdot(wb, wb)) + C * float(part["hinge"][q])
             xib = float(part["hinge"][q]) / n
         run.stop = (Pb - run.dual) / run.Cp
-        run.prog.emit(
-            {
-                "iteration": run.it,
-                "objective": Pb,
-                "xi": xib,
-                "violation": run.stop,
-                "working_set": len(ws),
-                "pass_seconds": run.pt,
-                "lower_bound": run.dual,
-                "step": kstar,
-            }
-        )
-        if run.stop <= run.eps:
-            run.converged = True
-            break
-        if run.it >= run.max_iter:
+        if iteration_done(run, Pb, xib, run.dual, step=kstar):
             break
         p = int(np.argmin(np.abs(kg - (kstar + mu * (1.0 - kstar)))))
         ws.add(acc_row(part["g"], p, upto=True) / n, float(part["cnt"][: p + 1].sum()) / n)
@@ -299,53 +255,12 @@ def _accelerated_steps(run: _ErrorRun, share: int):
 
 def _error_result(run: _ErrorRun, w_final, obj_final: float, xi_final: float) -> Result:
     """The binary linear model and the :class:`Result` of one error-loss problem."""
-    C, Cp, ws, d = run.C, run.Cp, run.ws, run.d
-    info = {
-        "solver": "perf",
-        "loss": "error",
-        "variant": run.variant,
-        "C": C,
-        "C_perf": Cp,
-        "c_perf_svmperf": Cp / 100.0,
-        "eps": run.eps,
-        "bias": run.bias,
-        "objective": obj_final,
-        "iterations": run.it,
-        "converged": run.converged,
-        "float32_planes": ws.float32,
-    }
-    if run.sw is not None:
-        info["class_costs"] = [C * run.sw[0], C * run.sw[1]]
-    model = Model(
-        kind="linear",
-        n_features=d,
-        classes=[run.neg, run.pos],
-        coef_=w_final[:d].copy(),
-        intercept_=float(w_final[d] * run.bias),
-        info=info,
-    )
-    return Result(
-        model=model,
-        objective=obj_final,
-        dual_objective=None,
-        iterations=run.it,
-        passes=run.prog.passes(),
-        seconds=time.perf_counter() - run.prog.t0,
-        stop_value=float(run.stop),
-        history=run.prog.history,
-        summary={
-            "xi": xi_final,
-            "peak_working_set": ws.peak,
-            "working_set": len(ws),
-            "working_set_mb": ws.peak_bytes / 2**20,
-            "variant": run.variant,
-            "loss": "error",
-            "lower_bound": _finite(run.dual),
-            "C": C,
-            "converged": run.converged,
-            **({} if run.sw is None else {"class_costs": [C * run.sw[0], C * run.sw[1]]}),
-        },
-    )
+    C, sw = run.C, run.sw
+    costs = None if sw is None else [C * sw[0], C * sw[1]]
+    return binary_result(
+        run, w_final, run.variant, obj_final, run.it, run.converged, run.stop, xi_final,
+        run.dual, costs,
+    )  # fmt: skip
 
 
 def relative_costs(

@@ -120,27 +120,6 @@ def run_fused(
 
 def _ovr_result(res: list[Result], classes: list[float], variant: str, t0: float) -> Result:
     """The combined one-vs-rest model and the :class:`Result` of all classes."""
-    from ..ovr import combine_ovr_models
+    from ..ovr import ovr_result
 
-    model = combine_ovr_models([r.model for r in res], classes)
-    model.info["shared_passes"] = True
-    return Result(
-        model=model,
-        objective=float(sum(r.objective for r in res if r.objective is not None)),
-        dual_objective=None,
-        iterations=max(r.iterations for r in res),
-        # the slowest class's count (it includes passes made before a resume)
-        passes=max(r.passes for r in res),
-        seconds=time.perf_counter() - t0,
-        stop_value=max(r.stop_value for r in res),
-        history=[h for r in res for h in r.history],
-        summary={
-            "multiclass": "ovr",
-            "n_classes": len(classes),
-            "shared_passes": True,
-            "variant": variant,
-            "per_class_objective": [r.objective for r in res],
-            "per_class_iterations": [r.iterations for r in res],
-            "converged": all(r.summary.get("converged") for r in res),
-        },
-    )
+    return ovr_result(res, classes, t0, shared_variant=variant)

@@ -23,7 +23,15 @@ from ...kernels.perf import count_pairs, rank_cut, rank_loss, vdot
 from ...model import Model
 from .. import Result, SolverError
 from ..params import class_weights
-from .common import _finite, _Progress, _resolve_C
+from .common import (
+    _finite,
+    _Progress,
+    _resolve_C,
+    emit_start,
+    iteration_done,
+    perf_result,
+    save_run,
+)
 from .passes import acc_row, pass_accumulate, pass_labels, pass_scores, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
@@ -169,21 +177,7 @@ class _RankRun:
         return out, time.perf_counter() - t
 
     def save(self) -> None:
-        if self.checkpoint is None:
-            return
-        wsc, wsa = self.ws.state()
-        self.checkpoint.save(
-            self.it,
-            scalars={
-                **wsc,
-                "it": self.it,
-                "passes": self.prog.passes(),
-                "dual": _finite(self.dual),
-                "Pb": self.Pb,
-                "xib": self.xib,
-            },
-            arrays={**wsa, "wb": self.wb},
-        )
+        save_run(self, {"Pb": self.Pb, "xib": self.xib}, {"wb": self.wb})
 
     def start(self) -> None:
         """Resume from the checkpoint, or iteration 0: w = 0, every pair violated."""
@@ -204,17 +198,7 @@ class _RankRun:
         viol, lossv, coef = self.rk.cut(np.zeros(self.rk.n))
         g, self.pt = self.accumulate(coef)
         self.wb, self.Pb, self.xib = np.zeros(self.dim), self.C * lossv, lossv / self.m
-        prog.emit(
-            {
-                "iteration": 0,
-                "objective": self.Pb,
-                "xi": self.xib,
-                "violation": None,
-                "working_set": 0,
-                "pass_seconds": self.pt,
-                "lower_bound": None,
-            }
-        )
+        emit_start(self, self.Pb, self.xib)
         ws.add(g / self.m, viol / self.m)
         self.save()
 
@@ -272,22 +256,7 @@ class _RankRun:
                 step, cut = self.step_paper(wc)
             else:
                 step, cut = self.step_accelerated(wc)
-            self.prog.emit(
-                {
-                    "iteration": self.it,
-                    "objective": self.Pb,
-                    "xi": self.xib,
-                    "violation": self.stop,
-                    "working_set": len(ws),
-                    "pass_seconds": self.pt,
-                    "lower_bound": self.dual,
-                    "step": step,
-                }
-            )
-            if self.stop <= self.eps:
-                self.converged = True
-                break
-            if self.it >= self.max_iter:
+            if iteration_done(self, self.Pb, self.xib, self.dual, step=step):
                 break
             viol, coef = cut()
             g, _ = self.accumulate(coef)
@@ -330,29 +299,16 @@ class _RankRun:
             intercept_=0.0,
             info=info,
         )
-        return Result(
-            model=model,
-            objective=Pb,
-            dual_objective=None,
-            iterations=self.it,
-            passes=self.prog.passes(),
-            seconds=time.perf_counter() - self.prog.t0,
-            stop_value=float(self.stop),
-            history=self.prog.history,
-            summary={
-                "xi": self.xib,
-                "peak_working_set": ws.peak,
-                "working_set": len(ws),
-                "working_set_mb": ws.peak_bytes / 2**20,
-                "variant": self.variant,
-                "loss": self.loss,
-                "lower_bound": _finite(self.dual),
-                "n_pairs": self.m,
-                "C": self.C_user,
-                "pair_weight": self.pair_weight,
-                "converged": self.converged,
-            },
-        )
+        summary = {
+            "variant": self.variant,
+            "loss": self.loss,
+            "lower_bound": _finite(self.dual),
+            "n_pairs": self.m,
+            "C": self.C_user,
+            "pair_weight": self.pair_weight,
+            "converged": self.converged,
+        }
+        return perf_result(self.prog, ws, model, Pb, self.it, self.stop, self.xib, summary)
 
 
 def _solve_rank(store, engine, params, loss, variant, callback, checkpoint=None) -> Result:

@@ -68,11 +68,11 @@ from numba import njit
 
 from ...kernels.csr import csr_take_rows, u32
 from ...kernels.perf import matvec, vdot
-from ...model import Model
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
 from ..qp import smo_simplex_qp
-from .common import _finite, _Progress, _resolve_C
+from ..reduce import none_is_identity
+from .common import _finite, _Progress, _resolve_C, binary_result
 from .params import Params
 from .passes import _finish_accumulator, _new_accumulator, acc_row, merge_acc
 from .working_set import WorkingSet, _qp_atol, check_qp
@@ -302,12 +302,9 @@ def pass_full(shard, bc, st):
     return part, st
 
 
+@none_is_identity
 def reduce_full(a, b):
     """Reduce of :func:`pass_full` partials (cut, counts, S)."""
-    if a is None:
-        return b
-    if b is None:
-        return a
     return {
         "g": merge_acc(a["g"], b["g"]),
         "cnt": a["cnt"] + b["cnt"],
@@ -527,54 +524,14 @@ def _emit(run: _Run, it: int, P: float, xi: float, ceps: float, D: float) -> Non
 
 
 def _result(run: _Run, w, P: float, xi: float, D: float, it: int, converged: bool) -> Result:
-    d, ws, c = run.d, run.ws, run.counts
+    c = run.counts
     stop = (P - D) / run.Cp if math.isfinite(D) else math.inf
-    info = {
-        "solver": "perf",
-        "loss": "error",
-        "variant": "svmperf",
-        "C": run.C,
-        "C_perf": run.Cp,
-        "c_perf_svmperf": run.Cp / 100.0,
-        "eps": run.eps,
-        "bias": run.bias,
-        "objective": P,
-        "iterations": it,
-        "converged": converged,
-        "float32_planes": ws.float32,
+    extra = {
+        "full_rounds": c["full"],
+        "partial_rounds": c["partial"],
+        "qp_solves": c["qp"],
+        "full_pass_equiv": c["scored"] / run.n,
+        "certificate_refines": c["refines"],
+        "peak_selected_rows": c["s_peak"],
     }
-    model = Model(
-        kind="linear",
-        n_features=d,
-        classes=[run.neg, run.pos],
-        coef_=w[:d].copy(),
-        intercept_=float(w[d] * run.bias),
-        info=info,
-    )
-    return Result(
-        model=model,
-        objective=P,
-        dual_objective=None,
-        iterations=it,
-        passes=run.prog.passes(),
-        seconds=time.perf_counter() - run.prog.t0,
-        stop_value=float(stop),
-        history=run.prog.history,
-        summary={
-            "xi": xi,
-            "peak_working_set": ws.peak,
-            "working_set": len(ws),
-            "working_set_mb": ws.peak_bytes / 2**20,
-            "variant": "svmperf",
-            "loss": "error",
-            "lower_bound": _finite(D),
-            "C": run.C,
-            "converged": converged,
-            "full_rounds": c["full"],
-            "partial_rounds": c["partial"],
-            "qp_solves": c["qp"],
-            "full_pass_equiv": c["scored"] / run.n,
-            "certificate_refines": c["refines"],
-            "peak_selected_rows": c["s_peak"],
-        },
-    )
+    return binary_result(run, w, "svmperf", P, it, converged, stop, xi, D, extra=extra)

@@ -9,6 +9,7 @@ from ...kernels.kernel_functions import KernelParams
 from .. import SolverError
 from ..dual_common import WorkingRows, dual_class_costs, shard_rows
 from ..kernel_cache import MB, SlotCache
+from ..reduce import none_is_identity
 
 
 # ============================================================================================
@@ -65,11 +66,8 @@ def _scan_fn(shard, bc, st):
     return (m_up, m_low, n_cand, part, top_k), st
 
 
+@none_is_identity
 def _scan_reduce(p, q):
-    if p is None:
-        return q
-    if q is None:
-        return p
     parts = [x for x in (p[3], q[3]) if x is not None]
     top_k = p[4]
     if len(parts) == 2:
