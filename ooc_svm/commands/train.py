@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..api import SolverParams
+    from ..solvers.params import SolverParams
 
 
 def _fmt(v) -> str:
@@ -47,7 +47,8 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type[SolverP
     grouped per solver, under the solver's stopping rule."""
     import typing
 
-    from ..api import KernelSolverParams, SolverParams, flag_name, solver_catalogue
+    from ..solvers import solver_catalogue
+    from ..solvers.params import KernelSolverParams, SolverParams, flag_name
 
     rules = {name: rule for name, (_, rule) in solver_catalogue().items()}
     owners: dict[str, list[tuple[str, typing.Any]]] = {}
@@ -155,7 +156,8 @@ summary line on stdout (none with -q) or, with --json, one JSON object (printed 
 
 
 def add_parser(sub) -> None:
-    from ..api import solver_catalogue, solver_names
+    # the solver packages' parameters only: no numpy, numba or store code (``train --help``)
+    from ..solvers import SOLVER_MODULES, solver_catalogue
     from . import HelpFormatter
 
     catalogue = solver_catalogue()
@@ -174,7 +176,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--solver",
-        choices=solver_names(),
+        choices=list(SOLVER_MODULES),
         default="perf",
         help="which solver (see above; default perf)",
     )
@@ -336,9 +338,10 @@ def load_config(path: str, solver: str) -> dict:
 def solver_params_from_args(args):
     """The solver's validated ``Params``: ``--config`` values, overridden by the flags given
     on the command line. Raises SolverError (one line) on an unknown or invalid value."""
-    from ..api import SolverError, flag_name, solver_catalogue
+    from ..solvers import SolverError, get_solver
+    from ..solvers.params import flag_name
 
-    cls = solver_catalogue()[args.solver][0]
+    cls = get_solver(args.solver).Params
     given = {k: getattr(args, k) for k in args._param_names if getattr(args, k, None) is not None}
     if isinstance(given.get("C"), list):  # a C sweep: Params holds the smallest value
         args.c_values = given["C"]
@@ -447,8 +450,10 @@ def run(args) -> int:
     from ..api import SolverError, get_solver, train
     from ..progress import TrainProgress, progress_mode, stop_target
     from ..store import open_store
+    from ._startup import init_numba_target
 
     typed, params = solver_params_from_args(args)
+    init_numba_target()
     if getattr(args, "c_values", None) is not None or args.validation or args.folds is not None:
         return run_sweep(args, typed)
     for flag in ("sweep_table", "plot", "sweep_metric"):
