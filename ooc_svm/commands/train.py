@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..solvers.params import SolverParams
+    from ..api import SolverParams
 
 
 def _fmt(v) -> str:
@@ -47,10 +47,10 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type[SolverP
     grouped per solver, under the solver's stopping rule."""
     import typing
 
-    from ..solvers import solver_catalogue
-    from ..solvers.params import KernelSolverParams, SolverParams, flag_name
+    from ..api import KernelSolverParams, SolverParams, flag_name, solver_catalogue
 
     rules = {name: rule for name, (_, rule) in solver_catalogue().items()}
+    hints = {solver: cls.types() for solver, cls in classes.items()}  # evaluated once each
     owners: dict[str, list[tuple[str, typing.Any]]] = {}
     for solver, cls in classes.items():
         for f in cls.fields():
@@ -76,7 +76,7 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type[SolverP
         if len(fields) < len(classes) and shared:
             help_ += f" ({', '.join(s for s, _ in fields)})"
         help_ = f"{help_} (default {shown})".replace("%", "%%")
-        tp = classes[solver].types()[name]
+        tp = hints[solver][name]
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         base = args[0] if args else tp
         cli = f.metadata.get("cli")
@@ -156,8 +156,8 @@ summary line on stdout (none with -q) or, with --json, one JSON object (printed 
 
 
 def add_parser(sub) -> None:
-    # the solver packages' parameters only: no numpy, numba or store code (``train --help``)
-    from ..solvers import SOLVER_MODULES, solver_catalogue
+    # the solver packages' parameters only: no numba, no solver algorithm (``train --help``)
+    from ..api import solver_catalogue, solver_names
     from . import HelpFormatter
 
     catalogue = solver_catalogue()
@@ -176,7 +176,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--solver",
-        choices=list(SOLVER_MODULES),
+        choices=solver_names(),
         default="perf",
         help="which solver (see above; default perf)",
     )
@@ -338,10 +338,9 @@ def load_config(path: str, solver: str) -> dict:
 def solver_params_from_args(args):
     """The solver's validated ``Params``: ``--config`` values, overridden by the flags given
     on the command line. Raises SolverError (one line) on an unknown or invalid value."""
-    from ..solvers import SolverError, get_solver
-    from ..solvers.params import flag_name
+    from ..api import SolverError, flag_name, solver_catalogue
 
-    cls = get_solver(args.solver).Params
+    cls = solver_catalogue()[args.solver][0]
     given = {k: getattr(args, k) for k in args._param_names if getattr(args, k, None) is not None}
     if isinstance(given.get("C"), list):  # a C sweep: Params holds the smallest value
         args.c_values = given["C"]
