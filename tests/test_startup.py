@@ -95,3 +95,39 @@ def test_shard_check_compiled_once_for_every_kind_of_store(tmp_path, make_store)
     assert writable == {True, False}  # both kinds were read (else this test proves nothing)
     kernel = getattr(validate, "_check_csr", validate.check_csr)
     assert len(kernel.signatures) == 1, kernel.signatures
+
+
+def test_console_process_freezes_its_objects_before_exit(tmp_path, make_store):
+    """``ooc-svm`` (main() without arguments) pauses the cyclic GC during start-up, restarts
+    it for the run and freezes everything before exiting (the interpreter's final
+    collections walked numba's objects: 0.2 s of CPU); main(argv) from Python changes
+    nothing of the caller's GC."""
+    X = sp.random(200, 10, density=0.3, format="csr", random_state=2, dtype=np.float32)
+    y = np.where(np.arange(200) % 2 == 0, 1.0, -1.0)
+    make_store(X, y, shard_rows=100, name="s.zarr", compression="lz4")
+    argv = ["train", "-q", "--solver", "perf", "s.zarr", "-o", "m"]
+    code = (
+        "import gc, json, sys\n"
+        "from ooc_svm.cli import main\n"
+        "import ooc_svm.solvers.perf.error as err\n"
+        f"rc1 = main({argv!r})\n"
+        "after_call = [gc.isenabled(), gc.get_freeze_count()]\n"
+        "seen = []\n"
+        "solve = err._solve_error\n"
+        "def spy(*a, **k):\n"
+        "    seen.append(gc.isenabled())\n"
+        "    return solve(*a, **k)\n"
+        "err._solve_error = spy\n"
+        f"sys.argv = ['ooc-svm', *{argv!r}]\n"
+        "rc2 = main()\n"
+        "print(json.dumps([rc1, rc2, after_call, seen, gc.get_freeze_count()]))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    rc1, rc2, after_call, seen, frozen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert rc1 == rc2 == 0
+    assert after_call == [True, 0]  # main(argv): the caller's GC untouched
+    assert seen == [True]  # the training runs with the collector on
+    assert frozen > 10_000  # numba's and numpy's objects frozen before exit
