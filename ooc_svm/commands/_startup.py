@@ -90,7 +90,8 @@ def _load_numba_target() -> None:
         stand_ins["scipy.linalg.cython_blas"] = types.ModuleType("scipy.linalg.cython_blas")
     if "cffi" not in sys.modules:
         stand_ins["cffi"] = None
-    sys.modules.update(stand_ins)
+    modules: dict[str, types.ModuleType | None] = sys.modules  # type: ignore[assignment]
+    modules.update(stand_ins)  # None: "import cffi" raises ImportError (documented)
     try:
         cpu_target.target_context.refresh()
     finally:
