@@ -19,7 +19,7 @@ Importing a solver package is cheap: its ``__init__`` holds ``Params``, ``DEFAUL
 ``STOPPING_RULE``, ``SUPPORTS_CHECKPOINT`` and a ``solve`` that imports the algorithm (numba
 kernels included) when it runs; its other names are imported on first use
 (:func:`lazy_exports`). ``ooc-svm train`` builds its flags and ``--help`` from
-:func:`solver_catalogue` without loading any solver's algorithm.
+:func:`ooc_svm.api.solver_catalogue` without loading any solver's algorithm.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..model import Model
-    from .params import SolverParams
 
 SOLVER_MODULES = {
     "perf": "ooc_svm.solvers.perf",
@@ -135,16 +134,6 @@ def available_solvers() -> list[str]:
             continue
         if all(hasattr(m, a) for a in ("Params", "STOPPING_RULE", "solve")):
             out.append(name)
-    return out
-
-
-def solver_catalogue() -> dict[str, tuple[type[SolverParams], str]]:
-    """``{solver: (Params class, stopping rule)}`` of the available solvers; imports the
-    solver packages only (their parameters), not their algorithms."""
-    out = {}
-    for name in available_solvers():
-        mod = get_solver(name)
-        out[name] = (mod.Params, mod.STOPPING_RULE)
     return out
 
 
