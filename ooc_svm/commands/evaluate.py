@@ -78,7 +78,9 @@ def run(args) -> int:
     from ..evaluation import evaluate_store
     from ..model import load_model
     from ..store.text_view import open_input
+    from ._startup import init_numba_target
 
+    init_numba_target()
     model = load_model(args.model)
     model.info.setdefault("path", args.model)  # named in the --plot title
     store = open_input(args.store, model.n_features)  # a store, or SVMlight text

@@ -131,7 +131,9 @@ def run(args) -> int:
 
     from ..progress import Meter, progress_mode
     from ..store.ingest import DEFAULT_BLOCK_MB, ingest_with_stats
+    from ._startup import init_numba_target
 
+    init_numba_target()  # before the parser threads start
     inputs, store = args.inputs, args.store
     total = _total_bytes(inputs)
     # Everything imported so far lives until exit: keep it out of the cyclic GC, whose full

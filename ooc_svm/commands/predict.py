@@ -117,7 +117,9 @@ def run(args) -> int:
     from ..progress import Meter, progress_mode
     from ..scoring import check_compatible, predict_store
     from ..store.text_view import open_input
+    from ._startup import init_numba_target
 
+    init_numba_target()
     t0 = time.perf_counter()
     model = load_model(args.model)
     if args.probability:

@@ -109,7 +109,9 @@ def run(args) -> int:
 
     from ..progress import Meter, progress_mode
     from ..synth import SynthError, synth
+    from ._startup import init_numba_target
 
+    init_numba_target()
     _return_freed_memory()
     fmt = args.format or ("store" if args.store else None)
     summary_stream = sys.stderr if args.out == "-" else sys.stdout

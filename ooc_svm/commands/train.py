@@ -50,6 +50,7 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type[SolverP
     from ..api import KernelSolverParams, SolverParams, flag_name, solver_catalogue
 
     rules = {name: rule for name, (_, rule) in solver_catalogue().items()}
+    hints = {solver: cls.types() for solver, cls in classes.items()}  # evaluated once each
     owners: dict[str, list[tuple[str, typing.Any]]] = {}
     for solver, cls in classes.items():
         for f in cls.fields():
@@ -75,7 +76,7 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type[SolverP
         if len(fields) < len(classes) and shared:
             help_ += f" ({', '.join(s for s, _ in fields)})"
         help_ = f"{help_} (default {shown})".replace("%", "%%")
-        tp = classes[solver].types()[name]
+        tp = hints[solver][name]
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         base = args[0] if args else tp
         cli = f.metadata.get("cli")
@@ -155,6 +156,7 @@ summary line on stdout (none with -q) or, with --json, one JSON object (printed 
 
 
 def add_parser(sub) -> None:
+    # the solver packages' parameters only: no numba, no solver algorithm (``train --help``)
     from ..api import solver_catalogue, solver_names
     from . import HelpFormatter
 
@@ -447,8 +449,10 @@ def run(args) -> int:
     from ..api import SolverError, get_solver, train
     from ..progress import TrainProgress, progress_mode, stop_target
     from ..store import open_store
+    from ._startup import init_numba_target
 
     typed, params = solver_params_from_args(args)
+    init_numba_target()
     if getattr(args, "c_values", None) is not None or args.validation or args.folds is not None:
         return run_sweep(args, typed)
     for flag in ("sweep_table", "plot", "sweep_metric"):

@@ -45,7 +45,9 @@ def run(args) -> int:
     from ..store.format import StoreChangedError
     from ..store.gc import find_leftovers, remove_leftovers
     from ._common import warn_leftovers
+    from ._startup import init_numba_target
 
+    init_numba_target()
     t0 = time.perf_counter()
     quiet = getattr(args, "quiet", False)
     try:

@@ -4,6 +4,12 @@ Kernels index dense vectors with ``indices`` and walk rows with ``indptr`` witho
 checks, so a shard read from disk is checked once here: ``indptr`` starts at 0, never
 decreases and ends at ``nnz``; every index is in ``[0, n_features)``; every value and label
 is finite. One pass over the arrays, no allocation, GIL released.
+
+:func:`check_csr` hands the kernel read-only views of the arrays, so one compiled (and
+cached) version serves every store: numba types a read-only array apart from a writable one,
+and shards arrive both ways (lz4 and zstd Zarr chunks decode into writable arrays,
+uncompressed Zarr chunks and Parquet columns are read-only), which compiled the check once
+per combination, seconds each on the first read of a new kind of store.
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ MESSAGES = {
 }
 
 
-@njit(cache=True, nogil=True)
-def check_csr(indptr, indices, data, y, n_features):
+def check_csr(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, y: np.ndarray, n_features: int
+) -> tuple[int, int]:
     """Check a CSR shard; return ``(code, position)`` with code 0 when it is valid.
 
     Parameters
@@ -51,6 +58,22 @@ def check_csr(indptr, indices, data, y, n_features):
     position : int
         Row or entry where the first problem was found.
     """
+    code, pos = _check_csr(
+        _readonly(indptr), _readonly(indices), _readonly(data), _readonly(y), int(n_features)
+    )
+    return int(code), int(pos)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only, C-contiguous view of ``a`` (a copy only if ``a`` is not contiguous)."""
+    v = np.ascontiguousarray(a).view()
+    v.flags.writeable = False
+    return v
+
+
+@njit(cache=True, nogil=True)
+def _check_csr(indptr, indices, data, y, n_features):
+    """:func:`check_csr` on read-only C-contiguous arrays (one signature for every store)."""
     n = indptr.shape[0] - 1
     nnz = indices.shape[0]
     if n < 0 or indptr[0] != 0:

@@ -14,6 +14,12 @@ One-vs-rest training of multiclass stores is :mod:`ooc_svm.solvers.ovr`.
 
 Solvers do no I/O, printing or progress drawing: they report each iteration through
 ``callback(record: dict)`` and the ``ooc_svm`` logger.
+
+Importing a solver package is cheap: its ``__init__`` holds ``Params``, ``DEFAULTS``,
+``STOPPING_RULE``, ``SUPPORTS_CHECKPOINT`` and a ``solve`` that imports the algorithm (numba
+kernels included) when it runs; its other names are imported on first use
+(:func:`lazy_exports`). ``ooc-svm train`` builds its flags and ``--help`` from
+:func:`ooc_svm.api.solver_catalogue` without loading any solver's algorithm.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..model import Model
+if TYPE_CHECKING:
+    from ..model import Model
 
 SOLVER_MODULES = {
     "perf": "ooc_svm.solvers.perf",
@@ -127,6 +135,22 @@ def available_solvers() -> list[str]:
         if all(hasattr(m, a) for a in ("Params", "STOPPING_RULE", "solve")):
             out.append(name)
     return out
+
+
+def lazy_exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` (PEP 562) for ``package``: ``names`` maps an attribute to the
+    submodule (relative, e.g. ``".passes"``) it is imported from on first access; the value
+    is then stored in the package, so later accesses are plain attribute reads."""
+
+    def __getattr__(name: str) -> Any:
+        sub = names.get(name)
+        if sub is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(sub, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
 
 
 def binary_classes(meta) -> tuple[float, float]:

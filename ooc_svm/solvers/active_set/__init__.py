@@ -24,11 +24,26 @@ Paper sections → modules:
 
 from __future__ import annotations
 
-from ...kernels.kernel_functions import KernelParams
-from .columns import KernelColumns, LinearColumns
-from .driver import solve
+from typing import TYPE_CHECKING
+
+from .. import Callback, Result, lazy_exports
 from .settings import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
-from .working_set import Counters, WorkingSet
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
+
+#: imported on first use: the package stays light (``train`` reads ``Params`` and
+#: ``STOPPING_RULE`` to build its flags without loading numba)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "KernelParams": "...kernels.kernel_functions",
+        "KernelColumns": ".columns",
+        "LinearColumns": ".columns",
+        "Counters": ".working_set",
+        "WorkingSet": ".working_set",
+    },
+)
 
 __all__ = [
     "DEFAULTS",
@@ -42,3 +57,17 @@ __all__ = [
     "WorkingSet",
     "solve",
 ]
+
+
+def solve(
+    store,
+    engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
+    """Train with the active-set method (:func:`.driver.solve`, imported when it runs)."""
+    from .driver import solve as _solve
+
+    return _solve(store, engine, params, callback=callback, checkpoint=checkpoint)

@@ -108,8 +108,7 @@ import functools
 import logging
 import math
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -135,7 +134,8 @@ from ..dual_common import (
     shard_states_to_save,
 )
 from ..kernel_cache import MB
-from ..params import KernelSolverParams, as_params, at_least, param
+from ..params import as_params
+from .params import Params
 from .passes import (
     _S_BYG,
     _S_CHINGE,
@@ -150,7 +150,6 @@ from .passes import (
     _S_NSV,
     _S_NVIOL,
     _S_SUMB,
-    STRATEGIES,
     _drop_caches_fn,
     _init_state,
     _pass_fn,
@@ -170,44 +169,6 @@ log = logging.getLogger(__name__)
 # ============================================================================================
 # chunking: the driver
 # ============================================================================================
-@dataclass(frozen=True)
-class Params(KernelSolverParams):
-    """Parameters of ``--solver irwls`` (see the module docstring)."""
-
-    SOLVER: ClassVar[str] = "irwls"
-    SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
-
-    tol: float = param(1e-3, "stopping conditions (9)-(11): |y_i e_i| within tol")
-    max_iter: int = param(
-        100_000, "outer iterations (working sets); reaching it is reported as not converged"
-    )
-    seed: int = param(0, "the random selection's draws (seeded per iteration and shard)")
-    cache_mb: float = param(
-        256.0, "kernel columns K(shard rows, x_j) of rows whose beta keeps changing, MiB"
-    )
-    working_set: int = param(150, "q, rows per working set (chunk); one streamed pass each")
-    strategy: str = param(
-        "random",
-        "working-set selection of section 3 (random is the paper's)",
-        choices=STRATEGIES,
-    )
-
-    def rules(self) -> None:
-        super().rules()
-        at_least(self, "working_set", 2)
-
-
-DEFAULTS = Params.defaults()
-
-STOPPING_RULE = (
-    "Perez-Cruz et al. eqs. (9)-(11) on every row: y_i e_i < tol at beta_i=0, -y_i e_i < tol "
-    "at beta_i=C, |y_i e_i| < tol for 0<beta_i<C (e_i = y_i - f(x_i)), confirmed by an "
-    "independent KKT pass"
-)
-
-#: ``--checkpoint`` / ``--resume``: the state is saved after every outer iteration.
-SUPPORTS_CHECKPOINT = True
-
 #: the working-set problem is solved to this fraction of ``tol``
 INNER_TOL_FACTOR = 0.1
 #: IRWLS iterations allowed per working set

@@ -39,8 +39,6 @@ log = logging.getLogger(__name__)
 ) = range(14)
 _N_STATS = 14
 
-STRATEGIES = ("random", "largest", "smallest")
-
 
 @dataclass
 class _Pool:

@@ -41,42 +41,45 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import Callback, Result, SolverError
+from .. import Callback, Result, SolverError, lazy_exports
 from ..params import as_params
-
-# private helpers that perf_selective and scripts/scale.py import from the package
-from .common import _cut_grid as _cut_grid
-from .common import _finite as _finite
-from .common import _line_grid as _line_grid
-from .common import _Progress as _Progress
-from .common import _resolve_C as _resolve_C
-from .error import _error_steps as _error_steps
-from .error import _solve_error
-from .ovr import SUPPORTS_OVR_CHECKPOINT, solve_ovr
 from .params import DEFAULTS, DENSE_VECTORS, LOSSES, VARIANTS, Params
-from .passes import (
-    COMPACT_MIN_DIM,
-    acc_row,
-    merge_acc,
-    pass_accumulate,
-    pass_labels,
-    pass_many,
-    pass_scores,
-    pass_segment,
-    pass_single,
-    reduce_cut,
-    reduce_many,
-)
-from .passes import _finish_accumulator as _finish_accumulator
-from .passes import _new_accumulator as _new_accumulator
-from .rank import _golden as _golden
-from .rank import _Ranking as _Ranking
-from .rank import _solve_rank
-from .working_set import QP_STALL_PASSES, QP_STALL_SECONDS, WorkingSet, check_qp
-from .working_set import _qp_atol as _qp_atol
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
+
+#: names imported from a submodule on first use (the package itself stays light: ``train``
+#: reads ``Params`` and ``STOPPING_RULE`` to build its flags without loading numba);
+#: the private helpers are those perf_selective and scripts/scale.py import from here
+_LAZY = {
+    **dict.fromkeys(("_cut_grid", "_finite", "_line_grid", "_Progress", "_resolve_C"), ".common"),
+    **dict.fromkeys(("_error_steps", "_solve_error"), ".error"),
+    **dict.fromkeys(("SUPPORTS_OVR_CHECKPOINT", "solve_ovr"), ".ovr"),
+    **dict.fromkeys(
+        (
+            "COMPACT_MIN_DIM",
+            "acc_row",
+            "merge_acc",
+            "pass_accumulate",
+            "pass_labels",
+            "pass_many",
+            "pass_scores",
+            "pass_segment",
+            "pass_single",
+            "reduce_cut",
+            "reduce_many",
+            "_finish_accumulator",
+            "_new_accumulator",
+        ),
+        ".passes",
+    ),
+    **dict.fromkeys(("_golden", "_Ranking", "_solve_rank"), ".rank"),
+    **dict.fromkeys(
+        ("QP_STALL_PASSES", "QP_STALL_SECONDS", "WorkingSet", "check_qp", "_qp_atol"),
+        ".working_set",
+    ),
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "COMPACT_MIN_DIM",
@@ -146,5 +149,9 @@ def solve(
 
         return solve_svmperf(store, engine, params, callback=callback, checkpoint=checkpoint)
     if loss == "error":
+        from .error import _solve_error
+
         return _solve_error(store, engine, params, variant, callback, checkpoint)
+    from .rank import _solve_rank
+
     return _solve_rank(store, engine, params, loss, variant, callback, checkpoint)

@@ -38,14 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-
 from .. import Callback, Result, SolverError, binary_classes
-from ..dual_common import dual_objective, finish_dual, init_alpha_state
 from ..params import KernelSolverParams, as_params, at_least, param, positive
-from .common import _class_costs, _kernel_params
-from .platt import _solve_platt
-from .wss2 import _solve_wss2
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
@@ -124,6 +118,12 @@ def solve_warm(store, engine, params: Params, init, *, callback: Callback | None
 
 
 def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=False) -> Result:
+    # the algorithm (numba kernels) is imported when it runs: the package stays light
+    from ..dual_common import init_alpha_state
+    from .common import _class_costs, _kernel_params
+    from .platt import _solve_platt
+    from .wss2 import _solve_wss2
+
     t0 = time.perf_counter()
     p = as_params(Params, params)
     p.validate(store.meta)
@@ -182,6 +182,10 @@ def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=Fal
 def _finish(store, engine, state, p: Params, kp, classes, out, costs=None, keep_dual=False):
     """The independent KKT check on every row and the model (:func:`finish_dual`); returns
     (model, kkt, {"dual", "primal"}). ``costs``: (C_neg, C_pos) of class weights."""
+    import numpy as np
+
+    from ..dual_common import dual_objective, finish_dual
+
     sv_rows, intercept, _, extra, dual = out
     C, tol = (p.C if costs is None else costs), p.tol
     w = extra.get("w")

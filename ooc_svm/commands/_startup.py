@@ -1,0 +1,100 @@
+"""Start-up of the commands that run numba kernels: numba's CPU target without the imports
+ooc-svm never uses (issue 16, "no start-up tax").
+
+numba loads the implementations of its CPU target (``BaseContext.refresh``) the first time a
+function is compiled *or loaded from its on-disk cache*, so every command pays it once. Two of
+those imports cost more than loading all of ooc-svm's cached kernels and serve nothing
+ooc-svm compiles:
+
+- ``numba.np.arraymath`` checks at import time whether ``np.dot`` can use a BLAS
+  (``_HAVE_BLAS = _check_blas()``) by importing ``scipy.linalg.cython_blas``, which imports
+  the whole of ``scipy.linalg`` (0.13 s of CPU on an idle machine, 0.4 s of wall time on a
+  loaded one; numba 0.68.1, scipy 1.17.1). No ooc-svm kernel calls a BLAS-backed numpy
+  function (``np.dot``, ``np.linalg``), and scipy is a dependency of ooc-svm, so the answer
+  is known: yes. numba still runs the check that matters, ``_check_lapack_int_width`` (it
+  reads ``scipy.__config__``), and a kernel that did use ``np.dot`` would import the real
+  ``scipy.linalg.cython_blas`` when compiled and called (``ensure_blas`` imports it again).
+- ``numba.core.typing.cffi_utils`` builds a ``cffi.FFI()`` when cffi is installed (it is
+  when ``cryptography`` is, e.g. through the ``dev`` extra): 0.04 s of CPU, to type cffi
+  functions, which ooc-svm never passes to a kernel. numba then supports no cffi functions
+  in this process.
+
+:func:`init_numba_target` runs that one initialisation up front, in the main thread before
+any engine thread starts, with ``scipy.linalg.cython_blas`` standing as an empty placeholder
+module in ``sys.modules`` and ``cffi`` marked unimportable (``None``: Python's documented way
+to block an import); both entries are removed right after, so a later ``import scipy.linalg``
+or ``import cffi`` is a normal import. It relies on numba importing those two names while
+its target loads, as numba 0.68.1 does (measured); with a numba that does not, it changes
+nothing but the moment the target loads. ``tests/test_startup.py`` checks that the perf
+training path imports neither.
+
+The cyclic garbage collector, in the ``ooc-svm`` process (:func:`ooc_svm.cli.main` called
+without arguments, not from Python): start-up makes hundreds of thousands of long-lived
+objects (numba's types, templates and registries) and almost no garbage, so collections
+during it, and the interpreter's final ones at exit, only walk them: 0.2-0.25 s of CPU of
+a 0.95 s a9a training (measured, numba 0.68.1). :func:`pause_gc` stops the collector from
+the start of the command to the end of :func:`init_numba_target`, where :func:`resume_gc`
+freezes what exists (``gc.freeze``: kept out of every later collection; it lives until exit
+anyway) and restarts it for the run; the command's end freezes again before the interpreter
+exits. A command that loads no numba kernel (``info``, ``export``, ``import``, ``plot``)
+runs with the collector paused; it is short and its garbage is bounded.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+
+#: whether :func:`pause_gc` stopped the collector (and :func:`resume_gc` has not restarted it)
+_gc_paused = False
+
+
+def pause_gc() -> None:
+    """Stop the cyclic garbage collector for the start-up of the ``ooc-svm`` process."""
+    global _gc_paused
+    if gc.isenabled():
+        gc.disable()
+        _gc_paused = True
+
+
+def resume_gc() -> None:
+    """End of start-up: freeze the objects made so far (they live until exit) and restart
+    the collector, if :func:`pause_gc` stopped it."""
+    global _gc_paused
+    if _gc_paused:
+        gc.freeze()
+        gc.enable()
+        _gc_paused = False
+
+
+def init_numba_target() -> None:
+    """Load numba's CPU target now, without scipy.linalg and cffi (see the module docstring).
+
+    Does nothing when the target is already loaded in this process. Ends the start-up
+    (:func:`resume_gc`).
+    """
+    try:
+        _load_numba_target()
+    finally:
+        resume_gc()
+
+
+def _load_numba_target() -> None:
+    if "numba.np.arraymath" in sys.modules:  # loaded (a compile or cache load happened)
+        return
+    from numba.core.registry import cpu_target
+
+    stand_ins: dict[str, types.ModuleType | None] = {}
+    if "scipy.linalg" not in sys.modules:
+        stand_ins["scipy.linalg.cython_blas"] = types.ModuleType("scipy.linalg.cython_blas")
+    if "cffi" not in sys.modules:
+        stand_ins["cffi"] = None
+    modules: dict[str, types.ModuleType | None] = sys.modules  # type: ignore[assignment]
+    modules.update(stand_ins)  # None: "import cffi" raises ImportError (documented)
+    try:
+        cpu_target.target_context.refresh()
+    finally:
+        for name, value in stand_ins.items():
+            if name in sys.modules and sys.modules[name] is value:
+                del sys.modules[name]
