@@ -281,7 +281,7 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
         "Every C value is trained in one sweep: perf (error loss) trains them together, "
         "sharing every streamed pass (passes = the slowest C's, not the sum); smo, "
         "active-set and irwls go from the smallest C up, each warm-started from the previous "
-        "solution (irwls with a kernel starts each C cold). The model with the best "
+        "solution. The model with the best "
         "validation metric (ties: the smaller C) is written to -o; the table (C, metric, "
         "objective, passes, seconds) goes to stdout or --sweep-table.",
     )
