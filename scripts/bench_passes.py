@@ -208,6 +208,7 @@ def main() -> int:
     ap.add_argument("--datasets", default="a9a,w8a,ijcnn1")
     ap.add_argument("--skip-synth", action="store_true")
     ap.add_argument("--no-paper-synth", action="store_true", help="skip paper on the synth store")
+    ap.add_argument("--no-paper", action="store_true", help="skip paper everywhere")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--features", type=int, default=50_000)
     ap.add_argument("--nnz-per-row", type=float, default=77.0)
@@ -246,7 +247,7 @@ def main() -> int:
         path, src, n, nf = bp.make_real_store(name, args.data_dir, args.work)
         ll = {"kind": "liblinear", "file": src, "n_features": nf, "C": args.C}
         ll.update(tol=1e-8, max_iter=1_000_000)
-        bench_one(name, path, ll, args, summary)
+        bench_one(name, path, ll, args, summary, paper=not args.no_paper)
     if not args.skip_synth:
         path = bp.make_synth_store(
             args.work, args.rows, args.features, args.nnz_per_row, 1, args.compression
@@ -259,7 +260,7 @@ def main() -> int:
             ll,
             args,
             summary,
-            paper=not args.no_paper_synth,
+            paper=not (args.no_paper_synth or args.no_paper),
             ref_objective=args.synth_ref,
         )
     print(f"load average at end: {os.getloadavg()}")
