@@ -293,14 +293,17 @@ def test_segment_line_search_is_exact():
         k, f = segment_min(*args, ps.LINE_STEPS)
         ks = np.linspace(0, max(4.0, 2 * k), 40001)
         assert k >= 0.0
-        assert f <= min(_segment_F(t, *args) for t in ks) + 1e-7 * abs(f)
-        assert f == pytest.approx(_segment_F(k, *args), rel=1e-12)
+        assert f <= _segment_F(ks, *args).min() + 1e-7 * abs(f)
+        assert f == pytest.approx(_segment_F(np.array([k]), *args)[0], rel=1e-12)
 
 
 def _segment_F(t, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v):
-    lt = C * (L0 - t * L1 + np.maximum(0.0, 1.0 - mb - t * dm).sum())
-    lm = Cp * max(0.0, float(np.max(u - t * v))) if u.shape[0] else 0.0
-    return 0.5 * (a0 + 2 * t * a1 + t * t * a2) + max(lt, lm)
+    """F at every step length of the array ``t`` (the reference of segment_min)."""
+    t = t[:, None]
+    lt = C * (L0 - t[:, 0] * L1 + np.maximum(0.0, 1.0 - mb - t * dm).sum(axis=1))
+    lm = Cp * np.maximum(0.0, (u - t * v).max(axis=1)) if u.shape[0] else 0.0 * lt
+    t = t[:, 0]
+    return 0.5 * (a0 + 2 * t * a1 + t * t * a2) + np.maximum(lt, lm)
 
 
 def test_same_model_with_one_or_two_threads(tmp_path):
