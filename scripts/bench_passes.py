@@ -11,10 +11,13 @@ iterations (inner planes included), seconds, seconds spent in passes, the primal
 which must be ≤ 1 (P_LL ≥ P*, so a slightly negative value just means LIBLINEAR's
 reference is not fully converged). Ratios are to the accelerated variant of the same run.
 
-Configurations: ``paper``, ``accelerated``, ``selective`` (default ``--inner-mb`` 256, which
-holds all rows of the three small sets and ~40 % of the 1M store) and ``selective@F``: the
+Configurations: ``paper``, ``accelerated``, ``selective`` (default ``--inner-mb auto``: a
+quarter of the available memory, at most what holds every row — all of the three small sets
+and of the 1M store), ``selective:MB`` with a fixed ``--inner-mb`` (``--budgets``, default
+256: all of the small sets, ~20 % of the 1M store's rows) and ``selective@F``: the
 budget set to F times the store's size as the selection counts it (64 B per row + 8 B per
-non-zero), i.e. a fraction F of the rows in memory (``--fractions``, default 0.2).
+non-zero), i.e. about a fraction F of the rows in memory (``--fractions``, default 0.2).
+The seconds in passes (``pass s``) divided by the passes give the cost of a pass.
 
 LIBLINEAR: scikit-learn ``LinearSVC(loss="hinge", dual=True, intercept_scaling=1)``
 (LIBLINEAR -s 3 -B 1) in memory at ``tol`` 1e-8 (real sets) / ``--ll-tol-synth`` (default
@@ -111,6 +114,13 @@ def run_child(cfg: dict) -> dict:
     return res
 
 
+def ps_share() -> float:
+    """The share of ``inner_mb`` the selection takes (``SELECTION_SHARE`` / ``SHARE``)."""
+    from ooc_svm.solvers.perf_selective import SELECTION_SHARE, SHARE
+
+    return SELECTION_SHARE / SHARE
+
+
 def store_budget_mb(path: str) -> float:
     """The store's size as the selection budget counts it (64 B per row + 8 B per nnz)."""
     from ooc_svm.solvers.perf_selective import NZ_BYTES, ROW_BYTES
@@ -160,10 +170,11 @@ def bench_one(name, path, ll_cfg, args, summary, paper=True, ref_objective=None)
             )
     whole = store_budget_mb(path)
     confs = ([("paper", None)] if paper else []) + [("accelerated", None), ("selective", None)]
-    confs += [(f"selective@{f:g}", f * whole) for f in args.fractions]
+    confs += [(f"selective:{mb:g}", mb) for mb in args.budgets]
+    confs += [(f"selective@{f:g}", f * whole / ps_share()) for f in args.fractions]
     res, acc = {}, None
     for label, mb in confs:
-        variant = label.split("@")[0]
+        variant = label.split("@")[0].split(":")[0]
         bp.set_page_cache(path, warm=True)
         r = run_child(
             {
@@ -197,6 +208,7 @@ def main() -> int:
     ap.add_argument("--datasets", default="a9a,w8a,ijcnn1")
     ap.add_argument("--skip-synth", action="store_true")
     ap.add_argument("--no-paper-synth", action="store_true", help="skip paper on the synth store")
+    ap.add_argument("--no-paper", action="store_true", help="skip paper everywhere")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--features", type=int, default=50_000)
     ap.add_argument("--nnz-per-row", type=float, default=77.0)
@@ -207,6 +219,12 @@ def main() -> int:
         type=float,
         default=None,
         help="LIBLINEAR's objective on the synth store from an earlier run (skips its ~3 min)",
+    )
+    ap.add_argument(
+        "--budgets",
+        type=lambda s: [float(x) for x in s.split(",") if x],
+        default=[256.0],
+        help="extra selective runs with a fixed --inner-mb (MiB, comma list)",
     )
     ap.add_argument(
         "--fractions",
@@ -229,7 +247,7 @@ def main() -> int:
         path, src, n, nf = bp.make_real_store(name, args.data_dir, args.work)
         ll = {"kind": "liblinear", "file": src, "n_features": nf, "C": args.C}
         ll.update(tol=1e-8, max_iter=1_000_000)
-        bench_one(name, path, ll, args, summary)
+        bench_one(name, path, ll, args, summary, paper=not args.no_paper)
     if not args.skip_synth:
         path = bp.make_synth_store(
             args.work, args.rows, args.features, args.nnz_per_row, 1, args.compression
@@ -242,7 +260,7 @@ def main() -> int:
             ll,
             args,
             summary,
-            paper=not args.no_paper_synth,
+            paper=not (args.no_paper_synth or args.no_paper),
             ref_objective=args.synth_ref,
         )
     print(f"load average at end: {os.getloadavg()}")

@@ -145,10 +145,15 @@ def main() -> None:
     )
     ap.add_argument(
         "--inner-mb",
-        type=float,
-        default=1536.0,
-        help="selective: memory for the rows kept between passes (default 1536: ~1.7%% of "
-        "the 50M-row store's rows, peak RSS ~2 GB)",
+        default="1536",
+        help="selective: MiB for the rows kept between passes, or auto (default 1536: ~3%% "
+        "of the 50M-row store's rows)",
+    )
+    ap.add_argument(
+        "--shard-cache-mb",
+        default="0",
+        help="train's decoded-shard cache (default 0: the peak RSS is the solver's own; auto "
+        "takes up to 8 GiB from the second pass on)",
     )
     ap.add_argument(
         "--data-only",
@@ -256,6 +261,8 @@ def main() -> None:
             "--json",
             "--history",
             hist,
+            "--shard-cache-mb",
+            str(args.shard_cache_mb),
             # the selective variant has no checkpoints (yet); its selection budget instead
             *(
                 ["--inner-mb", str(args.inner_mb)]
@@ -298,7 +305,8 @@ def main() -> None:
         f"{'not measured' if disk_mbs is None else f'{disk_mbs:.0f} MB/s'} |",
         f"| in-memory pass kernel (2 threads) | {kernel['nnz_per_s'] / 1e9:.3f} G nnz/s |",
         f"| C, eps, variant | {args.C}, {args.eps}, {args.variant}"
-        + (f" (--inner-mb {args.inner_mb:g})" if args.variant == "selective" else "")
+        + (f" (--inner-mb {args.inner_mb})" if args.variant == "selective" else "")
+        + f", --shard-cache-mb {args.shard_cache_mb}"
         + " |",
         f"| iterations / passes | {summary['iterations']} / {summary['passes']} |",
         f"| total training time | {r['seconds']:.1f} s |",

@@ -16,6 +16,7 @@ of value ``bias`` accumulated at ``bias_slot``.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from .perf import _violated_range
@@ -115,19 +116,6 @@ def hinge_line(mb, dm, k):
 
 
 @njit(cache=True, nogil=True)
-def copy_rows(indptr, indices, data, rows, out_indptr, out_pos, out_indices, out_data):
-    """Copy rows ``rows`` of a CSR into rows ``out_pos`` of an output CSR whose ``out_indptr``
-    is already filled (a gather from several sources without concatenating them)."""
-    for t in range(rows.shape[0]):
-        i = rows[t]
-        p = out_indptr[out_pos[t]]
-        for k in range(indptr[i], indptr[i + 1]):
-            out_indices[p] = indices[k]
-            out_data[p] = data[k]
-            p += 1
-
-
-@njit(cache=True, nogil=True)
 def _hinge_slope(mb, dm, k):
     """(Σᵢ max(0, 1 − mbᵢ − k·dmᵢ), its right derivative in k)."""
     s = 0.0
@@ -143,9 +131,12 @@ def _hinge_slope(mb, dm, k):
 
 
 @njit(cache=True, nogil=True)
-def _segment_eval(k, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v):
-    """F(k) and its right derivative F'(k⁺) (see :func:`segment_min`)."""
+def _segment_eval(k, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, h0=0.0, h1=0.0):
+    """F(k) and its right derivative F'(k⁺) (see :func:`segment_min`); the hinge rows
+    ``mb``, ``dm`` plus a linear part h0 − k·h1 of rows known to be active at k."""
     h, hs = _hinge_slope(mb, dm, k)
+    h += h0 - k * h1
+    hs -= h1
     lt = C * (L0 - k * L1 + h)
     st = C * (hs - L1)
     lm = 0.0
@@ -166,13 +157,46 @@ def _segment_eval(k, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v):
 
 
 @njit(cache=True, nogil=True)
+def _narrow(mb, dm, lo, hi, h0, h1):
+    """The rows whose hinge 1 − mb − k·dm may change sign within [lo, hi] (compact copies),
+    and h0, h1 increased by the rows active on all of it (hinge h0 − k·h1 there); rows
+    inactive on all of it contribute nothing."""
+    n = mb.shape[0]
+    keep = np.empty(n, dtype=np.bool_)
+    m = 0
+    for i in range(n):
+        vl = 1.0 - mb[i] - lo * dm[i]
+        vh = 1.0 - mb[i] - hi * dm[i]
+        if vl > 0.0 and vh > 0.0:
+            h0 += 1.0 - mb[i]
+            h1 += dm[i]
+            keep[i] = False
+        elif vl < 0.0 and vh < 0.0:
+            keep[i] = False
+        else:
+            keep[i] = True
+            m += 1
+    cmb = np.empty(m)
+    cdm = np.empty(m)
+    j = 0
+    for i in range(n):
+        if keep[i]:
+            cmb[j] = mb[i]
+            cdm[j] = dm[i]
+            j += 1
+    return cmb, cdm, h0, h1
+
+
+@njit(cache=True, nogil=True)
 def segment_min(a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
     """Minimiser k ≥ 0 of the convex F(k) = ½(a0 + 2k·a1 + k²·a2) + max(P̃ part, M part) with
     P̃ part C(L0 − k·L1 + Σᵢ max(0, 1 − mbᵢ − k·dmᵢ)) and M part Cp·max(0, maxⱼ uⱼ − k·vⱼ).
 
     Bisection on the right derivative (non-decreasing): the bracket [lo, hi] with F'(lo⁺) < 0
     ≤ F'(hi⁺) is found by doubling from 1, then halved ``steps`` times; returns (k, F(k)) of
-    the better end. k = 0 when F'(0⁺) ≥ 0.
+    the better end. k = 0 when F'(0⁺) ≥ 0. Every few halvings the rows whose hinge keeps
+    its sign on the bracket are folded into a linear term (:func:`_narrow`), so the late
+    steps sweep only the rows whose hinge changes sign near the minimiser.
     """
     f0, s0 = _segment_eval(0.0, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
     if s0 >= 0.0:
@@ -187,11 +211,14 @@ def segment_min(a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
         fh, sh = _segment_eval(hi, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
         grow += 1
     fl, sl = _segment_eval(lo, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
-    for _ in range(steps):
+    cmb, cdm, h0, h1 = _narrow(mb, dm, lo, hi, 0.0, 0.0)
+    for t in range(steps):
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             break
-        fm, sm = _segment_eval(mid, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
+        if t > 0 and t % 3 == 0:
+            cmb, cdm, h0, h1 = _narrow(cmb, cdm, lo, hi, h0, h1)
+        fm, sm = _segment_eval(mid, a0, a1, a2, L0, L1, C, Cp, cmb, cdm, u, v, h0, h1)
         if sm < 0.0:
             lo, fl = mid, fm
         else:
@@ -199,3 +226,56 @@ def segment_min(a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
     if fl <= fh:
         return lo, fl
     return hi, fh
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _segment_key(mb, mc):
+    """Distance of 1 from [min(mb, mc), max(mb, mc)] (0 when the row changes sides)."""
+    lo = mb if mb < mc else mc
+    hi = mc if mb < mc else mb
+    k = lo - 1.0
+    if 1.0 - hi > k:
+        k = 1.0 - hi
+    return k if k > 0.0 else 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bucket(edges, x):
+    """Number of ``edges`` (increasing) at or below ``x``."""
+    lo = 0
+    hi = edges.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if edges[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def threshold_rows(indptr, mb, mc, tau, per_row, per_nz, edges, hist, out_rows):
+    """The rows whose segment key (:func:`_segment_key`) is at most ``tau``, in shard order,
+    written to ``out_rows``; returns (their count, their bytes at ``per_row + per_nz · nnz``
+    each).
+
+    Every row's bytes are also added to three histograms over the buckets of ``edges``
+    (bucket b: ``b`` edges at or below the value): ``hist[0]`` by |1 − mb|, ``hist[1]`` by
+    |1 − mc|, ``hist[2]`` by max(|1 − mb|, |1 − mc|), which bounds |1 − m| anywhere on the
+    segment (the next pass's threshold, :func:`~ooc_svm.solvers.perf_selective.
+    threshold_from_hist`)."""
+    n = mb.shape[0]
+    k = 0
+    used = 0
+    for i in range(n):
+        b = per_row + per_nz * (indptr[i + 1] - indptr[i])
+        db = abs(1.0 - mb[i])
+        dc = abs(1.0 - mc[i])
+        hist[0, _bucket(edges, db)] += b
+        hist[1, _bucket(edges, dc)] += b
+        hist[2, _bucket(edges, db if db > dc else dc)] += b
+        if _segment_key(mb[i], mc[i]) <= tau:
+            out_rows[k] = i
+            k += 1
+            used += b
+    return k, used

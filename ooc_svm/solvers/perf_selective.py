@@ -27,14 +27,19 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   w_b to the inner loop's proposal w_c, like the accelerated pass: P and the most violated
   constraint at the grid points ``GRID`` of k in w_b + k(w_c − w_b); w_b moves to the best
   grid point, whose exact plane (and the one at w_c) joins the working set. The same pass
-  selects S: the rows nearest the margin along the segment (distance of 1 from the interval
-  of their margins, then |1 − margin at w_c|, ties broken by a hash of the row number) that
-  fit the selection budget (a third of ``inner_mb``). Each shard returns its closest rows up
-  to ``SHARE`` = 1.25 times its share of the budget (CSR slices); partials concatenate these
-  candidate lists and merge them down to the budget when they exceed it
-  (:func:`reduce_select`), and the driver keeps the closest within the budget. So only
-  O(budget) bytes travel from each worker,
-  and the selection is the same for any engine and any reduction tree.
+  selects S, the rows near the margin along the segment: key = the distance of 1 from the
+  interval of their margins (0 for rows that change sides). Each shard copies, in its own
+  order and without sorting, the rows whose key is within the threshold τ that the previous
+  pass's histograms give (:func:`threshold_from_hist`: the rows within τ of the margin at the
+  new w_b take the budget, and the next segment starts there, so its keys are at most those
+  distances); τ = ∞ on the first pass. A shard whose rows within τ exceed its quota
+  (:func:`shard_quota`: ``SHARE`` = 1.25 times its share of the budget) keeps its closest
+  rows within the quota instead (key, then |1 − margin at w_c|, ties by a hash of the row
+  number). Partials only concatenate these per-shard chunks, which stay the selection (no
+  merge, no copy): every shard's result depends on the shard and the broadcast only, so S is
+  the same for any engine and any reduction tree, and the candidates alive at once never
+  exceed the sum of the quotas, ``SELECTION_SHARE`` of ``inner_mb``, whatever the number of
+  shards.
 - *Inner iterations* (no pass): the rows outside S keep their coefficients cᵢ⁰ from the
   pass's plane at the new w_b (=: w_p); the rows in S choose cᵢ = [mᵢ(w) < 1] at the current
   w. Each such plane is a constraint of OP2, hence a valid cut. Together they define the lower
@@ -60,17 +65,17 @@ therefore only ever uses P values measured by passes, or P̃ when it is P (every
 memory: then the method is the accelerated variant run in memory, one pass). The pass's line search
 keeps P(w_b) monotone when the proposal overshoots (rows outside S changed sides).
 
-Memory: the selection kept between passes takes a third of ``inner_mb``
-(``SELECTION_SHARE``, counted as 64 bytes per row plus 8 per non-zero; default 256 MiB → 85
-MiB, ~12 % of the 1M store's rows). During a pass every partial of the reduction holds its
-candidates, merged down to the selection whenever they exceed it, so the transient peak is
-about (partials alive at once + 1) selections: a streaming tree reduction over S shards keeps
-~log₂ S partials, plus those waiting for an earlier shard — fine for the 1M store's 10 shards,
-but on the 406-shard scale store with ``--inner-mb 1536`` one run reached 10.5 GB peak RSS
-(when candidate lists were merged only beyond twice the selection). Bounding this for real
-needs a global threshold (e.g. the previous pass's) or a bounded candidate share per partial;
-not done. When the selection holds every row, P̃ = P and one pass suffices. Checkpoints are
-not supported by this variant (yet).
+Memory: the selection — the candidates of a pass, kept as they are until the next pass —
+takes at most ``SELECTION_SHARE`` (3/4) of ``inner_mb`` as the quotas count it (64 bytes per
+row plus 8 per non-zero); the inner loop's per-row arrays (margins, ~40 bytes a row) fit the
+rest. ``--inner-mb auto`` (the default): a quarter of the memory available at the start
+(``MemAvailable``), at most what holds every row (then one pass; the 1M store needs ~1.1
+GiB). Besides the selection a pass holds what the accelerated pass holds: the decoded shards
+in flight and one dense plane accumulator of ``len(GRID)`` × (d + 1) floats per partial
+alive in the reduction (~log₂ S + the engine's window of them) — independent of the budget;
+and the engine's shard cache (``--shard-cache-mb``, auto by default) fills from the second
+pass on (up to 8 GiB: most likely the bulk of the 10.5 GB peak of an earlier 50M-row run;
+``scripts/scale.py --shard-cache-mb`` sets it). Checkpoints are not supported by this variant (yet).
 """
 
 from __future__ import annotations
@@ -85,11 +90,11 @@ import numpy as np
 from ..kernels.csr import csr_take_rows, u32
 from ..kernels.perf import accumulate_rows, matvec, vdot
 from ..kernels.perf_selective import (
-    copy_rows,
     cut_segment_margins,
     segment_min,
     select_prefix,
     signed_margins,
+    threshold_rows,
     violated_at,
 )
 from ..model import Model
@@ -125,6 +130,10 @@ SHARE = 1.25
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 
+#: bucket edges (10 a decade) of the per-pass histogram of the rows' bytes by closeness to
+#: the margin (:func:`~ooc_svm.kernels.perf_selective.threshold_rows`)
+EDGES = np.geomspace(1e-6, 1e3, 91)
+
 
 # ------------------------------------------------------------------------------------------
 # selection of the rows near the margin (bounded, deterministic)
@@ -153,9 +162,6 @@ def _empty_selection(budget: int) -> dict:
     }
 
 
-_PER_ROW = ("key", "key2", "tie", "row", "ys", "mb", "mc")
-
-
 def segment_keys(mb: np.ndarray, mc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Closeness to the margin of rows with margins ``mb`` at w_b and ``mc`` at w_c: the
     distance of 1 from [min(mb, mc), max(mb, mc)] (0 for rows that change sides along the
@@ -166,84 +172,24 @@ def segment_keys(mb: np.ndarray, mc: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return key, np.abs(1.0 - mc)
 
 
+def closest_rows(indptr, mb, mc, cand, row_start: int, budget: int) -> np.ndarray:
+    """The rows of ``cand`` with the smallest (``key``, ``key2``, :func:`_tie`) that fit
+    ``budget`` bytes, in that order."""
+    cand = np.ascontiguousarray(cand, dtype=np.int64)
+    key, key2 = segment_keys(mb[cand], mc[cand])
+    order = np.lexsort((_tie(cand + int(row_start)), key2, key))
+    chosen = cand[order]
+    return chosen[: int(select_prefix(indptr, chosen, ROW_BYTES, NZ_BYTES, budget))]
+
+
 def select_rows(indptr, indices, data, ys, mb, mc, row_start: int, budget: int) -> dict:
     """The rows with the smallest (``key``, ``key2``, :func:`_tie`) that fit ``budget``
     bytes, as a selection dict (CSR slices in that order, labels ±1, keys)."""
-    key, key2 = segment_keys(mb, mc)
-    n = key.shape[0]
-    sel = _empty_selection(budget)
+    n = mb.shape[0]
     if n == 0 or budget < ROW_BYTES:
-        return sel
-    # candidates: the kmax smallest keys (ties included), kmax from the mean row size; the
-    # prefix that fits the budget is the global one unless it takes every candidate, and
-    # then kmax doubles (so the result does not depend on the estimate)
-    mean_row = ROW_BYTES + NZ_BYTES * (int(indptr[-1] - indptr[0]) / n)
-    kmax = int(min(n, max(16, 2 * budget // mean_row)))
-    while True:
-        if kmax < n:
-            t = np.partition(key, kmax - 1)[kmax - 1]
-            cand = np.flatnonzero(key <= t)
-        else:
-            cand = np.arange(n, dtype=np.int64)
-        tie = _tie(cand.astype(np.int64) + int(row_start))
-        order = np.lexsort((tie, key2[cand], key[cand]))
-        k = int(select_prefix(indptr, cand[order], ROW_BYTES, NZ_BYTES, budget))
-        if k < cand.shape[0] or kmax >= n:
-            break
-        kmax = min(n, 2 * kmax)
-    full = {
-        "key": key[cand],
-        "key2": key2[cand],
-        "row": cand.astype(np.int64) + int(row_start),
-        "ys": ys[cand],
-        "mb": mb[cand],
-        "mc": mc[cand],
-        "budget": int(budget),
-    }
-    full["tie"] = tie
-    sub = {kk: (v[order[:k]] if kk != "budget" else v) for kk, v in full.items()}
-    ip, ix, dt = csr_take_rows(indptr, indices, data, np.ascontiguousarray(cand[order[:k]]))
-    sub.update(indptr=ip, indices=ix, data=dt)
-    return sub
-
-
-def merge_selections(*sels: dict) -> dict:
-    """The closest rows of several selections within the budget (order: key, key2, tie).
-
-    Only the per-row keys are concatenated; the chosen rows' CSR slices are copied from their
-    sources straight into the result, so the peak is the inputs plus the result."""
-    sels = tuple(s for s in sels if s["key"].shape[0])
-    if len(sels) == 0:
-        return _empty_selection(0)
-    if len(sels) == 1:
-        return sels[0]
-    budget = sels[0]["budget"]
-    cat = {k: np.concatenate([s[k] for s in sels]) for k in _PER_ROW}
-    src = np.concatenate(
-        [np.full(s["key"].shape[0], j, dtype=np.int64) for j, s in enumerate(sels)]
-    )
-    local = np.concatenate([np.arange(s["key"].shape[0], dtype=np.int64) for s in sels])
-    length = np.concatenate([np.diff(s["indptr"]) for s in sels])
-    order = np.lexsort((cat["tie"], cat["key2"], cat["key"]))
-    used = np.cumsum(ROW_BYTES + NZ_BYTES * length[order])
-    k = int(np.searchsorted(used, budget, side="right"))
-    take = order[:k]
-    out = {key: v[take] for key, v in cat.items()}
-    del cat
-    indptr = np.zeros(k + 1, dtype=np.int64)
-    np.cumsum(length[take], out=indptr[1:])
-    nnz = int(indptr[-1])
-    indices = np.empty(nnz, dtype=sels[0]["indices"].dtype)
-    data = np.empty(nnz, dtype=sels[0]["data"].dtype)
-    src_t = src[take]
-    for j, s in enumerate(sels):
-        pos = np.flatnonzero(src_t == j)
-        if pos.shape[0]:
-            copy_rows(
-                s["indptr"], s["indices"], s["data"], local[take[pos]], indptr, pos, indices, data
-            )
-    out.update(budget=budget, indptr=indptr, indices=indices, data=data)
-    return out
+        return _empty_selection(budget)
+    rows = closest_rows(indptr, mb, mc, np.arange(n), row_start, budget)
+    return take_rows(indptr, indices, data, ys, 1.0, mb, mc, row_start, rows, budget)
 
 
 def selection_bytes(sel: dict) -> int:
@@ -258,9 +204,14 @@ def selection_bytes(sel: dict) -> int:
 
 def pass_select(shard, bc):
     """One streamed pass on the segment w_b + k(w_c − w_b): hinge sums and cutting planes at
-    the grid ``kg`` (as the accelerated pass), plus the shard's rows nearest the margin along
-    the segment (:func:`segment_keys`) within the byte budget."""
-    w2, tb, tc, bias, pos, dim, kg, budget, store_bytes = bc
+    the grid ``kg`` (as the accelerated pass), plus the shard's candidate rows for the
+    selection and a histogram of its bytes by segment key (:func:`segment_keys`).
+
+    Candidates: the rows with key ≤ ``tau`` (the threshold the previous pass's histogram
+    gives, :func:`threshold_from_hist`), copied in shard order without sorting, when they fit
+    the shard's quota (:func:`shard_quota`); otherwise (first pass, ``tau`` = ∞, or a shard
+    with more rows near the margin than its share) its closest rows within the quota."""
+    w2, tb, tc, bias, pos, dim, kg, budget, store_bytes, tau = bc
     K = kg.shape[0]
     acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, K, True)
     hv = np.zeros(K)
@@ -286,17 +237,54 @@ def pass_select(shard, bc):
         mb,
         mc,
     )
-    ys = np.where(np.asarray(shard.y) == pos, 1.0, -1.0)
     indptr = np.ascontiguousarray(shard.indptr, dtype=np.int64)
+    hist = np.zeros((3, EDGES.shape[0] + 1), dtype=np.int64)
+    rows = np.empty(shard.n_rows, dtype=np.int64)
+    k, used = threshold_rows(indptr, mb, mc, float(tau), ROW_BYTES, NZ_BYTES, EDGES, hist, rows)
     quota = shard_quota(shard.n_rows, shard.nnz, budget, store_bytes)
-    sel = select_rows(indptr, shard.indices, shard.data, ys, mb, mc, shard.row_start, quota)
-    sel["budget"] = int(budget)
+    rows = rows[:k]
+    if used > quota:
+        rows = closest_rows(indptr, mb, mc, rows, shard.row_start, quota)
+    sel = take_rows(indptr, shard.indices, shard.data, np.asarray(shard.y), pos, mb, mc,
+                    shard.row_start, rows, budget)  # fmt: skip
     return {
         "g": _finish_accumulator(acc, cols, dim, True),
         "cnt": cnt.astype(np.float64),
         "hinge": hv,
+        "hist": hist,
         "sel": [sel],
     }
+
+
+def take_rows(indptr, indices, data, y, pos, mb, mc, row_start, rows, budget) -> dict:
+    """The listed rows of a shard as an (unsorted) selection dict."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    key, key2 = segment_keys(mb[rows], mc[rows])
+    glob = rows + int(row_start)
+    if rows.shape[0] == mb.shape[0] and np.array_equal(rows, np.arange(rows.shape[0])):
+        # every row, in order: the shard's own arrays, no copy
+        a, b = int(indptr[0]), int(indptr[-1])
+        ip, ix, dt = indptr - a, indices[a:b], data[a:b]
+    else:
+        ip, ix, dt = csr_take_rows(indptr, indices, data, rows)
+    return {
+        "budget": int(budget), "key": key, "key2": key2, "tie": _tie(glob), "row": glob,
+        "ys": np.where(y[rows] == pos, 1.0, -1.0), "mb": mb[rows], "mc": mc[rows],
+        "indptr": ip, "indices": ix, "data": dt,
+    }  # fmt: skip
+
+
+def threshold_from_hist(hist: np.ndarray, budget: int, q: int) -> float:
+    """The next pass's threshold on the segment key: the smallest bucket edge of
+    :data:`EDGES` within which the rows' distance |1 − m| at the new best point (grid point
+    ``q``: ``hist[0]`` for k = 0, ``hist[1]`` for k = 1, else ``hist[2]``, an upper bound)
+    takes at least ``budget`` bytes; ∞ when the whole store fits.
+
+    The next segment starts at that point, so a row's key there is at most that distance:
+    the rows inside the threshold take at least ``budget`` bytes (up to the quotas)."""
+    h = hist[0] if q == 0 else hist[1] if q == GRID.shape[0] - 1 else hist[2]
+    b = int(np.searchsorted(np.cumsum(h), budget, side="left"))
+    return float(EDGES[b]) if b < EDGES.shape[0] else math.inf
 
 
 def shard_quota(n_rows: int, nnz: int, budget: int, store_bytes: int) -> int:
@@ -304,14 +292,14 @@ def shard_quota(n_rows: int, nnz: int, budget: int, store_bytes: int) -> int:
     (its share of the store's bytes), at most the budget. A function of the shard alone, so
     the candidates — and the selection — do not depend on the engine."""
     own = ROW_BYTES * int(n_rows) + NZ_BYTES * int(nnz)
-    return int(min(budget, math.ceil(SHARE * budget * own / max(1, store_bytes))))
+    return int(min(budget, math.floor(SHARE * budget * own / max(1, store_bytes))))
 
 
 def reduce_select(a, b):
-    """Reduce of :func:`pass_select` partials: planes summed, the shards' candidate lists
-    concatenated — and merged down to the budget whenever they exceed the budget, which
-    keeps every partial O(budget) and changes nothing in the final :func:`merge_selections`
-    (a row among the closest of the union is among the closest of any part holding it)."""
+    """Reduce of :func:`pass_select` partials: planes and histograms summed, the shards'
+    candidate lists concatenated (in shard order; merged once, by the driver). Every shard
+    returns at most its quota, so all partials alive at once hold at most ``SHARE`` times
+    the budget (plus a byte per shard of rounding), whatever the reduction tree."""
     if a is None:
         return b
     if b is None:
@@ -319,10 +307,7 @@ def reduce_select(a, b):
     out = reduce_cut(
         {k: v for k, v in a.items() if k != "sel"}, {k: v for k, v in b.items() if k != "sel"}
     )
-    sel = list(a["sel"]) + list(b["sel"])
-    if sel and sum(selection_bytes(s) for s in sel) > sel[0]["budget"]:
-        sel = [merge_selections(*sel)]
-    out["sel"] = sel
+    out["sel"] = list(a["sel"]) + list(b["sel"])
     return out
 
 
@@ -340,24 +325,33 @@ class _Inner:
     incremental cut): late inner cuts touch few rows.
     """
 
-    def __init__(self, sel: dict, kg, q: int, G_p, cnt_p: float, d: int, n_rows: int, bias, pool):
-        self.indptr = sel["indptr"]
-        self.idx = u32(np.ascontiguousarray(sel["indices"]))
-        self.data = sel["data"]
-        self.ys = sel["ys"]
+    def __init__(self, sel: list, kg, q: int, G_p, cnt_p: float, d: int, n_rows: int, bias, pool):
+        # the selection stays in its per-shard chunks (no copy into one CSR)
+        self.chunks = [
+            (c["indptr"], u32(np.ascontiguousarray(c["indices"])), c["data"])
+            for c in sel
+            if c["ys"].shape[0]
+        ]
+        sel = [c for c in sel if c["ys"].shape[0]]
+        cat = lambda k: np.concatenate([c[k] for c in sel]) if sel else np.zeros(0)  # noqa: E731
+        self.ys = cat("ys")
         self.d = d
         self.bias = bias
         self.pool = pool
         n = self.ys.shape[0]
+        self.off = np.zeros(len(self.chunks) + 1, dtype=np.int64)
+        np.cumsum([ip.shape[0] - 1 for ip, _, _ in self.chunks], out=self.off[1:])
         #: every row of the store is in memory (then P~ = P exactly)
         self.whole = n == n_rows
-        # two row ranges of about equal non-zeros: margins on two threads, fixed split
-        half = int(np.searchsorted(self.indptr, self.indptr[-1] // 2))
-        big = self.indptr[-1] >= THREADED_NNZ
-        self.parts = [(0, half), (half, n)] if big and 0 < half < n else [(0, n)]
+        # two groups of chunks of about equal non-zeros: margins on two threads, fixed split
+        nnz = np.cumsum([int(ip[-1]) for ip, _, _ in self.chunks])
+        total = int(nnz[-1]) if nnz.shape[0] else 0
+        half = int(np.searchsorted(nnz, total // 2)) + 1 if total else 0
+        big = total >= THREADED_NNZ and 0 < half < len(self.chunks)
+        self.parts = [(0, half), (half, len(self.chunks))] if big else [(0, len(self.chunks))]
         # the S rows' coefficients in the pass's plane at kg[q], by the pass's own rule, so
         # that G, R hold exactly the other rows' part of that plane
-        viol = violated_at(sel["mb"], sel["mc"], kg, q, np.empty(n))
+        viol = violated_at(cat("mb"), cat("mc"), kg, q, np.empty(n))
         self.gS = self.plane(viol * self.ys)
         self.G = G_p - self.gS
         self.c = viol > 0.0
@@ -366,17 +360,18 @@ class _Inner:
     def plane(self, coef: np.ndarray) -> np.ndarray:
         """Σ_{i∈S} coefᵢ x̃ᵢ as a dense vector of length d + 1."""
         g = np.zeros(self.d + 1)
-        tot = accumulate_rows(self.indptr, self.idx, self.data, coef, g)
+        tot = 0.0
+        for j, (ip, idx, data) in enumerate(self.chunks):
+            tot += accumulate_rows(ip, idx, data, coef[self.off[j] : self.off[j + 1]], g)
         g[self.d] += tot * self.bias
         return g
 
     def _margins(self, w: np.ndarray, out: np.ndarray, a: int, b: int) -> None:
-        ip = self.indptr[a : b + 1]
-        lo, hi = int(ip[0]), int(ip[-1])
-        signed_margins(
-            ip - lo, self.idx[lo:hi], self.data[lo:hi], self.ys[a:b], w[: self.d],
-            float(w[self.d]) * self.bias, out[a:b],
-        )  # fmt: skip
+        tb = float(w[self.d]) * self.bias
+        for j in range(a, b):
+            ip, idx, data = self.chunks[j]
+            o, e = self.off[j], self.off[j + 1]
+            signed_margins(ip, idx, data, self.ys[o:e], w[: self.d], tb, out[o:e])
 
     def margins(self, w: np.ndarray) -> np.ndarray:
         out = np.empty(self.ys.shape[0])
@@ -427,7 +422,7 @@ THREADED_NNZ = 1 << 20
 LINE_STEPS = 32
 #: the selection takes this share of ``inner_mb``; the pass's candidate lists and their
 #: merge the rest (module docstring, "Memory")
-SELECTION_SHARE = 1.0 / 3.0
+SELECTION_SHARE = 0.75
 
 
 class _Run:
@@ -442,8 +437,11 @@ class _Run:
         self.C = _resolve_C(params, self.n)
         self.Cp = self.C * self.n
         self.eps = float(params.eps)
-        self.budget = int(float(params.inner_mb) * 2**20 * SELECTION_SHARE)
+        #: the selection's target; the shards' quotas add up to SHARE times it at most
         self.sbytes = ROW_BYTES * self.n + NZ_BYTES * int(meta.nnz)
+        #: inner_mb in MiB (auto: at most what holds every row, with the quotas' slack)
+        self.inner_mb = params.inner_mib(whole_mib=self.sbytes * SHARE / SELECTION_SHARE / 2**20)
+        self.budget = int(self.inner_mb * 2**20 * SELECTION_SHARE / SHARE)
         self.ws = WorkingSet(self.d + 1, float(params.dense_limit_mb) * 2**20)
         self.prog = _Progress(engine, callback)
         self.atol = _qp_atol(self.eps)
@@ -452,6 +450,8 @@ class _Run:
         self.D = -math.inf
         self.outer = self.inner_total = self.sel_rows = self.sel_peak = 0
         self.pt = 0.0
+        #: segment-key threshold of the rows the next pass copies (∞: each shard its closest)
+        self.tau = math.inf
         self.converged = False
 
     def full_pass(self, w_c: np.ndarray):
@@ -461,7 +461,7 @@ class _Run:
         t = time.perf_counter()
         w2 = np.ascontiguousarray(np.stack([w_b[:d], w_c[:d]], axis=1))
         bc = (w2, float(w_b[d]) * self.bias, float(w_c[d]) * self.bias, self.bias, self.pos,
-              d + 1, kg, self.budget, self.sbytes)  # fmt: skip
+              d + 1, kg, self.budget, self.sbytes, self.tau)  # fmt: skip
         part = self.engine.map_reduce(self.store, pass_select, bc, reduce=reduce_select)
         self.pt = time.perf_counter() - t
         dw = w_c - w_b
@@ -475,9 +475,10 @@ class _Run:
         else:
             q = 0
         self.stop = (self.P_b - self.D) / self.Cp
-        sel = merge_selections(*part.pop("sel"))
-        self.sel_rows = int(sel["key"].shape[0])
-        self.sel_peak = max(self.sel_peak, selection_bytes(sel))
+        sel = part.pop("sel")
+        self.tau = threshold_from_hist(part["hist"], self.budget, q)
+        self.sel_rows = sum(int(c["key"].shape[0]) for c in sel)
+        self.sel_peak = max(self.sel_peak, sum(selection_bytes(c) for c in sel))
         self.prog.emit(
             {
                 "iteration": self.outer + self.inner_total, "objective": self.P_b,
@@ -629,6 +630,6 @@ def _result(run: _Run) -> Result:
             "lower_bound": _finite(run.D), "C": C, "converged": run.converged,
             "outer_iterations": run.outer, "inner_iterations": run.inner_total,
             "selected_rows": run.sel_rows, "selected_mb": run.sel_peak / 2**20,
-            "inner_mb": float(run.params.inner_mb),
+            "inner_mb": run.inner_mb,
         },
     )  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..._util import mem_available_bytes
 from .. import SolverError, binary_classes
 from ..params import KERNELS, SolverParams, at_least, param, parse_class_weight, positive
 
@@ -12,6 +13,9 @@ from ..params import KERNELS, SolverParams, at_least, param, parse_class_weight,
 #: w_c − w_b, the two-column copy for the pass, the new cut and temporaries), all within
 #: ``dense_limit_mb``
 DENSE_VECTORS = 10
+
+#: ``--inner-mb auto``: this share of ``MemAvailable`` at the start of the training
+AUTO_INNER_SHARE = 0.25
 
 LOSSES = ("error", "roc", "ordinal")
 VARIANTS = ("paper", "accelerated", "selective", "svmperf")
@@ -65,11 +69,13 @@ class Params(SolverParams):
     cut_points: int = param(5, "accelerated: candidate cutting planes accumulated per pass")
     mu: float = param(0.1, "accelerated: cut at k* + mu*(1 - k*) (OCAS)")
     kernel: str = param("linear", "perf trains linear SVMs only", choices=KERNELS)
-    inner_mb: float = param(
-        256.0,
-        "selective: MiB for the rows near the margin: a third holds the rows kept in memory "
-        "between full passes (64 bytes per row + 8 per non-zero), the rest their transient "
-        "candidates during a pass; svmperf: MiB of the rows kept for its partial rounds",
+    inner_mb: str = param(
+        "auto",
+        "selective: MiB for the rows near the margin kept in memory between full passes (64 "
+        "bytes per row + 8 per non-zero; their share of a pass's candidates is bounded by it "
+        "too), or auto (auto:SHARE): SHARE (0.25) of the memory available at the start, at "
+        "most what every row of the store needs (then one pass suffices); svmperf: MiB of the "
+        "rows kept for its partial rounds (auto: 256)",
     )
     max_inner: int = param(2000, "selective: inner cutting planes between two full passes")
     inner_share: float = param(
@@ -117,9 +123,36 @@ class Params(SolverParams):
         positive(self, "dense_limit_mb")
         at_least(self, "line_points", 1)
         at_least(self, "cut_points", 1)
-        at_least(self, "inner_mb", 0)
+        self.inner_mib()  # a number >= 0, auto or auto:SHARE
         at_least(self, "max_inner", 1)
         positive(self, "inner_share")
+
+    def inner_mib(self, whole_mib: float | None = None, auto_mib: float = 256.0) -> float:
+        """``inner_mb`` in MiB: the number given, or for ``auto[:SHARE]`` SHARE
+        (:data:`AUTO_INNER_SHARE`) of ``MemAvailable`` now, at most ``whole_mib`` (what the
+        whole store needs); ``auto_mib`` when ``whole_mib`` is not given or the memory cannot
+        be read."""
+        v = str(self.inner_mb).strip().lower()
+        if v == "auto" or v.startswith("auto:"):
+            try:
+                share = float(v[5:]) if v != "auto" else AUTO_INNER_SHARE
+            except ValueError:
+                share = -1.0
+            if not 0.0 < share <= 1.0:
+                raise SolverError(f"--inner-mb auto:SHARE needs 0 < SHARE <= 1 (got {v})")
+            avail = mem_available_bytes()
+            if whole_mib is None or not avail:
+                return float(auto_mib)
+            return float(min(share * avail / 2**20, whole_mib))
+        try:
+            mib = float(v)
+        except ValueError:
+            mib = -1.0
+        if not mib >= 0:
+            raise SolverError(
+                f"--inner-mb must be MiB >= 0, auto or auto:SHARE (got {self.inner_mb})"
+            )
+        return mib
 
     def validate(self, meta) -> None:
         super().validate(meta)

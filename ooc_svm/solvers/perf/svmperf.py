@@ -355,7 +355,7 @@ class _Run:
         self.C = _resolve_C(params, self.n)
         self.Cp = self.C * self.n
         self.eps = float(params.eps)
-        self.budget = int(float(params.inner_mb) * 2**20)
+        self.budget = int(params.inner_mib() * 2**20)
         self.ws = WorkingSet(self.dim, float(params.dense_limit_mb) * 2**20)
         self.prog = _Progress(engine, callback)
         self.state = engine.init_state(store, functools.partial(init_stats, inv_n=1.0 / self.n))
