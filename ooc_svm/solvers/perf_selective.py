@@ -97,7 +97,6 @@ from ..kernels.perf_selective import (
     threshold_rows,
     violated_at,
 )
-from ..model import Model
 from . import Callback, Result, SolverError, binary_classes
 from .params import as_params
 from .perf import (
@@ -113,6 +112,7 @@ from .perf import (
     check_qp,
     reduce_cut,
 )
+from .perf.common import binary_result
 
 log = logging.getLogger(__name__)
 
@@ -600,36 +600,13 @@ def solve_selective(
 
 def _result(run: _Run) -> Result:
     """The binary linear model and the :class:`Result` of a selective run."""
-    C, Cp, ws, d, w_b = run.C, run.Cp, run.ws, run.d, run.w_b
-    iterations = run.outer + run.inner_total
-    info = {
-        "solver": "perf", "loss": "error", "variant": "selective", "C": C, "C_perf": Cp,
-        "c_perf_svmperf": Cp / 100.0, "eps": run.eps, "bias": run.bias, "objective": run.P_b,
-        "iterations": iterations, "converged": run.converged, "float32_planes": ws.float32,
+    extra = {
+        "outer_iterations": run.outer, "inner_iterations": run.inner_total,
+        "selected_rows": run.sel_rows, "selected_mb": run.sel_peak / 2**20,
+        "inner_mb": run.inner_mb,
     }  # fmt: skip
-    model = Model(
-        kind="linear",
-        n_features=d,
-        classes=[run.neg, run.pos],
-        coef_=w_b[:d].copy(),
-        intercept_=float(w_b[d] * run.bias),
-        info=info,
-    )
-    return Result(
-        model=model,
-        objective=run.P_b,
-        dual_objective=None,
-        iterations=iterations,
-        passes=run.prog.passes(),
-        seconds=time.perf_counter() - run.prog.t0,
-        stop_value=float(run.stop),
-        history=run.prog.history,
-        summary={
-            "xi": run.xi_b, "peak_working_set": ws.peak, "working_set": len(ws),
-            "working_set_mb": ws.peak_bytes / 2**20, "variant": "selective", "loss": "error",
-            "lower_bound": _finite(run.D), "C": C, "converged": run.converged,
-            "outer_iterations": run.outer, "inner_iterations": run.inner_total,
-            "selected_rows": run.sel_rows, "selected_mb": run.sel_peak / 2**20,
-            "inner_mb": run.inner_mb,
-        },
+    iterations = run.outer + run.inner_total
+    return binary_result(
+        run, run.w_b, "selective", run.P_b, iterations, run.converged, run.stop, run.xi_b, run.D,
+        extra=extra,
     )  # fmt: skip
