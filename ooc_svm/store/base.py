@@ -216,6 +216,15 @@ class _Lease:
         self._pool._give_back(self._buf)
 
 
+def held_bytes(a: np.ndarray) -> int:
+    """Bytes of memory an array keeps alive: the whole pooled buffer behind it (see
+    :class:`BufferPool`), else its own size."""
+    b = a.base
+    while isinstance(b, np.ndarray):
+        b = b.base
+    return int(b._buf.nbytes) if isinstance(b, _Lease) else int(a.nbytes)
+
+
 class BufferPool:
     """Reusable byte buffers for the read path of passes (compressed chunks, decoded arrays).
 
