@@ -26,7 +26,7 @@ from .paths import atomic_write_bytes, get_fs, is_local, local_path
 META_KEY = "ooc_svm"
 
 #: free buffers a pass reader keeps for reuse, in largest shards (decoded + compressed)
-DEFAULT_POOL_SHARDS = 4
+DEFAULT_POOL_SHARDS = 2
 
 
 def _zarr_store(path: str, mode: str):
