@@ -528,7 +528,13 @@ def main() -> None:
                     f"{ps / (dec['best'] + ker['best']):>15.2f}  {dec['best_cpu']:>6.2f} "
                     f"{ker['best_cpu']:>6.2f} {pcpu:>5.2f}"
                     f"{pcpu / (dec['best_cpu'] + ker['best_cpu']):>20.2f}"
-                    f"{os.getloadavg()[0]:>6.1f}  {passes[0].get('engine')}",
+                    f"{os.getloadavg()[0]:>6.1f}  {passes[0].get('engine')}  result "
+                    + (
+                        "identical"
+                        if {r["digest"] for r in passes} == {ker["digest"]}
+                        else "DIFFERS"
+                    )
+                    + " to the in-memory kernel's",
                     flush=True,
                 )
                 all_results.append(
