@@ -189,6 +189,10 @@ def read_local(
     return out[:got], file_id(st)
 
 
+#: free buffers a :class:`BufferPool` keeps at most (whatever their sizes)
+MAX_FREE_BUFFERS = 64
+
+
 class _Lease:
     """Owner of one pooled buffer while arrays use it.
 
@@ -213,7 +217,10 @@ class _Lease:
         }
 
     def __del__(self):
-        self._pool._give_back(self._buf)
+        try:
+            self._pool._give_back(self._buf)
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing to give back to
+            pass
 
 
 def held_bytes(a: np.ndarray) -> int:
@@ -269,11 +276,11 @@ class BufferPool:
 
     def _give_back(self, buf: np.ndarray) -> None:
         with self._lock:
-            if buf.nbytes > self.max_free_bytes:
+            if not 0 < buf.nbytes <= self.max_free_bytes:
                 return
             self._free.append(buf)
             self.free_bytes += buf.nbytes
-            while self.free_bytes > self.max_free_bytes:
+            while self.free_bytes > self.max_free_bytes or len(self._free) > MAX_FREE_BUFFERS:
                 self.free_bytes -= self._free.pop(0).nbytes
 
     def clear(self) -> None:
