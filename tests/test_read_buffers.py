@@ -182,3 +182,19 @@ def test_truncated_or_padded_chunk_is_refused_through_the_pooled_path(tmp_path, 
         fh.write(raw + b"\0" * 7)
     with pytest.raises(ShardCorruptError, match="shard 1"):
         open_store(path).shard_reader(fast=True)(1)
+
+
+def test_pool_keeps_at_most_its_bound_of_free_buffers():
+    from ooc_svm.store.base import BufferPool
+
+    pool = BufferPool(3 << 20)
+    arrs = [pool.take(1 << 20) for _ in range(6)]
+    assert pool.allocated == 6 and pool.free_bytes == 0  # all in use: none free
+    del arrs
+    gc.collect()
+    assert 0 < pool.free_bytes <= 3 << 20
+    a = pool.take(1 << 20)
+    assert pool.reused == 1 and a.nbytes == 1 << 20
+    big = pool.take(8 << 20)  # larger than the bound: used, then not kept
+    del big
+    assert pool.free_bytes <= 3 << 20
