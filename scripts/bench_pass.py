@@ -31,7 +31,8 @@ when decode and kernel share the same cores), the same ratio of CPU seconds (wha
 pipeline costs beyond decoding and the kernel: page-cache fills, hand-offs; it does not
 depend on other processes' load as wall times do) and the 1-minute load average of each row.
 ``--memtest`` runs the local engine with a shard cache 4x smaller than the decoded store and
-checks peak RSS against shard size × (threads + prefetch) + cache + O(features).
+checks peak RSS against shard size × (threads + prefetch) + cache + the bound on the free
+buffers of the reader's pool + O(features).
 
 Usage::
 
@@ -581,6 +582,10 @@ def main() -> None:
             * max_packed
             / 2**20,
             "cache budget": cache_mb,
+            "free read buffers the store reader's pool may keep (its bound)": getattr(
+                getattr(st.shard_reader(True), "pool", None), "max_free_bytes", 0
+            )
+            / 2**20,
             "O(features) partials": feat_mb,
         }
         bound = r["rss_before_mb"] + sum(parts.values())
@@ -592,7 +597,7 @@ def main() -> None:
             f"{window} shards, {io_threads} read at a time"
         )
         for k, v in parts.items():
-            print(f"#   {k:<66} {v:>6.0f} MB")
+            print(f"#   {k:<72} {v:>6.0f} MB")
         print(
             f"#   RSS before the passes {r['rss_before_mb']:.0f} MB; peak during the passes "
             f"{pk:.0f} MB (sampled every 2 ms); increase {pk - r['rss_before_mb']:.0f} MB; "
