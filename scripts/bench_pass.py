@@ -27,9 +27,12 @@ page cache, decompress, validate — over every shard on ``--threads`` threads, 
 on one thread), ``kernel`` (the ``memory`` pass above) and the engine's real pass
 (``LocalEngine`` with ``cache_mb=0``, the store's pages evicted right before it), and prints
 pass / max(disk read, decode, kernel) (goal <= 1.3) and pass / (decode + kernel) (the bound
-when decode and kernel share the same cores). ``--memtest`` runs the local engine with a shard
-cache 4x smaller than the decoded store and checks peak RSS against
-shard size × (threads + prefetch) + cache + O(features).
+when decode and kernel share the same cores), the same ratio of CPU seconds (what the
+pipeline costs beyond decoding and the kernel: page-cache fills, hand-offs; it does not
+depend on other processes' load as wall times do) and the 1-minute load average of each row.
+``--memtest`` runs the local engine with a shard cache 4x smaller than the decoded store and
+checks peak RSS against shard size × (threads + prefetch) + cache + the bound on the free
+buffers of the reader's pool + O(features).
 
 Usage::
 
@@ -507,7 +510,7 @@ def main() -> None:
         print(
             f"{'store':<14}{'disk MB':>8}{'read s':>8}{'decode s':>9}{'(1 thr)':>8}"
             f"{'kernel s':>9}{'pass s':>8}{'pass/max':>9}{'pass/(dec+ker)':>15}"
-            "  CPU s: decode kernel pass  engine"
+            "  CPU s: decode kernel pass  CPU pass/(dec+ker)  load  engine"
         )
         for (fmt, codec), path in stores.items():
             rd = min(disk_read(path) for _ in range(max(1, a.repeat // 2)))
@@ -519,12 +522,20 @@ def main() -> None:
                 sub_a = argparse.Namespace(**{**vars(a), "engine_kw": kw})
                 passes = [run_child(sub_a, "local", path, cold="evict") for _ in range(a.repeat)]
                 ps = min(r["best"] for r in passes)
+                pcpu = min(r["best_cpu"] for r in passes)
                 print(
                     f"{fmt + '/' + codec:<14}{du_mb(path):>8.0f}{rd:>8.3f}{dec['best']:>9.3f}"
                     f"{dec['one_thread']:>8.3f}{ker['best']:>9.3f}{ps:>8.3f}{ps / floor:>9.2f}"
                     f"{ps / (dec['best'] + ker['best']):>15.2f}  {dec['best_cpu']:>6.2f} "
-                    f"{ker['best_cpu']:>6.2f} {min(r['best_cpu'] for r in passes):>5.2f}  "
-                    f"{passes[0].get('engine')}",
+                    f"{ker['best_cpu']:>6.2f} {pcpu:>5.2f}"
+                    f"{pcpu / (dec['best_cpu'] + ker['best_cpu']):>20.2f}"
+                    f"{os.getloadavg()[0]:>6.1f}  {passes[0].get('engine')}  result "
+                    + (
+                        "identical"
+                        if {r["digest"] for r in passes} == {ker["digest"]}
+                        else "DIFFERS"
+                    )
+                    + " to the in-memory kernel's",
                     flush=True,
                 )
                 all_results.append(
@@ -538,6 +549,8 @@ def main() -> None:
                         "decode_one_thread": dec["one_thread"],
                         "kernel": ker["best"],
                         "pass": ps,
+                        "cpu": {"decode": dec["best_cpu"], "kernel": ker["best_cpu"], "pass": pcpu},
+                        "load": os.getloadavg(),
                         "passes": [r["best"] for r in passes],
                     }
                 )
@@ -569,6 +582,10 @@ def main() -> None:
             * max_packed
             / 2**20,
             "cache budget": cache_mb,
+            "free read buffers the store reader's pool may keep (its bound)": getattr(
+                getattr(st.shard_reader(True), "pool", None), "max_free_bytes", 0
+            )
+            / 2**20,
             "O(features) partials": feat_mb,
         }
         bound = r["rss_before_mb"] + sum(parts.values())
@@ -580,7 +597,7 @@ def main() -> None:
             f"{window} shards, {io_threads} read at a time"
         )
         for k, v in parts.items():
-            print(f"#   {k:<66} {v:>6.0f} MB")
+            print(f"#   {k:<72} {v:>6.0f} MB")
         print(
             f"#   RSS before the passes {r['rss_before_mb']:.0f} MB; peak during the passes "
             f"{pk:.0f} MB (sampled every 2 ms); increase {pk - r['rss_before_mb']:.0f} MB; "

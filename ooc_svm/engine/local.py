@@ -17,7 +17,10 @@ Pipeline of one pass (``map_reduce``):
 
 Memory: at most ``n_threads + prefetch`` decoded shards, plus the optional byte-bounded shard
 cache (``cache_mb``), plus O(log n_shards) partials in the fold and a bounded number of
-partials of shards finished out of order.
+partials of shards finished out of order, plus the free read buffers the store's reader keeps
+for the next shards (a compressed Zarr store: at most two largest shards, decoded and
+compressed, see :class:`~ooc_svm.store.base.BufferPool`; a shard still referenced — by the
+cache or by a pass function that keeps it — keeps its buffers out of the pool).
 """
 
 from __future__ import annotations

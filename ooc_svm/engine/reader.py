@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..store.base import held_bytes
 from ..store.format import Shard
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,10 @@ def readonly(shard: Shard) -> Shard:
 
 
 def materialize(shard: Shard) -> Shard:
-    """Copy memory-mapped / foreign-buffer arrays into private memory (for the cache)."""
+    """Copy memory-mapped arrays into private memory (for the cache), and arrays in a pooled
+    read buffer much larger than themselves (so the cache's byte count is what it holds).
+    Other arrays, pooled ones included, are kept as they are: a pooled buffer returns to
+    its pool only once no array uses it."""
 
     def own(a):
         if a is None:
@@ -45,7 +49,7 @@ def materialize(shard: Shard) -> Shard:
         b = a.base
         while isinstance(b, np.ndarray):
             b = b.base
-        if isinstance(b, mmap.mmap):
+        if isinstance(b, mmap.mmap) or held_bytes(a) > a.nbytes + a.nbytes // 8 + (1 << 16):
             a = np.array(a, copy=True)
         return a
 

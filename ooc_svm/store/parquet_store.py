@@ -77,7 +77,10 @@ def table_arrays(table, has_qid: bool) -> tuple:
     idx = table.column("indices").combine_chunks()
     val = table.column("values").combine_chunks()
     indptr = np.asarray(idx.offsets, dtype=np.int64)
-    indptr = indptr - indptr[0] if indptr.size else np.zeros(1, np.int64)
+    if not indptr.size:
+        indptr = np.zeros(1, np.int64)
+    elif indptr[0]:  # a sliced list array: offsets do not start at 0 (a file never has that)
+        indptr = indptr - indptr[0]
     indices = np.asarray(idx.values.to_numpy(zero_copy_only=False), dtype=np.int32)
     data = np.asarray(val.values.to_numpy(zero_copy_only=False), dtype=np.float32)
     y = table.column("y").to_numpy().astype(np.float64, copy=False)

@@ -10,18 +10,23 @@ import numpy as np
 
 from .base import (
     MAX_ARRAY_META_BYTES,
+    BufferPool,
     ShardGuard,
     _SizeMismatch,
     load_meta_json,
     map_file,
     read_file,
     read_into,
+    read_local,
     store_fs,
 )
 from .format import Shard, StoreError, StoreMeta
 from .paths import atomic_write_bytes, get_fs, is_local, local_path
 
 META_KEY = "ooc_svm"
+
+#: free buffers a pass reader keeps for reuse, in largest shards (decoded + compressed)
+DEFAULT_POOL_SHARDS = 2
 
 
 def _zarr_store(path: str, mode: str):
@@ -122,8 +127,10 @@ class ZarrStore(ShardGuard):
     which costs 3-10x more than the kernels of a pass over the same bytes): every array is
     single-chunk with the ``bytes`` codec plus at most one of ``blosc`` (lz4) / ``zstd``, as
     :class:`ZarrShardWriter` writes them. Uncompressed chunks are memory-mapped by the fast
-    reader (kernels read the page cache without a copy); blosc decodes straight into the
-    output array and zstd through pyarrow (both release the GIL). A chunk file that is absent
+    reader (kernels read the page cache without a copy). A compressed chunk is read with one
+    ``readinto`` and decoded (numcodecs blosc / zstd, GIL released) straight into the output
+    array; the fast reader takes both buffers from a :class:`~ooc_svm.store.base.BufferPool`,
+    so a pass does not page-fault fresh memory for every shard. A chunk file that is absent
     reads as zeros, as in Zarr (the checksum then decides).
     """
 
@@ -166,21 +173,36 @@ class ZarrStore(ShardGuard):
     def read_shard(self, i: int, verify: bool = False) -> Shard:
         """Read, decode and validate shard ``i`` (writable arrays); ``verify``: always
         re-check the checksum, even when this store object checked these files before."""
-        shard, ident = self._read(i, mapped=False)
+        shard, ident = self._read(i, mapped=False, pool=None)
         return self.accept(i, shard, ident, verify)
 
-    def shard_reader(self, fast: bool = True) -> Callable[[int], Shard]:
-        """``read(i) -> Shard`` for passes; ``fast``: memory-map uncompressed local chunks."""
+    def shard_reader(
+        self, fast: bool = True, pool_shards: int = DEFAULT_POOL_SHARDS
+    ) -> Callable[[int], Shard]:
+        """``read(i) -> Shard`` for passes; ``fast``: memory-map uncompressed local chunks and
+        decode compressed ones into reused buffers (a :class:`~ooc_svm.store.base.BufferPool`
+        keeping at most ``pool_shards`` of the largest shard's decoded and compressed bytes
+        free between uses; 0: fresh memory for every shard, as :meth:`read_shard`)."""
         mapped = bool(fast) and self._local
+        pool = None
+        if fast and pool_shards > 0 and self.meta.compression != "none":
+            pool = BufferPool(int(pool_shards) * self._largest_shard_bytes())
 
         def read(i: int) -> Shard:
-            shard, ident = self._read(i, mapped=mapped)
+            shard, ident = self._read(i, mapped=mapped, pool=pool)
             return self.accept(i, shard, ident, False)
 
+        read.pool = pool  # type: ignore[attr-defined]
         return read
 
+    def _largest_shard_bytes(self) -> int:
+        """Decoded plus worst-case compressed bytes of the largest shard."""
+        per_row = 8 + 8 + (8 if self.meta.has_qid else 0)
+        big = max((s.nnz * 8 + (s.n_rows + 1) * per_row for s in self.meta.shards), default=0)
+        return big + _compressed_bound(big)
+
     # -- decoding ---------------------------------------------------------------------------
-    def _read(self, i: int, mapped: bool) -> tuple[Shard, tuple | None]:
+    def _read(self, i: int, mapped: bool, pool: BufferPool | None) -> tuple[Shard, tuple | None]:
         if not (0 <= i < self.meta.n_shards):
             raise IndexError(f"{self.path}: no shard {i} (the store has {self.meta.n_shards})")
         info = self.meta.shards[i]
@@ -193,7 +215,7 @@ class ZarrStore(ShardGuard):
         try:
             for key, n in sizes.items():
                 rel = f"{info.name}/{key}"
-                arrays[key], fid = self._array(i, rel, ARRAY_DTYPES[key], n, mapped)
+                arrays[key], fid = self._array(i, rel, ARRAY_DTYPES[key], n, mapped, pool)
                 ids.append(fid)
         except StoreError:
             self.check_unchanged()
@@ -215,7 +237,9 @@ class ZarrStore(ShardGuard):
         ident = None if any(f is None for f in ids) or not self._local else tuple(ids)
         return shard, ident
 
-    def _array(self, i: int, rel: str, dtype: np.dtype, n: int, mapped: bool):
+    def _array(
+        self, i: int, rel: str, dtype: np.dtype, n: int, mapped: bool, pool: BufferPool | None
+    ):
         root = self._root
         what = self.describe(i)
         raw, meta_id = read_file(self._fs, root, f"{rel}/zarr.json", MAX_ARRAY_META_BYTES, what)
@@ -241,31 +265,38 @@ class ZarrStore(ShardGuard):
             return out, (meta_id, fid)
         bound = nbytes if codec == "none" else _compressed_bound(nbytes)
         try:
-            raw, fid = read_file(self._fs, root, chunk, bound, what)
+            if self._local:  # straight into a (pooled) buffer: no bytes object, no copy
+                raw, fid = read_local(f"{root}/{chunk}", bound, what, pool)
+            else:
+                raw, fid = read_file(self._fs, root, chunk, bound, what)
         except FileNotFoundError:
             return np.zeros(n, dtype=dtype), (meta_id, None)
-        if codec == "none":
+        if codec == "none":  # remote, uncompressed
             if len(raw) != nbytes:
                 raise _SizeMismatch(len(raw))
             return np.frombuffer(bytearray(raw), dtype=dtype, count=n), (meta_id, fid)
+        out = (pool.take(nbytes) if pool is not None else np.empty(nbytes, np.uint8)).view(dtype)
         if codec == "blosc":
-            if len(raw) < 16 or int.from_bytes(raw[4:8], "little") != nbytes:
+            head = bytes(raw[:16])
+            if len(head) < 16 or int.from_bytes(head[4:8], "little") != nbytes:
                 raise _SizeMismatch("a blosc header with another size")
+            if int.from_bytes(head[12:16], "little") != len(raw):
+                # blosc trusts its header: never let it read past the bytes of the file
+                raise ValueError(
+                    f"blosc header declares {int.from_bytes(head[12:16], 'little')}"
+                    f" compressed bytes, the file has {len(raw)}"
+                )
             from numcodecs import Blosc
 
-            out = np.empty(n, dtype=dtype)
-            Blosc().decode(raw, out=out)
+            Blosc().decode(raw, out=out)  # releases the GIL
             return out, (meta_id, fid)
-        declared = _zstd_content_size(raw)
+        declared = _zstd_content_size(bytes(raw[:18]))
         if declared is not None and declared != nbytes:
             raise _SizeMismatch(f"a zstd frame of {declared}")
-        import pyarrow as pa
+        from numcodecs import Zstd
 
-        buf = pa.Codec("zstd").decompress(raw, decompressed_size=nbytes, asbytes=False)
-        if buf.size != nbytes:
-            raise _SizeMismatch(buf.size)
-        arr = np.frombuffer(buf, dtype=dtype, count=n)
-        return (arr if mapped else arr.copy()), (meta_id, fid)
+        Zstd().decode(raw, out=out)  # releases the GIL; checks the decoded size is nbytes
+        return out, (meta_id, fid)
 
 
 def _check_array_meta(doc: Any, dtype: np.dtype, n: int) -> str | None:
