@@ -53,7 +53,7 @@ import sys
 import time
 
 import numpy as np
-from _bench_util import drop_caches
+from _bench_util import drop_caches, pass_digest, pass_weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -61,31 +61,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # ------------------------------------------------------------------------------------------
 # child side
 # ------------------------------------------------------------------------------------------
-
-
-def _bc(store):
-    """A realistic w: the class-mean direction of shard 0, scaled so the median |w·x| is 2.
-
-    (A random w makes every row violated — the worst case for the Σ yᵢxᵢ scatter — which a
-    solver only sees in its first iteration.)
-    """
-    from ooc_svm.kernels.csr import csr_matvec, csr_rmatvec_add, u32
-
-    s = store.read_shard(0)
-    ys = np.where(s.y > np.median(s.y), 1.0, -1.0)
-    w = csr_rmatvec_add(s.indptr, u32(s.indices), s.data, ys, np.zeros(store.meta.n_features))
-    m = csr_matvec(s.indptr, u32(s.indices), s.data, w, 0.0, np.empty(s.n_rows))
-    w *= 2.0 / max(np.median(np.abs(m)), 1e-12)
-    return (w, 1.0, 0.0)
-
-
-def _digest(res) -> str:
-    import hashlib
-
-    g, cnt, hinge, gb = res
-    h = hashlib.blake2b(np.ascontiguousarray(g).view(np.uint8), digest_size=8)
-    h.update(np.array([cnt, hinge, gb]).view(np.uint8))
-    return h.hexdigest()
 
 
 def _peak_rss_mb() -> float:
@@ -155,7 +130,7 @@ def child(args) -> None:
 
     store = open_store(args.store)
     meta = store.meta
-    bc = _bc(store)
+    bc = pass_weights(store)
     out: dict = {"mode": args.child, "store": args.store}
     _warm_kernels()
     times: list[float] = []
@@ -273,7 +248,7 @@ def child(args) -> None:
         nnz=meta.nnz,
         n_rows=meta.n_rows,
         violated=float(res[1]),
-        digest=_digest(res),
+        digest=pass_digest(res),
         peak_rss_mb=_peak_rss_mb(),
     )
     print("RESULT " + json.dumps(out), flush=True)
