@@ -230,6 +230,27 @@ def test_train_shard_cache_flag(store, tmp_path, monkeypatch):
         api.train(st, "perf", shard_cache_mb=-1)
 
 
+def test_auto_cache_not_filled_by_batched_scoring(store, tmp_path):
+    """``predict`` scores a store in batches of shards (partial passes): with the auto cache
+    none of them may be cached the first time (the 10M-row scale test store's predict held
+    5 GB, the whole decoded store, when the first batch marked the store as seen)."""
+    import ooc_svm.api as api
+    from ooc_svm.scoring import iter_scored
+
+    st, _, _ = store
+    model = api.train(st, "perf", max_iter=2, shard_cache_mb=0).model
+    with LocalEngine(cache_mb="auto") as eng:
+        assert eng.cache.budget > 0
+        # one whole prediction, 2 shards a batch: every shard read once, none cached
+        n = sum(len(y) for y, _, _ in iter_scored(st, eng, model, max_rows=1400))
+        assert n == st.meta.n_rows
+        assert eng.cache.used == 0 and eng.shards_read == st.n_shards
+        # a second one reads every shard a second time: now they are cached
+        sum(len(y) for y, _, _ in iter_scored(st, eng, model, max_rows=1400))
+        assert 0 < eng.cache.used <= eng.cache.budget
+        assert eng.shards_read == 2 * st.n_shards
+
+
 @pytest.mark.parametrize("inline_nnz", [0, 10**9])
 def test_auto_cache_bounded_and_filled_from_second_pass(store, monkeypatch, inline_nnz):
     """issue 16: ``auto`` never caches beyond SHARE × MemAvailable; a single pass caches

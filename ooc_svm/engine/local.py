@@ -52,8 +52,9 @@ class LocalEngine(Engine):
         and decoded once; repeated passes then touch no file. ``"auto"`` (the default of
         :func:`~ooc_svm.engine.make_engine`; ``"auto:SHARE"``): at most SHARE (0.5) of the
         memory available when the engine is made (``MemAvailable``), at most
-        :data:`~ooc_svm._util.AUTO_CACHE_CAP_MB`, and shards are cached from the second pass
-        over a store on (a single pass, e.g. ``predict``, caches nothing).
+        :data:`~ooc_svm._util.AUTO_CACHE_CAP_MB`, and a shard is cached when it is read for
+        the second time (a single pass, e.g. ``predict`` or ``evaluate``, which score a store
+        in batches of shards, caches nothing).
     io_threads : int or None
         Reader threads (default ``max(1, min(prefetch, 4))``). For a store on the local
         file system at most ``local_reads`` of them read and decode at a time; remote stores
@@ -100,7 +101,7 @@ class LocalEngine(Engine):
         self.auto_cache = isinstance(spec, str)
         budget = auto_cache_bytes(spec) if isinstance(spec, str) else int(spec * 2**20)
         self.cache = ShardCache(budget)
-        self._warm: set[str] = set()  # stores with a completed pass (auto caches from then)
+        self._seen: dict[str, set[int]] = {}  # shards read once per store (auto caches from then)
         self.passes = 0
         self.partial_passes = 0
         self.shards_read = 0
@@ -129,13 +130,11 @@ class LocalEngine(Engine):
             state.check(ids)
         token = store_token(store) if read else ""  # the cache is used only when read
         reader = self._reader(store) if read else None
-        fill = read and (not self.auto_cache or token in self._warm)
+        fill = self._fill_set(token, ids, read)
         run = self._run_threaded
         if len(ids) <= 1 or sum(int(store.meta.shards[s].nnz) for s in ids) <= self.inline_nnz:
             run = self._run_inline
         result = run(store, fn, broadcast, reduce, state, ids, read, token, reader, fill)
-        if read:
-            self._warm.add(token)
         if full:
             self.passes += 1
         else:
@@ -152,6 +151,19 @@ class LocalEngine(Engine):
         if is_local(str(getattr(base, "path", ""))):
             return min(self.io_threads, self.local_reads)
         return self.io_threads
+
+    def _fill_set(self, token: str, ids: list[int], read: bool) -> set[int]:
+        """The shards of this pass to offer to the cache: all of them with an explicit
+        budget; with ``auto`` only those this engine has read before (full or partial
+        passes alike), so one pass over a store caches nothing."""
+        if not read or not self.cache.budget:
+            return set()
+        if not self.auto_cache:
+            return set(ids)
+        seen = self._seen.setdefault(token, set())
+        fill = seen.intersection(ids)
+        seen.update(ids)
+        return fill
 
     def _run_threaded(
         self, store, fn, broadcast, reduce, state, ids, read, token, reader, fill
@@ -172,7 +184,7 @@ class LocalEngine(Engine):
             sid = ids[k]
             shard = reader(sid)
             self.shards_read += 1
-            return cache.put(token, sid, shard) if fill else shard
+            return cache.put(token, sid, shard) if sid in fill else shard
 
         hinted = 0  # shards [0, hinted) had their files read ahead
         ahead = self.readahead if read and shard_files(store, ids[0]) else 0
@@ -249,7 +261,7 @@ class LocalEngine(Engine):
                 if shard is None:
                     shard = reader(sid)
                     self.shards_read += 1
-                    if fill:
+                    if sid in fill:
                         shard = self.cache.put(token, sid, shard)
             else:
                 shard = shard_stub(store, sid)

@@ -176,8 +176,8 @@ def read_local(
     fd, st = open_regular(path, max_bytes, what)
     try:
         size = st.st_size
-        out = pool.take(size) if pool is not None else np.empty(size, np.uint8)
-        view = memoryview(out)
+        out: np.ndarray = pool.take(size) if pool is not None else np.empty(size, np.uint8)
+        view = memoryview(out)  # type: ignore[arg-type]  # an ndarray is a Buffer
         got = 0
         while got < size:
             n = os.readv(fd, [view[got:]])

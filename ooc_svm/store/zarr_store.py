@@ -242,8 +242,11 @@ class ZarrStore(ShardGuard):
     ):
         root = self._root
         what = self.describe(i)
-        raw, meta_id = read_file(self._fs, root, f"{rel}/zarr.json", MAX_ARRAY_META_BYTES, what)
-        codec = _check_array_meta(json.loads(raw), dtype, n)
+        meta_raw, meta_id = read_file(
+            self._fs, root, f"{rel}/zarr.json", MAX_ARRAY_META_BYTES, what
+        )
+        codec = _check_array_meta(json.loads(meta_raw), dtype, n)
+        raw: bytes | np.ndarray
         if codec is None:
             raise self.damaged(i, f"{rel}/zarr.json does not match the shard table")
         nbytes = n * dtype.itemsize
