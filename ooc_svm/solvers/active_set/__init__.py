@@ -24,13 +24,8 @@ Paper sections → modules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .. import Callback, Result, lazy_exports
+from .. import lazy_exports
 from .settings import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
-
-if TYPE_CHECKING:
-    from ...checkpoint import Checkpointer
 
 #: imported on first use: the package stays light (``train`` reads ``Params`` and
 #: ``STOPPING_RULE`` to build its flags without loading numba)
@@ -42,6 +37,8 @@ __getattr__ = lazy_exports(
         "LinearColumns": ".columns",
         "Counters": ".working_set",
         "WorkingSet": ".working_set",
+        # solve(store, engine, params, *, callback=None, checkpoint=None) -> Result
+        "solve": ".driver",
     },
 )
 
@@ -57,17 +54,3 @@ __all__ = [
     "WorkingSet",
     "solve",
 ]
-
-
-def solve(
-    store,
-    engine,
-    params: Params,
-    *,
-    callback: Callback | None = None,
-    checkpoint: Checkpointer | None = None,
-) -> Result:
-    """Train with the active-set method (:func:`.driver.solve`, imported when it runs)."""
-    from .driver import solve as _solve
-
-    return _solve(store, engine, params, callback=callback, checkpoint=checkpoint)

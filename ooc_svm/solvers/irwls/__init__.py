@@ -25,18 +25,21 @@ Paper sections → modules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .. import Callback, Result, lazy_exports
+from .. import lazy_exports
 from .params import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
-
-if TYPE_CHECKING:
-    from ...checkpoint import Checkpointer
 
 #: imported on first use: the package stays light (``train`` reads ``Params`` and
 #: ``STOPPING_RULE`` to build its flags without loading numba)
 __getattr__ = lazy_exports(
-    __name__, {"SubproblemResult": ".working_set", "irwls_working_set": ".working_set"}
+    __name__,
+    {
+        "SubproblemResult": ".working_set",
+        "irwls_working_set": ".working_set",
+        # solve(store, engine, params, *, callback=None, checkpoint=None) -> Result
+        "solve": ".driver",
+        # solve_warm(store, engine, params, init, *, callback=None) -> Result (a C sweep)
+        "solve_warm": ".driver",
+    },
 )
 
 __all__ = [
@@ -49,24 +52,3 @@ __all__ = [
     "solve",
     "solve_warm",
 ]
-
-
-def solve(
-    store,
-    engine,
-    params: Params,
-    *,
-    callback: Callback | None = None,
-    checkpoint: Checkpointer | None = None,
-) -> Result:
-    """Train with IRWLS (:func:`.driver.solve`, imported when it runs)."""
-    from .driver import solve as _solve
-
-    return _solve(store, engine, params, callback=callback, checkpoint=checkpoint)
-
-
-def solve_warm(store, engine, params: Params, init, *, callback: Callback | None = None) -> Result:
-    """:func:`.driver.solve_warm` (a C sweep's warm start), imported when it runs."""
-    from .driver import solve_warm as _solve_warm
-
-    return _solve_warm(store, engine, params, init, callback=callback)
