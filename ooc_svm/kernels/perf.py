@@ -35,6 +35,20 @@ from numba import njit
 # ------------------------------------------------------------------------------------------
 
 
+@njit(cache=True, nogil=True, inline="always")
+def row_dot2(indptr, indices, data, w2, i):
+    """(xᵢ·w2[:, 0], xᵢ·w2[:, 1]) in one sweep of row i, summed in the row's stored order
+    (inlined into its callers by numba: the margins at the two ends of a segment)."""
+    sb = 0.0
+    sc = 0.0
+    for k in range(indptr[i], indptr[i + 1]):
+        j = indices[k]
+        v = data[k]
+        sb += v * w2[j, 0]
+        sc += v * w2[j, 1]
+    return sb, sc
+
+
 @njit(cache=True, nogil=True)
 def cut_single(indptr, indices, gidx, data, y, pos, w, w_bias, bias, g, bias_slot):
     """One-point pass of Algorithm 1.
@@ -131,13 +145,7 @@ def cut_segment(
     nv = kv.shape[0]
     ng = kg.shape[0]
     for i in range(n):
-        sb = 0.0
-        sc = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            v = data[k]
-            sb += v * w2[j, 0]
-            sc += v * w2[j, 1]
+        sb, sc = row_dot2(indptr, indices, data, w2, i)
         yi = 1.0 if y[i] == pos else -1.0
         mb = yi * (sb + tb)
         mc = yi * (sc + tc)
@@ -165,13 +173,7 @@ def scores_two(indptr, indices, data, w2, tb, tc, out_b, out_c):
     """out_b[i] = xᵢ·w2[:, 0] + tb and out_c[i] = xᵢ·w2[:, 1] + tc in one sweep."""
     n = indptr.shape[0] - 1
     for i in range(n):
-        sb = 0.0
-        sc = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            v = data[k]
-            sb += v * w2[j, 0]
-            sc += v * w2[j, 1]
+        sb, sc = row_dot2(indptr, indices, data, w2, i)
         out_b[i] = sb + tb
         out_c[i] = sc + tc
 
@@ -471,13 +473,7 @@ def cut_segment_weighted(
     nv = kv.shape[0]
     ng = kg.shape[0]
     for i in range(n):
-        sb = 0.0
-        sc = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            v = data[k]
-            sb += v * w2[j, 0]
-            sc += v * w2[j, 1]
+        sb, sc = row_dot2(indptr, indices, data, w2, i)
         if y[i] == pos:
             yi = 1.0
             si = s_pos

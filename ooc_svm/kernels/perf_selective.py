@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .perf import _violated_range
+from .perf import _violated_range, row_dot2
 
 
 @njit(cache=True, nogil=True)
@@ -73,13 +73,7 @@ def cut_segment_margins(
     n = indptr.shape[0] - 1
     ng = kg.shape[0]
     for i in range(n):
-        sb = 0.0
-        sc = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            v = data[k]
-            sb += v * w2[j, 0]
-            sc += v * w2[j, 1]
+        sb, sc = row_dot2(indptr, indices, data, w2, i)
         yi = 1.0 if y[i] == pos else -1.0
         mb = yi * (sb + tb)
         mc = yi * (sc + tc)
