@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import time
 from typing import TYPE_CHECKING
@@ -146,7 +147,7 @@ examples:
   ooc-svm train --solver smo small.zarr -o m2 --kernel rbf --gamma 0.5 --C 10
   ooc-svm train --solver irwls a9a.zarr -o m3 --kernel rbf --gamma 0.05 --working-set 150
   ooc-svm train --solver perf sector.zarr -o m4 --history h.jsonl   # one-vs-rest
-  ooc-svm train --solver perf train.zarr -o m5 --config conf/perf.toml --C 10"""
+  ooc-svm train --solver perf train.zarr -o m5 --config perf --C 10   # conf/perf.toml"""
 
 EPILOG = """\
 Output: progress on stderr (a bar with the stopping target on a terminal; one plain line
@@ -225,7 +226,8 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         default=None,
-        help="TOML file of solver parameters (e.g. conf/perf.toml); flags given on the command "
+        help="TOML file of solver parameters (e.g. conf/perf.toml), or the name of one shipped "
+        "with ooc-svm (perf, smo, active-set, irwls); flags given on the command "
         "line override its values. Keys are parameter names (C, eps, tol, ...), at top level "
         "or in a [SOLVER] table.",
     )
@@ -318,10 +320,22 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def config_file(name: str) -> str:
+    """``--config`` value to a file: a path as given, or the name of a parameter file shipped
+    with the package (``perf``, ``smo``, ``active-set``, ``irwls``: ``conf/NAME.toml``)."""
+    if os.path.exists(name) or name.endswith(".toml") or "/" in name or os.sep in name:
+        return name
+    from importlib.resources import files
+
+    shipped = files("ooc_svm") / "conf" / f"{name}.toml"
+    return str(shipped) if shipped.is_file() else name
+
+
 def load_config(path: str, solver: str) -> dict:
     """Parameters from a TOML file: top-level keys, overridden by a ``[solver]`` table."""
     import tomllib
 
+    path = config_file(path)
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
