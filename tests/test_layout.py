@@ -1,0 +1,138 @@
+"""The project's layout: what may sit at the top level, a README short enough to read whose
+every block of commands is run by a test, and an architecture page that places every module."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: what may be committed at the top level (anything else is a stray file, such as the shell
+#: error once committed as `b.txt`)
+TOP_LEVEL = {
+    "pyproject.toml",
+    "ooc_svm",
+    "scripts",
+    "tests",
+    "conf",
+    "docs",
+    "README.md",
+    "Makefile",
+    "constraints.txt",
+    "LICENSE",
+    "CHANGELOG.md",
+    ".ci",
+    ".gitignore",
+    ".gitattributes",
+    ".pre-commit-config.yaml",
+}
+
+#: README sections with a block of commands, and the test that runs the block as written
+README_BLOCKS = {
+    "Command line": "tests/test_readme.py",
+    "Python": "tests/test_readme.py",
+    "On a Dask cluster": "tests/test_readme.py",
+    "Data on object storage": "tests/test_s3.py",
+    "Probabilities": "tests/test_readme.py",
+    "Class weights": "tests/test_class_weights.py",
+    "Choosing C": "tests/test_sweep.py",
+}
+
+
+def _tracked_top_level() -> set[str]:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the committed files are unknown")
+    r = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return {p.split("/", 1)[0] for p in r.stdout.split("\0") if p}
+
+
+def test_no_unknown_file_at_the_top_level():
+    unknown = sorted(_tracked_top_level() - TOP_LEVEL)
+    assert not unknown, (
+        f"unknown files at the top level: {unknown}; move them under docs/ or scripts/, or add "
+        "them to TOP_LEVEL in tests/test_layout.py if they belong there"
+    )
+
+
+def test_readme_is_short():
+    n = len((ROOT / "README.md").read_text().splitlines())
+    assert n <= 250, f"README.md has {n} lines; details belong in docs/"
+
+
+def test_readme_starts_with_the_two_setup_commands():
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"```sh\n(.*?)```", text, re.S)
+    assert m is not None
+    cmds = [ln.split("#")[0].strip() for ln in m.group(1).splitlines() if ln.strip()]
+    assert cmds == ["make demo", "make test"]
+    assert text.index(m.group(0)) < text.index("\n## ")
+
+
+def test_every_readme_block_is_run_by_a_test():
+    """Every section of the README with a block of commands (after the set-up block) is one a
+    test runs as written; the test reads the section by its heading."""
+    text = (ROOT / "README.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    with_blocks = {s.splitlines()[0].strip() for s in sections if re.search(r"^```", s, re.M)}
+    assert with_blocks == set(README_BLOCKS), (
+        "README sections with code blocks differ from those a test runs: "
+        f"untested {sorted(with_blocks - set(README_BLOCKS))}, "
+        f"gone {sorted(set(README_BLOCKS) - with_blocks)}"
+    )
+    for section, test in README_BLOCKS.items():
+        src = (ROOT / test).read_text()
+        assert f'"## {section}"' in src or f'_block("{section}"' in src, (section, test)
+
+
+def test_readme_links_exist():
+    text = (ROOT / "README.md").read_text()
+    for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+        assert (ROOT / link).exists(), link
+
+
+def _placed_modules(text: str) -> set[str]:
+    """Module paths (relative to ooc_svm/) named in the architecture page's module table: a
+    row's first path gives the directory of the bare names after it (`commands/info.py`,
+    `plot.py`; `solvers/perf/` with `params`, `passes`)."""
+    placed: set[str] = set()
+    for line in text.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cells = line.split("|")
+        names = re.findall(r"`([^`]+)`", cells[1])
+        if len(names) == 1 and names[0].endswith("/"):  # a package: its modules in the text
+            names += re.findall(r"`(\w+)`", cells[2])
+        base = ""
+        for name in names:
+            if "/" in name:
+                base = name.rsplit("/", 1)[0] + "/"
+                placed.add(name + "__init__.py" if name.endswith("/") else name)
+            elif base:
+                placed.add(base + (name if name.endswith(".py") else name + ".py"))
+            else:
+                placed.add(name if name.endswith(".py") else name + ".py")
+    return placed
+
+
+def test_architecture_places_every_module():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    placed = _placed_modules(text)
+    pkg = ROOT / "ooc_svm"
+    modules = {p.relative_to(pkg).as_posix() for p in pkg.rglob("*.py")}
+    missing = sorted(modules - placed)
+    assert not missing, f"docs/ARCHITECTURE.md does not place: {missing}"
+
+
+def test_license_is_the_declared_bsd_3_clause():
+    text = (ROOT / "LICENSE").read_text()
+    assert 'license = "BSD-3-Clause"' in (ROOT / "pyproject.toml").read_text()
+    assert "Redistribution and use in source and binary forms" in text
+    assert "Neither the name of the copyright holder nor the names of its" in text
+    assert "the ooc-svm developers" in text
