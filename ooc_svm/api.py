@@ -231,6 +231,7 @@ def fit_probability(
         store,
         folds,
         params.seed,
+        train=train,
         solver=solver,
         engine=engine,
         multiclass=multiclass,

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -389,11 +390,18 @@ class CVScores:
 
 
 def cross_val_decision_values(
-    store, k: int = 5, seed: int = 0, *, solver: str = "perf", engine=None, **params: Any
+    store,
+    k: int = 5,
+    seed: int = 0,
+    *,
+    train: Callable[..., Any],
+    solver: str = "perf",
+    engine=None,
+    **params: Any,
 ) -> CVScores:
     """Decision values of every row from a model trained on the other shard folds.
 
-    Trains ``k`` models with :func:`ooc_svm.train` on
+    Trains ``k`` models with ``train`` (:func:`ooc_svm.train`) on
     :class:`~ooc_svm.store.views.ShardSubsetView` views (every shard outside one fold), then
     reads the held-out shards one at a time and scores them. Memory: the decision values
     (8 bytes per row and class) and the labels, plus one shard and one model at a time.
@@ -403,6 +411,9 @@ def cross_val_decision_values(
     store : str or Store
     k, seed : int
         Folds and seed of :func:`fold_assignment`.
+    train : callable
+        :func:`ooc_svm.train`, called as ``train(view, solver=..., engine=..., **params)``;
+        passed in because this module sits below :mod:`ooc_svm.api`, which calls it.
     solver : str
     engine : Engine, optional
         Passed to :func:`ooc_svm.train` (one engine reused by every fold saves start-up).
@@ -413,7 +424,6 @@ def cross_val_decision_values(
     -------
     CVScores
     """
-    from .api import train
     from .store import open_store
     from .store.views import ShardSubsetView
 

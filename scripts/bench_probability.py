@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         ooc_svm.ingest(sub, store_path, shard_rows=args.shard_rows, n_features=123)
         store = ooc_svm.open_store(store_path)
         t0 = time.perf_counter()
-        cv = cross_val_decision_values(store, args.folds, args.seed, solver=solver, **params)
+        cv = cross_val_decision_values(
+            store, args.folds, args.seed, train=ooc_svm.train, solver=solver, **params
+        )
         probA, probB = fit_platt(cv)
         res = ooc_svm.train(store, solver=solver, **params)
         t_ooc = time.perf_counter() - t0

@@ -299,7 +299,7 @@ def test_cross_val_decision_values_over_shard_folds(small_store):
     from ooc_svm.store.views import ShardSubsetView
 
     store, _ = small_store
-    cv = cross_val_decision_values(store, k=3, seed=1, solver="perf", C=1.0)
+    cv = cross_val_decision_values(store, k=3, seed=1, train=ooc_svm.train, solver="perf", C=1.0)
     assert cv.dec_values.shape == (1200,) and cv.dec_values.dtype == np.float64
     # every row scored by the model trained without its fold
     for c in range(3):
@@ -327,7 +327,7 @@ def test_cross_val_one_vs_rest_multiclass(tmp_path, monkeypatch):
     dump_svmlight_file(X, lab + 1, "m.svm", zero_based=False)
     ooc_svm.ingest("m.svm", "m.zarr", shard_rows=90, label_kind="multiclass")
     ooc_svm.ingest("m.svm", "o.zarr", shard_rows=90, label_kind="ordinal")
-    cv = cross_val_decision_values("m.zarr", k=3, seed=0, solver="perf", C=1.0)
+    cv = cross_val_decision_values("m.zarr", k=3, seed=0, train=ooc_svm.train, solver="perf", C=1.0)
     assert cv.dec_values.shape == (900, 4) and cv.classes == [1.0, 2.0, 3.0, 4.0]
     probA, probB = fit_platt(cv)
     assert probA.shape == (4,) and np.all(probA < 0)
@@ -335,7 +335,7 @@ def test_cross_val_one_vs_rest_multiclass(tmp_path, monkeypatch):
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
     assert np.mean(np.argmax(P, axis=1) == lab) > 0.7
     with pytest.raises(ValueError, match="ordinal"):
-        cross_val_decision_values("o.zarr", k=3, solver="perf", C=1.0)
+        cross_val_decision_values("o.zarr", k=3, train=ooc_svm.train, solver="perf", C=1.0)
 
 
 # ------------------------------------------------------------------------- calibration

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from ooc_svm.api import train
 from ooc_svm.probability import cross_val_decision_values, fit_platt
 
 ROWS, SHARD_ROWS, FOLDS, SEED = 4000, 500, 4, 3
@@ -75,7 +76,9 @@ def test_train_predict_probability_round_trip(a9a_small):
     assert meta["info"]["probability"]["seed"] == SEED
 
     # the stored sigmoid is fit_platt on the same shard folds, called directly
-    cv = cross_val_decision_values(str(cwd / "a9a.zarr"), FOLDS, SEED, solver="perf", C=1.0)
+    cv = cross_val_decision_values(
+        str(cwd / "a9a.zarr"), FOLDS, SEED, train=train, solver="perf", C=1.0
+    )
     A, B = fit_platt(cv)
     assert p["probA"][0] == pytest.approx(A[0], rel=1e-9, abs=1e-12)
     assert p["probB"][0] == pytest.approx(B[0], rel=1e-9, abs=1e-12)
