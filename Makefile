@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 DEMO    ?= demo
 PYTEST_ARGS ?= --durations=25
 
-.PHONY: venv demo test test-all lint lint-ruff lint-format lint-types lint-imports check clean
+.PHONY: venv demo test test-slow test-cluster test-all lint lint-ruff lint-format lint-types lint-imports check clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,14 @@ demo: venv
 # the CI test command (slow tests excluded; pytest's "no tests collected" exit 5 is not a failure)
 test: venv
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
+
+# the slow tests alone (solver comparisons on real data, the README's blocks as written, the wheel)
+test-slow: venv
+	$(BIN)/python -m pytest -m slow -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
+
+# the tests that start a real Dask cluster (distributed.LocalCluster or dask scheduler/worker)
+test-cluster: venv
+	$(BIN)/python -m pytest -m cluster -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
 
 test-all: venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc

@@ -261,6 +261,7 @@ def test_cli_sweep_errors_are_one_line(stores, monkeypatch, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_dask_processes_sweep_equals_local(stores):
     """The same sweep on the Dask engine (a LocalCluster of 2 processes) as locally."""
     from ooc_svm.engine import make_engine

@@ -63,7 +63,7 @@ def _item1_no_dask_lines(stderr: str) -> None:
 
 
 @pytest.mark.cluster
-def test_item1_relative_paths_local_cluster_processes(tmp_path):
+def test_relative_paths_on_a_local_process_cluster(tmp_path):
     _item1_store(tmp_path, "data/a.zarr")
     r = _item1_train(tmp_path, "data/a.zarr", "models/m", "processes")
     assert r.returncode == 0, r.stderr
@@ -72,7 +72,7 @@ def test_item1_relative_paths_local_cluster_processes(tmp_path):
 
 
 @pytest.mark.cluster
-def test_item1_relative_paths_python_api_threads(tmp_path, monkeypatch):
+def test_relative_paths_from_python_on_threads(tmp_path, monkeypatch):
     import ooc_svm
 
     _item1_store(tmp_path, "a.zarr")
@@ -82,7 +82,7 @@ def test_item1_relative_paths_python_api_threads(tmp_path, monkeypatch):
 
 
 @pytest.mark.cluster
-def test_item1_relative_paths_cli_started_cluster(tmp_path):
+def test_relative_paths_on_a_cli_started_cluster(tmp_path):
     """`dask scheduler` + 2 `dask worker` started from the command line in ANOTHER working
     directory; the client trains a relative store to a relative model path, by address and
     by a relative scheduler file."""
@@ -100,7 +100,7 @@ def test_item1_relative_paths_cli_started_cluster(tmp_path):
         _item1_no_dask_lines(r.stderr)
 
 
-def test_item1_worker_sees_another_store_names_the_cause(tmp_path):
+def test_worker_that_sees_another_store_names_the_cause(tmp_path):
     """The identity check stays; its message names the real cause."""
     from ooc_svm.engine.base import EngineError
     from ooc_svm.engine.dask_engine import _worker_reader
@@ -143,7 +143,7 @@ def _item8_perf_stores(cwd: Path) -> None:
     ],
     ids=["error-paper", "error-acc", "roc-paper", "roc-acc", "ord-paper", "ord-acc", "C1e9"],
 )
-def test_item8_perf_ctrl_c_within_a_second(tmp_path, store, flags):
+def test_perf_stops_on_ctrl_c_within_a_second(tmp_path, store, flags):
     """SIGINT while perf iterates: "ooc-svm: interrupted" within 1 s, exit status 130, no
     model left; the exit itself follows after the interpreter's teardown."""
     _item8_perf_stores(tmp_path)
@@ -228,7 +228,7 @@ def scored(tmp_path_factory):
     return tmp
 
 
-def test_item2_predict_to_stdout(scored):
+def test_predict_dash_writes_to_stdout(scored):
     r = _run(scored, "predict", "m", "s.zarr", "-o", "-")
     assert r.returncode == 0, r.stderr
     assert r.stdout == (scored / "ref.tsv").read_text()
@@ -236,7 +236,7 @@ def test_item2_predict_to_stdout(scored):
     assert "6000 rows -> standard output" in r.stderr
 
 
-def test_item2_dev_stdout_written_in_place(scored):
+def test_dev_stdout_is_written_in_place(scored):
     """``-o /dev/stdout``: written through, never replaced by a rename. The test uses its own
     link made like /dev/stdout (-> /proc/self/fd/1), so that a regression (or old code) cannot
     replace the system's /dev/stdout while the test runs as root."""
@@ -250,7 +250,7 @@ def test_item2_dev_stdout_written_in_place(scored):
     assert "6000 rows -> stdout-link" in r.stderr  # the summary does not mix with the data
 
 
-def test_item2_dev_null_and_fifo(scored):
+def test_predict_to_dev_null_and_a_fifo(scored):
     r = _run(scored, "predict", "m", "s.zarr", "-o", "/dev/null")
     assert r.returncode == 0, r.stderr
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
@@ -267,7 +267,7 @@ def test_item2_dev_null_and_fifo(scored):
     assert not [p for p in os.listdir(scored) if p.startswith(".predict")]
 
 
-def test_item2_closed_pipe_ends_quietly(scored):
+def test_closed_pipe_ends_quietly(scored):
     """``ooc-svm predict ... -o - | head -1``: exit status 141 (128 + SIGPIPE, what a shell
     reports for cat/grep/sort in the same place) and nothing on stderr."""
     p = subprocess.Popen(
@@ -329,7 +329,7 @@ def ovr_kernel(tmp_path_factory):
     return tmp, X, lab + 1.0
 
 
-def test_item4_ovr_kernel_predict_and_evaluate_local(ovr_kernel):
+def test_ovr_kernel_model_predicts_and_evaluates_locally(ovr_kernel):
     from ooc_svm.model import load_model
 
     tmp, X, y = ovr_kernel
@@ -355,7 +355,7 @@ def test_item4_ovr_kernel_predict_and_evaluate_local(ovr_kernel):
 
 
 @pytest.mark.cluster
-def test_item4_ovr_kernel_on_dask_processes(ovr_kernel):
+def test_ovr_kernel_model_scores_on_dask_processes(ovr_kernel):
     """The same scores through a 2-worker process cluster (``--scheduler processes``)."""
     pytest.importorskip("distributed")
     tmp, _, _ = ovr_kernel
@@ -387,7 +387,7 @@ def test_item4_ovr_kernel_on_dask_processes(ovr_kernel):
     assert r.returncode == 0, r.stderr
 
 
-def test_item4_ovr_kernel_memory_is_bounded(ovr_kernel):
+def test_ovr_kernel_scoring_memory_is_bounded(ovr_kernel):
     """Scores are computed per shard: the pass never holds more than one shard's kernel
     values per thread (checked by scoring shard by shard equals scoring all rows)."""
     from ooc_svm.engine import LocalEngine
@@ -453,7 +453,7 @@ def _one_error_line(r):
     return lines[0]
 
 
-def test_item5_sector_model_on_a9a_test_is_refused(real):
+def test_sector_model_on_a9a_test_is_refused(real):
     for cmd in ("evaluate", "predict"):
         extra = ["-o", "x.tsv"] if cmd == "predict" else []
         line = _one_error_line(_run(real, cmd, "sector.model", "a9at.zarr", *extra))
@@ -461,7 +461,7 @@ def test_item5_sector_model_on_a9a_test_is_refused(real):
     assert not (real / "x.tsv").exists()
 
 
-def test_item5_a9a_model_on_sector_test_is_refused(real):
+def test_a9a_model_on_sector_test_is_refused(real):
     for cmd in ("evaluate", "predict"):
         extra = ["-o", "x.tsv"] if cmd == "predict" else []
         line = _one_error_line(_run(real, cmd, "a9a.model", "sectort.zarr", *extra))
@@ -469,12 +469,12 @@ def test_item5_a9a_model_on_sector_test_is_refused(real):
     assert not (real / "x.tsv").exists()
 
 
-def test_item5_ranking_model_on_class_labels_is_refused(real):
+def test_ranking_model_on_class_labels_is_refused(real):
     line = _one_error_line(_run(real, "evaluate", "roc.model", "sectort.zarr"))
     assert "ranking model" in line and "class labels" in line
 
 
-def test_item5_more_features_warns_once(real):
+def test_store_with_more_features_warns_once(real):
     from ooc_svm.model import load_model
 
     assert load_model(str(real / "rbf122.model")).n_features == 122
@@ -484,7 +484,7 @@ def test_item5_more_features_warns_once(real):
     assert len(warn) == 1 and "w8a.zarr has 300 features" in warn[0] and "122" in warn[0]
 
 
-def test_item5_fewer_features_is_fine(real):
+def test_store_with_fewer_features_is_scored(real):
     """a9a.t (122 features used) against the 123-feature a9a model, as in LIBLINEAR."""
     r = _run(real, "evaluate", "a9a.model", "a9at.zarr", "--json")
     assert r.returncode == 0, r.stderr
@@ -499,7 +499,7 @@ def test_item5_fewer_features_is_fine(real):
 # --------------------------------------------------------------------------------------------
 
 
-def test_item6_estimators_and_model_score_stores(tmp_path, monkeypatch):
+def test_estimators_and_model_score_stores(tmp_path, monkeypatch):
     from ooc_svm import SVC, LinearSVC, load_model
     from ooc_svm.store import open_store
 
@@ -529,7 +529,7 @@ def test_item6_estimators_and_model_score_stores(tmp_path, monkeypatch):
         )
 
 
-def test_item6_store_is_scored_shard_by_shard(tmp_path, monkeypatch):
+def test_store_is_scored_shard_by_shard(tmp_path, monkeypatch):
     """No whole-store load: the estimator scores the store one shard at a time (every shard
     once, never more rows at once than a shard holds)."""
     import ooc_svm.scoring as scoring
@@ -562,7 +562,7 @@ def test_item6_store_is_scored_shard_by_shard(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
-def test_item9_outputs_follow_umask(tmp_path, umask, file_mode, dir_mode):
+def test_outputs_follow_the_umask(tmp_path, umask, file_mode, dir_mode):
     rng = np.random.default_rng(9)
     X = sp.random(200, 5, density=0.6, random_state=9, format="csr", dtype=np.float32)
     y = np.where(X @ rng.normal(size=5) > 0.1, 1.0, -1.0)
@@ -600,7 +600,7 @@ def _item7_store(cwd: Path, name: str, seed: int, n: int = 600) -> str:
     return name
 
 
-def test_item7_resume_on_another_store_is_one_line_error(tmp_path):
+def test_resume_on_another_store_is_a_one_line_error(tmp_path):
     """Same feature count, other data: refused naming both stores (was a silent resume)."""
     a = _item7_store(tmp_path, "a.zarr", 0)
     b = _item7_store(tmp_path, "b.zarr", 1)
@@ -616,7 +616,7 @@ def test_item7_resume_on_another_store_is_one_line_error(tmp_path):
     assert not (tmp_path / "mb").exists()
 
 
-def test_item7_resume_with_other_parameters_names_both_values(tmp_path):
+def test_resume_with_other_parameters_names_both_values(tmp_path):
     a = _item7_store(tmp_path, "a.zarr", 0)
     flags = ["--solver", "perf", "--checkpoint", "ck"]
     assert _item7_run(tmp_path, "train", a, "-o", "m1", *flags, "--C", "2").returncode == 0
@@ -627,7 +627,7 @@ def test_item7_resume_with_other_parameters_names_both_values(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_item7_resume_without_checkpoint_starts_fresh(tmp_path):
+def test_resume_without_a_checkpoint_starts_fresh(tmp_path):
     a = _item7_store(tmp_path, "a.zarr", 0)
     r = _item7_run(
         tmp_path,
@@ -649,7 +649,7 @@ def test_item7_resume_without_checkpoint_starts_fresh(tmp_path):
     assert (tmp_path / "m").exists()
 
 
-def test_item7_refused_checkpoint_leaves_no_directory(tmp_path):
+def test_refused_checkpoint_leaves_no_directory(tmp_path):
     a = _item7_store(tmp_path, "a.zarr", 0)
     for i, extra in enumerate(
         (
@@ -703,7 +703,7 @@ def _item8_interrupt(cwd: Path, args: list[str], started) -> tuple[int, str, flo
     return p.returncode, "".join(lines), said if said is not None else gone
 
 
-def test_item8_smo_ctrl_c_within_a_second(tmp_path):
+def test_smo_stops_on_ctrl_c_within_a_second(tmp_path):
     """An RBF smo run reacts to Ctrl-C within a second (it used to finish its numba call:
     10-16 s); with --checkpoint the last checkpoint stays intact and resumable."""
     from ooc_svm.checkpoint import Checkpointer
@@ -737,7 +737,7 @@ def test_item8_smo_ctrl_c_within_a_second(tmp_path):
 
 
 @pytest.mark.cluster
-def test_item4_ovr_kernel_on_cli_started_cluster(ovr_kernel):
+def test_ovr_kernel_model_scores_on_a_cli_started_cluster(ovr_kernel):
     """One-vs-rest kernel scores through `dask scheduler` + 2 `dask worker` processes started
     from the command line (as the README shows): byte-identical to the local engine."""
     tmp, _, _ = ovr_kernel
@@ -752,7 +752,7 @@ def test_item4_ovr_kernel_on_cli_started_cluster(ovr_kernel):
         assert json.loads(r.stdout)["n"] == 240
 
 
-def test_item3_label_kinds_as_libsvm_and_svmrank_users_expect(tmp_path):
+def test_label_kinds_as_libsvm_and_svmrank_users_expect(tmp_path):
     """Integer labels with more than two values and no qid are classes (one-vs-rest); with
     qid: ranks; --label-kind ordinal asks for ordinal regression; the dual solvers point rank
     data to --solver perf; --loss ordinal on a binary store says to use --loss roc."""
@@ -788,7 +788,7 @@ def test_item3_label_kinds_as_libsvm_and_svmrank_users_expect(tmp_path):
     assert not (tmp_path / "m1").exists() and not (tmp_path / "m2").exists()
 
 
-def test_item10_parameter_checks_as_libsvm(tmp_path):
+def test_parameter_checks_as_libsvm_does_them(tmp_path):
     """LIBSVM-style parameter checks: a bad --gamma is refused (not replaced), --C with
     --c-perf is refused, a misplaced --tol / --eps names the right flag, and reaching
     --max-iter is reported as not converged."""
