@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ def _eval_fn(shard, bc):
     sbc, mode, classes, with_qid = bc
     s = score_shard(shard, sbc)
     y = np.asarray(shard.y, dtype=np.float64)
-    out = {}
+    out: dict[str, Any] = {}
     if mode == "binary":
         neg, pos = classes
         t = y == pos

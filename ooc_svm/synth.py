@@ -148,7 +148,7 @@ def _draw_rank(u, zp, d):
         x = c * (np.exp(u * zp[2]) - 1.0)
     else:
         x = (zp[2] + u * zp[3]) ** (1.0 / sexp) - c
-    r = np.int64(x)
+    r = int(x)
     if r >= d:
         r = d - 1
     elif r < 0:
@@ -202,12 +202,12 @@ def _sort_row(src, dst, k, d, counts):
     kk = np.uint64(k)
     dd = np.uint64(d)
     for t in range(k):
-        b = np.int64(((src[t] >> np.uint64(32)) * kk) // dd)
+        b = int(((src[t] >> np.uint64(32)) * kk) // dd)
         counts[b + 1] += 1
     for b in range(k):
         counts[b + 1] += counts[b]
     for t in range(k):
-        b = np.int64(((src[t] >> np.uint64(32)) * kk) // dd)
+        b = int(((src[t] >> np.uint64(32)) * kk) // dd)
         dst[counts[b]] = src[t]
         counts[b] += 1
     for t in range(1, k):
@@ -259,14 +259,14 @@ def _gen_block(row0, n, key, mean, spread, tf_decay, tf_table, zp, perm, idf_ran
         while cnt < k and tries < limit:
             tries += 1
             r = _draw_rank(_uniform(st), zp, d)
-            j = np.int64(perm[r])
+            j = int(perm[r])
             if _claim(table, shift, i, j):
                 vals[cnt] = _tf_weight(st, tf_decay, tf_table) * idf_rank[r]
                 packed[cnt] = (np.uint64(j) << np.uint64(32)) | np.uint64(cnt)
                 cnt += 1
         if cnt < k:
             # k close to n_features: rejection stalls; take the next free columns instead
-            j = np.int64(_uniform(st) * d)
+            j = int(_uniform(st) * d)
             while cnt < k:
                 if _claim(table, shift, i, j):
                     vals[cnt] = _tf_weight(st, tf_decay, tf_table) * idf_col[j]
@@ -284,7 +284,7 @@ def _gen_block(row0, n, key, mean, spread, tf_decay, tf_table, zp, perm, idf_ran
         s = 0.0
         for t in range(k):
             p = row[t]
-            j = np.int64(p >> np.uint64(32))
+            j = int(p >> np.uint64(32))
             slot = np.int64(p & _LOW32)
             v = np.float32(vals[slot] * inv)
             indices[base + t] = j
@@ -336,7 +336,7 @@ def _labels(s, u, cuts, n_ranks, noise, qid_size, within_query, y):
             if binary:
                 y[i] = -y[i]
             else:
-                r = 1 + np.int64(u[i, 1] * (n_ranks - 1))
+                r = 1 + int(u[i, 1] * (n_ranks - 1))
                 if r >= y[i]:
                     r += 1
                 y[i] = r

@@ -317,7 +317,7 @@ def _parse_number(buf, s, e, f32):
     exp10 = 0
     truncated = False
     while p < e:
-        d = np.int64(buf[p]) - 48
+        d = int(buf[p]) - 48
         if d < 0 or d > 9:
             break
         ndig += 1
@@ -334,7 +334,7 @@ def _parse_number(buf, s, e, f32):
     if p < e and buf[p] == _DOT:
         p += 1
         while p < e:
-            d = np.int64(buf[p]) - 48
+            d = int(buf[p]) - 48
             if d < 0 or d > 9:
                 break
             ndig += 1
@@ -358,7 +358,7 @@ def _parse_number(buf, s, e, f32):
         ev = 0
         nd = 0
         while p < e:
-            d = np.int64(buf[p]) - 48
+            d = int(buf[p]) - 48
             if d < 0 or d > 9:
                 break
             if ev < 100000:
@@ -430,7 +430,7 @@ def _digit_run(w):
     """Number of leading ASCII digits (0..8) in the 8 bytes of w."""
     w7 = w & _M7F
     nd = ((w7 + _C46) | ~(w7 + _C50) | w) & _M80
-    return np.int64(trailing_zeros(nd)) >> 3
+    return np.int64(trailing_zeros(nd)) >> 3  # type: ignore[call-arg]  # numba intrinsic
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -638,7 +638,7 @@ def _parse_block(
                             break
                         qv = 0
                         while q < te:
-                            d = np.int64(buf[_u(q)]) - 48
+                            d = int(buf[_u(q)]) - 48
                             if d < 0 or d > 9:
                                 break
                             qv = qv * 10 + d
@@ -661,7 +661,7 @@ def _parse_block(
                         break
                     idx = 0
                     while q < colon:
-                        d = np.int64(buf[_u(q)]) - 48
+                        d = int(buf[_u(q)]) - 48
                         if d < 0 or d > 9:
                             break
                         if idx < (1 << 40):

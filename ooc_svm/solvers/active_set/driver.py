@@ -565,18 +565,19 @@ class _Run:
     def _columns(self, W, G, status, n_s, fix_pos, fix_old):
         """§4.2: the Q columns of I_s over W (G corrected for a warm-start repair)."""
         if self.linear:
+            assert self.w is not None  # a linear run keeps w
             cols = LinearColumns(W, W.y, self.w, W.alpha, self.nf)
             if fix_pos.size:
                 cols.aflush[fix_pos] = fix_old
                 cols.full(W.alpha, G)
             return cols
-        cols = KernelColumns(W, W.y, self.kp, self.nf, int(1.25 * max(n_s, 16)) + 32)
+        kcols = KernelColumns(W, W.y, self.kp, self.nf, int(1.25 * max(n_s, 16)) + 32)
         if fix_pos.size:
-            blk = cols.kernel_block(fix_pos) * W.y[:, None] * W.y[fix_pos][None, :]
+            blk = kcols.kernel_block(fix_pos) * W.y[:, None] * W.y[fix_pos][None, :]
             G += blk @ (W.alpha[fix_pos] - fix_old)
         free_pos = np.flatnonzero(status == S_FREE)
-        cols.fill(free_pos, W.alpha[free_pos])
-        return cols
+        kcols.fill(free_pos, W.alpha[free_pos])
+        return kcols
 
     def minor(self, ws: WorkingSet) -> bool:
         """§2: the active-set iterations on W; False when the run should stop (stall)."""

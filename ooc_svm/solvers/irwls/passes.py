@@ -174,6 +174,9 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
         int(rix.max()) + 1 if rix.size else 1,
     )
 
+    assert bc.kp is not None  # a column cache is made for kernels only
+    kargs = bc.kp.args()
+
     def compute(missing):
         sel = np.array([pos[int(gg)] for gg in missing], dtype=np.int64)
         sub = rows.take(sel)
@@ -187,7 +190,7 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
             ix,
             shard.data,
             sq,
-            *bc.kp.args(),
+            *kargs,
             np.zeros(width),
             out,
         )

@@ -76,7 +76,7 @@ def _scan_reduce(p, q):
         if v.size > top_k:
             sel = np.sort(np.argsort(-v, kind="stable")[:top_k])
             v, rows = v[sel], rows.take(sel)
-        merged = (v, rows)
+        merged: tuple[np.ndarray, WorkingRows] | None = (v, rows)
     else:
         merged = parts[0] if parts else None
     return (max(p[0], q[0]), min(p[1], q[1]), p[2] + q[2], merged, top_k)
