@@ -57,7 +57,7 @@ def read_history(path: str) -> tuple[dict, list[dict]]:
             "--history FILE.jsonl`)"
         )
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
+        f = open(path, "rb")  # closed below
     except FileNotFoundError:
         raise HistoryError(f"{path}: no such history file") from None
     with f:

@@ -89,7 +89,7 @@ def _document(draw):
 def _sk_load(path):
     try:
         X, y = sklearn_datasets.load_svmlight_file(str(path), zero_based=False)
-    except Exception:  # noqa: BLE001 - whatever sklearn refuses
+    except Exception:  # whatever sklearn refuses
         return None
     return sp.csr_matrix(X), y
 

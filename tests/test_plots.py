@@ -13,7 +13,7 @@ from conftest import ooc_cmd
 
 pytest.importorskip("matplotlib")
 
-from ooc_svm.reports import (  # noqa: E402
+from ooc_svm.reports import (
     GAP_FLOOR,
     HistoryError,
     HistoryWriter,

@@ -129,7 +129,7 @@ def available_solvers() -> list[str]:
             continue
         try:
             m = importlib.import_module(mod)
-        except Exception:  # noqa: BLE001 - a broken solver must not take the CLI down
+        except Exception:  # a broken solver must not take the CLI down
             logging.getLogger(__name__).debug("solver %s failed to import", name, exc_info=True)
             continue
         # declared, not fetched: a lazily exported ``solve`` stays unimported until it runs

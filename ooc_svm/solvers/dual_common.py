@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..engine.base import Engine, ShardState, concat_partials
-from ..expansion import (  # noqa: F401 - re-exported: the expansion lives in ooc_svm.expansion
+from ..expansion import (  # re-exported: the expansion lives in ooc_svm.expansion
     Expansion,
     ScoringBroadcast,
     kernel_scores_pass,

@@ -219,7 +219,7 @@ class _Lease:
     def __del__(self):
         try:
             self._pool._give_back(self._buf)
-        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing to give back to
+        except Exception:  # interpreter shutdown: nothing to give back to
             pass
 
 

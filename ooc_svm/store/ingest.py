@@ -350,7 +350,7 @@ def _background(
                 if not put(("item", item)):
                     return
             put(("end", done))
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+        except BaseException as e:  # handed to the consumer
             put(("error", e))
         finally:
             gen.close()
@@ -712,7 +712,7 @@ class _ShardWriters:
                     self.writer.write_reserved(info, shard)
                     with self._lock:
                         self.shards += 1
-                except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+                except BaseException as e:  # re-raised in the main thread
                     self.error = e
             del shard, item
             if self.release is not None:

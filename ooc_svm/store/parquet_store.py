@@ -186,7 +186,7 @@ class ParquetStore(ShardGuard):
             raise self.damaged(i, f"missing file {e.filename or rel}") from None
         except _SizeMismatch as e:
             raise self.damaged(i, f"the file holds {e}, not what the shard table says") from None
-        except Exception as e:  # noqa: BLE001 - any decode failure means a damaged shard
+        except Exception as e:  # any decode failure means a damaged shard
             raise self.damaged(i, f"cannot be decoded ({type(e).__name__}: {e})") from None
         if info.n_rows == 0:
             indptr = np.zeros(1, np.int64)

@@ -223,7 +223,7 @@ def remote_errors(path: str, fs=None) -> Iterator[None]:
         if msg is not None and "bucket" in msg:
             raise StoreError(msg) from None
         raise
-    except Exception as e:  # noqa: BLE001 - botocore / aiohttp errors have no common base
+    except Exception as e:  # botocore / aiohttp errors have no common base
         msg = describe_remote_error(path, e, fs)
         if msg is None:
             raise

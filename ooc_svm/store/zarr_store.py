@@ -224,7 +224,7 @@ class ZarrStore(ShardGuard):
             raise self.damaged(i, f"{key} has {e} bytes, not the size of the shard table") from None
         except FileNotFoundError as e:
             raise self.damaged(i, f"missing file {e.filename or e}") from None
-        except Exception as e:  # noqa: BLE001 - any decode failure means a damaged shard
+        except Exception as e:  # any decode failure means a damaged shard
             raise self.damaged(i, f"{key} cannot be decoded ({type(e).__name__}: {e})") from None
         shard = Shard(
             arrays["indptr"],
