@@ -94,11 +94,6 @@ def duality_gap(primal: float, dual_objective: float) -> float:
     return float(primal + dual_objective)
 
 
-def relative_duality_gap(primal: float, dual_objective: float) -> float:
-    """(P − D) / max(1, |P|)."""
-    return duality_gap(primal, dual_objective) / max(1.0, abs(primal))
-
-
 # ------------------------------------------------------------------------------------------
 # binary classification
 # ------------------------------------------------------------------------------------------

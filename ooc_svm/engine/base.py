@@ -40,8 +40,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if TYPE_CHECKING:
     from ..store.base import Store
 
@@ -354,7 +352,3 @@ def _unpickled_scratch(kind: str, key: str) -> WorkerScratch:
     sc = WorkerScratch(kind, key)
     sc._remote = True
     return sc
-
-
-def as_float_array(x: Any) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float64)

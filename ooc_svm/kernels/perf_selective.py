@@ -99,17 +99,6 @@ def cut_segment_margins(
 
 
 @njit(cache=True, nogil=True)
-def hinge_line(mb, dm, k):
-    """Σᵢ max(0, 1 − mbᵢ − k·dmᵢ): the hinge sum at step k of a segment."""
-    s = 0.0
-    for i in range(mb.shape[0]):
-        v = 1.0 - mb[i] - k * dm[i]
-        if v > 0.0:
-            s += v
-    return s
-
-
-@njit(cache=True, nogil=True)
 def _hinge_slope(mb, dm, k):
     """(Σᵢ max(0, 1 − mbᵢ − k·dmᵢ), its right derivative in k)."""
     s = 0.0

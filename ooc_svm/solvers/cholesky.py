@@ -214,9 +214,6 @@ class ActiveFactor:
     def basis_keys(self) -> np.ndarray:
         return self.bkeys[: self.nb].copy()
 
-    def dependent_keys(self) -> np.ndarray:
-        return self.dkeys[: self.nd].copy()
-
     def nbytes(self) -> int:
         return self.R.nbytes + self.Lam.nbytes + self.T.nbytes
 
