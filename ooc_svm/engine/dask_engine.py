@@ -106,7 +106,7 @@ def _worker_reader(path: str, token: str, fast: bool) -> Callable:
             if entry is None:
                 try:
                     store = open_store(path)
-                except Exception as e:  # reported with the likely cause
+                except Exception as e:  # noqa: BLE001 - reported with the likely cause
                     raise EngineError(
                         f"a Dask worker cannot open the store {path} ({e}); is the path on a "
                         "file system the workers share? relative paths are resolved against "
@@ -326,7 +326,7 @@ class DaskEngine(Engine):
         t0 = time.monotonic()
         try:
             self._client = Client(address, timeout=timeout)
-        except Exception as e:  # any failure to connect is reported the same way
+        except Exception as e:  # noqa: BLE001 - any failure to connect is reported the same way
             raise EngineError(
                 f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
                 f"({type(e).__name__}: {str(e)[:200]}); check the address and that the "
@@ -410,7 +410,7 @@ class DaskEngine(Engine):
                 self._cluster = LocalCluster(**kw)
             self._client = Client(self._cluster, timeout=timeout)
             self._address = str(self._cluster.scheduler_address)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001
             self.close()
             raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
 
@@ -423,6 +423,9 @@ class DaskEngine(Engine):
         if self._client is None:
             raise EngineError("the Dask engine is closed")
         return self._client
+
+    def worker_addresses(self) -> list[str]:
+        return sorted(self._connected().nthreads())
 
     def worker_cache_stats(self) -> dict[str, dict[str, int]]:
         """Shard cache of every worker process: ``budget``, ``used`` (bytes), hits, misses."""
@@ -556,7 +559,7 @@ class DaskEngine(Engine):
             if self._scheduler_gone():
                 raise self._lost_scheduler(ConnectionError("connection closed")) from None
             raise
-        except Exception as e:  # re-raised unless the scheduler is gone
+        except Exception as e:  # noqa: BLE001 - re-raised unless the scheduler is gone
             if self._scheduler_gone():
                 raise self._lost_scheduler(e) from None
             raise
@@ -604,7 +607,7 @@ class DaskEngine(Engine):
                     result = root.result()
                     backups = self._settle_states(tag, news) if state is not None else None
                     break
-                except BaseException as e:
+                except BaseException as e:  # noqa: BLE001
                     if not isinstance(e, KeyboardInterrupt) and self._scheduler_gone():
                         raise self._lost_scheduler(e) from None
                     if not (isinstance(e, _Lost) or _is_lost_error(e)):
@@ -686,7 +689,7 @@ class DaskEngine(Engine):
             raise _Lost()
         try:
             backups = self._protect(news)
-        except Exception as e:  # a worker died while copying
+        except Exception as e:  # noqa: BLE001 - a worker died while copying
             log.info("pass %s: replicating states failed (%r); retrying", tag, e)
             raise _Lost() from e
         if any(f.status != "finished" for f in news):
@@ -783,18 +786,18 @@ class DaskEngine(Engine):
         if client is not None:
             try:
                 client.close(timeout=10)
-            except Exception:  # pragma: no cover
+            except Exception:  # noqa: BLE001  # pragma: no cover
                 pass
         if cluster is not None:
             try:
                 cluster.close(timeout=10)
-            except Exception:  # pragma: no cover
+            except Exception:  # noqa: BLE001  # pragma: no cover
                 pass
 
     def __del__(self):  # pragma: no cover - best effort
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001
             pass
 
 
