@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import time
 from typing import TYPE_CHECKING
@@ -323,6 +322,8 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
 def config_file(name: str) -> str:
     """``--config`` value to a file: a path as given, or the name of a parameter file shipped
     with the package (``perf``, ``smo``, ``active-set``, ``irwls``: ``conf/NAME.toml``)."""
+    import os
+
     if os.path.exists(name) or name.endswith(".toml") or "/" in name or os.sep in name:
         return name
     from importlib.resources import files
