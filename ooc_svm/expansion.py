@@ -27,10 +27,10 @@ from .kernels.csr import kernel_scores_csc_multi
 from .kernels.kernel_functions import (
     KernelParams,
     csr_parts,
-    kernel_scores_csc,
     linear_scores,
     row_sq_norms,
 )
+from .kernels.parallel import kernel_scores_csc_par, thread_share
 from .model import Model
 
 # --------------------------------------------------------------------------------------------
@@ -104,10 +104,10 @@ class Expansion:
         if self.coef is None or self.coef.size == 0:
             out[:] = 0.0
             return out
-        acc = np.empty(self.coef.shape[0], dtype=np.float64)
         sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
         rows = (indptr, indices_u32, data, sq)
-        return kernel_scores_csc(*rows, *self._svs(), self.coef, *self.kp.args(), acc, out)
+        with thread_share():
+            return kernel_scores_csc_par(*rows, *self._svs(), self.coef, *self.kp.args(), out)
 
     def _scores_multi(self, indptr, indices_u32, data, n: int) -> np.ndarray:
         coef = np.ascontiguousarray(self.coef)

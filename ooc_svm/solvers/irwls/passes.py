@@ -9,7 +9,8 @@ import numpy as np
 from numba import njit
 
 from ...engine.base import WorkerScratch
-from ...kernels.kernel_functions import KernelParams, kernel_block, linear_scores, row_sq_norms
+from ...kernels.kernel_functions import KernelParams, linear_scores, row_sq_norms
+from ...kernels.parallel import kernel_block_par, thread_share
 from ..dual_common import Expansion, WorkingRows, check_interrupt, row_costs, shard_rows
 from ..kernel_cache import KernelCache
 from ..reduce import none_is_identity
@@ -168,29 +169,18 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     rix = rows.u32
     rsq = rows.sq_norms()
     pos = {int(gid): k for k, gid in enumerate(rows.gids)}
-    width = max(
-        int(bc.n_features),
-        int(ix.max()) + 1 if ix.size else 1,
-        int(rix.max()) + 1 if rix.size else 1,
-    )
+    # the rows' own width (not the store's: no workspace grows with n_features)
+    width = max(int(ix.max()) + 1 if ix.size else 1, int(rix.max()) + 1 if rix.size else 1)
 
     def compute(missing):
         sel = np.array([pos[int(gg)] for gg in missing], dtype=np.int64)
         sub = rows.take(sel)
         out = np.empty((sel.size, shard.n_rows), dtype=np.float64)
-        kernel_block(
-            sub.indptr,
-            sub.u32,
-            sub.data,
-            rsq[sel],
-            ip,
-            ix,
-            shard.data,
-            sq,
-            *bc.kp.args(),
-            np.zeros(width),
-            out,
-        )
+        with thread_share():
+            kernel_block_par(
+                sub.indptr, sub.u32, sub.data, rsq[sel], ip, ix, shard.data, sq,
+                *bc.kp.args(), width, out,
+            )  # fmt: skip
         return out
 
     h0, m0 = cache.hits, cache.misses
