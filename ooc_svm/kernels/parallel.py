@@ -7,8 +7,13 @@ between threads), so a model is bit-identical whatever ``numba.get_num_threads()
 
 Rows are split into chunks (a few per thread); each chunk scatters into its own dense
 workspace when the feature width is at most :data:`WORK_MAX`, otherwise it merges the two
-sorted sparse rows (:func:`~.kernel_functions.sparse_dot`, the same sum in the same order:
+sorted sparse rows (:func:`merge_dot`, the same sum in the same order:
 the rows' indices are sorted), so no workspace grows with the store's width.
+
+Waiting threads sleep (``OMP_WAIT_POLICY=passive`` unless set: numba's OpenMP layer reads it
+when its first parallel region starts). GNU OpenMP's default is to spin between regions: on
+a loaded machine (a9a's smo on 2 cores, load 17) that made the 2-thread run cost 8× the CPU
+time and 3× the wall time of the 1-thread one; passive threads cost nothing between regions.
 
 Threads: a parallel kernel runs on ``numba.get_num_threads()`` threads of the calling thread.
 :func:`thread_share` sets it for the calling thread from the CPUs this process may use,
@@ -33,13 +38,14 @@ from .kernel_functions import (
     gather_dot,
     kernel_from_dot,
     scatter_row,
-    sparse_dot,
 )
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 #: widths (features) up to this use a dense per-chunk workspace; wider rows are merged
 WORK_MAX = 1 << 17
 #: a parallel region is used when the work (non-zeros touched) is at least this
-PAR_MIN_WORK = 60_000
+PAR_MIN_WORK = 30_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,6 +95,31 @@ def thread_share() -> Iterator[int]:
 N_CHUNKS = 64
 
 
+@njit(cache=True, nogil=True, inline="always")
+def merge_dot(a_indptr, a_indices, a_data, i, b_indptr, b_indices, b_data, j):
+    """a_i·b_j by merging two sorted sparse rows, in float64 and in b's order: the value of
+    :func:`~.kernel_functions.gather_dot` of b_j against a scattered a_i, bit for bit (a
+    product of two float32 values is exact in float64; the terms gather adds beyond the
+    common features are zeros)."""
+    p = a_indptr[i]
+    pe = a_indptr[i + 1]
+    q = b_indptr[j]
+    qe = b_indptr[j + 1]
+    s = 0.0
+    while p < pe and q < qe:
+        ca = a_indices[p]
+        cb = b_indices[q]
+        if ca == cb:
+            s += np.float64(b_data[q]) * np.float64(a_data[p])
+            p += 1
+            q += 1
+        elif ca < cb:
+            p += 1
+        else:
+            q += 1
+    return s
+
+
 @njit(cache=True, nogil=True)
 def _n_chunks(n, work):
     """Chunks for ``n`` items costing ``work`` in all: one (serial) when small."""
@@ -119,7 +150,7 @@ def _block_chunk(
         for i in range(na):
             sqi = a_sq[i]
             for j in range(j0, j1):
-                d = sparse_dot(b_indptr, b_indices, b_data, j, a_indptr, a_indices, a_data, i)
+                d = merge_dot(a_indptr, a_indices, a_data, i, b_indptr, b_indices, b_data, j)
                 out[i, j] = kernel_from_dot(code, d, sqi, b_sq[j], gamma, degree, coef0)
 
 
@@ -168,7 +199,7 @@ def _column_chunk(i, t0, t1, order, X, kp, col, with_y, width):
     else:
         for t in range(t0, t1):
             k = order[t]
-            d = sparse_dot(indptr, indices, data, k, indptr, indices, data, i)
+            d = merge_dot(indptr, indices, data, i, indptr, indices, data, k)
             v = kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
             col[k] = yi * y[k] * v if with_y else v
 

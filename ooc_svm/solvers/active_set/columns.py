@@ -36,7 +36,8 @@ class KernelColumns:
         self.y = y
         self.kp = kp
         self.n = rows.n
-        width = max(n_features, int(self.ix.max()) + 1 if self.ix.size else 0, 1)
+        # the rows' own width, not the store's (no workspace grows with n_features)
+        width = max(int(self.ix.max()) + 1 if self.ix.size else 0, 1)
         self.width = width
         self.work = np.zeros(width)
         self.tmp = np.empty(self.n)
