@@ -5,7 +5,8 @@ For each data set (a9a: RBF γ = 0.05, C = 1; ijcnn1: γ = 1, C = 1; tol 1e-3) a
 (smo, active-set, irwls), whole processes are timed — ``ooc-svm train`` (startup, reading the
 store, the solve, the KKT pass, writing the model) and ``$LIBSVM_TRAIN`` (default
 /work/refs/bin/svm-train-omp; ``-c C -g γ -e tol -m cache``) with ``OMP_NUM_THREADS`` = the
-same number of threads — pinned with ``taskset -c 0`` (1 core) or ``taskset -c 0,1`` (2 cores).
+same number of threads and the same ``OMP_WAIT_POLICY`` (default passive, as ooc-svm's) —
+pinned with ``taskset -c 0`` (1 core) or ``taskset -c 0,1`` (2 cores).
 The runs are paired and interleaved: each round runs every configuration once, in a rotating
 order, so load from other processes hits all of them alike. Wall and CPU time (``wait4``'s
 rusage) and peak RSS of every child; the load average before and after.
@@ -95,7 +96,11 @@ def main() -> int:
     cores = [int(c) for c in args.cores.split(",")]
     solvers = args.solvers.split(",")
     tmp = tempfile.mkdtemp(prefix="bench-kthreads-")
-    print(f"# load before: {open('/proc/loadavg').read().strip()}", flush=True)
+    # both programs wait the same way between parallel regions (ooc-svm's default: passive;
+    # GNU OpenMP's own default, spinning, costs LIBSVM dearly on a loaded machine)
+    wait = os.environ.get("OMP_WAIT_POLICY", "passive")
+    load = open("/proc/loadavg").read().strip()
+    print(f"# load before: {load}; OMP_WAIT_POLICY={wait}", flush=True)
     try:
         for name in args.data.split(","):
             path, gamma, nf = SETS[name]
@@ -126,7 +131,7 @@ def main() -> int:
                 k = r % len(configs)
                 for s, c in configs[k:] + configs[:k]:
                     pin = ["taskset", "-c", ",".join(str(i) for i in range(c))]
-                    env = dict(os.environ, OMP_NUM_THREADS=str(c))
+                    env = dict(os.environ, OMP_NUM_THREADS=str(c), OMP_WAIT_POLICY=wait)
                     if s == "libsvm-omp":
                         cmd = pin + [
                             libsvm, "-c", str(args.C), "-g", str(gamma), "-e", str(args.tol),

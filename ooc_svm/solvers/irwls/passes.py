@@ -148,18 +148,6 @@ def _drop_caches_fn(stub, scratch: WorkerScratch, st=None):
     return None if st is None else (None, st)
 
 
-@njit(cache=True, nogil=True)
-def _add_columns(cols, coef, out):
-    """out += colsᵀ coef (cols: (m, n))."""
-    m, n = cols.shape
-    for j in range(m):
-        c = coef[j]
-        if c != 0.0:
-            for i in range(n):
-                out[i] += c * cols[j, i]
-    return out
-
-
 def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     """Σⱼ Δβⱼyⱼ K(xᵢ, xⱼ) for the shard's rows, with the columns from the shard's cache."""
     rows = bc.delta_rows
@@ -184,10 +172,28 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
         return out
 
     h0, m0 = cache.hits, cache.misses
-    cols = cache.get_or_compute(rows.gids, compute)
+    # the cached columns are summed where they lie (no stacked copy of all of them); the
+    # missing ones are computed in one parallel block
+    found: list = [cache.get(int(g)) for g in rows.gids]
+    missing = [k for k, c in enumerate(found) if c is None]
+    if missing:
+        block = compute([rows.gids[k] for k in missing])
+        for t, k in enumerate(missing):
+            found[k] = block[t].copy()
+            cache.put(int(rows.gids[k]), found[k])
     hm[0] += cache.hits - h0
     hm[1] += cache.misses - m0
-    return _add_columns(cols, bc.delta_coef, np.zeros(shard.n_rows))
+    out = np.zeros(shard.n_rows)
+    for k, c in enumerate(bc.delta_coef):
+        if c != 0.0:  # column by column, in the order of the changed rows
+            _axpy(float(c), found[k], out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _axpy(c, x, out):
+    for i in range(out.shape[0]):
+        out[i] += c * x[i]
 
 
 def _init_state(linear: bool, info, _i):
