@@ -184,6 +184,7 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     hm[0] += cache.hits - h0
     hm[1] += cache.misses - m0
     out = np.zeros(shard.n_rows)
+    assert bc.delta_coef is not None  # sent with delta_rows
     for k, c in enumerate(bc.delta_coef):
         if c != 0.0:  # column by column, in the order of the changed rows
             _axpy(float(c), found[k], out)
