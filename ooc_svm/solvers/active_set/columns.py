@@ -251,15 +251,6 @@ class KernelColumns:
 
 
 @njit(cache=True, nogil=True)
-def gradient_rows(Qt, rows, p, delta, Gbase, G):
-    """G[r] = Gbase[r] + Qt[r, :p]·delta for the listed rows (contiguous BLAS dots)."""
-    d = delta[:p]
-    for t in range(rows.shape[0]):
-        r = rows[t]
-        G[r] = Gbase[r] + (np.dot(Qt[r, :p], d) if p > 0 else 0.0)
-
-
-@njit(cache=True, nogil=True)
 def gather_matvec(Qt, rows, cols, v, out):
     """out[a] = Σ_b Qt[rows[a], cols[b]] v[b] (Q_ss v from the stored columns)."""
     for a in range(rows.shape[0]):

@@ -31,42 +31,6 @@ def _row_dots(indptr, indices, data, i, Dt, buf):
 
 
 @njit(cache=True, nogil=True)
-def dense_dots(indptr, indices, data, r0, r1, Dt, out):
-    """out[i − r0, :] = x_i · Dt for rows r0 ≤ i < r1 (Dt dense, n_features × m)."""
-    for i in range(r0, r1):
-        _row_dots(indptr, indices, data, i, Dt, out[i - r0])
-    return out
-
-
-@njit(cache=True, nogil=True)
-def rows_dot_add(K, coef, out):
-    """out[r] += K[r]·coef (single-threaded dots: no BLAS thread pool inside engine threads)."""
-    for r in range(K.shape[0]):
-        out[r] += np.dot(K[r], coef)
-    return out
-
-
-def kernel_from_dots(
-    D: np.ndarray, sq_rows: np.ndarray, sq_cols: np.ndarray, kp: KernelParams
-) -> np.ndarray:
-    """K from dot products in place, vectorised (numpy's SIMD exp / tanh / power)."""
-    if kp.kernel == "linear":
-        return D
-    if kp.kernel == "rbf":
-        D *= 2.0
-        D -= sq_rows[:, None]
-        D -= sq_cols[None, :]
-        np.minimum(D, 0.0, out=D)
-        D *= kp.gamma
-        return np.exp(D, out=D)
-    D *= kp.gamma
-    D += kp.coef0
-    if kp.kernel == "poly":
-        return np.power(D, kp.degree, out=D)
-    return np.tanh(D, out=D)
-
-
-@njit(cache=True, nogil=True)
 def dense_kernel_block(indptr, indices, data, sq, Dt, dsq, code, gamma, degree, coef0, out):
     """out[i, j] = K(xᵢ, dⱼ) for CSR rows x and dense columns Dt (n_features, m)."""
     n = indptr.shape[0] - 1
