@@ -27,10 +27,10 @@ from .kernels.csr import kernel_scores_csc_multi
 from .kernels.kernel_functions import (
     KernelParams,
     csr_parts,
-    kernel_scores_csc,
     linear_scores,
     row_sq_norms,
 )
+from .kernels.parallel import kernel_scores_csc_par, thread_share
 from .model import Model
 
 # --------------------------------------------------------------------------------------------
@@ -56,15 +56,29 @@ class Expansion:
     svt_data: np.ndarray | None = None
     sv_sq: np.ndarray | None = None
     coef: np.ndarray | None = None
+    #: wide stores: the features the SVs use (sorted); ``svt_*`` are then indexed by position
+    #: in it, so nothing here grows with ``n_features`` (None: indexed by feature)
+    svt_feats: np.ndarray | None = None
 
     @classmethod
     def from_csr(cls, kp: KernelParams, n_features: int, indptr, indices, data, coef) -> Expansion:
-        """Kernel expansion from SV rows in CSR form and their coefficients yᵢαᵢ."""
+        """Kernel expansion from SV rows in CSR form and their coefficients yᵢαᵢ.
+
+        When ``n_features`` is large against the SVs' non-zeros, the transposed SVs are kept
+        over the features the SVs use (``svt_feats``) instead of every feature of the store.
+        """
         import scipy.sparse as sp
 
         n_sv = indptr.shape[0] - 1
+        indices = np.asarray(indices)
+        feats = None
+        width = int(n_features)
+        if width > max(COMPACT_MIN_FEATURES, 2 * indices.size):
+            feats, inv = np.unique(indices, return_inverse=True)
+            indices = inv.astype(np.int32)
+            width = int(feats.size)
         X = sp.csr_matrix(
-            (np.asarray(data, dtype=np.float64), indices, indptr), shape=(n_sv, n_features)
+            (np.asarray(data, dtype=np.float64), indices, indptr), shape=(n_sv, width)
         )
         T = X.T.tocsr()  # rows = features
         T.sort_indices()
@@ -82,6 +96,7 @@ class Expansion:
             svt_data=T.data,
             sv_sq=sq,
             coef=np.asarray(coef, dtype=np.float64).copy(),
+            svt_feats=None if feats is None else feats.astype(np.int64),
         )
 
     @property
@@ -104,10 +119,10 @@ class Expansion:
         if self.coef is None or self.coef.size == 0:
             out[:] = 0.0
             return out
-        acc = np.empty(self.coef.shape[0], dtype=np.float64)
         sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
-        rows = (indptr, indices_u32, data, sq)
-        return kernel_scores_csc(*rows, *self._svs(), self.coef, *self.kp.args(), acc, out)
+        rows = (*self._compact(indptr, indices_u32, data), sq)
+        with thread_share():
+            return kernel_scores_csc_par(*rows, *self._svs(), self.coef, *self.kp.args(), out)
 
     def _scores_multi(self, indptr, indices_u32, data, n: int) -> np.ndarray:
         coef = np.ascontiguousarray(self.coef)
@@ -117,13 +132,36 @@ class Expansion:
         acc = np.empty(coef.shape[1], dtype=np.float64)
         kval = np.empty(coef.shape[1], dtype=np.float64)
         sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
-        rows = (indptr, indices_u32, data, sq)
+        rows = (*self._compact(indptr, indices_u32, data), sq)
         return kernel_scores_csc_multi(*rows, *self._svs(), coef, *self.kp.args(), acc, kval, out)
+
+    def _compact(self, indptr, indices_u32, data) -> tuple[Any, Any, Any]:
+        """The rows over ``svt_feats`` (features no SV has dropped: they add nothing to a
+        dot product with an SV) when the expansion is compact; the squared norms are taken
+        from the full rows by the caller."""
+        feats = self.svt_feats
+        if feats is None:
+            return indptr, indices_u32, data
+        if feats.size == 0 or indices_u32.size == 0:
+            return np.zeros_like(indptr), indices_u32[:0], data[:0]
+        lo, hi = int(indptr[0]), int(indptr[-1])
+        ix = indices_u32[lo:hi]
+        pos = np.searchsorted(feats, ix)
+        keep = feats[np.minimum(pos, feats.size - 1)] == ix
+        c = np.zeros(ix.size + 1, dtype=np.int64)
+        np.cumsum(keep, out=c[1:])
+        ip = c[np.asarray(indptr, dtype=np.int64) - lo]
+        return ip, pos[keep].astype(np.uint32), data[lo:hi][keep]
 
     def _svs(self) -> tuple[Any, Any, Any, Any]:
         """The support vectors as the ``kernel_scores_csc*`` kernels take them: transposed
         (CSC), with their squared norms."""
         return self.svt_indptr, self.svt_indices, self.svt_data, self.sv_sq
+
+
+#: an expansion is kept over the features its SVs use (``svt_feats``) when the store has
+#: more than this many features and more than twice the SVs' non-zeros
+COMPACT_MIN_FEATURES = 1 << 16
 
 
 def _max_col(indices) -> int:

@@ -9,6 +9,7 @@ from numba import njit
 
 from ...kernels.csr import csr_matvec_rows, csr_rmatvec_rows_add, csr_take_rows
 from ...kernels.kernel_functions import KernelParams, kernel_row, kernel_row_subset, linear_scores
+from ...kernels.parallel import gradient_rows_par
 from ..dual_common import WorkingRows
 from .kernels import DENSE_BLOCK_MAX, _dense_transposed, dense_kernel_block, dense_kernel_col
 
@@ -35,7 +36,8 @@ class KernelColumns:
         self.y = y
         self.kp = kp
         self.n = rows.n
-        width = max(n_features, int(self.ix.max()) + 1 if self.ix.size else 0, 1)
+        # the rows' own width, not the store's (no workspace grows with n_features)
+        width = max(int(self.ix.max()) + 1 if self.ix.size else 0, 1)
         self.width = width
         self.work = np.zeros(width)
         self.tmp = np.empty(self.n)
@@ -187,7 +189,7 @@ class KernelColumns:
         """G[rows] = Gbase[rows] + Q[rows, ·](α − α_flush): O(|rows| · n_columns)."""
         p = self.p
         delta = alpha[self.key[:p]] - self.aflush[:p]
-        gradient_rows(self.Qt, rows, p, delta, Gbase, G)
+        gradient_rows_par(self.Qt, rows, p, delta, Gbase, G)
 
     def full(self, alpha: np.ndarray, Gbase: np.ndarray) -> None:
         """Gbase += Q(α − α_flush) for every working row; forget the released columns."""
@@ -198,7 +200,7 @@ class KernelColumns:
         a = alpha[keys]
         delta = a - self.aflush[:p]
         if np.any(delta != 0.0):
-            gradient_rows(self.Qt, np.arange(self.n), p, delta, Gbase, Gbase)
+            gradient_rows_par(self.Qt, np.arange(self.n), p, delta, Gbase, Gbase)
         self.aflush[:p] = a
         gone = np.flatnonzero(self.released[:p])
         for s in gone[::-1]:
@@ -246,15 +248,6 @@ class KernelColumns:
         new.p = self.p
         new.kernel_evals = self.kernel_evals
         return new
-
-
-@njit(cache=True, nogil=True)
-def gradient_rows(Qt, rows, p, delta, Gbase, G):
-    """G[r] = Gbase[r] + Qt[r, :p]·delta for the listed rows (contiguous BLAS dots)."""
-    d = delta[:p]
-    for t in range(rows.shape[0]):
-        r = rows[t]
-        G[r] = Gbase[r] + (np.dot(Qt[r, :p], d) if p > 0 else 0.0)
 
 
 @njit(cache=True, nogil=True)

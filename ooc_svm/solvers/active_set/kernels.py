@@ -7,7 +7,9 @@ import logging
 import numpy as np
 from numba import njit
 
-from ...kernels.kernel_functions import KernelParams, kernel_from_dot, kernel_scores
+from ...expansion import Expansion
+from ...kernels.kernel_functions import KernelParams, kernel_from_dot
+from ...kernels.parallel import dense_expansion_add_par, thread_share
 
 log = logging.getLogger(__name__)
 
@@ -26,42 +28,6 @@ def _row_dots(indptr, indices, data, i, Dt, buf):
         row = Dt[indices[k]]
         for j in range(m):
             buf[j] += v * row[j]
-
-
-@njit(cache=True, nogil=True)
-def dense_dots(indptr, indices, data, r0, r1, Dt, out):
-    """out[i − r0, :] = x_i · Dt for rows r0 ≤ i < r1 (Dt dense, n_features × m)."""
-    for i in range(r0, r1):
-        _row_dots(indptr, indices, data, i, Dt, out[i - r0])
-    return out
-
-
-@njit(cache=True, nogil=True)
-def rows_dot_add(K, coef, out):
-    """out[r] += K[r]·coef (single-threaded dots: no BLAS thread pool inside engine threads)."""
-    for r in range(K.shape[0]):
-        out[r] += np.dot(K[r], coef)
-    return out
-
-
-def kernel_from_dots(
-    D: np.ndarray, sq_rows: np.ndarray, sq_cols: np.ndarray, kp: KernelParams
-) -> np.ndarray:
-    """K from dot products in place, vectorised (numpy's SIMD exp / tanh / power)."""
-    if kp.kernel == "linear":
-        return D
-    if kp.kernel == "rbf":
-        D *= 2.0
-        D -= sq_rows[:, None]
-        D -= sq_cols[None, :]
-        np.minimum(D, 0.0, out=D)
-        D *= kp.gamma
-        return np.exp(D, out=D)
-    D *= kp.gamma
-    D += kp.coef0
-    if kp.kernel == "poly":
-        return np.power(D, kp.degree, out=D)
-    return np.tanh(D, out=D)
 
 
 @njit(cache=True, nogil=True)
@@ -115,36 +81,17 @@ def expansion_add(
     m = d_ip.shape[0] - 1
     if m == 0 or indptr.shape[0] <= 1:
         return out
+    # the rows' own width, not the store's (no dense block grows with n_features)
     width = max(
-        n_features,
-        int(indices_u32.max()) + 1 if indices_u32.size else 0,
-        int(d_ix.max()) + 1 if d_ix.size else 0,
+        int(indices_u32.max()) + 1 if indices_u32.size else 1,
+        int(d_ix.max()) + 1 if d_ix.size else 1,
     )
     if width * m <= DENSE_BLOCK_MAX:
         Dt = _dense_transposed(d_ip, d_ix, d_data, width)
-        n = indptr.shape[0] - 1
-        block = max(1, min(n, 1_000_000 // m))
-        buf = np.empty((block, m))
-        for r0 in range(0, n, block):
-            r1 = min(n, r0 + block)
-            D = dense_dots(indptr, indices_u32, data, r0, r1, Dt, buf[: r1 - r0])
-            rows_dot_add(kernel_from_dots(D, sq[r0:r1], d_sq, kp), coef, out[r0:r1])
+        with thread_share():
+            dense_expansion_add_par(indptr, indices_u32, data, sq, Dt, d_sq, coef, *kp.args(), out)
         return out
-    work = np.zeros(width)
-    tmp = np.empty(indptr.shape[0] - 1)
-    kernel_scores(
-        indptr,
-        indices_u32,
-        data,
-        sq,
-        d_ip,
-        d_ix.view(np.uint32),
-        d_data,
-        d_sq,
-        coef,
-        *kp.args(),
-        work,
-        tmp,
-    )
+    exp = Expansion.from_csr(kp, width, d_ip, d_ix.view(np.int32), d_data, coef)
+    tmp = exp.scores(indptr, indices_u32, data)
     out += tmp
     return out

@@ -113,7 +113,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...engine.base import WorkerScratch
-from ...kernels.kernel_functions import KernelParams, kernel_block
+from ...kernels.kernel_functions import KernelParams
+from ...kernels.parallel import kernel_block_par, thread_share
 from .. import Callback, Result, binary_classes
 from ..dual_common import (
     CheckpointClock,
@@ -208,8 +209,9 @@ def _working_kernel(rows: WorkingRows, kp: KernelParams, n_features: int) -> np.
     ip, ix, data = rows.csr()
     sq = rows.sq_norms()
     out = np.empty((rows.n, rows.n), dtype=np.float64)
-    work = np.zeros(max(n_features, int(ix.max()) + 1 if ix.size else 1), dtype=np.float64)
-    kernel_block(ip, ix, data, sq, ip, ix, data, sq, *kp.args(), work, out)
+    width = int(ix.max()) + 1 if ix.size else 1
+    with thread_share():
+        kernel_block_par(ip, ix, data, sq, ip, ix, data, sq, *kp.args(), width, out)
     return out
 
 

@@ -9,7 +9,8 @@ import numpy as np
 from numba import njit
 
 from ...engine.base import WorkerScratch
-from ...kernels.kernel_functions import KernelParams, kernel_block, linear_scores, row_sq_norms
+from ...kernels.kernel_functions import KernelParams, linear_scores, row_sq_norms
+from ...kernels.parallel import kernel_block_par, thread_share
 from ..dual_common import Expansion, WorkingRows, check_interrupt, row_costs, shard_rows
 from ..kernel_cache import KernelCache
 from ..reduce import none_is_identity
@@ -147,18 +148,6 @@ def _drop_caches_fn(stub, scratch: WorkerScratch, st=None):
     return None if st is None else (None, st)
 
 
-@njit(cache=True, nogil=True)
-def _add_columns(cols, coef, out):
-    """out += colsᵀ coef (cols: (m, n))."""
-    m, n = cols.shape
-    for j in range(m):
-        c = coef[j]
-        if c != 0.0:
-            for i in range(n):
-                out[i] += c * cols[j, i]
-    return out
-
-
 def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     """Σⱼ Δβⱼyⱼ K(xᵢ, xⱼ) for the shard's rows, with the columns from the shard's cache."""
     rows = bc.delta_rows
@@ -168,11 +157,8 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     rix = rows.u32
     rsq = rows.sq_norms()
     pos = {int(gid): k for k, gid in enumerate(rows.gids)}
-    width = max(
-        int(bc.n_features),
-        int(ix.max()) + 1 if ix.size else 1,
-        int(rix.max()) + 1 if rix.size else 1,
-    )
+    # the rows' own width (not the store's: no workspace grows with n_features)
+    width = max(int(ix.max()) + 1 if ix.size else 1, int(rix.max()) + 1 if rix.size else 1)
 
     assert bc.kp is not None  # a column cache is made for kernels only
     kargs = bc.kp.args()
@@ -181,26 +167,37 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
         sel = np.array([pos[int(gg)] for gg in missing], dtype=np.int64)
         sub = rows.take(sel)
         out = np.empty((sel.size, shard.n_rows), dtype=np.float64)
-        kernel_block(
-            sub.indptr,
-            sub.u32,
-            sub.data,
-            rsq[sel],
-            ip,
-            ix,
-            shard.data,
-            sq,
-            *kargs,
-            np.zeros(width),
-            out,
-        )
+        with thread_share():
+            kernel_block_par(
+                sub.indptr, sub.u32, sub.data, rsq[sel], ip, ix, shard.data, sq,
+                *kargs, width, out,
+            )  # fmt: skip
         return out
 
     h0, m0 = cache.hits, cache.misses
-    cols = cache.get_or_compute(rows.gids, compute)
+    # the cached columns are summed where they lie (no stacked copy of all of them); the
+    # missing ones are computed in one parallel block
+    found: list = [cache.get(int(g)) for g in rows.gids]
+    missing = [k for k, c in enumerate(found) if c is None]
+    if missing:
+        block = compute([rows.gids[k] for k in missing])
+        for t, k in enumerate(missing):
+            found[k] = block[t].copy()
+            cache.put(int(rows.gids[k]), found[k])
     hm[0] += cache.hits - h0
     hm[1] += cache.misses - m0
-    return _add_columns(cols, bc.delta_coef, np.zeros(shard.n_rows))
+    out = np.zeros(shard.n_rows)
+    assert bc.delta_coef is not None  # sent with delta_rows
+    for k, c in enumerate(bc.delta_coef):
+        if c != 0.0:  # column by column, in the order of the changed rows
+            _axpy(float(c), found[k], out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _axpy(c, x, out):
+    for i in range(out.shape[0]):
+        out[i] += c * x[i]
 
 
 def _init_state(linear: bool, info, _i):

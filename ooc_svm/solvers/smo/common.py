@@ -99,6 +99,27 @@ def _x_tuple(rows: WorkingRows):
     )
 
 
+def _x_tuple_compact(rows: WorkingRows):
+    """(:func:`_x_tuple`, width) with the columns renumbered 0 .. width − 1 over the features
+    the rows use: the kernel workspace is then as wide as the rows, not the store (an
+    increasing renumbering keeps every row's order, so every dot product is unchanged)."""
+    ix = rows.indices
+    if ix.size == 0:
+        return _x_tuple(rows), 1
+    hi = int(ix.max()) + 1
+    if hi <= max(4 * ix.size, 1 << 16):
+        return _x_tuple(rows), hi
+    feats, inv = np.unique(ix, return_inverse=True)
+    X = (
+        rows.indptr,
+        inv.astype(np.uint32),
+        rows.data.astype(np.float32, copy=False),
+        rows.sq_norms(),
+        rows.y,
+    )
+    return X, int(feats.size)
+
+
 def _cache_for(cache_mb: float, m: int) -> SlotCache:
     return SlotCache(int(cache_mb * MB), max(m, 1), max(m, 1))
 

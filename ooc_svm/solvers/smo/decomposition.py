@@ -159,9 +159,9 @@ def _decomposition_start(store, engine, state, p, pos, budget, checkpoint) -> _D
     rng = np.random.default_rng(int(p.seed))
     first = np.sort(rng.choice(n, size=min(n, max(2, budget // 2)), replace=False))
     W = fetch_rows(store, engine, first, pos, state)
-    d = _Decomposition(
-        state, W, np.zeros(W.n), WorkingRows.empty(), np.zeros(store.meta.n_features)
-    )
+    linear = p.kernel == "linear"  # only the linear kernel keeps a dense w over the features
+    w0 = np.zeros(store.meta.n_features if linear else 0)
+    d = _Decomposition(state, W, np.zeros(W.n), WorkingRows.empty(), w0)
     loaded = None
     if checkpoint is not None and checkpoint.resume:
         loaded = _decomposition_load(checkpoint, store, engine, pos)

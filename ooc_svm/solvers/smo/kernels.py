@@ -13,6 +13,7 @@ from ...kernels.kernel_functions import (
     scatter_row,
     sparse_dot,
 )
+from ...kernels.parallel import column_par
 from ..kernel_cache import slot_acquire_prefix
 
 TAU = 1e-12
@@ -52,20 +53,7 @@ def _column(i, need, order, X, kp, cache, work, with_y):
     s, have = slot_acquire_prefix(slot_key, slot_of, slot_len, last_used, stats, i, need)
     col = buf[s]
     if have < need:
-        scatter_row(indptr, indices, data, i, work)
-        sqi = sq[i]
-        if with_y:
-            yi = y[i]
-            for t in range(have, need):
-                k = order[t]
-                d = gather_dot(indptr, indices, data, k, work)
-                col[k] = yi * y[k] * kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
-        else:
-            for t in range(have, need):
-                k = order[t]
-                d = gather_dot(indptr, indices, data, k, work)
-                col[k] = kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
-        clear_row(indptr, indices, i, work)
+        column_par(i, have, need, order, X, kp, col, with_y, work.shape[0])
         slot_len[s] = need
     return col
 

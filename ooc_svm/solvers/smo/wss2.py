@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import SolverError
 from ..dual_common import WorkingRows, apply_alpha_updates, fetch_rows
-from .common import _budget_rows, _cache_for, _kernel_tuple, _x_tuple
+from .common import _budget_rows, _cache_for, _kernel_tuple, _x_tuple_compact
 from .kernels import (
     IST_DONE,
     IST_IT,
@@ -68,9 +68,10 @@ class _Wss2Run:
         self.W, self.p_lin, self.tol = W, p_lin, tol
         # each row's upper bound (one C, or C·w_{y_i} with class weights)
         self.C = np.full(W.n, float(C)) if np.ndim(C) == 0 else np.asarray(C, dtype=np.float64)
-        self.X = _x_tuple(W)
+        # the rows' own (compacted) width: no workspace grows with the store's n_features
+        self.X, width = _x_tuple_compact(W)
         self.kt = _kernel_tuple(kp)
-        self.work = np.zeros(max(n_features, int(W.indices.max()) + 1 if W.indices.size else 1))
+        self.work = np.zeros(width)
         self.G = np.empty(W.n)
         self.G_bar = np.empty(W.n)
         self.QD = _diag(self.X, self.kt)
