@@ -321,3 +321,74 @@ def test_racing_ingests_one_wins(tmp_path):
         store.read_shard(i, verify=True)
     # nothing but the inputs and the winning store
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in0.svm", "in1.svm", "race.zarr"]
+
+
+# -- the command line on hostile paths: devices, FIFOs, nested JSON (run as a user would) ----
+
+
+def _cli(cwd, *args, timeout: float = 60):
+    """``ooc-svm ARGS`` run in ``cwd`` with stdin closed; the completed process."""
+    return subprocess.run(
+        [sys.executable, "-m", "ooc_svm", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+    )
+
+
+def _small_model_and_text(cwd) -> None:
+    """A linear model ``m`` (5 features) and 40 rows of matching SVMlight text ``d.svm``."""
+    from ooc_svm.model import Model
+
+    Model(kind="linear", n_features=5, classes=[-1.0, 1.0], coef_=np.arange(5.0) - 2).save(
+        str(cwd / "m")
+    )
+    rng = np.random.default_rng(0)
+    lines = [f"{1 if k % 2 else -1} 1:{rng.random():.3f} 4:{rng.random():.3f}" for k in range(40)]
+    (cwd / "d.svm").write_text("\n".join(lines) + "\n")
+
+
+def _one_line_error(r, *words: str) -> None:
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ooc-svm: error: "), r.stderr
+    for w in words:
+        assert w in err[0], err[0]
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_text_input_that_is_a_device_is_refused_at_once(tmp_path, command):
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    _small_model_and_text(tmp_path)
+    os.symlink("/dev/zero", tmp_path / "z.txt")
+    extra = ["-o", "p.txt"] if command == "predict" else []
+    r = _cli(tmp_path, command, "m", "z.txt", *extra, timeout=30)
+    _one_line_error(r, "z.txt", "character device", "regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.svm", "m", "z.txt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_text_input_from_a_fifo_is_read_once(tmp_path, command):
+    _small_model_and_text(tmp_path)
+    os.mkfifo(tmp_path / "in.fifo")
+    data = (tmp_path / "d.svm").read_bytes()
+
+    def feed():
+        with open(tmp_path / "in.fifo", "wb") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    extra = ["-o", "p.txt"] if command == "predict" else ["--json"]
+    r = _cli(tmp_path, command, "m", "in.fifo", *extra)
+    writer.join(5)
+    assert r.returncode == 0, r.stderr
+    if command == "predict":
+        assert len((tmp_path / "p.txt").read_text().splitlines()) == 41
+    else:
+        assert json.loads(r.stdout)["n_rows"] == 40
