@@ -280,11 +280,15 @@ def _read_arrays(where: str, path: str, bounds: dict[str, int]) -> dict[str, np.
                     f"{where}: arrays.npz declares more than {MAX_ARRAY_BYTES >> 30} GiB of "
                     "arrays; refusing to read it"
                 )
-            arrays[name] = _read_member(where, zf, info, name)
+            arrays[name] = read_npy_member(where, zf, info, name)
     return arrays
 
 
-def _read_member(where: str, zf, info, name: str) -> np.ndarray:
+def read_npy_member(where: str, zf, info, name: str) -> np.ndarray:
+    """One array of an open ``.npz`` (:class:`zipfile.ZipFile` ``zf``, member ``info``) read
+    without trusting it: real numbers only (never a pickle), the shape its header declares
+    checked against the bytes stored before anything is read, the member's CRC checked.
+    Raises :class:`ModelError` (``where``: what to name in the message)."""
     import zipfile
 
     fmt = np.lib.format
@@ -308,6 +312,7 @@ def _read_member(where: str, zf, info, name: str) -> np.ndarray:
             data = f.read(count * dtype.itemsize)
             if len(data) != count * dtype.itemsize:
                 raise ModelError(f"{where}: field {name!r} is truncated")
+            f.read(1)  # to the member's end: its CRC is checked there
             a = np.frombuffer(data, dtype=dtype)
             a = a.reshape(shape, order="F" if fortran else "C")
             return np.array(a, dtype=dtype.newbyteorder("=") if dtype.kind != "b" else dtype)
