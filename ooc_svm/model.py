@@ -144,12 +144,8 @@ class Model:
         return np.where(s > 0, classes[-1], classes[0])
 
     # -- persistence ----------------------------------------------------------------------
-    def save(self, path: str) -> None:
-        """Write the model directory atomically (temporary directory, then rename), with the
-        process umask (see :func:`ooc_svm._util.atomic_dir`)."""
-        from ._util import atomic_dir
-
-        path = os.path.abspath(str(path))
+    def _persisted(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """``(model.json's content, arrays.npz's arrays)`` as :meth:`save` writes them."""
         arrays: dict[str, np.ndarray] = {}
         if self.coef_ is not None:
             arrays["coef"] = np.asarray(self.coef_, dtype=np.float64)
@@ -182,6 +178,15 @@ class Model:
         }
         if self.probA_ is not None:
             meta["probability"] = probability_meta(self)
+        return meta, arrays
+
+    def save(self, path: str) -> None:
+        """Write the model directory atomically (temporary directory, then rename), with the
+        process umask (see :func:`ooc_svm._util.atomic_dir`)."""
+        from ._util import atomic_dir
+
+        path = os.path.abspath(str(path))
+        meta, arrays = self._persisted()
         try:
             with atomic_dir(path, prefix="model") as tmp:
                 # numeric arrays only: no pickle is ever written (load_model refuses one)
@@ -474,6 +479,24 @@ def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
             raise _fail(where, "support", f"must hold {n_sv} non-negative row indices")
         out["support"] = sup
     return out
+
+
+def check_model(model: Model, where: str = "model") -> None:
+    """Validate ``model`` as :func:`load_model` validates a model directory, before it is
+    written: a model this raises :class:`ModelError` for would be refused when loaded.
+
+    For writers of models from outside data (``ooc-svm import``): the JSON of model.json is
+    checked after a round trip through the JSON encoder, the arrays as stored.
+    """
+    meta, arrays = model._persisted()
+    meta = json.loads(json.dumps(meta, default=json_default))
+    m = _check_meta(where, meta)
+    _check_arrays(where, m, arrays)
+    if model.kind == "ovo":
+        validate_ovo(model, where)
+    p = meta.get("probability")
+    if p is not None:
+        check_probability(model, p.get("probA"), p.get("probB"), p.get("method"), where)
 
 
 def load_model(path: str) -> Model:

@@ -27,6 +27,21 @@ class FormatError(ModelError):
     """A model file in a foreign format cannot be read or written; names file and line."""
 
 
+#: widest model ooc-svm loads (``n_features``; as :func:`ooc_svm.model.load_model` checks)
+MAX_WIDTH = 1 << 31
+
+
+def check_width(path: str, width: int, what: str = "highest feature index") -> int:
+    """``width`` if a model that wide can be loaded; :class:`FormatError` before anything that
+    wide is allocated otherwise."""
+    if width > MAX_WIDTH:
+        raise FormatError(
+            f"{path}: {what} {width:,} is more than the {MAX_WIDTH:,} features an ooc-svm model "
+            "may have; nothing was imported"
+        )
+    return width
+
+
 class LineReader:
     """Lines of a (possibly gz/bz2/xz compressed) text file with their 1-based numbers.
 
