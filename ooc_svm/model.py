@@ -519,6 +519,8 @@ def load_model(path: str) -> Model:
             meta = json.loads(f.read(MAX_META_BYTES + 1))
     except (ValueError, UnicodeDecodeError) as e:
         raise ModelError(f"{path}: unreadable model.json ({e})") from None
+    except RecursionError:
+        raise ModelError(f"{path}: unreadable model.json (JSON nested too deeply)") from None
     except OSError as e:
         raise ModelError(f"{path}: cannot read model.json ({e.strerror})") from None
     if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:

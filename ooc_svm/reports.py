@@ -73,7 +73,7 @@ def read_history(path: str) -> tuple[dict, list[dict]]:
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise HistoryError(
                     f"{path}:{n}: not a JSON line; a history is written by `ooc-svm train "
                     "--history FILE.jsonl`"
@@ -455,7 +455,7 @@ def read_sweep(path: str) -> dict | None:
         with open(path, "rb") as f:
             first = f.readline(1 << 24)
         doc = json.loads(first.decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     if isinstance(doc, dict) and doc.get("sweep") is True and isinstance(doc.get("table"), list):
         return doc

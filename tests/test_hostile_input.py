@@ -392,3 +392,32 @@ def test_text_input_from_a_fifo_is_read_once(tmp_path, command):
         assert len((tmp_path / "p.txt").read_text().splitlines()) == 41
     else:
         assert json.loads(r.stdout)["n_rows"] == 40
+
+
+def _nest(path, depth: int = 200_000) -> None:
+    path.write_text("[" * depth)
+
+
+@pytest.mark.parametrize(
+    "target, commands",
+    [
+        ("s.zarr/zarr.json", ["info s.zarr", "verify s.zarr", "train s.zarr -o x"]),
+        ("p.parquet/_ooc_svm.json", ["info p.parquet", "train p.parquet -o x"]),
+        ("SHARD_ARRAY", ["train s.zarr -o x"]),
+        ("m/model.json", ["predict m d.svm -o p.txt", "export m --format liblinear x.model"]),
+    ],
+)
+def test_deeply_nested_json_is_one_line(tmp_path, target, commands):
+    """'[' * 200000 in any JSON ooc-svm reads: one line naming the file, never RecursionError."""
+    _small_model_and_text(tmp_path)
+    ingest([str(tmp_path / "d.svm")], str(tmp_path / "s.zarr"))
+    ingest([str(tmp_path / "d.svm")], str(tmp_path / "p.parquet"))
+    if target == "SHARD_ARRAY":
+        target = "s.zarr/s0000000/data/zarr.json"  # read up to 64 KiB
+    _nest(tmp_path / target, 60_000 if "s0000000" in target else 200_000)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for command in commands:
+        r = _cli(tmp_path, *command.split())
+        _one_line_error(r, command.split()[1])
+        assert "RecursionError" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
