@@ -156,39 +156,109 @@ def _main(argv: list[str]) -> int:
     level = logging.ERROR if args.quiet else (logging.DEBUG if args.verbose > 1 else logging.INFO)
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
     _quiet_dask(args.verbose)
+    old_handlers = _install_signal_handlers()
     try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return _interrupted()
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
+    except KeyboardInterrupt as e:
+        return _interrupted(e)
+    except BrokenPipeError:
+        return _broken_pipe()
     except Exception as e:
         # Ctrl-C inside numba's dispatcher surfaces as "SystemError: ... returned a result
         # with an exception set" (or another error raised while handling it)
-        if _caused_by_interrupt(e):
-            return _interrupted()
+        cause = _caused_by_interrupt(e)
+        if cause is not None:
+            return _interrupted(cause)
         if not isinstance(e, (*_known_errors(), OSError)):
             raise
         print(f"ooc-svm: error: {e}", file=sys.stderr)
         return 1
+    finally:
+        _restore_signal_handlers(old_handlers)
 
 
-def _interrupted() -> int:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwinds like Ctrl-C (every writer removes its temporary files);
+    the exit status is 128 + the signal's number, as a shell reports a killed process."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _on_signal(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+def _install_signal_handlers() -> dict:
+    """SIGTERM and SIGHUP clean up like SIGINT (main thread only); the previous handlers.
+
+    A signal the parent set to be ignored (``nohup`` ignores SIGHUP) stays ignored.
+    """
+    import signal
+    import threading
+
+    old: dict = {}
+    if threading.current_thread() is not threading.main_thread():
+        return old
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                continue
+            old[sig] = signal.signal(sig, _on_signal)
+        except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+            pass
+    return old
+
+
+def _restore_signal_handlers(old: dict) -> None:
+    import signal
+
+    for sig, handler in old.items():
+        try:
+            signal.signal(sig, handler)
+        except (ValueError, OSError, TypeError):  # pragma: no cover
+            pass
+
+
+def _interrupted(e: BaseException | None = None) -> int:
     # exit within a second: the interpreter's final garbage collections over numba's
     # objects took ~1 s on a loaded machine; frozen objects are skipped
     gc.freeze()
+    if isinstance(e, Terminated):
+        print(f"ooc-svm: {e}", file=sys.stderr)
+        return 128 + e.signum
     print("ooc-svm: interrupted", file=sys.stderr)
     return 130
 
 
-def _caused_by_interrupt(e: BaseException) -> bool:
-    """Whether ``e`` was raised by, or while handling, a KeyboardInterrupt."""
+def _broken_pipe() -> int:
+    """The reader of standard output went away (``| head``, ``| true``): end quietly with
+    the status of a process killed by SIGPIPE (128 + 13), as cat or grep report it."""
+    try:  # the exit flush must not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - stdout without a descriptor
+        pass
+    return 141
+
+
+def _caused_by_interrupt(e: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or :class:`Terminated`) ``e`` was raised by, or while
+    handling; None if none."""
     seen: set[int] = set()
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
         if isinstance(cur, KeyboardInterrupt):
-            return True
+            return cur
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
-    return False
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

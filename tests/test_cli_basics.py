@@ -69,3 +69,33 @@ def test_help_imports_no_heavy_library():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_closed_stdout_pipe_exits_quietly(tmp_path):
+    """`ooc-svm evaluate ... | true`, `ooc-svm info ... | true`: no "Broken pipe" error, the
+    status of a process ended by SIGPIPE (141), as cat or grep."""
+    import os
+
+    from ooc_svm.model import Model
+
+    Model(kind="linear", n_features=3, classes=[-1.0, 1.0], coef_=np.ones(3)).save(
+        str(tmp_path / "m")
+    )
+    (tmp_path / "d.svm").write_text("1 1:1 2:0.5\n-1 3:1\n" * 20)
+    for args in (["evaluate", "m", "d.svm"], ["info", "m"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before anything is written
+        try:
+            r = subprocess.run(
+                [sys.executable, "-m", "ooc_svm", *args],
+                cwd=tmp_path,
+                stdin=subprocess.DEVNULL,
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            os.close(write)
+        assert r.returncode == 141, (args, r.returncode, r.stderr)
+        assert r.stderr == "", (args, r.stderr)
