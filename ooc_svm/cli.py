@@ -13,6 +13,7 @@ import gc
 import importlib
 import logging
 import os
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -44,11 +45,69 @@ _DESCRIPTION = (
 )
 
 
+#: flags of LIBLINEAR's train, LIBSVM's svm-train / svm-predict and SVMperf's svm_perf_learn
+#: that ooc-svm spells otherwise (or does not have): flag -> what to use. Said when a command
+#: line with one of them fails to parse (``train -c 4 a9a.zarr -o m``).
+HABITS: dict[str, str] = {
+    "-c": "ooc-svm uses --C (LIBLINEAR's and LIBSVM's -c)",
+    "-C": "ooc-svm chooses C with --C 0.01,0.1,1,10 --folds 5 (LIBLINEAR's -C)",
+    "-s": "ooc-svm uses --solver (perf, smo, active-set, irwls) and --loss (LIBLINEAR's -s "
+    "solver type; see ooc-svm train --help)",
+    "-e": "ooc-svm uses --eps (perf) or --tol (smo, active-set, irwls) (LIBLINEAR's and "
+    "LIBSVM's -e)",
+    "-B": "ooc-svm uses --bias (LIBLINEAR's -B)",
+    "-wi": "ooc-svm uses --class-weight LABEL=W,... (LIBLINEAR's and LIBSVM's -wi)",
+    "-b": "ooc-svm uses --probability, in train and predict (LIBSVM's -b 1)",
+    "-t": "ooc-svm uses --kernel linear|poly|rbf|sigmoid (LIBSVM's -t)",
+    "-g": "ooc-svm uses --gamma (LIBSVM's -g)",
+    "-d": "ooc-svm uses --degree (LIBSVM's -d)",
+    "-r": "ooc-svm uses --coef0 (LIBSVM's -r)",
+    "-m": "ooc-svm uses --cache-mb (LIBSVM's -m)",
+    "-v N": "ooc-svm's -v is --verbose; cross-validation is --folds K with --C values "
+    "(LIBLINEAR's and LIBSVM's -v N)",
+    "-n": "ooc-svm trains C-SVMs only (--C); LIBSVM's -n (nu) has no equivalent",
+    "-p": "ooc-svm trains classifiers and rankers only; LIBSVM's -p (epsilon-SVR) has no "
+    "equivalent",
+    "-l": "ooc-svm uses --loss error|roc|ordinal (SVMperf's -l)",
+}
+
+
+def _habits(argv: list[str]) -> list[tuple[str, str]]:
+    """``(flag as given, HABITS key)`` of the foreign flags in ``argv``, in order, each key
+    once."""
+    found: list[tuple[str, str]] = []
+    for k, tok in enumerate(argv):
+        if tok == "--":
+            break
+        key = None
+        if re.fullmatch(r"-w[+-]?[0-9]+(\.[0-9]+)?", tok):
+            key = "-wi"
+        elif tok == "-v" and k + 1 < len(argv) and argv[k + 1].isdigit():
+            key = "-v N"
+        elif tok[:2] in HABITS and tok[:2] != "-v" and (len(tok) == 2 or tok[2:3].isdigit()):
+            key = tok[:2]
+        if key is not None and key not in [f[1] for f in found]:
+            found.append((tok if key != "-wi" else tok.rstrip("0123456789.") + "N", key))
+    return found
+
+
+#: the arguments being parsed (for :meth:`_Parser.error`'s hints)
+_ARGV: list[str] = []
+
+
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line that points to ``--help``."""
+    """An argument parser whose errors are one line that points to ``--help`` (one line per
+    LIBLINEAR / LIBSVM / SVMperf flag given, saying ooc-svm's spelling)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        prog = self.prog
+        command = _command_in(_ARGV)
+        if prog == "ooc-svm" and command:  # extra arguments are the top parser's error
+            prog = f"ooc-svm {command}"
+        if habits := _habits(_ARGV):
+            lines = [f"{prog}: error: {flag}: {HABITS[key]}" for flag, key in habits]
+            self.exit(2, "\n".join(lines) + f" (see {prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message} (see {prog} --help)\n")
 
 
 def _command_in(argv: list[str]) -> str | None:
@@ -146,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     parser = build_parser(_command_in(argv))
+    _ARGV[:] = argv
     if not argv:
         parser.print_help()
         return 2

@@ -99,3 +99,21 @@ def test_closed_stdout_pipe_exits_quietly(tmp_path):
             os.close(write)
         assert r.returncode == 141, (args, r.returncode, r.stderr)
         assert r.stderr == "", (args, r.stderr)
+
+
+def test_liblinear_libsvm_flags_say_the_ooc_svm_spelling(tmp_path):
+    """`train -c 4 a9a.zarr -o m`: one line per LIBLINEAR/LIBSVM flag, with ooc-svm's flag."""
+    r = _ooc("train", "-c", "4", "-s", "2", "-e", "0.1", "-B", "1", "-w1", "5", "a.zarr", "-o", "m")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "unrecognized" not in r.stderr, r.stderr
+    assert [ln.split(": ")[2] for ln in lines] == ["-c", "-s", "-e", "-B", "-wN"], lines
+    assert "--C (LIBLINEAR's and LIBSVM's -c)" in lines[0]
+    assert "--class-weight" in lines[4] and lines[4].endswith("(see ooc-svm train --help)")
+    for args, want in [
+        (["train", "-t", "2", "-g", "0.5", "a.zarr", "-o", "m"], ["--kernel", "--gamma"]),
+        (["train", "-v", "5", "a.zarr", "-o", "m"], ["--folds"]),
+        (["predict", "-b", "1", "m", "t.svm", "-o", "p"], ["--probability"]),
+    ]:
+        r = _ooc(*args)
+        assert r.returncode == 2 and all(w in r.stderr for w in want), r.stderr
+        assert len(r.stderr.strip().splitlines()) == len(want), r.stderr
