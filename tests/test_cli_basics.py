@@ -117,3 +117,21 @@ def test_liblinear_libsvm_flags_say_the_ooc_svm_spelling(tmp_path):
         r = _ooc(*args)
         assert r.returncode == 2 and all(w in r.stderr for w in want), r.stderr
         assert len(r.stderr.strip().splitlines()) == len(want), r.stderr
+
+
+def test_train_refuses_to_replace_a_model_without_overwrite(tmp_path):
+    X = sp.random(60, 5, density=0.5, format="csr", random_state=np.random.default_rng(0))
+    y = np.where(np.arange(60) % 2, 1.0, -1.0)
+    write_store(str(tmp_path / "s.zarr"), csr_to_shards(X, y, shard_rows=30))
+    first = _ooc("train", "s.zarr", "-o", "m", "-q", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    stamp = (tmp_path / "m" / "model.json").stat().st_mtime_ns
+    again = _ooc("train", "s.zarr", "-o", "m", "--C", "5", cwd=tmp_path)
+    assert again.returncode == 1, again.stderr
+    assert again.stderr.strip() == (
+        "ooc-svm: error: -o m: exists; pass --overwrite to replace it (or give another -o)"
+    )
+    assert (tmp_path / "m" / "model.json").stat().st_mtime_ns == stamp
+    forced = _ooc("train", "s.zarr", "-o", "m", "--C", "5", "--overwrite", "-q", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert '"C": 5.0' in (tmp_path / "m" / "model.json").read_text()

@@ -175,6 +175,11 @@ def add_parser(sub) -> None:
         "-o", "--output", required=True, metavar="MODEL", help="model directory to write"
     )
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing MODEL (without it, train refuses before it starts)",
+    )
+    p.add_argument(
         "--solver",
         choices=solver_names(),
         default="perf",
@@ -452,6 +457,7 @@ def run(args) -> int:
     from ._startup import init_numba_target
 
     typed, params = solver_params_from_args(args)
+    check_output(args.output, args.overwrite)
     init_numba_target()
     if getattr(args, "c_values", None) is not None or args.validation or args.folds is not None:
         return run_sweep(args, typed)
@@ -523,6 +529,23 @@ def run(args) -> int:
             f"{summary['seconds']:.2f}s{status} -> {args.output}"
         )
     return 0
+
+
+def check_output(path: str, overwrite: bool) -> None:
+    """Refuse, before training, an output that exists (a model, maybe hours of work) unless
+    ``--overwrite``, and one that can never be a model directory (a file)."""
+    import os
+
+    from ..model import ModelError
+
+    if not os.path.lexists(path):
+        return
+    if not os.path.isdir(path):
+        raise ModelError(
+            f"-o {path}: exists and is not a model directory; give another -o or remove it"
+        )
+    if not overwrite:
+        raise ModelError(f"-o {path}: exists; pass --overwrite to replace it (or give another -o)")
 
 
 #: columns of the sweep table, in order (the metric's column follows C)
