@@ -185,7 +185,7 @@ class Model:
         process umask (see :func:`ooc_svm._util.atomic_dir`)."""
         from ._util import atomic_dir
 
-        path = os.path.abspath(str(path))
+        path = str(path)  # atomic_dir makes it absolute; messages name it as given
         meta, arrays = self._persisted()
         try:
             with atomic_dir(path, prefix="model") as tmp:

@@ -24,7 +24,16 @@ class HistoryWriter:
 
     def __init__(self, path: str, header: dict | None = None):
         self.path = path
-        self._f: IO[str] = open(path, "w")
+        from ._util import OutputError, make_output_parent
+
+        make_output_parent(os.path.abspath(str(path)), str(path))
+        try:
+            self._f: IO[str] = open(path, "w")
+        except OSError as e:
+            raise OutputError(
+                f"--history {path}: cannot write ({e.strerror or e}); give a file in a directory "
+                "you can write"
+            ) from None
         if header:
             self._f.write(json.dumps({"header": header}, default=json_default) + "\n")
             self._f.flush()

@@ -539,6 +539,15 @@ def check_output(path: str, overwrite: bool) -> None:
     from ..model import ModelError
 
     if not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        while parent and not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if parent and not os.path.isdir(parent):  # found now, not after the training
+            from .._util import OutputError
+
+            raise OutputError(
+                f"{path}: {parent} is a file, not a directory; give an output path in a directory"
+            )
         return
     if not os.path.isdir(path):
         raise ModelError(

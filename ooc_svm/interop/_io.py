@@ -268,8 +268,16 @@ def atomic_text(out: str):
     parent = os.path.dirname(os.path.abspath(out)) or "."
     if os.path.isdir(out):
         raise FormatError(f"{out}: is a directory; give a file name for the exported model")
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".export-", dir=parent)
+    from .._util import OutputError, make_output_parent
+
+    make_output_parent(os.path.abspath(out), out)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".export-", dir=parent)
+    except OSError as e:
+        raise OutputError(
+            f"{out}: cannot write ({e.strerror or e}); give an output path in a directory you "
+            "can write"
+        ) from None
     try:
         with os.fdopen(fd, "w") as f:
             yield f
