@@ -135,3 +135,33 @@ def test_train_refuses_to_replace_a_model_without_overwrite(tmp_path):
     forced = _ooc("train", "s.zarr", "-o", "m", "--C", "5", "--overwrite", "-q", cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr
     assert '"C": 5.0' in (tmp_path / "m" / "model.json").read_text()
+
+
+def test_small_wording_of_ingest_evaluate_and_sweep(tmp_path):
+    """ "into 1 shard" (not "1 shards"), the same decimal MB on the bar and in the summary,
+    Python's ingest names overwrite=True, evaluate --plot says what it wrote, and a sweep
+    whose table goes to --sweep-table FILE does not print it too."""
+    import pytest
+
+    from ooc_svm.progress import Meter
+    from ooc_svm.store import StoreError
+    from ooc_svm.store.ingest import ingest
+
+    rng = np.random.default_rng(0)
+    rows = [f"{1 if k % 2 else -1} 1:{rng.random():.3f} 2:{rng.random():.3f}" for k in range(80)]
+    (tmp_path / "d.svm").write_text("\n".join(rows) + "\n")
+    r = _ooc("ingest", "d.svm", "s.zarr", cwd=tmp_path)
+    assert r.returncode == 0 and " into 1 shard from " in r.stdout, r.stdout
+    assert Meter("ingest", "off", unit="B")._amount(2_500_000) == "2.5 MB"
+    with pytest.raises(StoreError, match=r"overwrite=True in Python"):
+        ingest([str(tmp_path / "d.svm")], str(tmp_path / "s.zarr"))
+    pytest.importorskip("matplotlib")
+    r = _ooc("train", "s.zarr", "-o", "m", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = _ooc("evaluate", "m", "s.zarr", "--plot", "roc.png", cwd=tmp_path)
+    assert r.returncode == 0 and "wrote roc.png" in r.stderr, r.stderr
+    r = _ooc("train", "s.zarr", "-o", "m2", "--C", "0.1,1", "--validation", "s.zarr",
+             "--sweep-table", "t.csv", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "t.csv").exists() and "objective" not in r.stdout, r.stdout
+    assert "best C" in r.stdout

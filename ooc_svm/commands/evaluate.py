@@ -90,9 +90,15 @@ def run(args) -> int:
         print(json.dumps({**res, "n_rows": res.get("n"), "model": args.model}))
         return 0
     if res.get("threshold_trained") is False:
+        at_zero = [k for k in ("accuracy", "precision", "recall", "f1") if k in res]
         print(
             f"note: {args.model} is a ranking model (loss {model.info.get('loss')}): its "
-            "threshold is not trained; accuracy/precision/recall/f1 use f(x) > 0"
+            "threshold is not trained; "
+            + (
+                f"{'/'.join(at_zero)} use f(x) > 0"
+                if at_zero
+                else "the metrics below use only the order of the scores"
+            )
         )
     for key, v in res.items():
         if key == "threshold_trained":

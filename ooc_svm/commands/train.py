@@ -598,7 +598,7 @@ def run_sweep(args, typed) -> int:
         summary["sweep"] = out.summary()
         print(json.dumps(summary, default=_plain))
     elif not getattr(args, "quiet", False):
-        if args.sweep_table not in ("-", "/dev/stdout"):
+        if not args.sweep_table:  # the table went to --sweep-table instead
             print(format_sweep_table(out))
         how = {"shared": "shared passes", "warm": "warm starts"}.get(out.mode, "independent")
         print(
