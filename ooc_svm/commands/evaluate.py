@@ -33,10 +33,11 @@ def _description() -> str:
     doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
     assert doc is not None
     paras = doc.split("\n\n")
+    # what is printed first, then the notes of this command, then what is kept in memory
     text = "\n\n".join(
-        ["The store is scored in one streamed pass through the engine. " + paras[1]]
-        + paras[2:-1]
-        + __doc__.split("\n\n")[2:]
+        paras[3:-1]
+        + [p.strip() for p in __doc__.split("\n\n")[2:]]
+        + ["The store is scored in one streamed pass through the engine. " + paras[1], paras[2]]
     )
     return (
         text.replace("``", "")
