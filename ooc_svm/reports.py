@@ -280,11 +280,22 @@ def history_figure(path: str):
     HistoryError
         The file is not a training history.
     """
-    plt = _pyplot()
     header, recs = _iteration_records(path)
     solver = str(header.get("solver", "") or "")
-    tol, tol_name = _tolerance(header)
     groups = _groups(recs)
+    if groups and all(len(g) < 2 for _, g in groups):
+        hint = (
+            " (smo in memory records once per --checkpoint-every SMO steps: train again with "
+            "a smaller --checkpoint-every to record more)"
+            if solver == "smo"
+            else ""
+        )
+        raise HistoryError(
+            f"{path}: one iteration recorded{' per class' if len(groups) > 1 else ''}; nothing "
+            f"to plot{hint}"
+        )
+    plt = _pyplot()
+    tol, tol_name = _tolerance(header)
     gap_label = next(
         (lab for _, g in groups for gap, lab in [_certified_gap(g)] if gap is not None), ""
     )
