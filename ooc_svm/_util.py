@@ -155,6 +155,32 @@ def _temp_name(target: str, prefix: str) -> str:
     return os.path.join(parent, f".{prefix}-{os.getpid()}-{os.urandom(4).hex()}")
 
 
+class OutputError(OSError):
+    """An output path that cannot be written: the message names it and the fix."""
+
+
+def make_output_parent(target: str, given: str) -> None:
+    """Create the directory of ``target`` (the output the user named ``given``), or raise
+    :class:`OutputError` naming the output, what is in the way and what to do."""
+    parent = os.path.dirname(target) or "."
+    try:
+        os.makedirs(parent, exist_ok=True)
+        return
+    except (FileExistsError, NotADirectoryError):
+        pass
+    except OSError as e:
+        raise OutputError(
+            f"{given}: cannot create the directory {parent} ({e.strerror or e}); give an output "
+            "path in a directory you can write"
+        ) from None
+    blocker = os.path.dirname(given) or parent  # named as the user gave it
+    while os.path.dirname(blocker) not in ("", blocker) and not os.path.lexists(blocker):
+        blocker = os.path.dirname(blocker)
+    raise OutputError(
+        f"{given}: {blocker} is a file, not a directory; give an output path in a directory"
+    )
+
+
 def _create_file(path: str, binary: bool) -> IO:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
     return os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8")
@@ -185,9 +211,15 @@ def open_output(path: str, *, binary: bool = False, prefix: str = "ooc-svm") -> 
     target = os.path.realpath(path)  # a symlink to a regular file stays a symlink
     if os.path.isdir(target):
         raise IsADirectoryError(f"{path}: is a directory; give a file name")
-    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    make_output_parent(target, path)
     tmp = _temp_name(target, prefix)
-    f = _create_file(tmp, binary)
+    try:
+        f = _create_file(tmp, binary)
+    except OSError as e:
+        raise OutputError(
+            f"{path}: cannot write ({e.strerror or e}); give an output path in a directory "
+            "you can write"
+        ) from None
     try:
         with f:
             yield f
@@ -205,13 +237,19 @@ def atomic_dir(path: str, *, prefix: str = "ooc-svm", exists_ok: bool = True) ->
     An existing directory at ``path`` is replaced (``exists_ok``) only once the new one is
     complete; an existing non-directory is refused with :class:`FileExistsError`.
     """
-    path = os.path.abspath(str(path))
-    parent = os.path.dirname(path) or "."
+    given = str(path)
+    path = os.path.abspath(given)
     if os.path.lexists(path) and not os.path.isdir(path):
         raise FileExistsError(f"{path}: exists and is not a directory; not overwriting")
-    os.makedirs(parent, exist_ok=True)
+    make_output_parent(path, given)
     tmp = _temp_name(path, prefix)
-    os.mkdir(tmp, 0o777)  # umask applies
+    try:
+        os.mkdir(tmp, 0o777)  # umask applies
+    except OSError as e:
+        raise OutputError(
+            f"{given}: cannot write ({e.strerror or e}); give an output path in a directory "
+            "you can write"
+        ) from None
     try:
         yield tmp
         if os.path.isdir(path):

@@ -23,13 +23,16 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ._util import json_default
+from .model import ModelError
 
 CHECKPOINT_FORMAT = "ooc-svm-checkpoint"
 
@@ -126,6 +129,7 @@ class Checkpointer:
         store=None,
     ):
         self.directory = os.path.abspath(directory)
+        self.name = str(directory)  # as the user gave it (messages)
         self.resume = resume
         self.solver = solver
         self.params = _jsonable(params or {})
@@ -167,8 +171,10 @@ class Checkpointer:
             "scalars": _jsonable(scalars or {}),
             "n_shard_states": None if shard_states is None else len(shard_states),
         }
+        arrays = {k: np.asarray(v) for k, v in (arrays or {}).items()}
+        meta["arrays"] = {k: list(v.shape) for k, v in arrays.items()}
         with open(os.path.join(tmp, "arrays.npz"), "wb") as f:
-            np.savez(f, allow_pickle=False, **{k: np.asarray(v) for k, v in (arrays or {}).items()})
+            np.savez(f, allow_pickle=False, **arrays)
             f.flush()
             os.fsync(f.fileno())
         if shard_states is not None:
@@ -176,6 +182,7 @@ class Checkpointer:
             for i, st in enumerate(shard_states):
                 for k, v in st.items():
                     flat[f"s{i}_{k}"] = np.asarray(v)
+            meta["shard_arrays"] = {k: list(v.shape) for k, v in flat.items()}
             with open(os.path.join(tmp, "shards.npz"), "wb") as f:
                 np.savez(f, allow_pickle=False, **flat)
                 f.flush()
@@ -207,28 +214,49 @@ class Checkpointer:
 
     # -- reading --------------------------------------------------------------------------
     def load(self, check_params: bool = True) -> CheckpointData | None:
-        """The latest complete checkpoint, or None when the directory has none."""
+        """The latest complete checkpoint, or None when the directory has none.
+
+        Nothing in the directory is trusted: ``LATEST``, ``meta.json`` and the ``.npz`` files
+        must be regular files of bounded size, the arrays are read as the model loader reads
+        them (numbers only, sizes and CRCs checked), and they must be the ones ``meta.json``
+        lists. Any problem is one :class:`CheckpointError`: the checkpoint is damaged.
+        """
         latest = os.path.join(self.directory, "LATEST")
-        if not os.path.exists(latest):
+        if not os.path.lexists(latest):
             if self.resume:
                 log.info("no checkpoint found in %s, starting fresh", self.directory)
             return None
-        name = open(latest).read().strip()
-        path = os.path.join(self.directory, name)
         try:
-            with open(os.path.join(path, "meta.json")) as f:
-                meta = json.load(f)
-            with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
+            name = _read_small(latest, MAX_LATEST_BYTES).decode("ascii").strip()
+            if not _CKPT_NAME.fullmatch(name):
+                raise _Damaged(f"LATEST names {name[:40]!r}, not a checkpoint")
+            path = os.path.join(self.directory, name)
+            meta = _load_meta(os.path.join(path, "meta.json"))
+            arrays = _read_npz(os.path.join(path, "arrays.npz"))
+            _check_listed(meta.get("arrays"), arrays, "arrays.npz")
             shard_states: list[dict[str, np.ndarray]] | None = None
-            if meta.get("n_shard_states") is not None:
-                shard_states = [{} for _ in range(int(meta["n_shard_states"]))]
-                with np.load(os.path.join(path, "shards.npz"), allow_pickle=False) as z:
-                    for key in z.files:
-                        i, _, k = key[1:].partition("_")
-                        shard_states[int(i)][k] = z[key]
-        except (OSError, ValueError, KeyError) as e:
-            raise CheckpointError(f"{path}: unreadable checkpoint ({e})") from None
+            n_states = meta.get("n_shard_states")
+            if n_states is not None:
+                if not isinstance(n_states, int) or isinstance(n_states, bool) or n_states < 0:
+                    raise _Damaged("meta.json: n_shard_states is not a count")
+                flat = _read_npz(os.path.join(path, "shards.npz"))
+                _check_listed(meta.get("shard_arrays"), flat, "shards.npz")
+                shard_states = [{} for _ in range(n_states)]
+                for key, value in flat.items():
+                    i, _, k = key[1:].partition("_")
+                    if not (key[:1] == "s" and i.isdigit() and int(i) < n_states and k):
+                        raise _Damaged(f"shards.npz: unexpected member {key!r}")
+                    shard_states[int(i)][k] = value
+            if not isinstance(meta.get("iteration"), int) or not isinstance(
+                meta.get("scalars", {}), dict
+            ):
+                raise _Damaged("meta.json: iteration or scalars missing")
+            if not isinstance(meta.get("params", {}), dict):
+                raise _Damaged("meta.json: params is not a JSON object")
+        except (_Damaged, UnicodeDecodeError, ModelError) as e:
+            raise CheckpointError(
+                f"checkpoint {self.name} is damaged ({e}); delete it or start without --resume"
+            ) from None
         if meta.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(f"{path}: not an ooc-svm checkpoint")
         if meta.get("solver") != self.solver:
@@ -265,6 +293,102 @@ class Checkpointer:
             arrays=arrays,
             shard_states=shard_states,
             params=meta.get("params", {}),
+        )
+
+
+class _Damaged(Exception):
+    """What is wrong with a checkpoint (turned into a :class:`CheckpointError`)."""
+
+
+#: largest ``LATEST`` read (it holds one ``ckpt-NNNNNNNN`` name)
+MAX_LATEST_BYTES = 4096
+#: largest ``meta.json`` read (solver state scalars and history)
+MAX_META_BYTES = 256 << 20
+_CKPT_NAME = re.compile(r"ckpt-[0-9]{8,}")
+
+
+def _regular_size(path: str) -> int:
+    """Size of ``path`` if it is a regular file (symlinks followed); :class:`_Damaged` if not."""
+    what = os.path.basename(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise _Damaged(f"{what} is missing") from None
+    except OSError as e:
+        raise _Damaged(f"cannot read {what}: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _Damaged(f"{what} is not a regular file")
+    return int(st.st_size)
+
+
+def _read_small(path: str, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes."""
+    size = _regular_size(path)
+    if size > limit:
+        raise _Damaged(f"{os.path.basename(path)} is {size} bytes, more than {limit}")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise _Damaged(f"cannot read {os.path.basename(path)}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise _Damaged(f"{os.path.basename(path)} is larger than {limit} bytes")
+    return data
+
+
+def _load_meta(path: str) -> dict:
+    try:
+        meta = json.loads(_read_small(path, MAX_META_BYTES).decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise _Damaged(f"meta.json is not valid JSON: {str(e)[:80]}") from None
+    if not isinstance(meta, dict):
+        raise _Damaged("meta.json is not a JSON object")
+    return meta
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of a checkpoint ``.npz``, read as :func:`ooc_svm.model.load_model` reads a
+    model's: a regular file, no pickle, declared sizes checked against the file, CRCs."""
+    import zipfile
+
+    from .model import read_npy_member
+
+    what = os.path.basename(path)
+    size = _regular_size(path)
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise _Damaged(f"{what} is not a valid npz file: {e}") from None
+    out: dict[str, np.ndarray] = {}
+    with zf:
+        for info in zf.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if name in out:
+                raise _Damaged(f"{what} holds {name!r} twice")
+            stored = info.compress_type == zipfile.ZIP_STORED
+            if (
+                info.compress_size > size
+                or (stored and info.file_size != info.compress_size)
+                or info.file_size > 1100 * info.compress_size + 4096
+            ):
+                raise _Damaged(f"{what}: member {name!r} declares impossible sizes")
+            out[name] = read_npy_member(what, zf, info, name)
+    return out
+
+
+def _check_listed(listed, arrays: dict[str, np.ndarray], what: str) -> None:
+    """The arrays ``meta.json`` lists (name -> shape) are the ones read (older checkpoints
+    list none: not checked)."""
+    if listed is None:
+        return
+    if not isinstance(listed, dict):
+        raise _Damaged(f"meta.json: the list of {what} arrays is not a JSON object")
+    have = {k: list(v.shape) for k, v in arrays.items()}
+    if have != listed:
+        missing = sorted(set(listed) - set(have))
+        raise _Damaged(
+            f"{what} does not hold the arrays meta.json lists"
+            + (f" (missing {', '.join(missing[:3])})" if missing else "")
         )
 
 

@@ -13,6 +13,7 @@ import gc
 import importlib
 import logging
 import os
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -44,11 +45,69 @@ _DESCRIPTION = (
 )
 
 
+#: flags of LIBLINEAR's train, LIBSVM's svm-train / svm-predict and SVMperf's svm_perf_learn
+#: that ooc-svm spells otherwise (or does not have): flag -> what to use. Said when a command
+#: line with one of them fails to parse (``train -c 4 a9a.zarr -o m``).
+HABITS: dict[str, str] = {
+    "-c": "ooc-svm uses --C (LIBLINEAR's and LIBSVM's -c)",
+    "-C": "ooc-svm chooses C with --C 0.01,0.1,1,10 --folds 5 (LIBLINEAR's -C)",
+    "-s": "ooc-svm uses --solver (perf, smo, active-set, irwls) and --loss (LIBLINEAR's -s "
+    "solver type; see ooc-svm train --help)",
+    "-e": "ooc-svm uses --eps (perf) or --tol (smo, active-set, irwls) (LIBLINEAR's and "
+    "LIBSVM's -e)",
+    "-B": "ooc-svm uses --bias (LIBLINEAR's -B)",
+    "-wi": "ooc-svm uses --class-weight LABEL=W,... (LIBLINEAR's and LIBSVM's -wi)",
+    "-b": "ooc-svm uses --probability, in train and predict (LIBSVM's -b 1)",
+    "-t": "ooc-svm uses --kernel linear|poly|rbf|sigmoid (LIBSVM's -t)",
+    "-g": "ooc-svm uses --gamma (LIBSVM's -g)",
+    "-d": "ooc-svm uses --degree (LIBSVM's -d)",
+    "-r": "ooc-svm uses --coef0 (LIBSVM's -r)",
+    "-m": "ooc-svm uses --cache-mb (LIBSVM's -m)",
+    "-v N": "ooc-svm's -v is --verbose; cross-validation is --folds K with --C values "
+    "(LIBLINEAR's and LIBSVM's -v N)",
+    "-n": "ooc-svm trains C-SVMs only (--C); LIBSVM's -n (nu) has no equivalent",
+    "-p": "ooc-svm trains classifiers and rankers only; LIBSVM's -p (epsilon-SVR) has no "
+    "equivalent",
+    "-l": "ooc-svm uses --loss error|roc|ordinal (SVMperf's -l)",
+}
+
+
+def _habits(argv: list[str]) -> list[tuple[str, str]]:
+    """``(flag as given, HABITS key)`` of the foreign flags in ``argv``, in order, each key
+    once."""
+    found: list[tuple[str, str]] = []
+    for k, tok in enumerate(argv):
+        if tok == "--":
+            break
+        key = None
+        if re.fullmatch(r"-w[+-]?[0-9]+(\.[0-9]+)?", tok):
+            key = "-wi"
+        elif tok == "-v" and k + 1 < len(argv) and argv[k + 1].isdigit():
+            key = "-v N"
+        elif tok[:2] in HABITS and tok[:2] != "-v" and (len(tok) == 2 or tok[2:3].isdigit()):
+            key = tok[:2]
+        if key is not None and key not in [f[1] for f in found]:
+            found.append((tok if key != "-wi" else tok.rstrip("0123456789.") + "N", key))
+    return found
+
+
+#: the arguments being parsed (for :meth:`_Parser.error`'s hints)
+_ARGV: list[str] = []
+
+
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line that points to ``--help``."""
+    """An argument parser whose errors are one line that points to ``--help`` (one line per
+    LIBLINEAR / LIBSVM / SVMperf flag given, saying ooc-svm's spelling)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        prog = self.prog
+        command = _command_in(_ARGV)
+        if prog == "ooc-svm" and command:  # extra arguments are the top parser's error
+            prog = f"ooc-svm {command}"
+        if habits := _habits(_ARGV):
+            lines = [f"{prog}: error: {flag}: {HABITS[key]}" for flag, key in habits]
+            self.exit(2, "\n".join(lines) + f" (see {prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message} (see {prog} --help)\n")
 
 
 def _command_in(argv: list[str]) -> str | None:
@@ -146,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     parser = build_parser(_command_in(argv))
+    _ARGV[:] = argv
     if not argv:
         parser.print_help()
         return 2
@@ -156,39 +216,109 @@ def _main(argv: list[str]) -> int:
     level = logging.ERROR if args.quiet else (logging.DEBUG if args.verbose > 1 else logging.INFO)
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
     _quiet_dask(args.verbose)
+    old_handlers = _install_signal_handlers()
     try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return _interrupted()
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
+    except KeyboardInterrupt as e:
+        return _interrupted(e)
+    except BrokenPipeError:
+        return _broken_pipe()
     except Exception as e:
         # Ctrl-C inside numba's dispatcher surfaces as "SystemError: ... returned a result
         # with an exception set" (or another error raised while handling it)
-        if _caused_by_interrupt(e):
-            return _interrupted()
+        cause = _caused_by_interrupt(e)
+        if cause is not None:
+            return _interrupted(cause)
         if not isinstance(e, (*_known_errors(), OSError)):
             raise
         print(f"ooc-svm: error: {e}", file=sys.stderr)
         return 1
+    finally:
+        _restore_signal_handlers(old_handlers)
 
 
-def _interrupted() -> int:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwinds like Ctrl-C (every writer removes its temporary files);
+    the exit status is 128 + the signal's number, as a shell reports a killed process."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _on_signal(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+def _install_signal_handlers() -> dict:
+    """SIGTERM and SIGHUP clean up like SIGINT (main thread only); the previous handlers.
+
+    A signal the parent set to be ignored (``nohup`` ignores SIGHUP) stays ignored.
+    """
+    import signal
+    import threading
+
+    old: dict = {}
+    if threading.current_thread() is not threading.main_thread():
+        return old
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                continue
+            old[sig] = signal.signal(sig, _on_signal)
+        except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+            pass
+    return old
+
+
+def _restore_signal_handlers(old: dict) -> None:
+    import signal
+
+    for sig, handler in old.items():
+        try:
+            signal.signal(sig, handler)
+        except (ValueError, OSError, TypeError):  # pragma: no cover
+            pass
+
+
+def _interrupted(e: BaseException | None = None) -> int:
     # exit within a second: the interpreter's final garbage collections over numba's
     # objects took ~1 s on a loaded machine; frozen objects are skipped
     gc.freeze()
+    if isinstance(e, Terminated):
+        print(f"ooc-svm: {e}", file=sys.stderr)
+        return 128 + e.signum
     print("ooc-svm: interrupted", file=sys.stderr)
     return 130
 
 
-def _caused_by_interrupt(e: BaseException) -> bool:
-    """Whether ``e`` was raised by, or while handling, a KeyboardInterrupt."""
+def _broken_pipe() -> int:
+    """The reader of standard output went away (``| head``, ``| true``): end quietly with
+    the status of a process killed by SIGPIPE (128 + 13), as cat or grep report it."""
+    try:  # the exit flush must not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - stdout without a descriptor
+        pass
+    return 141
+
+
+def _caused_by_interrupt(e: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or :class:`Terminated`) ``e`` was raised by, or while
+    handling; None if none."""
     seen: set[int] = set()
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
         if isinstance(cur, KeyboardInterrupt):
-            return True
+            return cur
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
-    return False
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

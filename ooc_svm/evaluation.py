@@ -152,6 +152,7 @@ def _binary_metrics(
         from .reports import plot_roc_pr
 
         plot_roc_pr(s, t, plot, model.info.get("path"), store_path)
+        log.info("wrote %s (ROC and precision-recall curves)", plot)
     if qid is not None:
         free["pairwise_accuracy"] = M.pairwise_accuracy(t.astype(np.float64), s, qid)
         free[f"ndcg@{k}"] = M.ndcg_at_k(t.astype(np.float64), s, qid, k)

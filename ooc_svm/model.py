@@ -144,12 +144,8 @@ class Model:
         return np.where(s > 0, classes[-1], classes[0])
 
     # -- persistence ----------------------------------------------------------------------
-    def save(self, path: str) -> None:
-        """Write the model directory atomically (temporary directory, then rename), with the
-        process umask (see :func:`ooc_svm._util.atomic_dir`)."""
-        from ._util import atomic_dir
-
-        path = os.path.abspath(str(path))
+    def _persisted(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """``(model.json's content, arrays.npz's arrays)`` as :meth:`save` writes them."""
         arrays: dict[str, np.ndarray] = {}
         if self.coef_ is not None:
             arrays["coef"] = np.asarray(self.coef_, dtype=np.float64)
@@ -182,6 +178,15 @@ class Model:
         }
         if self.probA_ is not None:
             meta["probability"] = probability_meta(self)
+        return meta, arrays
+
+    def save(self, path: str) -> None:
+        """Write the model directory atomically (temporary directory, then rename), with the
+        process umask (see :func:`ooc_svm._util.atomic_dir`)."""
+        from ._util import atomic_dir
+
+        path = str(path)  # atomic_dir makes it absolute; messages name it as given
+        meta, arrays = self._persisted()
         try:
             with atomic_dir(path, prefix="model") as tmp:
                 # numeric arrays only: no pickle is ever written (load_model refuses one)
@@ -280,11 +285,15 @@ def _read_arrays(where: str, path: str, bounds: dict[str, int]) -> dict[str, np.
                     f"{where}: arrays.npz declares more than {MAX_ARRAY_BYTES >> 30} GiB of "
                     "arrays; refusing to read it"
                 )
-            arrays[name] = _read_member(where, zf, info, name)
+            arrays[name] = read_npy_member(where, zf, info, name)
     return arrays
 
 
-def _read_member(where: str, zf, info, name: str) -> np.ndarray:
+def read_npy_member(where: str, zf, info, name: str) -> np.ndarray:
+    """One array of an open ``.npz`` (:class:`zipfile.ZipFile` ``zf``, member ``info``) read
+    without trusting it: real numbers only (never a pickle), the shape its header declares
+    checked against the bytes stored before anything is read, the member's CRC checked.
+    Raises :class:`ModelError` (``where``: what to name in the message)."""
     import zipfile
 
     fmt = np.lib.format
@@ -308,6 +317,7 @@ def _read_member(where: str, zf, info, name: str) -> np.ndarray:
             data = f.read(count * dtype.itemsize)
             if len(data) != count * dtype.itemsize:
                 raise ModelError(f"{where}: field {name!r} is truncated")
+            f.read(1)  # to the member's end: its CRC is checked there
             a = np.frombuffer(data, dtype=dtype)
             a = a.reshape(shape, order="F" if fortran else "C")
             return np.array(a, dtype=dtype.newbyteorder("=") if dtype.kind != "b" else dtype)
@@ -471,6 +481,24 @@ def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
     return out
 
 
+def check_model(model: Model, where: str = "model") -> None:
+    """Validate ``model`` as :func:`load_model` validates a model directory, before it is
+    written: a model this raises :class:`ModelError` for would be refused when loaded.
+
+    For writers of models from outside data (``ooc-svm import``): the JSON of model.json is
+    checked after a round trip through the JSON encoder, the arrays as stored.
+    """
+    meta, arrays = model._persisted()
+    meta = json.loads(json.dumps(meta, default=json_default))
+    m = _check_meta(where, meta)
+    _check_arrays(where, m, arrays)
+    if model.kind == "ovo":
+        validate_ovo(model, where)
+    p = meta.get("probability")
+    if p is not None:
+        check_probability(model, p.get("probA"), p.get("probB"), p.get("method"), where)
+
+
 def load_model(path: str) -> Model:
     """Load a model directory written by :meth:`Model.save` (never unpickles anything).
 
@@ -491,6 +519,8 @@ def load_model(path: str) -> Model:
             meta = json.loads(f.read(MAX_META_BYTES + 1))
     except (ValueError, UnicodeDecodeError) as e:
         raise ModelError(f"{path}: unreadable model.json ({e})") from None
+    except RecursionError:
+        raise ModelError(f"{path}: unreadable model.json (JSON nested too deeply)") from None
     except OSError as e:
         raise ModelError(f"{path}: cannot read model.json ({e.strerror})") from None
     if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:

@@ -262,15 +262,24 @@ class TrainProgress:
     def line(self, rec: dict) -> str:
         """The plain progress line of a record."""
         parts = []
-        if self.n_classes and "class" in rec:
+        fused = bool(self.n_classes and self.fused)
+        if fused:  # every class advances in each pass: no one class to name
+            parts.append(f"classes {self.classes_done()}/{self.n_classes} done")
+        elif self.n_classes and "class" in rec:
             c = rec["class"]
             c = int(c) if float(c).is_integer() else c
             parts.append(
                 f"class {c} ({int(rec.get('class_index', 0)) + 1}/{self.n_classes}, "
                 f"{self.classes_done()} done)"
             )
-        parts.extend(self._fields(rec))
-        if "violation" in rec:
+        fields = self._fields(rec)
+        if fused:  # one class's objective would mislead (as on the bar)
+            fields = [f for f in fields if f.startswith(("iter ", "passes "))]
+        parts.extend(fields)
+        if fused and self.last_viol:
+            v = max(self.last_viol.values())
+            parts.append(f"worst {self.target_name} {sci(v)} (target {sci(self.target)})")
+        elif "violation" in rec:
             v = rec["violation"]
             parts.append(f"{self.target_name} {sci(v)} (target {sci(self.target)})")
         parts.append(f"{time.perf_counter() - self.t0:.1f}s")
@@ -351,17 +360,17 @@ class Meter:
                 desc=desc,
                 unit=unit if byte else f" {unit}",
                 unit_scale=byte,
-                unit_divisor=1024 if byte else 1000,
+                unit_divisor=1000,  # MB, as the summary lines count them
                 leave=False,
                 **_width(self.stream),
             )
 
     def _amount(self, v: float) -> str:
         if self.unit == "B":
-            for u in ("B", "KiB", "MiB", "GiB", "TiB"):
-                if v < 1024 or u == "TiB":
+            for u in ("B", "kB", "MB", "GB", "TB"):  # decimal, as the summary lines
+                if v < 1000 or u == "TB":
                     return f"{v:.1f} {u}" if u != "B" else f"{int(v)} B"
-                v /= 1024
+                v /= 1000
         return f"{int(v):,}"
 
     def line(self) -> str:

@@ -24,7 +24,16 @@ class HistoryWriter:
 
     def __init__(self, path: str, header: dict | None = None):
         self.path = path
-        self._f: IO[str] = open(path, "w")
+        from ._util import OutputError, make_output_parent
+
+        make_output_parent(os.path.abspath(str(path)), str(path))
+        try:
+            self._f: IO[str] = open(path, "w")
+        except OSError as e:
+            raise OutputError(
+                f"--history {path}: cannot write ({e.strerror or e}); give a file in a directory "
+                "you can write"
+            ) from None
         if header:
             self._f.write(json.dumps({"header": header}, default=json_default) + "\n")
             self._f.flush()
@@ -73,7 +82,7 @@ def read_history(path: str) -> tuple[dict, list[dict]]:
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise HistoryError(
                     f"{path}:{n}: not a JSON line; a history is written by `ooc-svm train "
                     "--history FILE.jsonl`"
@@ -271,11 +280,22 @@ def history_figure(path: str):
     HistoryError
         The file is not a training history.
     """
-    plt = _pyplot()
     header, recs = _iteration_records(path)
     solver = str(header.get("solver", "") or "")
-    tol, tol_name = _tolerance(header)
     groups = _groups(recs)
+    if groups and all(len(g) < 2 for _, g in groups):
+        hint = (
+            " (smo in memory records once per --checkpoint-every SMO steps: train again with "
+            "a smaller --checkpoint-every to record more)"
+            if solver == "smo"
+            else ""
+        )
+        raise HistoryError(
+            f"{path}: one iteration recorded{' per class' if len(groups) > 1 else ''}; nothing "
+            f"to plot{hint}"
+        )
+    plt = _pyplot()
+    tol, tol_name = _tolerance(header)
     gap_label = next(
         (lab for _, g in groups for gap, lab in [_certified_gap(g)] if gap is not None), ""
     )
@@ -455,7 +475,7 @@ def read_sweep(path: str) -> dict | None:
         with open(path, "rb") as f:
             first = f.readline(1 << 24)
         doc = json.loads(first.decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     if isinstance(doc, dict) and doc.get("sweep") is True and isinstance(doc.get("table"), list):
         return doc

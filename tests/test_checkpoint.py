@@ -226,3 +226,124 @@ def test_kill_and_resume_ovr_same_model(mc_store, tmp_path):
         timeout=600,
     )
     assert bad.returncode != 0 and "class-0000" in bad.stderr and "C" in bad.stderr
+
+
+# -- a damaged checkpoint: one line, never a traceback or an endless read --------------------
+
+
+def _flip(path: Path, where: float, bit: int = 0x80) -> None:
+    b = bytearray(path.read_bytes())
+    b[int(len(b) * where)] ^= bit
+    path.write_bytes(bytes(b))
+
+
+def _to_dev_zero(path: Path) -> None:
+    path.unlink()
+    path.symlink_to("/dev/zero")
+
+
+def _truncate(path: Path, n: int) -> None:
+    path.write_bytes(path.read_bytes()[:n])
+
+
+#: how to damage a checkpoint directory (its newest ckpt-* is ``d``)
+DAMAGE = {
+    "LATEST-flipped-byte": lambda ck, d: _flip(ck / "LATEST", 0.2),
+    "LATEST-is-dev-zero": lambda ck, d: _to_dev_zero(ck / "LATEST"),
+    "meta-is-dev-zero": lambda ck, d: _to_dev_zero(d / "meta.json"),
+    "meta-deeply-nested": lambda ck, d: (d / "meta.json").write_text("[" * 200_000),
+    "arrays-flipped-byte": lambda ck, d: _flip(d / "arrays.npz", 0.4, 0x01),
+    "arrays-truncated": lambda ck, d: _truncate(d / "arrays.npz", 300),
+    "arrays-empty": lambda ck, d: (d / "arrays.npz").write_bytes(b""),
+    "arrays-member-dropped": lambda ck, d: _drop_member(d / "arrays.npz"),
+    "shards-empty": lambda ck, d: (d / "shards.npz").write_bytes(b""),
+}  # fmt: skip
+
+
+def _drop_member(path: Path) -> None:
+    with np.load(path) as z:
+        kept = {k: z[k] for k in z.files[1:]}
+    np.savez(path, **kept)
+
+
+#: the checkpoints damaged: (solver, train flags), made once per module
+DAMAGED_SOLVERS = {
+    "perf": ("perf", ["--C", "1"]),
+    "active-set": ("active-set", ["--kernel", "rbf", "--gamma", "0.05", "--C", "1"]),
+}
+
+
+@pytest.fixture(scope="module")
+def small_checkpoints(tmp_path_factory):
+    """A finished run's checkpoint directory per solver of DAMAGED_SOLVERS, on 300 rows."""
+    root = tmp_path_factory.mktemp("damaged")
+    X, y = make_classification(n_samples=300, n_features=8, random_state=1)
+    write_store(str(root / "s.zarr"), csr_to_shards(sp.csr_matrix(X), y, shard_rows=100))
+    for name, (solver, flags) in DAMAGED_SOLVERS.items():
+        r = subprocess.run(
+            [*OOC, "train", "--solver", solver, "s.zarr", "-o", f"m-{name}", "-q"]
+            + ["--checkpoint", f"ck-{name}", *flags],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+    return root
+
+
+def _damaged_copy(root: Path, name: str, damage: str, dest: Path) -> Path:
+    import shutil
+
+    ck = dest / "ck"
+    shutil.copytree(root / f"ck-{name}", ck)
+    d = ck / (ck / "LATEST").read_text().strip()
+    if damage.startswith("shards") and not (d / "shards.npz").exists():
+        pytest.skip(f"{name} checkpoints have no shards.npz")
+    DAMAGE[damage](ck, d)
+    return ck
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+@pytest.mark.parametrize("name", list(DAMAGED_SOLVERS))
+def test_damaged_checkpoint_is_one_error(small_checkpoints, tmp_path, name, damage):
+    from ooc_svm.store import open_store
+
+    ck = _damaged_copy(small_checkpoints, name, damage, tmp_path)
+    solver = DAMAGED_SOLVERS[name][0]
+    store = open_store(str(small_checkpoints / "s.zarr"))
+    with pytest.raises(CheckpointError, match="is damaged .*; delete it or start without --resume"):
+        Checkpointer(str(ck), solver, resume=True, store=store).load(check_params=False)
+
+
+@pytest.mark.parametrize(
+    "name, damage",
+    [
+        ("perf", "LATEST-is-dev-zero"),
+        ("perf", "LATEST-flipped-byte"),
+        ("perf", "arrays-flipped-byte"),
+        ("active-set", "shards-empty"),
+        ("active-set", "arrays-member-dropped"),
+    ],
+)
+def test_resume_from_damaged_checkpoint_cli(small_checkpoints, tmp_path, name, damage):
+    import shutil
+
+    shutil.copytree(small_checkpoints / "s.zarr", tmp_path / "s.zarr")
+    _damaged_copy(small_checkpoints, name, damage, tmp_path)
+    solver, flags = DAMAGED_SOLVERS[name]
+    r = subprocess.run(
+        [*OOC, "train", "--solver", solver, "s.zarr", "-o", "m", "--checkpoint", "ck"]
+        + ["--resume", *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert r.returncode == 1, r.stderr
+    assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("ooc-svm: error: checkpoint ck is damaged (")
+    assert r.stderr.rstrip().endswith("; delete it or start without --resume")
+    assert not (tmp_path / "m").exists()

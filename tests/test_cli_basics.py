@@ -69,3 +69,99 @@ def test_help_imports_no_heavy_library():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_closed_stdout_pipe_exits_quietly(tmp_path):
+    """`ooc-svm evaluate ... | true`, `ooc-svm info ... | true`: no "Broken pipe" error, the
+    status of a process ended by SIGPIPE (141), as cat or grep."""
+    import os
+
+    from ooc_svm.model import Model
+
+    Model(kind="linear", n_features=3, classes=[-1.0, 1.0], coef_=np.ones(3)).save(
+        str(tmp_path / "m")
+    )
+    (tmp_path / "d.svm").write_text("1 1:1 2:0.5\n-1 3:1\n" * 20)
+    for args in (["evaluate", "m", "d.svm"], ["info", "m"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before anything is written
+        try:
+            r = subprocess.run(
+                [sys.executable, "-m", "ooc_svm", *args],
+                cwd=tmp_path,
+                stdin=subprocess.DEVNULL,
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            os.close(write)
+        assert r.returncode == 141, (args, r.returncode, r.stderr)
+        assert r.stderr == "", (args, r.stderr)
+
+
+def test_liblinear_libsvm_flags_say_the_ooc_svm_spelling(tmp_path):
+    """`train -c 4 a9a.zarr -o m`: one line per LIBLINEAR/LIBSVM flag, with ooc-svm's flag."""
+    r = _ooc("train", "-c", "4", "-s", "2", "-e", "0.1", "-B", "1", "-w1", "5", "a.zarr", "-o", "m")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "unrecognized" not in r.stderr, r.stderr
+    assert [ln.split(": ")[2] for ln in lines] == ["-c", "-s", "-e", "-B", "-wN"], lines
+    assert "--C (LIBLINEAR's and LIBSVM's -c)" in lines[0]
+    assert "--class-weight" in lines[4] and lines[4].endswith("(see ooc-svm train --help)")
+    for args, want in [
+        (["train", "-t", "2", "-g", "0.5", "a.zarr", "-o", "m"], ["--kernel", "--gamma"]),
+        (["train", "-v", "5", "a.zarr", "-o", "m"], ["--folds"]),
+        (["predict", "-b", "1", "m", "t.svm", "-o", "p"], ["--probability"]),
+    ]:
+        r = _ooc(*args)
+        assert r.returncode == 2 and all(w in r.stderr for w in want), r.stderr
+        assert len(r.stderr.strip().splitlines()) == len(want), r.stderr
+
+
+def test_train_refuses_to_replace_a_model_without_overwrite(tmp_path):
+    X = sp.random(60, 5, density=0.5, format="csr", random_state=np.random.default_rng(0))
+    y = np.where(np.arange(60) % 2, 1.0, -1.0)
+    write_store(str(tmp_path / "s.zarr"), csr_to_shards(X, y, shard_rows=30))
+    first = _ooc("train", "s.zarr", "-o", "m", "-q", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    stamp = (tmp_path / "m" / "model.json").stat().st_mtime_ns
+    again = _ooc("train", "s.zarr", "-o", "m", "--C", "5", cwd=tmp_path)
+    assert again.returncode == 1, again.stderr
+    assert again.stderr.strip() == (
+        "ooc-svm: error: -o m: exists; pass --overwrite to replace it (or give another -o)"
+    )
+    assert (tmp_path / "m" / "model.json").stat().st_mtime_ns == stamp
+    forced = _ooc("train", "s.zarr", "-o", "m", "--C", "5", "--overwrite", "-q", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert '"C": 5.0' in (tmp_path / "m" / "model.json").read_text()
+
+
+def test_small_wording_of_ingest_evaluate_and_sweep(tmp_path):
+    """ "into 1 shard" (not "1 shards"), the same decimal MB on the bar and in the summary,
+    Python's ingest names overwrite=True, evaluate --plot says what it wrote, and a sweep
+    whose table goes to --sweep-table FILE does not print it too."""
+    import pytest
+
+    from ooc_svm.progress import Meter
+    from ooc_svm.store import StoreError
+    from ooc_svm.store.ingest import ingest
+
+    rng = np.random.default_rng(0)
+    rows = [f"{1 if k % 2 else -1} 1:{rng.random():.3f} 2:{rng.random():.3f}" for k in range(80)]
+    (tmp_path / "d.svm").write_text("\n".join(rows) + "\n")
+    r = _ooc("ingest", "d.svm", "s.zarr", cwd=tmp_path)
+    assert r.returncode == 0 and " into 1 shard from " in r.stdout, r.stdout
+    assert Meter("ingest", "off", unit="B")._amount(2_500_000) == "2.5 MB"
+    with pytest.raises(StoreError, match=r"overwrite=True in Python"):
+        ingest([str(tmp_path / "d.svm")], str(tmp_path / "s.zarr"))
+    pytest.importorskip("matplotlib")
+    r = _ooc("train", "s.zarr", "-o", "m", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = _ooc("evaluate", "m", "s.zarr", "--plot", "roc.png", cwd=tmp_path)
+    assert r.returncode == 0 and "wrote roc.png" in r.stderr, r.stderr
+    r = _ooc("train", "s.zarr", "-o", "m2", "--C", "0.1,1", "--validation", "s.zarr",
+             "--sweep-table", "t.csv", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "t.csv").exists() and "objective" not in r.stdout, r.stdout
+    assert "best C" in r.stdout

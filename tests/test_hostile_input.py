@@ -321,3 +321,103 @@ def test_racing_ingests_one_wins(tmp_path):
         store.read_shard(i, verify=True)
     # nothing but the inputs and the winning store
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in0.svm", "in1.svm", "race.zarr"]
+
+
+# -- the command line on hostile paths: devices, FIFOs, nested JSON (run as a user would) ----
+
+
+def _cli(cwd, *args, timeout: float = 60):
+    """``ooc-svm ARGS`` run in ``cwd`` with stdin closed; the completed process."""
+    return subprocess.run(
+        [sys.executable, "-m", "ooc_svm", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+    )
+
+
+def _small_model_and_text(cwd) -> None:
+    """A linear model ``m`` (5 features) and 40 rows of matching SVMlight text ``d.svm``."""
+    from ooc_svm.model import Model
+
+    Model(kind="linear", n_features=5, classes=[-1.0, 1.0], coef_=np.arange(5.0) - 2).save(
+        str(cwd / "m")
+    )
+    rng = np.random.default_rng(0)
+    lines = [f"{1 if k % 2 else -1} 1:{rng.random():.3f} 4:{rng.random():.3f}" for k in range(40)]
+    (cwd / "d.svm").write_text("\n".join(lines) + "\n")
+
+
+def _one_line_error(r, *words: str) -> None:
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ooc-svm: error: "), r.stderr
+    for w in words:
+        assert w in err[0], err[0]
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_text_input_that_is_a_device_is_refused_at_once(tmp_path, command):
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    _small_model_and_text(tmp_path)
+    os.symlink("/dev/zero", tmp_path / "z.txt")
+    extra = ["-o", "p.txt"] if command == "predict" else []
+    r = _cli(tmp_path, command, "m", "z.txt", *extra, timeout=30)
+    _one_line_error(r, "z.txt", "character device", "regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.svm", "m", "z.txt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_text_input_from_a_fifo_is_read_once(tmp_path, command):
+    _small_model_and_text(tmp_path)
+    os.mkfifo(tmp_path / "in.fifo")
+    data = (tmp_path / "d.svm").read_bytes()
+
+    def feed():
+        with open(tmp_path / "in.fifo", "wb") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    extra = ["-o", "p.txt"] if command == "predict" else ["--json"]
+    r = _cli(tmp_path, command, "m", "in.fifo", *extra)
+    writer.join(5)
+    assert r.returncode == 0, r.stderr
+    if command == "predict":
+        assert len((tmp_path / "p.txt").read_text().splitlines()) == 41
+    else:
+        assert json.loads(r.stdout)["n_rows"] == 40
+
+
+def _nest(path, depth: int = 200_000) -> None:
+    path.write_text("[" * depth)
+
+
+@pytest.mark.parametrize(
+    "target, commands",
+    [
+        ("s.zarr/zarr.json", ["info s.zarr", "verify s.zarr", "train s.zarr -o x"]),
+        ("p.parquet/_ooc_svm.json", ["info p.parquet", "train p.parquet -o x"]),
+        ("SHARD_ARRAY", ["train s.zarr -o x"]),
+        ("m/model.json", ["predict m d.svm -o p.txt", "export m --format liblinear x.model"]),
+    ],
+)
+def test_deeply_nested_json_is_one_line(tmp_path, target, commands):
+    """'[' * 200000 in any JSON ooc-svm reads: one line naming the file, never RecursionError."""
+    _small_model_and_text(tmp_path)
+    ingest([str(tmp_path / "d.svm")], str(tmp_path / "s.zarr"))
+    ingest([str(tmp_path / "d.svm")], str(tmp_path / "p.parquet"))
+    if target == "SHARD_ARRAY":
+        target = "s.zarr/s0000000/data/zarr.json"  # read up to 64 KiB
+    _nest(tmp_path / target, 60_000 if "s0000000" in target else 200_000)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for command in commands:
+        r = _cli(tmp_path, *command.split())
+        _one_line_error(r, command.split()[1])
+        assert "RecursionError" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

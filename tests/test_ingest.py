@@ -459,7 +459,7 @@ def test_summary_line_and_json(tmp_path, capsys):
     assert main(["ingest", str(tmp_path / "a.svm"), str(tmp_path / "a.zarr")]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1
-    assert "ingested 40 rows" in out[0] and "shards" in out[0] and "MB/s" in out[0]
+    assert "ingested 40 rows" in out[0] and " into 1 shard from " in out[0] and "MB/s" in out[0]
     import json
 
     assert main(["ingest", str(tmp_path / "a.svm"), str(tmp_path / "b.zarr"), "--json"]) == 0

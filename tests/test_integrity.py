@@ -315,6 +315,96 @@ def test_sigterm_sighup_during_ingest_clean_up(tmp_path, sig):
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
 
 
+def _signal_when(p: subprocess.Popen, ready, sig, limit: float = 60.0) -> bytes:
+    """Send ``sig`` to ``p`` once ``ready()`` is true (or after ``limit`` s); its stderr."""
+    t0 = time.monotonic()
+    while not ready() and p.poll() is None and time.monotonic() - t0 < limit:
+        time.sleep(0.005)
+    assert p.poll() is None, "the command ended before it could be signalled"
+    p.send_signal(sig)
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return err
+
+
+def _temp_of(cwd, prefix: str):
+    return lambda: any(n.startswith(prefix) for n in os.listdir(cwd))
+
+
+@pytest.fixture(scope="module")
+def writers_dir(tmp_path_factory):
+    """A store of 400 small shards, a linear model ``m`` and a kernel model ``k`` with 60,000
+    support vectors (predict, train and export of them run for seconds)."""
+    import scipy.sparse as sp
+
+    from ooc_svm.model import Model
+
+    d = tmp_path_factory.mktemp("writers")
+    (d / "d.svm").write_text(_text(20_000, seed=5))
+    ingest(str(d / "d.svm"), str(d / "s.zarr"), shard_rows=50)
+    Model(kind="linear", n_features=40, classes=[-1.0, 1.0], coef_=np.ones(40)).save(str(d / "m"))
+    rng = np.random.default_rng(0)
+    sv = sp.random(60_000, 40, density=0.2, format="csr", random_state=rng)
+    Model(
+        kind="kernel", n_features=40, classes=[-1.0, 1.0], support_vectors_=sv,
+        dual_coef_=rng.standard_normal(60_000), intercept_=0.1, kernel="rbf", gamma=0.1,
+    ).save(str(d / "k"))  # fmt: skip
+    os.mkfifo(d / "k.fifo")  # import reads it: the test keeps it open, half-written
+    return d
+
+
+#: command -> (arguments, what shows it is writing: a temporary name prefix, or a file)
+_WRITING = {
+    "predict": ("predict m s.zarr -o p.txt --batch-rows 50", ".predict-"),
+    "export": ("export k --format libsvm out.model", ".export-"),
+    "train": ("train s.zarr -o t --history h.jsonl --C 1000 --eps 1e-12", "h.jsonl"),
+    "import": ("import k.fifo imported --n-features 40", None),
+}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+@pytest.mark.parametrize(
+    "name, sig",
+    [(name, signal.SIGTERM) for name in _WRITING] + [("predict", signal.SIGHUP)],
+)
+def test_sigterm_sighup_every_writing_command_cleans_up(writers_dir, name, sig):
+    """predict -o, export, train -o, import: SIGTERM/SIGHUP unwind as Ctrl-C does: exit
+    128 + signal, one line, nothing left but what was there (and the history so far)."""
+    cwd = writers_dir
+    args, mark = _WRITING[name]
+    before = set(os.listdir(cwd))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ooc_svm", *args.split()],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    fifo = None
+    if name == "import":  # a model file that arrives slowly: half of it, then nothing
+        fifo = open(cwd / "k.fifo", "w")  # noqa: SIM115 - closed below
+        fifo.write("svm_type c_svc\nkernel_type rbf\ngamma 0.5\nnr_class 2\n")
+        fifo.flush()
+        t0 = time.monotonic()
+        ready = lambda: time.monotonic() - t0 > 1.0  # noqa: E731
+    elif mark.startswith("."):
+        ready = _temp_of(cwd, mark)
+    else:
+        ready = lambda: (cwd / mark).exists() and (cwd / mark).stat().st_size > 0  # noqa: E731
+    try:
+        err = _signal_when(p, ready, sig).decode()
+    finally:
+        if fifo is not None:
+            fifo.close()
+    assert p.returncode == 128 + sig, (name, p.returncode, err)
+    assert "Traceback" not in err and f"terminated by {signal.Signals(sig).name}" in err, err
+    left = set(os.listdir(cwd)) - before - {"h.jsonl"}
+    assert not left, (name, left)
+
+
 def test_sigkill_leftovers_listed_and_repaired(tmp_path):
     path = make_store(tmp_path, "s.zarr", "lz4")
     p = subprocess.Popen(

@@ -229,6 +229,66 @@ def test_compressed_model_file(tmp_path):
     assert m.kind == "kernel" and m.classes == [-1.0, 1.0] and m.intercept_ == -0.1
 
 
+_SVMLIGHT_RBF = """SVM-light Version V6.02
+2 # kernel type
+3 # kernel parameter -d
+0.5 # kernel parameter -g
+1 # kernel parameter -s
+1 # kernel parameter -r
+empty# kernel parameter -u
+HIGHEST # highest feature index
+10 # number of training documents
+3 # number of support vectors plus 1
+0.1 # threshold b, each following line is a SV (starting with alpha*y)
+0.5 1:1 3:0.5 #
+-0.5 2:1 #
+"""
+
+
+#: model files whose every line parses but that no ooc-svm model can be (load_model refuses)
+_UNLOADABLE = {
+    "svmlight-index-2^40": (
+        _SVMLIGHT_RBF.replace("HIGHEST", str(1 << 40)),
+        "highest feature index 1,099,511,627,776",
+    ),
+    "svmlight-linear-index-2^40": (
+        _SVMLIGHT_RBF.replace("HIGHEST", str(1 << 40)).replace("2 # kernel", "0 # kernel"),
+        "highest feature index 1,099,511,627,776",
+    ),
+    "liblinear-nr_feature-2^40": (
+        f"solver_type L2R_L1LOSS_SVC_DUAL\nnr_class 2\nlabel 1 -1\nnr_feature {1 << 40}\n"
+        "bias -1\nw\n0.5\n",
+        "nr_feature 1,099,511,627,776",
+    ),
+    "libsvm-gamma-negative": (_LIBSVM_OK.replace("gamma 0.5", "gamma -1"), "gamma must not be"),
+    "libsvm-degree-10^9": (
+        _LIBSVM_OK.replace("kernel_type rbf", "kernel_type polynomial\ndegree 1000000000"),
+        "degree must be between",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_UNLOADABLE))
+def test_import_refuses_a_model_its_loader_would_refuse(tmp_path, case):
+    """`ooc-svm import` validates as load_model does: one line, exit 1, nothing written."""
+    text, what = _UNLOADABLE[case]
+    (tmp_path / "bad.model").write_text(text)
+    r = subprocess.run(
+        ooc_cmd("import", "bad.model", "m"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    err = r.stderr.strip().splitlines()[-1]  # (a warning about the width may precede it)
+    assert err.startswith("ooc-svm: error: bad.model: ") and what in err, err
+    assert "nothing was imported" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["bad.model"]
+
+
 # ------------------------------------------------------------------------------------------
 # command line
 # ------------------------------------------------------------------------------------------

@@ -257,3 +257,33 @@ def test_evaluate_plot_names_model_and_store(tmp_path, make_store):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["prbep"] > 0.5
     assert open("roc.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_of_one_recorded_iteration_says_nothing_to_plot(tmp_path):
+    """smo in memory records once per --checkpoint-every steps: a history of one iteration
+    is one line saying so (and how to record more), not a figure of one dot per panel."""
+    import subprocess
+    import sys
+
+    rec = {"iteration": 1, "violation": 8e-4, "objective": -303.6, "passes": 1, "seconds": 0.4}
+    (tmp_path / "h.jsonl").write_text(
+        json.dumps({"header": {"solver": "smo", "store": "s.zarr", "params": {}}})
+        + "\n"
+        + json.dumps(rec)
+        + "\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "ooc_svm", "plot", "h.jsonl", "-o", "h.png"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip() == (
+        "ooc-svm: error: h.jsonl: one iteration recorded; nothing to plot (smo in memory "
+        "records once per --checkpoint-every SMO steps: train again with a smaller "
+        "--checkpoint-every to record more)"
+    )
+    assert not (tmp_path / "h.png").exists()

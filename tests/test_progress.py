@@ -217,3 +217,20 @@ def test_predict_meter_lines(work):
         "450 of 600 rows (75%)",
         "600 of 600 rows (100%)",
     ], r.stderr
+
+
+def test_one_vs_rest_fused_lines_name_no_single_class(caplog, monkeypatch):
+    """perf one-vs-rest trains every class in each pass: its plain lines count the classes
+    done and give the worst gap, never "class 1 (1/3, ...)" for all of them."""
+    monkeypatch.setenv("OOC_SVM_PROGRESS_SECONDS", "0")
+    caplog.set_level(logging.INFO, logger="ooc_svm.progress")
+    p = TrainProgress("perf", ("gap", 1e-3), "log", n_classes=3, fused=True)
+    for it, v in enumerate((0.5, 1e-2, 4e-4)):
+        for k in range(3):
+            p({"iteration": it, "passes": it + 1, "objective": 10.0 * k, "violation": v * (k + 1),
+               "class": float(k + 1), "class_index": k})  # fmt: skip
+    p.close()
+    msgs = [r.getMessage() for r in caplog.records]
+    assert msgs and not any(m.startswith("class ") for m in msgs), msgs
+    assert msgs[-1].startswith("classes 2/3 done  iter 2  passes 3  worst gap 1.2e-3"), msgs
+    assert not any("obj " in m for m in msgs), msgs

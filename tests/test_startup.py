@@ -105,7 +105,7 @@ def test_console_process_freezes_its_objects_before_exit(tmp_path, make_store):
     X = sp.random(200, 10, density=0.3, format="csr", random_state=2, dtype=np.float32)
     y = np.where(np.arange(200) % 2 == 0, 1.0, -1.0)
     make_store(X, y, shard_rows=100, name="s.zarr", compression="lz4")
-    argv = ["train", "-q", "--solver", "perf", "s.zarr", "-o", "m"]
+    argv = ["train", "-q", "--solver", "perf", "s.zarr", "-o", "m", "--overwrite"]  # twice
     code = (
         "import gc, json, sys\n"
         "from ooc_svm.cli import main\n"

@@ -74,3 +74,43 @@ def test_atomic_dir_replaces_directory_refuses_file(tmp_path):
         with atomic_dir(str(tmp_path / "f")):
             pass
     assert sorted(os.listdir(tmp_path)) == ["f", "m"]
+
+
+def test_output_path_errors_name_the_output_and_the_fix(tmp_path):
+    """-o under a file, or in a directory that cannot be made: one line naming the output
+    as given and what is in the way, never a bare errno or "File exists"."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from ooc_svm.model import Model
+
+    Model(kind="linear", n_features=3, classes=[-1.0, 1.0], coef_=np.ones(3)).save(
+        str(tmp_path / "m")
+    )
+    (tmp_path / "d.svm").write_text("1 1:1\n-1 2:1\n")
+    cases = [
+        ("predict m d.svm -o d.svm/sub", "d.svm/sub: d.svm is a file, not a directory"),
+        ("predict m d.svm -o d.svm/a/b.txt", "d.svm/a/b.txt: d.svm is a file, not a directory"),
+        ("export m --format liblinear d.svm/x", "d.svm/x: d.svm is a file, not a directory"),
+        ("train d.svm -o d.svm/m2", "d.svm/m2: d.svm is a file, not a directory"),
+    ]
+    if os.path.isdir("/proc/self"):
+        cases.append(
+            ("predict m d.svm -o /proc/nope/p.txt", "/proc/nope/p.txt: cannot create the directory")
+        )
+    for args, want in cases:
+        r = subprocess.run(
+            [sys.executable, "-m", "ooc_svm", *args.split()],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+        assert r.returncode == 1, (args, r.stderr)
+        err = r.stderr.strip()
+        assert err.startswith(f"ooc-svm: error: {want}") and "\n" not in err, (args, err)
+        assert "Errno" not in err and "exists" not in err, (args, err)
+        assert "give an output path in a directory" in err, (args, err)

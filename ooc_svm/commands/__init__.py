@@ -6,11 +6,46 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import textwrap
 
 #: ``--help`` never wider than this, however wide the terminal
 HELP_WIDTH = 100
+
+
+#: a two-column line: indent, one-word term, 2+ spaces, text ("  perf        linear SVMs")
+_TERM = re.compile(r"^( *)(\S+ {2,})\S")
+#: a list item ("- binary labels: ...")
+_ITEM = re.compile(r"^( *)([-*] )\S")
+
+
+def _hang(line: str) -> int:
+    """Where the continuation of ``line`` starts: under the text of a two-column line or a
+    list item, else 4 columns deeper than the line."""
+    m = _TERM.match(line) or _ITEM.match(line)
+    if m:
+        return len(m.group(1)) + len(m.group(2))
+    return len(line) - len(line.lstrip()) + 4
+
+
+def _entries(lines: list[str]) -> list[tuple[str, int]]:
+    """``(text, hanging indent)`` of each entry of an indented paragraph: a line indented
+    exactly to the previous entry's hanging indent continues that entry (its words are
+    joined to it, to be wrapped again as one)."""
+    out: list[tuple[str, int]] = []
+    for line in lines:
+        lead = len(line) - len(line.lstrip())
+        if out and line.strip() and lead == out[-1][1] and lead > _lead(out[-1][0]):
+            text, hang = out[-1]
+            out[-1] = (f"{text} {line.strip()}", hang)
+        else:
+            out.append((line.rstrip(), _hang(line)))
+    return out
+
+
+def _lead(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -33,14 +68,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         for para in textwrap.dedent(text).strip("\n").split("\n\n"):
             lines = para.split("\n")
             if any(line[:1] == " " for line in lines):
-                for line in lines:
-                    lead = len(line) - len(line.lstrip())
+                for entry, hang in _entries(lines):
                     out.extend(
                         textwrap.wrap(
-                            line,
+                            entry,
                             width,
                             initial_indent=indent,
-                            subsequent_indent=indent + " " * (lead + 4),
+                            subsequent_indent=indent + " " * hang,
                             break_long_words=False,
                             break_on_hyphens=False,
                         )

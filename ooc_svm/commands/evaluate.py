@@ -33,10 +33,11 @@ def _description() -> str:
     doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
     assert doc is not None
     paras = doc.split("\n\n")
+    # what is printed first, then the notes of this command, then what is kept in memory
     text = "\n\n".join(
-        ["The store is scored in one streamed pass through the engine. " + paras[1]]
-        + paras[2:-1]
-        + __doc__.split("\n\n")[2:]
+        paras[3:-1]
+        + [p.strip() for p in __doc__.split("\n\n")[2:]]
+        + ["The store is scored in one streamed pass through the engine. " + paras[1], paras[2]]
     )
     return (
         text.replace("``", "")
@@ -90,9 +91,15 @@ def run(args) -> int:
         print(json.dumps({**res, "n_rows": res.get("n"), "model": args.model}))
         return 0
     if res.get("threshold_trained") is False:
+        at_zero = [k for k in ("accuracy", "precision", "recall", "f1") if k in res]
         print(
             f"note: {args.model} is a ranking model (loss {model.info.get('loss')}): its "
-            "threshold is not trained; accuracy/precision/recall/f1 use f(x) > 0"
+            "threshold is not trained; "
+            + (
+                f"{'/'.join(at_zero)} use f(x) > 0"
+                if at_zero
+                else "the metrics below use only the order of the scores"
+            )
         )
     for key, v in res.items():
         if key == "threshold_trained":

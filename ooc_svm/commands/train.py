@@ -175,6 +175,11 @@ def add_parser(sub) -> None:
         "-o", "--output", required=True, metavar="MODEL", help="model directory to write"
     )
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing MODEL (without it, train refuses before it starts)",
+    )
+    p.add_argument(
         "--solver",
         choices=solver_names(),
         default="perf",
@@ -467,6 +472,7 @@ def run(args) -> int:
     from ._startup import init_numba_target
 
     typed, params = solver_params_from_args(args)
+    check_output(args.output, args.overwrite)
     init_numba_target()
     if getattr(args, "c_values", None) is not None or args.validation or args.folds is not None:
         return run_sweep(args, typed)
@@ -540,6 +546,32 @@ def run(args) -> int:
     return 0
 
 
+def check_output(path: str, overwrite: bool) -> None:
+    """Refuse, before training, an output that exists (a model, maybe hours of work) unless
+    ``--overwrite``, and one that can never be a model directory (a file)."""
+    import os
+
+    from ..model import ModelError
+
+    if not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        while parent and not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if parent and not os.path.isdir(parent):  # found now, not after the training
+            from .._util import OutputError
+
+            raise OutputError(
+                f"{path}: {parent} is a file, not a directory; give an output path in a directory"
+            )
+        return
+    if not os.path.isdir(path):
+        raise ModelError(
+            f"-o {path}: exists and is not a model directory; give another -o or remove it"
+        )
+    if not overwrite:
+        raise ModelError(f"-o {path}: exists; pass --overwrite to replace it (or give another -o)")
+
+
 #: columns of the sweep table, in order (the metric's column follows C)
 SWEEP_COLUMNS = ("objective", "passes", "seconds", "iterations", "converged", "warm_start")
 
@@ -581,7 +613,7 @@ def run_sweep(args, typed) -> int:
         summary["sweep"] = out.summary()
         print(json.dumps(summary, default=_plain))
     elif not getattr(args, "quiet", False):
-        if args.sweep_table not in ("-", "/dev/stdout"):
+        if not args.sweep_table:  # the table went to --sweep-table instead
             print(format_sweep_table(out))
         how = {"shared": "shared passes", "warm": "warm starts"}.get(out.mode, "independent")
         print(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from ..model import Model
+from ..model import Model, ModelError, check_model
 from . import liblinear, libsvm, svmlight
 from ._io import FormatError, LineReader
 
@@ -51,6 +51,10 @@ def import_model(path: str, fmt: str | None = None, n_features: int | None = Non
         raise FormatError(f"unknown model format {fmt!r}; use one of {', '.join(FORMATS)}")
     model = _MODULES[fmt].read(path, n_features=n_features)
     model.info["imported_from"] = os.path.abspath(str(path))
+    try:  # what load_model would refuse is not imported
+        check_model(model, str(path))
+    except ModelError as e:
+        raise ModelError(f"{e}; ooc-svm cannot use this model, nothing was imported") from None
     return model
 
 

@@ -27,6 +27,21 @@ class FormatError(ModelError):
     """A model file in a foreign format cannot be read or written; names file and line."""
 
 
+#: widest model ooc-svm loads (``n_features``; as :func:`ooc_svm.model.load_model` checks)
+MAX_WIDTH = 1 << 31
+
+
+def check_width(path: str, width: int, what: str = "highest feature index") -> int:
+    """``width`` if a model that wide can be loaded; :class:`FormatError` before anything that
+    wide is allocated otherwise."""
+    if width > MAX_WIDTH:
+        raise FormatError(
+            f"{path}: {what} {width:,} is more than the {MAX_WIDTH:,} features an ooc-svm model "
+            "may have; nothing was imported"
+        )
+    return width
+
+
 class LineReader:
     """Lines of a (possibly gz/bz2/xz compressed) text file with their 1-based numbers.
 
@@ -253,8 +268,16 @@ def atomic_text(out: str):
     parent = os.path.dirname(os.path.abspath(out)) or "."
     if os.path.isdir(out):
         raise FormatError(f"{out}: is a directory; give a file name for the exported model")
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".export-", dir=parent)
+    from .._util import OutputError, make_output_parent
+
+    make_output_parent(os.path.abspath(out), out)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".export-", dir=parent)
+    except OSError as e:
+        raise OutputError(
+            f"{out}: cannot write ({e.strerror or e}); give an output path in a directory you "
+            "can write"
+        ) from None
     try:
         with os.fdopen(fd, "w") as f:
             yield f

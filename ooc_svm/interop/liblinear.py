@@ -30,6 +30,7 @@ from ._io import (
     LineReader,
     atomic_text,
     check_finite,
+    check_width,
     expect_end,
     fmt,
     linear_weights,
@@ -60,11 +61,12 @@ def read(path: str, n_features: int | None = None) -> Model:
     """
     with LineReader(path) as r:
         solver, k, nf, bias, labels = _read_header(r)
+        check_width(path, nf, "nr_feature")  # before n weights are allocated
         nr_w = 1 if (k == 2 and solver != "MCSVM_CS") else k
         n = nf + (1 if bias >= 0 else 0)
         w = _read_weights(r, n, nr_w)
         expect_end(r, f"text after the {n} weight lines")
-    width = max(nf, int(n_features or 0), 1)
+    width = check_width(path, max(nf, int(n_features or 0), 1), "nr_feature")
     coef = np.zeros((nr_w, width))
     coef[:, :nf] = w[:nf].T
     b = w[nf] * bias if bias >= 0 else np.zeros(nr_w)

@@ -46,6 +46,7 @@ from ._io import (
     SparseRows,
     atomic_text,
     check_finite,
+    check_width,
     expect_end,
     fmt,
     linear_weights,
@@ -217,7 +218,7 @@ def _width(path: str, sv_width: int, n_features: int | None, kernel: str) -> int
     width = sv_width
     if n_features is not None:
         width = max(width, int(n_features))
-    width = max(width, 1)
+    width = check_width(path, max(width, 1), "width")
     if n_features is None and kernel == "rbf":
         log.info(
             "%s: RBF model over features 1..%d (largest index in a support vector); features "

@@ -35,6 +35,7 @@ from ._io import (
     SparseRows,
     atomic_text,
     check_finite,
+    check_width,
     fmt,
     linear_weights,
     sparse_row_text,
@@ -91,7 +92,7 @@ def read(path: str, n_features: int | None = None) -> Model:
         for line in r:
             if line.split("#", 1)[0].strip():
                 raise r.error(f"text after the {n_sv} support vectors")
-    width = max(totwords, rows.max_col + 1, int(n_features or 0), 1)
+    width = check_width(path, max(totwords, rows.max_col + 1, int(n_features or 0), 1))
     sv = rows.matrix(width)
     kernel = KERNELS[code]
     info = {

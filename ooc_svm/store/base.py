@@ -315,9 +315,10 @@ def load_meta_json(fs, root: str, rel: str, path: str) -> dict[str, Any]:
     raw, _ = read_file(fs, root, rel, MAX_META_BYTES, path, limit)
     try:
         doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        why = "JSON nested too deeply" if isinstance(e, RecursionError) else e
         raise StoreError(
-            f"{path}: unreadable store metadata {rel} ({e}); re-ingest the store"
+            f"{path}: unreadable store metadata {rel} ({why}); re-ingest the store"
         ) from None
     if not isinstance(doc, dict):
         raise StoreError(f"{path}: {rel} is not a JSON object; not an ooc-svm store")

@@ -83,8 +83,9 @@ class IngestStats:
         mb = self.text_bytes / 1e6
         rate = mb / self.seconds if self.seconds > 0 else float("inf")
         rows_s = self.rows / self.seconds if self.seconds > 0 else float("inf")
+        shards = f"{self.shards} shard{'s' if self.shards != 1 else ''}"
         s = (
-            f"ingested {self.rows:,} rows, {self.nnz:,} non-zeros into {self.shards} shards "
+            f"ingested {self.rows:,} rows, {self.nnz:,} non-zeros into {shards} "
             f"from {len(self.inputs)} input{'s' if len(self.inputs) != 1 else ''} "
             f"({mb:,.1f} MB of text) in {self.seconds:.2f} s ({rate:,.1f} MB/s, "
             f"{rows_s:,.0f} rows/s) -> {store}"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -97,11 +98,14 @@ class TextStore:
         self._stream = None
         self._spool: str | None = None
         self._finalizer = None
-        if self.path == "-":
-            self._spool = _spool_stdin()
+        if self.path != "-" and _scan is None:
+            _check_text_path(self.path)
+        if self.path == "-" or _is_pipe(self.path):
+            # read once: standard input or a FIFO cannot be read a second time
+            self._spool = _spool(self.path)
             self._finalizer = weakref.finalize(self, _remove, self._spool)
             self.file = self._spool
-            self.name = "<stdin>"
+            self.name = "<stdin>" if self.path == "-" else self.path
         else:
             self.file = self.path
             self.name = self.path
@@ -295,16 +299,48 @@ def _remove(path: str) -> None:
         pass
 
 
-def _spool_stdin() -> str:
-    """Copy standard input (as it comes, compressed or not) to a temporary file."""
+def _spool(path: str) -> str:
+    """Copy standard input (``"-"``) or a FIFO, as it comes (compressed or not), to a
+    temporary file."""
     fd, tmp = tempfile.mkstemp(prefix="ooc-svm-stdin-")
     try:
         with os.fdopen(fd, "wb") as f:
-            shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+            if path == "-":
+                shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+            else:
+                with open(path, "rb") as src:
+                    shutil.copyfileobj(src, f, 1 << 20)
     except BaseException:
         _remove(tmp)
         raise
     return tmp
+
+
+def _is_pipe(path: str) -> bool:
+    """Whether ``path`` (symlinks followed) is a FIFO or a socket: readable once only."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _check_text_path(path: str) -> None:
+    """Refuse what is neither a regular file nor a FIFO (``/dev/zero``, a terminal, a disk):
+    reading it would never end, or not be SVMlight text."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # reported by the reader, with its own message
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISDIR(mode):
+        return
+    what = "a character device" if stat.S_ISCHR(mode) else (
+        "a block device" if stat.S_ISBLK(mode) else "not a regular file"
+    )  # fmt: skip
+    raise StoreError(
+        f"{path}: is {what}, not an SVMlight/LIBSVM text file; give a regular file or a "
+        "store (or '-' to read standard input)"
+    )
 
 
 def is_store_path(path: str) -> bool:

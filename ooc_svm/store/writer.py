@@ -151,8 +151,8 @@ class StoreWriter:
         else:
             if exists and not overwrite:
                 raise StoreError(
-                    f"{self.path}: destination exists; use --overwrite to replace it or "
-                    "--append to add rows to it"
+                    f"{self.path}: destination exists; replace it with --overwrite "
+                    "(overwrite=True in Python) or add rows to it with --append (append=True)"
                 )
             self.target = temp_sibling(self.path, "ingest")
         self.backend = backend or backend_from_path(self.path)

@@ -245,7 +245,10 @@ class ZarrStore(ShardGuard):
         meta_raw, meta_id = read_file(
             self._fs, root, f"{rel}/zarr.json", MAX_ARRAY_META_BYTES, what
         )
-        codec = _check_array_meta(json.loads(meta_raw), dtype, n)
+        try:
+            codec = _check_array_meta(json.loads(meta_raw), dtype, n)
+        except (ValueError, RecursionError):
+            codec = None  # not JSON (or nested too deeply): damaged, as below
         raw: bytes | np.ndarray
         if codec is None:
             raise self.damaged(i, f"{rel}/zarr.json does not match the shard table")
