@@ -106,7 +106,9 @@ def ingest(text: Path, store: Path, n_features: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def timed(cmd: list[str], timeout: float | None) -> tuple[subprocess.CompletedProcess | None, float, float]:
+def timed(
+    cmd: list[str], timeout: float | None
+) -> tuple[subprocess.CompletedProcess | None, float, float]:
     """Run ``cmd``; return (completed process or None on timeout, wall s, CPU s of the child)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -122,9 +124,7 @@ def timed(cmd: list[str], timeout: float | None) -> tuple[subprocess.CompletedPr
     return out, wall, cpu
 
 
-def train(
-    store: Path, solver: str, params: dict[str, Any], timeout: float | None = None
-) -> dict:
+def train(store: Path, solver: str, params: dict[str, Any], timeout: float | None = None) -> dict:
     """Train with ``ooc_svm.api.train`` in a fresh child process.
 
     Returns the solver's JSON summary (``Result.to_json_dict``) plus ``n_sv``, ``cpu`` (CPU
@@ -212,7 +212,7 @@ def run_svmlight(exe: str, text: Path, model: Path, args: list[str], timeout: fl
 
 def fit_exponent(ns: list[float], ts: list[float]) -> float | None:
     """Slope of the least-squares line through (log n, log t); None with < 2 usable points."""
-    pts = [(math.log(n), math.log(t)) for n, t in zip(ns, ts) if t and t > 0]
+    pts = [(math.log(n), math.log(t)) for n, t in zip(ns, ts, strict=True) if t and t > 0]
     if len(pts) < 2:
         return None
     mx = sum(p[0] for p in pts) / len(pts)
@@ -234,13 +234,19 @@ def plot_loglog(
     fig, ax = plt.subplots(figsize=(6, 4.2))
     markers = "osd^v<>p*h"
     for k, (name, (xs, ys)) in enumerate(series.items()):
-        pts = [(x, y) for x, y in zip(xs, ys) if y and y > 0]
+        pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y and y > 0]
         if not pts:
             continue
         e = fit_exponent([p[0] for p in pts], [p[1] for p in pts])
         lab = f"{name} (~n^{e:.2f})" if e is not None else name
         ls = "--" if name.startswith("paper") else "-"
-        ax.loglog(*zip(*pts), ls, marker=markers[k % len(markers)], label=lab)
+        ax.loglog(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            ls,
+            marker=markers[k % len(markers)],
+            label=lab,
+        )
     ax.set_xlabel("training set size n")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
@@ -291,7 +297,7 @@ def machine() -> str:
     except OSError:
         pass
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"{now}; {os.cpu_count()} cores ({model}); load average {' '.join(load)}"
 
 
@@ -315,7 +321,9 @@ def base_parser(doc: str):
     """The options every reproduction script has."""
     import argparse
 
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="small subsets only (<= 5 min on 2 cores)")
     ap.add_argument("--out", type=Path, default=None, help="folder for the tables, JSON and PNGs")
     ap.add_argument("--seed", type=int, default=0, help="seed of the nested random subsets")

@@ -283,7 +283,9 @@ def _fmt(e: float | None) -> str:
 def main() -> int:
     ap = c.base_parser(__doc__)
     ap.add_argument("--experiments", default=",".join(PAPER), help="comma list of experiments")
-    ap.add_argument("--solvers", default=",".join(SOLVERS), help="comma list of " + ",".join(SOLVERS))
+    ap.add_argument(
+        "--solvers", default=",".join(SOLVERS), help="comma list of " + ",".join(SOLVERS)
+    )
     ap.add_argument("--max-n", type=int, default=10**9, help="largest subset size to run")
     ap.add_argument("--chunk-memory-mb", type=float, default=1024.0)
     args = ap.parse_args()
@@ -301,7 +303,8 @@ def main() -> int:
         results = [experiment(nm, args, wd.path, lines_cache) for nm in names]
     md = report(results, out, machine + f"; load at the end {c.loadavg()}", cmdline)
     print(md)
-    c.write_outputs(out, "platt1998", md, {"machine": machine, "results": results})
+    stem = "platt1998" if len(names) == len(PAPER) else "platt1998-" + "-".join(names)
+    c.write_outputs(out, stem, md, {"machine": machine, "results": results})
     return 0
 
 
