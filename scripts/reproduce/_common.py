@@ -20,6 +20,7 @@ import platform
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -109,18 +110,36 @@ def ingest(text: Path, store: Path, n_features: int) -> dict:
 def timed(
     cmd: list[str], timeout: float | None
 ) -> tuple[subprocess.CompletedProcess | None, float, float]:
-    """Run ``cmd``; return (completed process or None on timeout, wall s, CPU s of the child)."""
+    """Run ``cmd``; return (completed process or None when it ran out of time, wall s, CPU s).
+
+    ``timeout`` is a limit on the child's CPU seconds (``RLIMIT_CPU``: the machine these
+    scripts run on is shared, so a wall-clock limit would cut runs short under load), with
+    a wall-clock backstop of 30 times that.
+    """
+
+    def limit() -> None:
+        if timeout:
+            t = max(1, int(timeout))
+            resource.setrlimit(resource.RLIMIT_CPU, (t, t + 5))
+
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
         out: subprocess.CompletedProcess | None = subprocess.run(
-            cmd, capture_output=True, text=True, check=False, timeout=timeout
+            cmd,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30 * timeout if timeout else None,
+            preexec_fn=limit,
         )
     except subprocess.TimeoutExpired:
         out = None
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    if out is not None and out.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        out = None
     return out, wall, cpu
 
 
@@ -328,7 +347,10 @@ def base_parser(doc: str):
     ap.add_argument("--out", type=Path, default=None, help="folder for the tables, JSON and PNGs")
     ap.add_argument("--seed", type=int, default=0, help="seed of the nested random subsets")
     ap.add_argument(
-        "--timeout", type=float, default=600.0, help="seconds allowed to one training run"
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="CPU seconds allowed to one training run (a longer one is reported as timed out)",
     )
     return ap
 

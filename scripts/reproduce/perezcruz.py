@@ -93,12 +93,110 @@ def _num(v):
     return v if isinstance(v, float) else None
 
 
+def render(raw: dict, head: str, with_table2: bool) -> str:
+    """The Markdown tables of every run recorded in ``raw`` so far."""
+    md = [head, ""]
+    rows = []
+    for r in raw["table3"]:
+        name, _ds, _n_p, C, _sigma, sv, q, ql, t_irwls, t_light = r["row"]
+        o, lr = r["ours"], r["light"]
+        rows.append(
+            [
+                name,
+                r["n"],
+                C,
+                f"{r['gamma']:g}",
+                sv,
+                o.get("n_sv"),
+                c.ratio(o.get("n_sv"), sv),
+                o.get("n_bound_sv"),
+                lr.get("n_sv") if lr else None,
+                q,
+                ql,
+                t_irwls,
+                t_light,
+                c.ratio(t_light, t_irwls),
+                _cpu(o),
+                _cpu(lr),
+                c.ratio(_num(_cpu(lr)), _num(_cpu(o))),
+            ]
+        )
+    md += ["#### Table 3", ""]
+    md.append(
+        c.md_table(
+            [
+                "row",
+                "n",
+                "C",
+                "gamma",
+                "paper SV",
+                "our SV",
+                "ratio",
+                "our bound SV",
+                "light SV",
+                "q irwls",
+                "q light",
+                "paper irwls s",
+                "paper light s",
+                "paper light/irwls",
+                "our CPU s",
+                "light CPU s",
+                "our light/irwls",
+            ],
+            rows,
+        )
+    )
+    if with_table2 and raw["table2"]:
+        paper = {t[0]: t for t in TABLE2}
+        rows2 = []
+        for r in raw["table2"]:
+            _q, t_loqo, t_irwls, _ol, _oi = paper[r["q"]]
+            o, lr = r["ours"], r["light"]
+            rows2.append(
+                [
+                    r["q"],
+                    t_loqo,
+                    t_irwls,
+                    c.ratio(t_loqo, t_irwls),
+                    _cpu(o),
+                    o.get("n_sv"),
+                    o.get("iterations"),
+                    _cpu(lr),
+                    lr.get("n_sv") if lr else None,
+                    c.ratio(_num(_cpu(lr)), _num(_cpu(o))),
+                ]
+            )
+        r0 = raw["table2"][0]
+        md += ["", f"#### Table 2 (Adult4, n={r0['n']}, C=1, gamma={r0['gamma']:g})", ""]
+        md.append(
+            c.md_table(
+                [
+                    "q",
+                    "paper LOQO s",
+                    "paper IRWLS s",
+                    "paper LOQO/IRWLS",
+                    "our irwls CPU s",
+                    "our SV",
+                    "our iterations",
+                    "SVMlight 6.20 CPU s",
+                    "light SV",
+                    "light/ours",
+                ],
+                rows2,
+            )
+        )
+    return "\n".join(md)
+
+
 def main() -> int:
     ap = c.base_parser(__doc__)
     ap.add_argument(
-        "--rows", default="", help="Table 3 rows to run (default all; quick: Adult1,Web1)"
+        "--rows",
+        default="",
+        help="Table 3 rows to run, in this order (default all; quick: Adult1,Web1)",
     )
     ap.add_argument("--no-table2", action="store_true")
+    ap.add_argument("--table2-first", action="store_true", help="run Table 2 before Table 3")
     ap.add_argument("--gamma-rule", choices=sorted(GAMMA), default="platt")
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--no-light", action="store_true", help="skip SVMlight")
@@ -111,20 +209,44 @@ def main() -> int:
     names = (
         args.rows.split(",")
         if args.rows
-        else (QUICK_ROWS if args.quick else [r[0] for r in TABLE3])
+        else (list(QUICK_ROWS) if args.quick else [r[0] for r in TABLE3])
     )
+    by_name = {r[0]: r for r in TABLE3}
+    for nm in names:
+        if nm not in by_name:
+            ap.error(f"unknown row {nm!r}: choose from {', '.join(by_name)}")
     raw: dict = {"machine": machine, "table3": [], "table2": []}
-    md = [
-        f"Run: `{cmdline}` — {{machine}}. gamma rule `{args.gamma_rule}`, our tol {args.tol:g}.",
-        "",
-    ]
+    head = f"Run: `{cmdline}` — {{machine}}. gamma rule `{args.gamma_rule}`, our tol {args.tol:g}."
+
+    def save(final: bool) -> str:
+        tail = "; load at the end" if final else "; partial run, load now"
+        md = render(raw, head, not args.no_table2).replace(
+            "{machine}", machine + f"{tail} {c.loadavg()}"
+        )
+        c.write_outputs(out, "perezcruz", md, raw)
+        return md
+
+    def table2(data: Data) -> None:
+        gamma = GAMMA[args.gamma_rule](10)
+        text, store, n = data.subset("adult", 4781)
+        for q, *_ in TABLE2:
+            o = ours(store, 1.0, gamma, q, args)
+            lr = light(exe, text, 1.0, gamma, q, data.work, args)
+            raw["table2"].append({"q": q, "n": n, "gamma": gamma, "ours": o, "light": lr})
+            print(
+                f"Adult4 q={q}: ours SV {o.get('n_sv')} cpu {_cpu(o)}; svmlight cpu {_cpu(lr)}"
+                f"  load {c.loadavg()}",
+                flush=True,
+            )
+            save(False)
+
     with c.Workdir("perezcruz") as wd:
         data = Data(args.seed, wd.path)
-        rows = []
-        for row in TABLE3:
-            if row[0] not in names:
-                continue
-            name, ds, n_p, C, sigma, sv, q, ql, t_irwls, t_light = row
+        if args.table2_first and not args.no_table2:
+            table2(data)
+        for nm in names:
+            row = by_name[nm]
+            name, ds, n_p, C, sigma, _sv, q, ql, _t1, _t2 = row
             gamma = GAMMA[args.gamma_rule](sigma)
             text, store, n = data.subset(ds, n_p)
             o = ours(store, C, gamma, q, args)
@@ -136,100 +258,10 @@ def main() -> int:
                 f"{lr.get('n_sv') if lr else None} cpu {_cpu(lr)}  load {c.loadavg()}",
                 flush=True,
             )
-            rows.append(
-                [
-                    name,
-                    n,
-                    C,
-                    f"{gamma:g}",
-                    sv,
-                    o.get("n_sv"),
-                    c.ratio(o.get("n_sv"), sv),
-                    o.get("n_bound_sv"),
-                    lr.get("n_sv") if lr else None,
-                    q,
-                    ql,
-                    t_irwls,
-                    t_light,
-                    c.ratio(t_light, t_irwls),
-                    _cpu(o),
-                    _cpu(lr),
-                    c.ratio(_num(_cpu(lr)), _num(_cpu(o))),
-                ]
-            )
-        md += ["#### Table 3", ""]
-        md.append(
-            c.md_table(
-                [
-                    "row",
-                    "n",
-                    "C",
-                    "gamma",
-                    "paper SV",
-                    "our SV",
-                    "ratio",
-                    "our bound SV",
-                    "light SV",
-                    "q irwls",
-                    "q light",
-                    "paper irwls s",
-                    "paper light s",
-                    "paper light/irwls",
-                    "our CPU s",
-                    "light CPU s",
-                    "our light/irwls",
-                ],
-                rows,
-            )
-        )
-        if not args.no_table2:
-            gamma = GAMMA[args.gamma_rule](10)
-            text, store, n = data.subset("adult", 4781)
-            rows2 = []
-            for q, t_loqo, t_irwls, _opt_loqo, _opt_irwls in TABLE2:
-                o = ours(store, 1.0, gamma, q, args)
-                lr = light(exe, text, 1.0, gamma, q, wd.path, args)
-                raw["table2"].append({"q": q, "n": n, "gamma": gamma, "ours": o, "light": lr})
-                print(
-                    f"Adult4 q={q}: ours SV {o.get('n_sv')} cpu {_cpu(o)}; svmlight cpu {_cpu(lr)}"
-                    f"  load {c.loadavg()}",
-                    flush=True,
-                )
-                rows2.append(
-                    [
-                        q,
-                        t_loqo,
-                        t_irwls,
-                        c.ratio(t_loqo, t_irwls),
-                        _cpu(o),
-                        o.get("n_sv"),
-                        o.get("iterations"),
-                        _cpu(lr),
-                        lr.get("n_sv") if lr else None,
-                        c.ratio(_num(_cpu(lr)), _num(_cpu(o))),
-                    ]
-                )
-            md += ["", f"#### Table 2 (Adult4, n={n}, C=1, gamma={gamma:g})", ""]
-            md.append(
-                c.md_table(
-                    [
-                        "q",
-                        "paper LOQO s",
-                        "paper IRWLS s",
-                        "paper LOQO/IRWLS",
-                        "our irwls CPU s",
-                        "our SV",
-                        "our iterations",
-                        "SVMlight 6.20 CPU s",
-                        "light SV",
-                        "light/ours",
-                    ],
-                    rows2,
-                )
-            )
-    text_md = "\n".join(md).replace("{machine}", machine + f"; load at the end {c.loadavg()}")
-    print(text_md)
-    c.write_outputs(out, "perezcruz", text_md, raw)
+            save(False)
+        if not args.table2_first and not args.no_table2:
+            table2(data)
+    print(save(True))
     return 0
 
 

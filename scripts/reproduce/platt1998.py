@@ -119,7 +119,7 @@ def run_chunking(text: Path, nf: int, params: dict, timeout: float, memory_mb: f
     return res
 
 
-def experiment(name: str, args, work: Path, lines_cache: dict) -> dict:
+def experiment(name: str, args, work: Path, lines_cache: dict, done: list[dict], save) -> dict:
     spec = PAPER[name]
     if spec["data"] not in lines_cache:
         lines_cache[spec["data"]] = c.read_lines(spec["data"])
@@ -164,6 +164,7 @@ def experiment(name: str, args, work: Path, lines_cache: dict) -> dict:
                 flush=True,
             )
         runs.append(rec)
+        save([*done, {"name": name, "params": spec["params"], "runs": runs}], final=False)
         c.shutil.rmtree(store, ignore_errors=True)
     return {"name": name, "params": spec["params"], "runs": runs}
 
@@ -300,11 +301,20 @@ def main() -> int:
     print(f"# {cmdline}\n# {machine}", flush=True)
     lines_cache: dict = {}
     with c.Workdir("platt1998") as wd:
-        results = [experiment(nm, args, wd.path, lines_cache) for nm in names]
-    md = report(results, out, machine + f"; load at the end {c.loadavg()}", cmdline)
-    print(md)
-    stem = "platt1998" if len(names) == len(PAPER) else "platt1998-" + "-".join(names)
-    c.write_outputs(out, stem, md, {"machine": machine, "results": results})
+        stem = "platt1998" if len(names) == len(PAPER) else "platt1998-" + "-".join(names)
+
+        def save(results: list[dict], final: bool) -> None:
+            """Write the tables so far (after every size: a cut-short run keeps its results)."""
+            tail = "; load at the end" if final else "; partial run, load now"
+            md = report(results, out, machine + f"{tail} {c.loadavg()}", cmdline)
+            if final:
+                print(md)
+            c.write_outputs(out, stem, md, {"machine": machine, "results": results})
+
+        results: list[dict] = []
+        for nm in names:
+            results.append(experiment(nm, args, wd.path, lines_cache, results, save))
+        save(results, final=True)
     return 0
 
 

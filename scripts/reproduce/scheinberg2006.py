@@ -134,6 +134,13 @@ def main() -> int:
                     )
                     print(f"   svmlight -e {eps}: {lm}", flush=True)
             results.append(rec)
+            # after every case, so that a run cut short keeps what it measured
+            partial = report(
+                results, machine + f"; partial run, load now {c.loadavg()}", cmdline, args
+            )
+            c.write_outputs(
+                out, "scheinberg2006", partial, {"machine": machine, "results": results}
+            )
     md = report(results, machine + f"; load at the end {c.loadavg()}", cmdline, args)
     print(md)
     c.write_outputs(out, "scheinberg2006", md, {"machine": machine, "results": results})
