@@ -201,6 +201,12 @@ def sweep_table(recs: list[dict], key: str, title: str, md: list[str]) -> dict:
     return res
 
 
+def save(md: list[str], raw: dict, machine: str, out: Path) -> None:
+    """Write the tables so far (a run cut short keeps the parts it finished)."""
+    text = "\n".join(md).replace("{machine}", machine + f"; partial run, load now {c.loadavg()}")
+    c.write_outputs(out, "joachims2006", text, raw)
+
+
 def main() -> int:
     ap = c.base_parser(__doc__)
     ap.add_argument("--sizes", default="", help="comma list of synth sizes")
@@ -274,6 +280,7 @@ def main() -> int:
                     + _f(c.fit_exponent(sizes, [n * c.math.log(n) for n in sizes]))
                     + ".",
                 )
+        save(md, raw, machine, out)
         if parts & {"3", "4"}:
             lines, nf = c.read_lines("adult")
             text = c.write_subset(lines, list(range(len(lines))), len(lines), w / "adult.txt")
@@ -313,6 +320,7 @@ def main() -> int:
                     -2,
                     "Paper: iterations grow much more slowly than the linear bound of its Lemma 2.",
                 )
+            save(md, raw, machine, out)
             if "4" in parts:
                 rows = []
                 raw["adult_web"] = []

@@ -127,6 +127,8 @@ def experiment(name: str, args, work: Path, lines_cache: dict, done: list[dict],
     order = c.nested_order(len(lines), args.seed)
     rows = spec["rows"][:QUICK_SIZES] if args.quick else spec["rows"]
     rows = [r for r in rows if r[0] <= args.max_n]
+    if args.only_n:
+        rows = [r for r in rows if r[0] in args.only_n]
     solvers = [s for s in SOLVERS if s in args.solvers]
     dead: set[str] = set()
     runs = []
@@ -175,7 +177,7 @@ def _cpu(r: dict | None) -> float | None:
     return r["cpu"]
 
 
-def report(results: list[dict], out: Path, machine: str, cmdline: str) -> str:
+def report(results: list[dict], out: Path, machine: str, cmdline: str, stem: str) -> str:
     md = [f"Run: `{cmdline}` — {machine}.", ""]
     for res in results:
         name, spec = res["name"], PAPER[res["name"]]
@@ -258,13 +260,20 @@ def report(results: list[dict], out: Path, machine: str, cmdline: str) -> str:
             f"{_fmt(_same(series['paper SMO'], series['smo-platt']))}, chunking "
             f"{_fmt(_same(series['paper chunking'], series['chunking']))}.",
             "",
-            f"![{name}](platt1998-{name}.png)",
+            f"![{name}]({stem}-{name}.png)"
+            if stem.startswith("platt1998-full")
+            else f"![{name}](platt1998-{name}.png)",
             "",
         ]
         res["exponents"] = exps
         c.plot_loglog(
             series,
-            out / f"platt1998-{name}.png",
+            out
+            / (
+                f"{stem}-{name}.png"
+                if stem.startswith("platt1998-full")
+                else f"platt1998-{name}.png"
+            ),
             f"Platt 1998 {name}: CPU time vs n",
             "CPU seconds",
         )
@@ -289,8 +298,13 @@ def main() -> int:
     )
     ap.add_argument("--max-n", type=int, default=10**9, help="largest subset size to run")
     ap.add_argument("--chunk-memory-mb", type=float, default=1024.0)
+    ap.add_argument("--only-n", default="", help="comma list: run only these paper sizes")
+    ap.add_argument(
+        "--stem", default="", help="name of the output files (default from --experiments)"
+    )
     args = ap.parse_args()
     args.solvers = args.solvers.split(",")
+    args.only_n = {int(v) for v in args.only_n.split(",") if v}
     names = args.experiments.split(",")
     for nm in names:
         if nm not in PAPER:
@@ -301,12 +315,14 @@ def main() -> int:
     print(f"# {cmdline}\n# {machine}", flush=True)
     lines_cache: dict = {}
     with c.Workdir("platt1998") as wd:
-        stem = "platt1998" if len(names) == len(PAPER) else "platt1998-" + "-".join(names)
+        stem = args.stem or (
+            "platt1998" if len(names) == len(PAPER) else "platt1998-" + "-".join(names)
+        )
 
         def save(results: list[dict], final: bool) -> None:
             """Write the tables so far (after every size: a cut-short run keeps its results)."""
             tail = "; load at the end" if final else "; partial run, load now"
-            md = report(results, out, machine + f"{tail} {c.loadavg()}", cmdline)
+            md = report(results, out, machine + f"{tail} {c.loadavg()}", cmdline, stem)
             if final:
                 print(md)
             c.write_outputs(out, stem, md, {"machine": machine, "results": results})
