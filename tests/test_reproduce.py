@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from .conftest import dataset
+from conftest import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts" / "reproduce"
