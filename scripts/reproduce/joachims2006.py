@@ -1,0 +1,384 @@
+#!/usr/bin/env python
+"""Reproduce Joachims 2006 (SVM-Perf, the cutting-plane algorithm), section 4.
+
+C is the paper's (OP2: min 1/2 |w|^2 + C/n sum xi), i.e. LIBLINEAR's C times n; ours gets it
+as ``--c-perf C/100`` (SVMperf's unit), SVMperf 3.00 as ``-c C/100`` and SVMlight as
+``-c C/n``. Every run stops at the paper's epsilon = 0.001 unless said otherwise.
+
+1. Time vs n (the paper's Figure 1, left and left middle: ~n^0.8 for SVM-Perf, ~n^1.7 for
+   SVMlight) on the RCV1-like ``ooc-svm synth`` data (nested prefixes of one generated file;
+   synth rows are i.i.d.), for ``--variant paper`` and the default (``accelerated``) and the
+   comparators ``$SVMPERF_LEARN`` / ``$SVMLIGHT_LEARN`` (skipped with a message when unset;
+   SVMlight only up to ``--light-max-n``). Iterations vs n (Figure 2: independent of n).
+2. Ordinal regression / ROC area (Figure 1 right: O(s n log n)): ``--loss roc`` on the same
+   subsets (binary labels as two ranks, as the paper does).
+3. Iterations and time vs epsilon (Figures 5-6: ~(1/eps)^0.3 iterations, ~(1/eps)^0.4 time)
+   and vs C (Figure 8: sublinear) on Adult (a9a).
+4. The paper's Adult (C = 0.05 n: 3.1 CPU s) and Web (C = 1 n: 7.6 CPU s) runs.
+
+Usage::
+
+    python scripts/reproduce/joachims2006.py --quick      # <= 5 min on 2 cores
+    python scripts/reproduce/joachims2006.py [--sizes 10000,20000,...] [--parts 1,2,3,4]
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as c  # noqa: E402
+
+SYNTH = {"features": 20000, "nnz_per_row": 40, "seed": 1}
+FULL_SIZES = [5000, 10000, 20000, 50000, 100000, 200000]
+QUICK_SIZES = [5000, 20000]
+PAPER_EXP = {"SVM-Perf": 0.8, "SVMlight": 1.7}
+ADULT_WEB = [("adult", 0.05, 3.1), ("web", 1.0, 7.6)]  # (data, C/n, paper CPU s)
+
+
+def synth_text(path: Path, rows: int) -> None:
+    cmd = [*c.ooc_svm_exe(), "-q", "synth", str(path), "--rows", str(rows)]
+    cmd += ["--features", str(SYNTH["features"]), "--nnz-per-row", str(SYNTH["nnz_per_row"])]
+    cmd += ["--seed", str(SYNTH["seed"])]
+    out = c.subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr)
+
+
+def perf_runs(
+    store: Path,
+    text: Path,
+    n: int,
+    C: float,
+    args,
+    work: Path,
+    loss: str = "error",
+    eps: float = 0.001,
+    light_ok: bool = True,
+) -> dict:
+    """Ours (paper, accelerated) and the comparators on one store; C in the paper's units."""
+    rec: dict = {"n": n, "C": C, "eps": eps, "load": c.loadavg()}
+    for variant in ("paper", "accelerated"):
+        p = {"variant": variant, "c_perf": C / 100.0, "eps": eps, "loss": loss}
+        rec[variant] = c.train(store, "perf", p, timeout=args.timeout)
+    if args.perf_exe:
+        la = ["-c", repr(C / 100.0), "-e", repr(eps * 100)]
+        if loss == "roc":
+            la += ["-l", "10", "-w", "3"]  # ROC area needs algorithm 3
+        rec["svmperf"] = c.run_svmlight(args.perf_exe, text, work / "perf.model", la, args.timeout)
+    if args.light_exe and light_ok and loss == "error" and n <= args.light_max_n:
+        la = ["-c", repr(C / n), "-m", "256"]
+        rec["svmlight"] = c.run_svmlight(
+            args.light_exe, text, work / "light.model", la, args.timeout
+        )
+    return rec
+
+
+def _cpu(r: dict | None):
+    if not r or "timeout" in r:
+        return None
+    return r.get("reported_cpu", r.get("cpu"))
+
+
+def _it(r: dict | None):
+    if not r or "timeout" in r:
+        return None
+    return r.get("iterations")
+
+
+def _line(tag: str, rec: dict) -> None:
+    parts = [
+        f"{k} {_cpu(rec.get(k)) and round(_cpu(rec.get(k)), 2)}s it {_it(rec.get(k))}"
+        for k in ("paper", "accelerated", "svmperf", "svmlight")
+        if k in rec
+    ]
+    print(f"{tag}: " + "; ".join(parts) + f"  load {c.loadavg()}", flush=True)
+
+
+NAMES = {
+    "paper": "ours paper",
+    "accelerated": "ours accelerated",
+    "svmperf": "SVMperf 3.00",
+    "svmlight": "SVMlight 6.20",
+}
+
+
+def scaling_table(recs: list[dict], title: str, out: Path, png: str, md: list[str]) -> dict:
+    keys = [k for k in NAMES if any(k in r for r in recs)]
+    rows = []
+    series = {}
+    for k in keys:
+        xs = [r["n"] for r in recs if _cpu(r.get(k))]
+        series[NAMES[k]] = (xs, [_cpu(r[k]) for r in recs if _cpu(r.get(k))])
+    for r in recs:
+        row = [r["n"]]
+        for k in keys:
+            v = r.get(k)
+            row += [
+                _cpu(v) if v and "timeout" not in v else (f">{v['timeout']:.0f}" if v else None),
+                _it(v),
+            ]
+        rows.append(row)
+    hdr = ["n"]
+    for k in keys:
+        hdr += [f"{NAMES[k]} CPU s", "iter"]
+    md += [f"#### {title}", "", c.md_table(hdr, rows), ""]
+    exps = {name: c.fit_exponent(*xy) for name, xy in series.items()}
+    it_exps = {
+        NAMES[k]: c.fit_exponent(
+            [r["n"] for r in recs if _it(r.get(k))], [_it(r[k]) for r in recs if _it(r.get(k))]
+        )
+        for k in keys
+    }
+    md.append(
+        "Fitted exponents (log-log least squares over the sizes run): time "
+        + ", ".join(f"{k} {_f(v)}" for k, v in exps.items())
+        + "; iterations "
+        + ", ".join(f"{k} {_f(v)}" for k, v in it_exps.items())
+        + "."
+    )
+    md += ["", f"![{title}]({png})", ""]
+    c.plot_loglog(series, out / png, title, "CPU seconds")
+    return {"time": exps, "iterations": it_exps}
+
+
+def _f(v):
+    return "–" if v is None else f"{v:.2f}"
+
+
+def sweep_table(recs: list[dict], key: str, title: str, md: list[str]) -> dict:
+    rows = [
+        [
+            r[key],
+            _cpu(r.get("paper")),
+            _it(r.get("paper")),
+            _cpu(r.get("accelerated")),
+            _it(r.get("accelerated")),
+            _cpu(r.get("svmperf")),
+            _it(r.get("svmperf")),
+        ]
+        for r in recs
+    ]
+    md += [
+        f"#### {title}",
+        "",
+        c.md_table(
+            [
+                key,
+                "ours paper CPU s",
+                "iter",
+                "ours accelerated CPU s",
+                "iter",
+                "SVMperf CPU s",
+                "iter",
+            ],
+            rows,
+        ),
+        "",
+    ]
+    xs = [r[key] if key == "C" else 1.0 / r[key] for r in recs]
+    res = {}
+    for k in ("paper", "accelerated", "svmperf"):
+        pts = [
+            (x, _it(r.get(k)), _cpu(r.get(k)))
+            for x, r in zip(xs, recs, strict=True)
+            if _it(r.get(k))
+        ]
+        if len(pts) >= 2:
+            res[k] = (
+                c.fit_exponent([p[0] for p in pts], [p[1] for p in pts]),
+                c.fit_exponent([p[0] for p in pts], [p[2] for p in pts]),
+            )
+    var = "C" if key == "C" else "1/eps"
+    md.append(
+        f"Fitted exponents against {var} (iterations, time): "
+        + ", ".join(f"{NAMES[k]} {_f(a)}, {_f(b)}" for k, (a, b) in res.items())
+        + "."
+    )
+    md.append("")
+    return res
+
+
+def save(md: list[str], raw: dict, machine: str, out: Path) -> None:
+    """Write the tables so far (a run cut short keeps the parts it finished)."""
+    text = "\n".join(md).replace("{machine}", machine + f"; partial run, load now {c.loadavg()}")
+    c.write_outputs(out, "joachims2006", text, raw)
+
+
+def main() -> int:
+    ap = c.base_parser(__doc__)
+    ap.add_argument("--sizes", default="", help="comma list of synth sizes")
+    ap.add_argument("--parts", default="1,2,3,4", help="which parts to run (see above)")
+    ap.add_argument("--c-synth", type=float, default=1000.0, help="the paper's C for synth")
+    ap.add_argument("--light-max-n", type=int, default=20000, help="largest n given to SVMlight")
+    args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else (QUICK_SIZES if args.quick else FULL_SIZES)
+    )
+    if args.quick:
+        args.light_max_n = min(args.light_max_n, 5000)
+    out = args.out or (
+        Path(tempfile.mkdtemp(prefix="joachims2006-")) if args.quick else c.OUT_DEFAULT
+    )
+    args.perf_exe = c.comparator("SVMPERF_LEARN")
+    args.light_exe = c.comparator("SVMLIGHT_LEARN")
+    machine = c.machine()
+    cmdline = "python scripts/reproduce/joachims2006.py " + " ".join(sys.argv[1:])
+    print(f"# {cmdline}\n# {machine}", flush=True)
+    md = [f"Run: `{cmdline}` — {{machine}}. Synth: {SYNTH}.", ""]
+    raw: dict = {"machine": machine}
+    with c.Workdir("joachims2006") as wd:
+        w = wd.path
+        if parts & {"1", "2"}:
+            full = w / "synth.txt"
+            synth_text(full, max(sizes))
+            lines = full.read_bytes().splitlines()
+            order = list(range(len(lines)))
+            recs, roc = [], []
+            for n in sizes:
+                text = c.write_subset(lines, order, n, w / f"synth-{n}.txt")
+                store = w / f"synth-{n}.zarr"
+                c.ingest(text, store, SYNTH["features"])
+                if "1" in parts:
+                    recs.append(perf_runs(store, text, n, args.c_synth, args, w))
+                    _line(f"synth n={n}", recs[-1])
+                if "2" in parts:
+                    roc.append(perf_runs(store, text, n, args.c_synth, args, w, loss="roc"))
+                    _line(f"synth roc n={n}", roc[-1])
+                c.shutil.rmtree(store, ignore_errors=True)
+            if recs:
+                raw["scaling"] = recs
+                raw["scaling_exp"] = scaling_table(
+                    recs,
+                    f"Time vs n, classification, synth, C={args.c_synth:g}",
+                    out,
+                    "joachims2006-scaling.png",
+                    md,
+                )
+                md.insert(
+                    -3,
+                    f"Paper: SVM-Perf ~n^{PAPER_EXP['SVM-Perf']}, "
+                    f"SVMlight ~n^{PAPER_EXP['SVMlight']}, iterations independent of n.",
+                )
+            if roc:
+                raw["roc"] = roc
+                raw["roc_exp"] = scaling_table(
+                    roc,
+                    f"Time vs n, ROC-area (two-rank ordinal) loss, synth, C={args.c_synth:g}",
+                    out,
+                    "joachims2006-roc.png",
+                    md,
+                )
+                md.insert(
+                    -3,
+                    "Paper: O(s n log n); the exponent of n log n over these sizes is "
+                    + _f(c.fit_exponent(sizes, [n * c.math.log(n) for n in sizes]))
+                    + ".",
+                )
+        save(md, raw, machine, out)
+        if parts & {"3", "4"}:
+            lines, nf = c.read_lines("adult")
+            text = c.write_subset(lines, list(range(len(lines))), len(lines), w / "adult.txt")
+            store = w / "adult.zarr"
+            c.ingest(text, store, nf)
+            n = len(lines)
+            if "3" in parts:
+                eps_list = (
+                    [0.1, 0.01, 0.001] if args.quick else [0.1, 0.03, 0.01, 0.003, 0.001, 0.0003]
+                )
+                recs = [
+                    perf_runs(store, text, n, 0.05 * n, args, w, eps=e, light_ok=False)
+                    for e in eps_list
+                ]
+                for r in recs:
+                    _line(f"adult eps={r['eps']}", r)
+                raw["eps"] = recs
+                raw["eps_exp"] = sweep_table(
+                    recs,
+                    "eps",
+                    f"Iterations and time vs eps, Adult (a9a), C=0.05·n={0.05 * n:.0f}",
+                    md,
+                )
+                md.insert(-2, "Paper: iterations ~(1/eps)^0.3, time ~(1/eps)^0.4.")
+                cs = [0.05, 5.0] if args.quick else [0.005, 0.05, 0.5, 5.0, 50.0]
+                recs = [perf_runs(store, text, n, cl * n, args, w, light_ok=False) for cl in cs]
+                for r in recs:
+                    _line(f"adult C={r['C']:.0f}", r)
+                raw["C"] = recs
+                raw["C_exp"] = sweep_table(
+                    recs,
+                    "C",
+                    "Iterations and time vs C (paper's units), Adult (a9a), eps=0.001",
+                    md,
+                )
+                md.insert(
+                    -2,
+                    "Paper: iterations grow much more slowly than the linear bound of its Lemma 2.",
+                )
+            save(md, raw, machine, out)
+            if "4" in parts:
+                rows = []
+                raw["adult_web"] = []
+                for data, cl, paper_s in ADULT_WEB:
+                    if data == "web":
+                        lines, nf = c.read_lines("web")
+                        text = c.write_subset(
+                            lines, list(range(len(lines))), len(lines), w / "web.txt"
+                        )
+                        store = w / "web.zarr"
+                        c.ingest(text, store, nf)
+                        n = len(lines)
+                    r = perf_runs(store, text, n, cl * n, args, w)
+                    _line(f"{data} C={cl}*n", r)
+                    raw["adult_web"].append(r)
+                    rows.append(
+                        [
+                            data,
+                            n,
+                            f"{cl}·n",
+                            paper_s,
+                            _cpu(r.get("paper")),
+                            _it(r.get("paper")),
+                            _cpu(r.get("accelerated")),
+                            _it(r.get("accelerated")),
+                            _cpu(r.get("svmperf")),
+                            _it(r.get("svmperf")),
+                            _cpu(r.get("svmlight")),
+                            c.ratio(_cpu(r.get("paper")), paper_s),
+                        ]
+                    )
+                md += [
+                    "#### Adult and Web runs (paper: 3.1 and 7.6 CPU seconds on its 2006 machine)",
+                    "",
+                    c.md_table(
+                        [
+                            "data",
+                            "n",
+                            "C",
+                            "paper CPU s",
+                            "ours paper CPU s",
+                            "iter",
+                            "ours accelerated CPU s",
+                            "iter",
+                            "SVMperf 3.00 CPU s",
+                            "iter",
+                            "SVMlight CPU s",
+                            "ours paper / paper",
+                        ],
+                        rows,
+                    ),
+                    "",
+                ]
+    text_md = "\n".join(md).replace("{machine}", machine + f"; load at the end {c.loadavg()}")
+    print(text_md)
+    c.write_outputs(out, "joachims2006", text_md, raw)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
