@@ -87,6 +87,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..engine.blocks import Blocked
 from ..kernels.csr import csr_take_rows, u32
 from ..kernels.perf import accumulate_rows, matvec, vdot
 from ..kernels.perf_selective import (
@@ -462,7 +463,9 @@ class _Run:
         w2 = np.ascontiguousarray(np.stack([w_b[:d], w_c[:d]], axis=1))
         bc = (w2, float(w_b[d]) * self.bias, float(w_c[d]) * self.bias, self.bias, self.pos,
               d + 1, kg, self.budget, self.sbytes, self.tau)  # fmt: skip
-        part = self.engine.map_reduce(self.store, pass_select, bc, reduce=reduce_select)
+        # pass_select over each shard's row blocks (looked up here: tests replace it)
+        fn = Blocked(pass_select, reduce_select)
+        part = self.engine.map_reduce(self.store, fn, bc, reduce=reduce_select)
         self.pt = time.perf_counter() - t
         dw = w_c - w_b
         a0, a1, a2 = float(vdot(w_b, w_b)), float(vdot(w_b, dw)), float(vdot(dw, dw))
