@@ -97,13 +97,12 @@ def patch(rec: Recorder, engine, threads: int) -> None:
     ws.solve = rec.wrap_section("driver: working-set QP", ws.solve)
     ws.add = rec.wrap_section("driver: add plane (Gram row)", ws.add)
     inner = sel._Inner
-    nt = str(len(getattr(sel, "THREADED_NNZ_PARTS", [0, 0])))
+    nt = str(threads)
     inner.__init__ = rec.wrap_section("selective: rows in memory (set-up)", inner.__init__)
-    inner.margins = rec.wrap_section("selective: margin sweeps", inner.margins, f"<= {nt}")
-    inner.cut = rec.wrap_section("selective: cut update", inner.cut)
+    inner.margins = rec.wrap_section("selective: margin sweeps", inner.margins, nt)
+    inner.cut = rec.wrap_section("selective: cut update", inner.cut, nt)
     inner.value = rec.wrap_section("selective: P~ value", inner.value)
-    sel.segment = rec.wrap_section("selective: line search (segment_min)", sel.segment)
-    del threads
+    sel.segment = rec.wrap_section("selective: line search (segment_min)", sel.segment, nt)
 
 
 def overlap(intervals: list[tuple[float, float]], lo: float, hi: float) -> tuple[float, float]:

@@ -45,7 +45,12 @@ def test_row_blocks_cover_the_shard_in_order(tmp_path, make_store):
 def test_same_model_bytes_for_one_two_three_threads(tmp_path, make_store, monkeypatch, variant):
     """Shards split into row blocks run on every thread; the model bytes do not depend on
     the number of threads, nor on the engine running the blocks in its own thread."""
+    from ooc_svm.solvers import perf_selective as ps
+
     monkeypatch.setattr(blocks, "BLOCK_NNZ", 4000)
+    # selective: the rows in memory in several groups, the line search in several chunks
+    monkeypatch.setattr(ps, "PART_NNZ", 5000)
+    monkeypatch.setattr(ps, "LINE_CHUNK", 500)
     X, y = _data()
     st = make_store(X, y, shard_rows=2500)  # 3 shards of ~40k non-zeros: ~10 blocks each
     calls = []
@@ -67,6 +72,7 @@ def test_same_model_bytes_for_one_two_three_threads(tmp_path, make_store, monkey
     with LocalEngine(n_threads=2) as eng:  # a small store: the pass runs in the calling thread
         got["inline"] = train(open_store(st.path), "perf", engine=eng, **kw)
     assert max(calls) >= 5
+    assert got[1].passes >= 2
     ref = _model_bytes(got[1])
     for k, r in got.items():
         assert _model_bytes(r) == ref, k

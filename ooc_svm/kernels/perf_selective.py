@@ -131,6 +131,26 @@ def _segment_eval(k, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, h0=0.0, h1=0.0):
     h, hs = _hinge_slope(mb, dm, k)
     h += h0 - k * h1
     hs -= h1
+    return segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v)
+
+
+@njit(cache=True, nogil=True)
+def hinge_slope(mb, dm, k):
+    """(Σᵢ max(0, 1 − mbᵢ − k·dmᵢ), its right derivative in k) over these rows (a chunk of
+    the rows in memory: the threaded line search sums the chunks in their order)."""
+    return _hinge_slope(mb, dm, k)
+
+
+@njit(cache=True, nogil=True)
+def narrow(mb, dm, lo, hi):
+    """:func:`_narrow` of a chunk of rows from h0 = h1 = 0 (the threaded line search)."""
+    return _narrow(mb, dm, lo, hi, 0.0, 0.0)
+
+
+@njit(cache=True, nogil=True)
+def segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v):
+    """F(k) and F'(k⁺) of :func:`segment_min` from the hinge sum ``h`` of the rows at k and
+    its right slope ``hs``."""
     lt = C * (L0 - k * L1 + h)
     st = C * (hs - L1)
     lm = 0.0
@@ -206,6 +226,14 @@ def segment_min(a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
         grow += 1
     fl, sl = _segment_eval(lo, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
     cmb, cdm, h0, h1 = _narrow(mb, dm, lo, hi, 0.0, 0.0)
+    return segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, cmb, cdm, u, v, h0, h1,
+                          steps)  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, cmb, cdm, u, v, h0, h1, steps):
+    """The halvings of :func:`segment_min` on the bracket [lo, hi] (F(lo) = ``fl``, F(hi) =
+    ``fh``) from the rows already narrowed to it (``cmb``, ``cdm``, ``h0``, ``h1``)."""
     for t in range(steps):
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
