@@ -87,10 +87,19 @@ class Blocked:
         self.__name__ = getattr(fn, "__name__", "blocked")
 
     def blocks(self, shard) -> list:
-        """The row blocks of ``shard`` (a shard without rows, e.g. a stub, is one block)."""
+        """The row blocks of ``shard`` (a shard without rows, e.g. a stub, is one block).
+
+        Kept on the shard object, so a cached shard is split once, not on every pass."""
         if not isinstance(shard, Shard):
             return [shard]
-        return row_blocks(shard, self.block_nnz or BLOCK_NNZ)
+        size = self.block_nnz or BLOCK_NNZ
+        memo = shard.__dict__.get("_row_blocks")
+        if memo is not None and memo[0] == size:
+            return memo[1]
+        out = row_blocks(shard, size)
+        if len(out) > 1:
+            shard.__dict__["_row_blocks"] = (size, out)
+        return out
 
     def combine(self, parts: list) -> Any:
         """The shard's partial from its blocks' partials (in block order)."""
