@@ -14,8 +14,12 @@ Issue 26, goal 1 ("no serial tail"). Trains one store in this process with the l
   (``segment_min``), cut updates and the set-up of the rows in memory;
 - start-up (imports, numba's cache loading, opening the store) before the training.
 
-Prints one table: section, seconds, share of the run's wall time, threads it ran on. The
-serial share is the sum of the rows run on one thread. Example::
+Prints one table: section, wall seconds, CPU seconds (for main-thread sections the main
+thread's own CPU: for a section whose work goes to the pool, e.g. the selective margin
+sweeps, only what the main thread does there besides waiting), share of the process's CPU,
+threads the section may use. The serial share is all CPU spent on the main thread (its
+sections, the fold of partials, the driver) plus start-up, over the process's CPU; the
+Amdahl bound 1 / (s + (1 − s)/N) follows. Example::
 
     taskset -c 0,1 .venv/bin/python scripts/profile_perf.py /tmp/s1m.zarr --variant selective
 """
@@ -198,10 +202,11 @@ def main() -> int:
     for name, w, c, thr in rows:
         ws = "" if w is None else f"{w:7.2f}"
         print(f"{name:52s} {ws:>7} {c:7.2f} {100 * c / total_c:5.1f}% {thr:>7}")
-        if thr == "1":
+        if w is not None:  # measured on the main thread: its own CPU there is serial work
             serial += c
     s_share = serial / total_c
-    print(f"{'serial CPU (rows on 1 thread)':52s} {'':>7} {serial:7.2f} {100 * s_share:5.1f}%")
+    print(f"{'serial CPU (all main-thread CPU + start-up)':52s} {'':>7} {serial:7.2f} "
+          f"{100 * s_share:5.1f}%")  # fmt: skip
     amdahl = "  ".join(f"{n}: {1 / (s_share + (1 - s_share) / n):.2f}x" for n in (2, 4, 8, 16))
     print(f"# Amdahl speed-up bound from the serial CPU share: {amdahl}")
     return 0
