@@ -49,6 +49,26 @@ def signed_margins(indptr, indices, data, ys, w, tb, out):
 
 
 @njit(cache=True, nogil=True)
+def flip_cut(m, c, ys, coef):
+    """One sweep of the inner cut update: for every row, coefᵢ = ysᵢ where it becomes
+    violated (mᵢ < 1 and not ``c[i]``), −ysᵢ where it stops being, else 0; ``c`` is set to
+    [mᵢ < 1]. Returns (rows that flipped, rows violated)."""
+    nf = 0
+    nv = 0
+    for i in range(m.shape[0]):
+        v = m[i] < 1.0
+        if v:
+            nv += 1
+        if v != c[i]:
+            coef[i] = ys[i] if v else -ys[i]
+            c[i] = v
+            nf += 1
+        else:
+            coef[i] = 0.0
+    return nf, nv
+
+
+@njit(cache=True, nogil=True)
 def violated_at(mb, mc, kg, q, out):
     """out[i] = 1.0 where row i (margins ``mb``, ``mc`` at the ends of the segment) is
     violated at grid point ``kg[q]`` by exactly the rule of :func:`cut_segment_margins`."""

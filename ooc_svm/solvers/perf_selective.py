@@ -95,6 +95,7 @@ from ..kernels.csr import csr_take_rows, u32
 from ..kernels.perf import accumulate_rows, matvec, vdot
 from ..kernels.perf_selective import (
     cut_segment_margins,
+    flip_cut,
     hinge_slope,
     narrow,
     segment_bisect,
@@ -415,12 +416,11 @@ class _Inner:
 
     def cut(self, m: np.ndarray, n: int) -> tuple[np.ndarray, float]:
         """The plane whose S-coefficients are [mᵢ < 1]: (g, r) normalised by n."""
-        viol = m < 1.0
-        flip = viol != self.c
-        if np.any(flip):
-            self.gS += self.plane(np.where(flip, np.where(viol, self.ys, -self.ys), 0.0))
-            self.c = viol
-        return (self.G + self.gS) / n, (self.R + float(np.count_nonzero(viol))) / n
+        coef = np.empty(m.shape[0])
+        flips, viol = flip_cut(m, self.c, self.ys, coef)  # one sweep; updates self.c
+        if flips:
+            self.gS += self.plane(coef)
+        return (self.G + self.gS) / n, (self.R + float(viol)) / n
 
 
 def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, Cp: float):
