@@ -1,26 +1,33 @@
 #!/usr/bin/env python
-"""Whole-process wall time of ``ooc-svm train --solver perf`` beside LIBLINEAR's whole ``train``.
+"""Whole-process ``ooc-svm train --solver perf`` beside LIBLINEAR's C ``train`` program.
 
-Issue 16, goal 3 ("no start-up tax"): on small data the command a user runs must cost no more
-than LIBLINEAR's ``train`` on the text file, start-up (imports, numba cache loading) included.
+Issues 16 (goal 3, "no start-up tax") and 26 (goals 3-4, "honest references"): the command a
+user runs, start-up (imports, numba cache loading) included, against the C program users
+compare with — LIBLINEAR's ``train``, found through ``$LIBLINEAR_TRAIN`` (built outside the
+project from the public LIBLINEAR source; without it the bench stops with a message).
 
-For a9a, w8a and ijcnn1 (from ``$OOC_SVM_DATA`` or ../shared/data), in one run:
+For a9a, w8a and ijcnn1 (from ``$OOC_SVM_DATA`` or ../shared/data) and any ``--store`` (e.g.
+a 1M-row ``ooc-svm synth`` store, whose SVMlight text is written once for LIBLINEAR), in one
+run:
 
 - the data is made ready beforehand, untimed: the text decompressed into ``--dir`` (LIBLINEAR
   reads plain text) and ingested once into an lz4 Zarr store with ``ooc-svm ingest``;
-- ``ooc-svm``: the whole process ``ooc-svm train --solver perf --C 1 --eps 0.001 --bias 1
-  STORE -o MODEL -q`` (the console script installed beside this Python, else
+- ``ooc-svm``: the whole process ``ooc-svm train --solver perf --C C --eps 0.001 --bias 1
+  --variant V STORE -o MODEL -q`` (the console script installed beside this Python, else
   ``python -m ooc_svm``);
-- ``liblinear``: LIBLINEAR (``liblinear-official`` from PyPI, the project's ``bench`` / ``dev``
-  extra) in a child Python that reads the SVMlight text with ``svm_read_problem``, trains
-  ``-s 3 -c 1 -B 1`` (the dual L1-loss SVM LIBLINEAR's ``train`` runs for these flags) and
-  saves the model: LIBLINEAR's ``train`` command, run from Python;
+- ``LIBLINEAR``: the whole process ``$LIBLINEAR_TRAIN -s 3 -c C -B 1 [-e E] -q TEXT MODEL``:
+  the dual L1-loss (hinge) SVM, the problem perf solves, same C and bias; its own stopping
+  rule (dual maximal violation <= E, default 0.1, ``--ll-eps``) — so the objectives of both
+  models, computed by one function over the store, are printed with their distance in units
+  of C·n·ε (ooc-svm guarantees <= 1 from the optimum);
 - ``ooc-svm --help`` and ``ooc-svm train --help``: the whole process.
 
 Every command runs once untimed first (numba's on-disk caches and Python's bytecode written,
-files in the page cache: warm), then ``--repeat`` times alternating with the reference; the
-medians and their ratio are printed, with the load average before and after (the machine may
-be shared: compare ratios).
+files in the page cache: warm), then ``--repeat`` rounds alternating the commands (paired,
+interleaved); per command the medians of wall time, CPU time (user + system of the process
+and its threads, from ``os.wait4``) and peak RSS, and the ratios ooc-svm / LIBLINEAR, with
+the load average at every row (the machine may be shared: compare CPU ratios). The CPUs are
+those of this process's affinity: ``taskset -c 0,1`` runs both programs on 2 cores.
 
 The commands run without ``PYTHONDONTWRITEBYTECODE`` (``--keep-env`` keeps it): set, every
 run of an editable install compiles ooc-svm's ~60 modules from source again (0.1-0.2 s), a
@@ -29,8 +36,9 @@ it on the first run).
 
 Usage::
 
-    .venv/bin/python scripts/bench_startup.py                 # a9a, w8a, ijcnn1, 3 repeats
-    .venv/bin/python scripts/bench_startup.py --datasets a9a --repeat 5
+    LIBLINEAR_TRAIN=/path/to/liblinear/train .venv/bin/python scripts/bench_startup.py
+    LIBLINEAR_TRAIN=... taskset -c 0,1 .venv/bin/python scripts/bench_startup.py \
+        --datasets '' --store /tmp/s1m.zarr --variants accelerated,selective --repeat 2
 """
 
 from __future__ import annotations
@@ -52,14 +60,6 @@ DATASETS = {
     "w8a": "w8a/w8a.bz2",
     "ijcnn1": "ijcnn1/ijcnn1.bz2",
 }
-
-#: LIBLINEAR's ``train`` from Python: read the text, train, save (argv: DATA MODEL OPTIONS)
-LIBLINEAR_TRAIN = """\
-import sys
-from liblinear.liblinearutil import save_model, svm_read_problem, train
-y, x = svm_read_problem(sys.argv[1])
-save_model(sys.argv[2], train(y, x, sys.argv[3] + " -q"))
-"""
 
 
 def ooc_svm_command() -> list[str]:
@@ -95,10 +95,10 @@ def prepare(name: str, src: str, work: str) -> tuple[str, str]:
 ENV: dict[str, str] | None = None
 
 
-def wall(cmd: list[str]) -> tuple[float, float]:
-    """(wall, CPU) seconds of one whole process, CPU = user + system time of the process and
-    its threads (less sensitive than wall time to other load on a shared machine). Its output
-    is discarded; a failure stops the bench."""
+def wall(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MiB) of one whole process, CPU = user + system time of the
+    process and its threads (less sensitive than wall time to other load on a shared
+    machine). Its output is discarded; a failure stops the bench."""
     with tempfile.TemporaryFile() as err:
         t = time.perf_counter()
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=ENV)
@@ -109,26 +109,76 @@ def wall(cmd: list[str]) -> tuple[float, float]:
             err.seek(0)
             msg = err.read().decode(errors="replace")
             raise SystemExit(f"bench_startup: {' '.join(cmd)} failed ({rc}): {msg}")
-    return dt, ru.ru_utime + ru.ru_stime
+    return dt, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0
 
 
-def compare(cmds: dict[str, list[str]], repeat: int) -> tuple[dict, dict]:
-    """One untimed run of each command, then ``repeat`` rounds, alternating the commands;
-    (wall times, CPU times) per command."""
-    for cmd in cmds.values():
-        wall(cmd)
+def compare(cmds: dict[str, list[str]], repeat: int, warm: bool = True) -> tuple[dict, dict, dict]:
+    """One untimed run of each command (``warm``), then ``repeat`` rounds alternating the
+    commands (the order reversed every other round); (wall, CPU, peak RSS) lists per command."""
+    if warm:
+        for cmd in cmds.values():
+            wall(cmd)
     times: dict[str, list[float]] = {k: [] for k in cmds}
     cpus: dict[str, list[float]] = {k: [] for k in cmds}
-    for _ in range(repeat):
-        for k, cmd in cmds.items():
-            w, c = wall(cmd)
+    rss: dict[str, list[float]] = {k: [] for k in cmds}
+    for r in range(repeat):
+        keys = list(cmds) if r % 2 == 0 else list(cmds)[::-1]
+        for k in keys:
+            w, c, m = wall(cmds[k])
             times[k].append(w)
             cpus[k].append(c)
-    return times, cpus
+            rss[k].append(m)
+    return times, cpus, rss
 
 
 def _fmt(xs: list[float]) -> str:
     return " ".join(f"{x:.2f}" for x in xs)
+
+
+def store_text(store: str, work: str) -> str:
+    """SVMlight text of a store for LIBLINEAR, written once (one shard at a time)."""
+    text = os.path.join(work, os.path.basename(store.rstrip("/")) + ".txt")
+    if not os.path.exists(text):
+        from sklearn.datasets import dump_svmlight_file
+
+        from ooc_svm.store import open_store
+
+        st = open_store(store)
+        with open(text + ".tmp", "wb") as f:
+            for i in range(st.n_shards):
+                sh = st.read_shard(i)
+                dump_svmlight_file(sh.to_scipy(st.meta.n_features), sh.y, f, zero_based=False)
+        os.replace(text + ".tmp", text)
+    return text
+
+
+def objective_gap(store: str, model: str, ll_model: str, C: str, eps: str) -> float:
+    """(P(ooc-svm's w) - P(LIBLINEAR's w)) / (C n eps), both P over the store."""
+    C, eps = float(C), float(eps)  # type: ignore[assignment]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_perf import read_linear_model, store_objective
+
+    from ooc_svm.store import open_store
+
+    meta = open_store(store).meta
+    d = meta.n_features
+    p = []
+    for kind, path in (("ooc", model), ("ll", ll_model)):
+        w, wb, positive = read_linear_model(kind, path, d)
+        p.append(store_objective(store, w, wb, positive, C))
+    return float((p[0] - p[1]) / (C * meta.n_rows * eps))
+
+
+def in_child(name: str, *args):
+    """``name(*args)`` run in a child Python (its JSON answer): this process stays small, as
+    a fork's peak RSS counts the parent's (``ru_maxrss`` of the children it starts)."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--helper", name, *map(str, args)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def load() -> str:
@@ -136,6 +186,12 @@ def load() -> str:
 
 
 def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--helper":
+        import json
+
+        fn = {"objective_gap": objective_gap, "store_text": store_text}[sys.argv[2]]
+        print(json.dumps(fn(*sys.argv[3:])))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", default=None, help="default $OOC_SVM_DATA or ../shared/data")
     ap.add_argument("--dir", default="/tmp/bench_startup", help="text files, stores, models")
@@ -143,6 +199,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--C", default="1")
     ap.add_argument("--eps", default="0.001")
+    ap.add_argument("--variants", default="accelerated", help="perf variants, comma-separated")
+    ap.add_argument("--store", action="append", help="also this store (its text made once)")
+    ap.add_argument("--ll-eps", default=None, help="LIBLINEAR -e (default: its own, 0.1)")
+    ap.add_argument("--no-warm", action="store_true", help="no untimed first run (big stores)")
     ap.add_argument(
         "--keep-env",
         action="store_true",
@@ -152,56 +212,63 @@ def main() -> int:
     global ENV
     if not a.keep_env:
         ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    try:
-        import liblinear  # noqa: F401
-    except ImportError:
-        raise SystemExit("bench_startup: pip install -e '.[bench]' (liblinear-official)") from None
+    ll = os.environ.get("LIBLINEAR_TRAIN")
+    if not ll or not os.access(ll, os.X_OK):
+        print("bench_startup: skipped: set $LIBLINEAR_TRAIN to LIBLINEAR's C train program")
+        return 0
     src_dir = data_dir(a.data_dir)
     os.makedirs(a.dir, exist_ok=True)
     ooc = ooc_svm_command()
-    print(f"# load average at start: {load()}; cpus: {os.cpu_count()}; ooc-svm: {' '.join(ooc)}")
+    print(f"# load average at start: {load()}; cpus: {len(os.sched_getaffinity(0))}; "
+          f"ooc-svm: {' '.join(ooc)}; LIBLINEAR: {ll} -s 3 -c {a.C} -B 1"
+          f"{' -e ' + a.ll_eps if a.ll_eps else ' (-e 0.1, its default)'}")  # fmt: skip
     dont_write = (ENV if ENV is not None else os.environ).get("PYTHONDONTWRITEBYTECODE")
     print(f"# PYTHONDONTWRITEBYTECODE in the commands' environment: {dont_write or 'unset'}")
-    print(f"# medians of {a.repeat} whole-process wall times (after one untimed run of each)")
+    print(f"# medians of {a.repeat} paired, interleaved whole-process runs (after one untimed "
+          "run of each); dP = (P(ooc-svm) - P(LIBLINEAR)) / (C n eps), P the primal")  # fmt: skip
     print(
-        f"{'data':<8}{'ooc-svm s':>10}{'liblinear s':>12}{'ratio':>7}{'CPU s':>7}{'CPU s':>7}"
-        f"{'ratio':>7}   wall times ooc-svm / liblinear"
+        f"{'data':<10}{'variant':<12}{'wall s':>8}{'LL wall':>8}{'ratio':>7}{'CPU s':>7}"
+        f"{'LL CPU':>7}{'ratio':>7}{'RSS MiB':>8}{'LL RSS':>7}{'dP':>7}   load"
     )
     ratios = []
-    for name in [d for d in a.datasets.split(",") if d]:
-        text, store = prepare(name, os.path.join(src_dir, DATASETS[name]), a.dir)
-        model = os.path.join(a.dir, f"{name}.model")
-        flags = ["--C", a.C, "--eps", a.eps, "--bias", "1"]
-        cmds = {
-            "ooc": [*ooc, "train", "--solver", "perf", *flags, store, "-o", model, "-q"],
-            "ll": [
-                sys.executable,
-                "-c",
-                LIBLINEAR_TRAIN,
-                text,
-                model + ".liblinear",
-                f"-s 3 -c {a.C} -B 1",
-            ],
-        }
-        t, c = compare(cmds, a.repeat)
-        mo, ml = statistics.median(t["ooc"]), statistics.median(t["ll"])
-        co, cl = statistics.median(c["ooc"]), statistics.median(c["ll"])
-        ratios.append(mo / ml)
-        each = f"{_fmt(t['ooc'])} / {_fmt(t['ll'])}"
-        print(
-            f"{name:<8}{mo:>10.3f}{ml:>12.3f}{mo / ml:>7.2f}{co:>7.2f}{cl:>7.2f}{co / cl:>7.2f}"
-            f"   {each}   (load {load()})",
-            flush=True,
-        )
+    jobs = [(n, *prepare(n, os.path.join(src_dir, DATASETS[n]), a.dir)) for n in
+            [d for d in a.datasets.split(",") if d]]  # fmt: skip
+    for st in a.store or []:
+        jobs.append((os.path.basename(st.rstrip("/")), in_child("store_text", st, a.dir), st))
+    for name, text, store in jobs:
+        ll_model = os.path.join(a.dir, f"{name}.liblinear.model")
+        ll_cmd = [ll, "-s", "3", "-c", a.C, "-B", "1", "-q", text, ll_model]
+        if a.ll_eps:
+            ll_cmd[7:7] = ["-e", a.ll_eps]
+        for variant in [v for v in a.variants.split(",") if v]:
+            model = os.path.join(a.dir, f"{name}.{variant}.model")
+            flags = ["--C", a.C, "--eps", a.eps, "--bias", "1", "--variant", variant]
+            cmds = {
+                "ooc": [*ooc, "train", "--solver", "perf", *flags, store, "-o", model, "-q"],
+                "ll": ll_cmd,
+            }
+            t, c, m = compare(cmds, a.repeat, warm=not a.no_warm)
+            mo, ml = statistics.median(t["ooc"]), statistics.median(t["ll"])
+            co, cl = statistics.median(c["ooc"]), statistics.median(c["ll"])
+            ro, rl = max(m["ooc"]), max(m["ll"])
+            ratios.append(mo / ml)
+            dp = in_child("objective_gap", store, model, ll_model, a.C, a.eps)
+            print(
+                f"{name:<10}{variant:<12}{mo:>8.2f}{ml:>8.2f}{mo / ml:>7.2f}{co:>7.2f}{cl:>7.2f}"
+                f"{co / cl:>7.2f}{ro:>8.0f}{rl:>7.0f}{dp:>7.2f}   {load()}"
+                f"   (walls {_fmt(t['ooc'])} / {_fmt(t['ll'])})",
+                flush=True,
+            )
     helps = {"ooc-svm --help": [*ooc, "--help"], "ooc-svm train --help": [*ooc, "train", "--help"]}
-    th, ch = compare(helps, a.repeat)
+    th, ch, _ = compare(helps, a.repeat)
     for k in helps:
         print(
             f"{k}: median {statistics.median(th[k]):.3f} s wall, "
             f"{statistics.median(ch[k]):.3f} s CPU ({_fmt(th[k])}) (goal <= 0.3 s)"
         )
     print(f"# load average at end: {load()}")
-    print(f"# worst ratio ooc-svm / liblinear: {max(ratios):.2f} (goal <= 1)")
+    if ratios:
+        print(f"# worst wall ratio ooc-svm / LIBLINEAR: {max(ratios):.2f}")
     return 0
 
 

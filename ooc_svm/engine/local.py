@@ -33,6 +33,7 @@ from typing import Any
 
 from .._util import auto_cache_bytes, cpu_count, parse_cache_mb
 from .base import Engine, StreamingTreeReduce, add_partials, shard_stub
+from .blocks import Blocked
 from .reader import ShardCache, read_ahead, shard_files, shard_reader, store_token
 
 log = logging.getLogger(__name__)
@@ -202,23 +203,48 @@ class LocalEngine(Engine):
                 return fn(shard, broadcast), None
             return fn(shard, broadcast, state.get(ids[k]))
 
+        # a Blocked pass function: the row blocks of a shard run as separate tasks on all
+        # compute threads and are reduced in the function's own fixed tree (same bits as
+        # calling it on the whole shard)
+        blocked = fn if isinstance(fn, Blocked) and state is None else None
+        block_parts: dict[int, list] = {}
+        block_left: dict[int, int] = {}
+
+        def combine(k: int):
+            parts = block_parts.pop(k)
+            return blocked.combine(parts), None  # type: ignore[union-attr]
+
         fold = StreamingTreeReduce(reduce)
         pending: dict[int, Any] = {}
         new_states: dict[int, Any] = {}
         reads: dict[Future, int] = {}
-        computes: dict[Future, int] = {}
+        computes: dict[Future, tuple[int, int]] = {}
         next_submit = next_fold = 0
+
+        def start(k: int, shard) -> None:
+            if blocked is not None:
+                blocks = blocked.blocks(shard)
+                if len(blocks) > 1:
+                    block_parts[k] = [None] * len(blocks)
+                    block_left[k] = len(blocks)
+                    for j, b in enumerate(blocks):
+                        computes[self._pool.submit(blocked.fn, b, broadcast)] = (k, j)
+                    return
+            computes[self._pool.submit(compute, k, shard)] = (k, -1)
+
+        def in_flight() -> int:
+            # shards being read or computed (a shard's blocks count once)
+            return len(reads) + len({k for k, _ in computes.values()})
+
         try:
             while next_fold < n:
                 while (
-                    next_submit < n
-                    and len(reads) + len(computes) < window
-                    and next_submit - next_fold < max_ahead
+                    next_submit < n and in_flight() < window and next_submit - next_fold < max_ahead
                 ):
                     k = next_submit
                     hit = cache.get(token, ids[k]) if read else shard_stub(store, ids[k])
                     if hit is not None:
-                        computes[self._pool.submit(compute, k, hit)] = k
+                        start(k, hit)
                     elif len(reads) < max_reads:
                         if ahead:
                             hint(k + 1 + ahead)
@@ -230,10 +256,17 @@ class LocalEngine(Engine):
                 for fut in done:
                     if fut in reads:
                         k = reads.pop(fut)
-                        computes[self._pool.submit(compute, k, fut.result())] = k
-                    else:
-                        k = computes.pop(fut)
+                        start(k, fut.result())
+                        continue
+                    k, j = computes.pop(fut)
+                    if j < 0:
                         pending[k], new_states[k] = fut.result()
+                        continue
+                    block_parts[k][j] = fut.result()
+                    block_left[k] -= 1
+                    if block_left[k] == 0:
+                        del block_left[k]
+                        computes[self._pool.submit(combine, k)] = (k, -1)
                 while next_fold in pending:
                     fold.push(pending.pop(next_fold))
                     next_fold += 1

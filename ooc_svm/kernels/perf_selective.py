@@ -49,6 +49,26 @@ def signed_margins(indptr, indices, data, ys, w, tb, out):
 
 
 @njit(cache=True, nogil=True)
+def flip_cut(m, c, ys, coef):
+    """One sweep of the inner cut update: for every row, coefᵢ = ysᵢ where it becomes
+    violated (mᵢ < 1 and not ``c[i]``), −ysᵢ where it stops being, else 0; ``c`` is set to
+    [mᵢ < 1]. Returns (rows that flipped, rows violated)."""
+    nf = 0
+    nv = 0
+    for i in range(m.shape[0]):
+        v = m[i] < 1.0
+        if v:
+            nv += 1
+        if v != c[i]:
+            coef[i] = ys[i] if v else -ys[i]
+            c[i] = v
+            nf += 1
+        else:
+            coef[i] = 0.0
+    return nf, nv
+
+
+@njit(cache=True, nogil=True)
 def violated_at(mb, mc, kg, q, out):
     """out[i] = 1.0 where row i (margins ``mb``, ``mc`` at the ends of the segment) is
     violated at grid point ``kg[q]`` by exactly the rule of :func:`cut_segment_margins`."""
@@ -120,6 +140,26 @@ def _segment_eval(k, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, h0=0.0, h1=0.0):
     h, hs = _hinge_slope(mb, dm, k)
     h += h0 - k * h1
     hs -= h1
+    return segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v)
+
+
+@njit(cache=True, nogil=True)
+def hinge_slope(mb, dm, k):
+    """(Σᵢ max(0, 1 − mbᵢ − k·dmᵢ), its right derivative in k) over these rows (a chunk of
+    the rows in memory: the threaded line search sums the chunks in their order)."""
+    return _hinge_slope(mb, dm, k)
+
+
+@njit(cache=True, nogil=True)
+def narrow(mb, dm, lo, hi):
+    """:func:`_narrow` of a chunk of rows from h0 = h1 = 0 (the threaded line search)."""
+    return _narrow(mb, dm, lo, hi, 0.0, 0.0)
+
+
+@njit(cache=True, nogil=True)
+def segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v):
+    """F(k) and F'(k⁺) of :func:`segment_min` from the hinge sum ``h`` of the rows at k and
+    its right slope ``hs``."""
     lt = C * (L0 - k * L1 + h)
     st = C * (hs - L1)
     lm = 0.0
@@ -195,6 +235,14 @@ def segment_min(a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
         grow += 1
     fl, sl = _segment_eval(lo, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
     cmb, cdm, h0, h1 = _narrow(mb, dm, lo, hi, 0.0, 0.0)
+    return segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, cmb, cdm, u, v, h0, h1,
+                          steps)  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, cmb, cdm, u, v, h0, h1, steps):
+    """The halvings of :func:`segment_min` on the bracket [lo, hi] (F(lo) = ``fl``, F(hi) =
+    ``fh``) from the rows already narrowed to it (``cmb``, ``cdm``, ``h0``, ``h1``)."""
     for t in range(steps):
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:

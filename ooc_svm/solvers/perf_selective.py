@@ -51,11 +51,13 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   on its right derivative, one sweep of the in-memory margins per step, numba), new plane at
   k* + μ(1 − k*). It stops when F(best) − D ≤ ``inner_share``·ε·C_perf (or after
   ``max_inner`` planes); the next pass runs on the segment from w_b to the best inner point.
-  Cost per inner plane: one sweep of the selected rows for the margins (two threads from
-  ``THREADED_NNZ`` non-zeros), the plane's S-part updated by the rows that change sides only
-  (SVMperf's incremental cut), the gⱼ·w of the line search from the Gram matrix (gⱼ·w_c =
-  (Qα)ⱼ) instead of |W| dot products over the features, and the working-set QP, timed by the
-  accelerated variant's stall stop (:func:`~ooc_svm.solvers.perf.check_qp`).
+  Cost per inner plane: one sweep of the selected rows for the margins (every thread of the
+  engine, groups of ``PART_NNZ`` non-zeros), the plane's S-part updated by the rows that
+  change sides only (SVMperf's incremental cut; per group on every thread), the gⱼ·w of the
+  line search from the Gram matrix (gⱼ·w_c = (Qα)ⱼ) instead of |W| dot products over the
+  features (its sweeps of every row on every thread, ``LINE_CHUNK`` rows a task), and the
+  working-set QP, timed by the accelerated variant's stall stop
+  (:func:`~ooc_svm.solvers.perf.check_qp`).
 - *Every row in memory*: then P̃ = P exactly, F(best) is the exact objective and the inner
   loop certifies by itself — one streamed pass in all.
 
@@ -87,11 +89,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .._util import cpu_count
+from ..engine.blocks import Blocked
 from ..kernels.csr import csr_take_rows, u32
 from ..kernels.perf import accumulate_rows, matvec, vdot
 from ..kernels.perf_selective import (
     cut_segment_margins,
-    segment_min,
+    flip_cut,
+    hinge_slope,
+    narrow,
+    segment_bisect,
+    segment_eval_sums,
     select_prefix,
     signed_margins,
     threshold_rows,
@@ -343,12 +351,20 @@ class _Inner:
         np.cumsum([ip.shape[0] - 1 for ip, _, _ in self.chunks], out=self.off[1:])
         #: every row of the store is in memory (then P~ = P exactly)
         self.whole = n == n_rows
-        # two groups of chunks of about equal non-zeros: margins on two threads, fixed split
-        nnz = np.cumsum([int(ip[-1]) for ip, _, _ in self.chunks])
-        total = int(nnz[-1]) if nnz.shape[0] else 0
-        half = int(np.searchsorted(nnz, total // 2)) + 1 if total else 0
-        big = total >= THREADED_NNZ and 0 < half < len(self.chunks)
-        self.parts = [(0, half), (half, len(self.chunks))] if big else [(0, len(self.chunks))]
+        # groups of consecutive chunks of about PART_NNZ non-zeros: the margin sweeps and the
+        # cut updates run group by group on every thread of the pool (a split that depends
+        # on the selection only, never on the number of threads)
+        self.parts = []
+        a = acc = 0
+        for j, (ip, _, _) in enumerate(self.chunks):
+            acc += int(ip[-1])
+            if acc >= PART_NNZ:
+                self.parts.append((a, j + 1))
+                a, acc = j + 1, 0
+        if a < len(self.chunks) or not self.parts:
+            self.parts.append((a, len(self.chunks)))
+        # per-group planes (summed in group order) while they take at most PLANE_PARTS_BYTES
+        self.plane_parts = len(self.parts) * 8 * (d + 1) <= PLANE_PARTS_BYTES
         # the S rows' coefficients in the pass's plane at kg[q], by the pass's own rule, so
         # that G, R hold exactly the other rows' part of that plane
         viol = violated_at(cat("mb"), cat("mc"), kg, q, np.empty(n))
@@ -357,12 +373,25 @@ class _Inner:
         self.c = viol > 0.0
         self.R = float(cnt_p) - float(np.count_nonzero(self.c))
 
-    def plane(self, coef: np.ndarray) -> np.ndarray:
-        """Σ_{i∈S} coefᵢ x̃ᵢ as a dense vector of length d + 1."""
+    def _plane(self, coef: np.ndarray, a: int, b: int) -> tuple[np.ndarray, float]:
         g = np.zeros(self.d + 1)
         tot = 0.0
-        for j, (ip, idx, data) in enumerate(self.chunks):
+        for j in range(a, b):
+            ip, idx, data = self.chunks[j]
             tot += accumulate_rows(ip, idx, data, coef[self.off[j] : self.off[j + 1]], g)
+        return g, tot
+
+    def plane(self, coef: np.ndarray) -> np.ndarray:
+        """Σ_{i∈S} coefᵢ x̃ᵢ as a dense vector of length d + 1 (group by group on the pool,
+        summed in group order, when the per-group vectors fit ``PLANE_PARTS_BYTES``)."""
+        if not self.plane_parts or len(self.parts) == 1:
+            g, tot = self._plane(coef, 0, len(self.chunks))
+        else:
+            parts = list(self.pool.map(lambda ab: self._plane(coef, *ab), self.parts))
+            g, tot = parts[0]
+            for gj, tj in parts[1:]:
+                g += gj
+                tot += tj
         g[self.d] += tot * self.bias
         return g
 
@@ -387,12 +416,11 @@ class _Inner:
 
     def cut(self, m: np.ndarray, n: int) -> tuple[np.ndarray, float]:
         """The plane whose S-coefficients are [mᵢ < 1]: (g, r) normalised by n."""
-        viol = m < 1.0
-        flip = viol != self.c
-        if np.any(flip):
-            self.gS += self.plane(np.where(flip, np.where(viol, self.ys, -self.ys), 0.0))
-            self.c = viol
-        return (self.G + self.gS) / n, (self.R + float(np.count_nonzero(viol))) / n
+        coef = np.empty(m.shape[0])
+        flips, viol = flip_cut(m, self.c, self.ys, coef)  # one sweep; updates self.c
+        if flips:
+            self.gS += self.plane(coef)
+        return (self.G + self.gS) / n, (self.R + float(viol)) / n
 
 
 def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, Cp: float):
@@ -401,12 +429,53 @@ def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, C
     returns (k, F(k), wc − wb, mc − mb)."""
     dw = wc - wb
     dm = mc - mb
-    k, f = segment_min(
+    k, f = segment_min_threaded(
+        inner.pool,
         float(vdot(wb, wb)), float(vdot(wb, dw)), float(vdot(dw, dw)),
         inner.R - float(vdot(wb, inner.G)), float(vdot(dw, inner.G)), C, Cp, mb, dm,
         np.asarray(ws.r) - gwb, gwc - gwb, LINE_STEPS,
     )  # fmt: skip
     return k, f, dw, dm
+
+
+def segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
+    """:func:`~ooc_svm.kernels.perf_selective.segment_min` with its sweeps of every row
+    (the bracketing evaluations and the first narrowing) on the threads of ``pool``, over
+    chunks of ``LINE_CHUNK`` rows summed in chunk order (same bits for any number of
+    threads); the halvings then run on the few rows narrowed to the bracket."""
+    n = mb.shape[0]
+    bounds = [(a, min(n, a + LINE_CHUNK)) for a in range(0, max(n, 1), LINE_CHUNK)]
+
+    def ev(k: float):
+        h = hs = 0.0
+        for hj, sj in pool.map(lambda ab: hinge_slope(mb[ab[0] : ab[1]], dm[ab[0] : ab[1]], k),
+                               bounds):  # fmt: skip
+            h += hj
+            hs += sj
+        return segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v)
+
+    f0, s0 = ev(0.0)
+    if s0 >= 0.0:
+        return 0.0, f0
+    lo, hi = 0.0, 1.0
+    fh, sh = ev(hi)
+    grow = 0
+    while sh < 0.0 and grow < 60:
+        lo = hi
+        hi *= 2.0
+        fh, sh = ev(hi)
+        grow += 1
+    fl, _ = ev(lo)
+    parts = list(pool.map(lambda ab: narrow(mb[ab[0] : ab[1]], dm[ab[0] : ab[1]], lo, hi),
+                          bounds))  # fmt: skip
+    h0 = h1 = 0.0
+    for _, _, a, b in parts:
+        h0 += a
+        h1 += b
+    cmb = np.concatenate([p[0] for p in parts])
+    cdm = np.concatenate([p[1] for p in parts])
+    return segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, cmb, cdm, u, v, h0, h1,
+                          steps)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------
@@ -416,8 +485,14 @@ def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, C
 
 #: step lengths on the segment w_b + k(w_c − w_b) at which a pass measures P and a plane
 GRID = np.array([0.0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0])
-#: the inner margins run on two threads from this many non-zeros in memory
-THREADED_NNZ = 1 << 20
+#: the rows in memory form groups of about this many non-zeros: the inner margin sweeps and
+#: cut updates run group by group on every thread
+PART_NNZ = 1 << 20
+#: per-group planes of the cut updates while they take at most this many bytes in all
+#: (very wide stores: one plane, one thread)
+PLANE_PARTS_BYTES = 64 << 20
+#: rows per chunk of the threaded line search
+LINE_CHUNK = 1 << 16
 #: bisection steps of the inner line search
 LINE_STEPS = 32
 #: the selection takes this share of ``inner_mb``; the pass's candidate lists and their
@@ -462,7 +537,9 @@ class _Run:
         w2 = np.ascontiguousarray(np.stack([w_b[:d], w_c[:d]], axis=1))
         bc = (w2, float(w_b[d]) * self.bias, float(w_c[d]) * self.bias, self.bias, self.pos,
               d + 1, kg, self.budget, self.sbytes, self.tau)  # fmt: skip
-        part = self.engine.map_reduce(self.store, pass_select, bc, reduce=reduce_select)
+        # pass_select over each shard's row blocks (looked up here: tests replace it)
+        fn = Blocked(pass_select, reduce_select)
+        part = self.engine.map_reduce(self.store, fn, bc, reduce=reduce_select)
         self.pt = time.perf_counter() - t
         dw = w_c - w_b
         a0, a1, a2 = float(vdot(w_b, w_b)), float(vdot(w_b, dw)), float(vdot(dw, dw))
@@ -573,7 +650,7 @@ def solve_selective(
         )
     run = _Run(store, engine, params, callback)
     w_c = run.w_b
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(int(getattr(engine, "n_threads", 0) or cpu_count())) as pool:
         while True:
             part, q, sel = run.full_pass(w_c)
             if run.stop <= run.eps:

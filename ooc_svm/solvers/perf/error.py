@@ -36,7 +36,7 @@ from .common import (
     iteration_done,
     save_run,
 )
-from .passes import acc_row, pass_count_pos, pass_segment, pass_single, reduce_cut
+from .passes import acc_row, pass_count_pos, reduce_cut, segment_blocks, single_blocks
 from .working_set import WorkingSet, _qp_atol, check_qp
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class _ErrorRun:
     def single_request(self, w):
         d = self.d
         bc = (np.ascontiguousarray(w[:d]), float(w[d]), self.bias, self.pos, self.dim)
-        return pass_single, bc + self._weights()
+        return single_blocks, bc + self._weights()
 
     def save(self, scalars: dict, arrays: dict) -> None:
         save_run(self, scalars, arrays)
@@ -231,7 +231,7 @@ def _accelerated_steps(run: _ErrorRun, share: int):
         w2 = np.ascontiguousarray(np.stack([wb[:d], wc[:d]], axis=1))
         tb, tc = float(wb[d]) * run.bias, float(wc[d]) * run.bias
         bc = (w2, tb, tc, run.bias, run.pos, dim, kv, kg) + run._weights()
-        part, run.pt = yield (pass_segment, bc)
+        part, run.pt = yield (segment_blocks, bc)
         dw = wc - wb
         a2 = float(vdot(dw, dw))
         a1 = float(vdot(wb, dw))

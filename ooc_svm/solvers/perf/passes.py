@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 
+from ...engine.blocks import Blocked
 from ...kernels.csr import csr_matvec, u32
 from ...kernels.perf import (
     accumulate_rows,
@@ -155,6 +156,13 @@ def pass_segment(shard, bc):
         "cnt": cnt.astype(np.float64),
         "hinge": hv,
     }
+
+
+#: what the drivers run: :func:`pass_single` / :func:`pass_segment` over a shard's row blocks
+#: (:mod:`ooc_svm.engine.blocks`: all compute threads on every shard, same bits for any
+#: number of threads and either engine)
+single_blocks = Blocked(pass_single, reduce_cut)
+segment_blocks = Blocked(pass_segment, reduce_cut)
 
 
 def pass_count_pos(shard, bc):
