@@ -28,13 +28,19 @@ from ...kernels.perf import (
 COMPACT_MIN_DIM = 1 << 16
 
 #: two compact partials are merged into a dense ``(K, dim)`` array only when it is at most
-#: this big (else the merge stays sparse, densified only when that is smaller)
+#: this big (else the merge stays sparse: at most (K + 1) / K times the dense size)
 DENSE_MERGE_BYTES = 64 << 20
 
 
 def _compact_min_dim() -> int:
     """``COMPACT_MIN_DIM`` as ``ooc_svm.solvers.perf`` exports it (the one knob; tests lower it)."""
     return getattr(sys.modules.get(__package__), "COMPACT_MIN_DIM", COMPACT_MIN_DIM)
+
+
+def compact_passes(meta, dim: int) -> bool:
+    """True when every shard of the store accumulates over its own columns (compact)."""
+    widest = max((s.nnz for s in meta.shards), default=0)
+    return dim > max(_compact_min_dim(), 2 * widest)
 
 
 def shard_columns(shard) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +113,7 @@ def merge_acc(a, b):
         out[:, cb] += vb
         return out
     cols, vals = merge_sparse_rows(ca, np.ascontiguousarray(va), cb, np.ascontiguousarray(vb))
-    if cols.shape[0] * (K + 1) > K * dim:  # (K, dim) float64 is smaller than this
+    if cols.shape[0] * (K + 1) > K * dim and K * dim * 8 <= DENSE_MERGE_BYTES:
         out = np.zeros((K, dim))
         out[:, cols] = vals
         return out
