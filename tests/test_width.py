@@ -272,3 +272,74 @@ def test_import_svmlight_claimed_width_is_not_allocated(tmp_path):
     r = run_capped("import", "x.model", "m", "--format", "svmlight", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((tmp_path / "m" / "model.json").read_text())["n_features"] == 1
+
+
+# ------------------------------------------------------------------------------------------
+# perf at any width
+# ------------------------------------------------------------------------------------------
+
+
+def test_perf_default_flags_train_20m_features(tmp_path):
+    """A store 20,000,000 columns wide trains with the default flags (today: refused, "a
+    dense w needs 153 MiB and perf keeps 10 such vectors ... more than --dense-limit-mb
+    1024"), and predict scores it with the model."""
+    rows = ["1 1:1 20000000:1", "-1 2:1 3:1", "1 1:0.5 19999999:1", "-1 3:1 20000000:-1"]
+    (tmp_path / "d.svm").write_text("\n".join(rows) + "\n")
+    assert run_ooc("ingest", "d.svm", "d.zarr", cwd=tmp_path).returncode == 0
+    r = run_ooc("train", "d.zarr", "-o", "m", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["converged"] is True
+    r = run_ooc("evaluate", "m", "d.zarr", "--json", cwd=tmp_path)
+    assert r.returncode == 0 and json.loads(r.stdout)["accuracy"] == 1.0
+
+
+def test_working_set_sparse_planes_and_aggregation():
+    """Planes given sparse give the Gram matrix and w of the same planes given dense; at the
+    byte limit the planes are aggregated without changing w or the dual value."""
+    from ooc_svm.solvers.perf import WorkingSet
+
+    rng = np.random.default_rng(0)
+    dim = 50_000
+    planes = []
+    for k in range(6):
+        idx = np.sort(rng.choice(dim, size=300 + 50 * k, replace=False))
+        planes.append((idx.astype(np.int64), rng.normal(size=idx.size) / 100, 0.1 + 0.05 * k))
+    dense, sparse = WorkingSet(dim, 1 << 30), WorkingSet(dim, 1 << 30)
+    for idx, val, r in planes:
+        g = np.zeros(dim)
+        g[idx] = val
+        dense.add(g, r)
+        sparse.add((idx, val), r)
+    np.testing.assert_array_equal(dense.Q, sparse.Q)
+    w1, dual1, _ = dense.solve(10.0, 1e-12)
+    w2, dual2, _ = sparse.solve(10.0, 1e-12)
+    np.testing.assert_array_equal(w1, w2)
+    assert dual1 == dual2
+    # a limit the next plane crosses: planes with alpha = 0 go, the others are aggregated
+    assert np.count_nonzero(sparse.alpha) >= 2
+    small = WorkingSet(dim, sparse.nbytes // 4)
+    small.restore(*sparse.state())
+    w_before = small.combine(small.alpha)
+    idx = np.sort(rng.choice(dim, size=400, replace=False))
+    small.add((idx, rng.normal(size=400) / 100), 0.3)
+    assert len(small) == 2 and small.alpha[0] == 0.0
+    w_after = small.combine(small.alpha)
+    np.testing.assert_allclose(w_after, w_before, rtol=1e-6, atol=1e-12)
+    dual_after = float(small.alpha @ np.asarray(small.r) - 0.5 * w_after @ w_after)
+    assert dual_after == pytest.approx(dual1, rel=1e-6)
+
+
+def test_shard_column_map_built_once():
+    """The column map of a shard is built on its first pass and kept with it."""
+    from ooc_svm.solvers.perf.passes import shard_columns
+    from ooc_svm.store.format import Shard
+
+    rng = np.random.default_rng(1)
+    X = sp.random(50, 10**7, density=2e-6, format="csr", random_state=2, dtype=np.float32)
+    sh = Shard(X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data, np.ones(50))
+    cols, gidx = shard_columns(sh)
+    ref = np.unique(sh.indices)
+    np.testing.assert_array_equal(cols, ref)
+    np.testing.assert_array_equal(gidx, np.searchsorted(ref, sh.indices))
+    assert shard_columns(sh)[1] is gidx
+    assert rng is not None
