@@ -37,7 +37,7 @@ from .common import (
     iteration_done,
     save_run,
 )
-from .passes import acc_cut, compact_passes, pass_count_pos, pass_segment, pass_single, reduce_cut
+from .passes import acc_cut, pass_count_pos, pass_segment, pass_single, reduce_cut
 from .working_set import WorkingSet, _qp_atol, check_qp
 
 if TYPE_CHECKING:
@@ -119,8 +119,8 @@ def _error_run(meta, neg, pos, engine, params, variant, callback, checkpoint) ->
     C = _resolve_C(params, n)
     eps = float(params.eps)
     limit = float(params.dense_limit_mb) * 2**20
-    # the planes share --dense-limit-mb with the dense vectors (at least half of it)
-    ws = WorkingSet(dim, max(limit / 2, limit - params.dense_vectors(meta) * 8.0 * dim))
+    # the planes share --dense-limit-mb with the dense vectors (at least a quarter of it)
+    ws = WorkingSet(dim, max(limit / 4, limit - params.dense_vectors(meta) * 8.0 * dim))
     prog = _Progress(engine, callback)
     run = _ErrorRun(
         meta, neg, pos, params, variant, checkpoint, ws, prog, n=n, d=d, dim=dim,
@@ -224,10 +224,9 @@ def _accelerated_steps(run: _ErrorRun, share: int):
     mu = float(params.mu)
     K = max(1, int(params.cut_points))
     # a pass holds a few K-row accumulators (the fold of the reduction): at most
-    # three dense ones within the working-set budget; compact accumulators (a store much
-    # wider than its shards) hold K values per column of a shard, not per feature
-    if not compact_passes(run.meta, dim):
-        K = int(max(min(K, 2), min(K, ws.limit / (3 * 8.0 * dim * max(1, share)))))
+    # three dense ones within the working-set budget (compact ones, over the columns the
+    # shards hold, are no bigger when the store has as many non-zeros as columns)
+    K = int(max(min(K, 2), min(K, ws.limit / (3 * 8.0 * dim * max(1, share)))))
     kg = _cut_grid(K, mu)
     wb, Pb, xib = yield from _accelerated_start(run)
     # w_b lives in column 0 of the pass's two-column array (w_c in column 1) and its bias

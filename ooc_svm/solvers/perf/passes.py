@@ -37,12 +37,6 @@ def _compact_min_dim() -> int:
     return getattr(sys.modules.get(__package__), "COMPACT_MIN_DIM", COMPACT_MIN_DIM)
 
 
-def compact_passes(meta, dim: int) -> bool:
-    """True when every shard of the store accumulates over its own columns (compact)."""
-    widest = max((s.nnz for s in meta.shards), default=0)
-    return dim > max(_compact_min_dim(), 2 * widest)
-
-
 def shard_columns(shard) -> tuple[np.ndarray, np.ndarray]:
     """(the shard's distinct columns, sorted; each entry's position among them): built once
     per shard object and kept with it (``shard._perf_colmap``), so that a shard the engine
