@@ -279,6 +279,21 @@ def test_import_svmlight_claimed_width_is_not_allocated(tmp_path):
 # ------------------------------------------------------------------------------------------
 
 
+def test_perf_default_flags_accept_20m_features():
+    """The dense-limit check passes a 20,000,000-column store at the default flags (it
+    refused it: 10 dense vectors of 153 MiB > 1024 MiB) and still refuses 2^31 columns."""
+    from ooc_svm.solvers.perf import Params, SolverError
+    from ooc_svm.store.format import StoreMeta
+
+    meta = StoreMeta(backend="zarr", n_features=20_000_000, label_kind="binary", labels=[-1, 1])
+    Params().check_dense(meta)
+    with pytest.raises(SolverError, match="dense w needs"):
+        Params().check_dense(StoreMeta(backend="zarr", n_features=2**31, label_kind="binary"))
+    with pytest.raises(SolverError, match="dense w needs"):  # the other variants: 10 vectors
+        Params(variant="paper").check_dense(meta)
+
+
+@pytest.mark.slow
 def test_perf_default_flags_train_20m_features(tmp_path):
     """A store 20,000,000 columns wide trains with the default flags (today: refused, "a
     dense w needs 153 MiB and perf keeps 10 such vectors ... more than --dense-limit-mb
