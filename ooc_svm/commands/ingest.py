@@ -27,6 +27,7 @@ def add_parser(sub) -> None:
             "  ooc-svm ingest a9a a9a.zarr\n"
             "  ooc-svm ingest train.txt.xz vali.txt.xz mq2008.parquet\n"
             "  ooc-svm ingest abalone_scale abalone.zarr --label-kind ordinal\n"
+            "  ooc-svm ingest url.svm url.zarr --hash-bits 22\n"
             "  zcat big.svm.gz | ooc-svm ingest - big.zarr --shard-mb 128"
         ),
     )
