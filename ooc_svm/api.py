@@ -128,7 +128,15 @@ def train(
         if own_engine:
             engine.close()
     log.debug("trained with %s in %.3fs", solver, time.perf_counter() - t0)
+    remember_hashing(result.model, store.meta)
     return result
+
+
+def remember_hashing(model, meta) -> None:
+    """A model trained on a hashed store records the hashing (``info["hashing"]``), so that
+    ``predict``/``evaluate`` hash text input alike and refuse a store hashed otherwise."""
+    if getattr(meta, "hashing", None):
+        model.info["hashing"] = {k: meta.hashing[k] for k in ("bits", "hash", "key")}
 
 
 def _typed_params(mod, params: dict[str, Any]) -> SolverParams:
@@ -397,6 +405,7 @@ def train_sweep(
             engine.close()
     out.seconds = time.perf_counter() - t0
     _record_sweep(out)
+    remember_hashing(out.result.model, meta)
     return out
 
 

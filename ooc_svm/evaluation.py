@@ -100,8 +100,12 @@ def evaluate_model(
     plot: str | None = None,
     *,
     model_name: str | None = None,
+    allow_wider: bool = False,
 ) -> dict:
     """Stream ``store`` against ``model`` and return the metrics (see the module docstring).
+
+    ``allow_wider``: score a store with many more features than the model (see
+    :func:`~ooc_svm.scoring.check_width`).
 
     Raises
     ------
@@ -114,7 +118,9 @@ def evaluate_model(
     kind = meta.label_kind
     if kind == "real":
         raise SolverError(f"{store.path}: real-valued labels; evaluate needs classes or ranks")
-    check_compatible(model, meta, model_name or "the model", str(store.path))
+    check_compatible(
+        model, meta, model_name or "the model", str(store.path), allow_wider=allow_wider
+    )
     mode, classes = _mode(model, kind)
     if plot and mode != "binary":  # the metrics are still computed and printed
         log.warning("evaluate: --plot skipped: ROC curves need binary labels (store: %s)", kind)
@@ -170,12 +176,15 @@ def evaluate_store(
     scheduler: str | None = None,
     *,
     model_name: str | None = None,
+    allow_wider: bool = False,
 ) -> dict:
     """:func:`evaluate_model` on an engine made for ``scheduler`` (None: local default)."""
     from .engine import make_engine
 
     with make_engine(scheduler) as engine:
-        return evaluate_model(model, store, engine, k, plot, model_name=model_name)
+        return evaluate_model(
+            model, store, engine, k, plot, model_name=model_name, allow_wider=allow_wider
+        )
 
 
 __all__ = ["evaluate_model", "evaluate_store"]

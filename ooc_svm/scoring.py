@@ -80,9 +80,10 @@ def make_broadcast(model: Model, n_features: int) -> Broadcast:
         return OvoBroadcast(model)
     if model.kind == "linear":
         coef = np.atleast_2d(np.asarray(model.coef_, dtype=np.float64))
-        d = max(int(model.n_features), int(n_features))
-        W = np.zeros((coef.shape[0], d))
-        W[:, : coef.shape[1]] = coef  # store columns the model never saw weigh 0
+        # the model's width, never the store's: store columns the model never saw weigh 0
+        # (score_shard drops them), so a wide store costs no dense vector of its width
+        W = np.zeros((coef.shape[0], int(model.n_features)))
+        W[:, : coef.shape[1]] = coef
         b = np.atleast_1d(np.asarray(model.intercept_, dtype=np.float64))
         if b.shape[0] != W.shape[0]:
             b = np.full(W.shape[0], float(b[0]))
@@ -103,18 +104,27 @@ def score_shard(shard, bc: Broadcast) -> np.ndarray:
         return ovo_decision_function(bc.model, shard.to_scipy(width))
     W, b = bc.W, bc.b
     n = shard.n_rows
-    ix = u32(shard.indices)
-    if ix.size and int(ix.max()) >= W.shape[1]:
-        raise ValueError(
-            f"shard at row {shard.row_start} has column {int(ix.max())} beyond the store's "
-            f"n_features {W.shape[1]}"
-        )
+    indptr, ix, data = _within(shard, W.shape[1])
     out = np.empty((n, W.shape[0]))
     col = np.empty(n)
     for k in range(W.shape[0]):
-        csr_matvec(shard.indptr, ix, shard.data, W[k], float(b[k]), col)
+        csr_matvec(indptr, ix, data, W[k], float(b[k]), col)
         out[:, k] = col
     return out[:, 0] if W.shape[0] == 1 else out
+
+
+def _within(shard, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shard's CSR arrays without the entries in columns >= ``width`` (weight 0)."""
+    ix = u32(shard.indices)
+    if not ix.size or int(ix.max()) < width:
+        return shard.indptr, ix, shard.data
+    a, z = int(shard.indptr[0]), int(shard.indptr[-1])
+    ix, data = ix[a:z], shard.data[a:z]
+    keep = ix < width
+    rows = np.repeat(np.arange(shard.n_rows), np.diff(shard.indptr))
+    indptr = np.zeros(shard.n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=shard.n_rows), out=indptr[1:])
+    return indptr, ix[keep], data[keep]
 
 
 # ------------------------------------------------------------------------------------------
@@ -197,10 +207,18 @@ def _fmt_labels(values) -> str:
 
 
 def check_compatible(
-    model: Model, meta, model_name: str, store_name: str, *, labels_matter: bool = True
+    model: Model,
+    meta,
+    model_name: str,
+    store_name: str,
+    *,
+    labels_matter: bool = True,
+    allow_wider: bool = False,
 ) -> None:
     """Refuse a store whose task differs from the model's, or (``labels_matter``) whose labels
-    share no value with the model's classes; warn when it has more features than the model.
+    share no value with the model's classes, or hashed unlike the model, or much wider than
+    the model (:func:`check_width`, unless ``allow_wider``); warn when it has a few more
+    features than the model.
 
     A store with fewer features than the model is fine (LIBLINEAR's behaviour: a test split
     that never uses the last features, as a9a.t vs a9a).
@@ -234,16 +252,70 @@ def check_compatible(
         )
     if labels is not None:
         _check_labels(model, labels, classes, model_name, store_name, labels_matter)
-    if meta.n_features > model.n_features:
-        log.warning(
-            "ooc-svm: warning: %s has %d features, %s was trained on %d: features beyond %d "
-            "are ignored",
-            store_name,
-            meta.n_features,
-            model_name,
-            model.n_features,
-            model.n_features,
+    check_width(model, meta, model_name, store_name, allow_wider=allow_wider)
+
+
+#: ``check_compatible`` refuses a store with more than this share of columns beyond the
+#: model's width (without ``allow_wider``)
+WIDER_SHARE = 0.10
+
+
+def check_width(
+    model: Model, meta, model_name: str, store_name: str, *, allow_wider: bool = False
+) -> None:
+    """Refuse a store hashed unlike the model, or (unless ``allow_wider``) much wider than
+    the model: more than :data:`WIDER_SHARE` more columns (another feature space, such as an
+    a9a model on w8a); warn when it is a little wider (those columns weigh 0)."""
+    from .store.format import hashing_label, same_hashing
+
+    mh, sh = model_hashing(model, model_name), getattr(meta, "hashing", None)
+    if not same_hashing(mh, sh):
+        raise MismatchError(
+            f"{store_name} has {hashing_label(sh)} but {model_name} was trained with "
+            f"{hashing_label(mh)}; re-ingest the data "
+            + (f"with --hash-bits {mh['bits']}" if mh else "without --hash-bits")
         )
+    nf, mf = int(meta.n_features), int(model.n_features)
+    if nf <= mf:
+        return
+    if nf > mf * (1.0 + WIDER_SHARE) and not allow_wider:
+        raise MismatchError(
+            f"{store_name} has {nf:,} features, {model_name} was trained on {mf:,} "
+            f"({(nf - mf) / max(mf, 1):.0%} more): is it from another feature space? Pass "
+            "--allow-wider to score it anyway (features beyond the model's weigh 0)"
+        )
+    log.warning(
+        "ooc-svm: warning: %s has %d features, %s was trained on %d: features beyond %d "
+        "are ignored",
+        store_name,
+        nf,
+        model_name,
+        mf,
+        mf,
+    )
+
+
+def model_hashing(model: Model, model_name: str = "the model") -> dict | None:
+    """The model's ``info["hashing"]`` (``ingest --hash-bits`` of its training store),
+    checked; None when its features were not hashed."""
+    from .store.format import HASH_KEY, HASH_NAME, MAX_HASH_BITS
+
+    h = model.info.get("hashing")
+    if h is None:
+        return None
+    bits = h.get("bits") if isinstance(h, dict) else None
+    if (
+        isinstance(bits, bool)
+        or not isinstance(bits, int)
+        or not 1 <= bits <= MAX_HASH_BITS
+        or h.get("hash") != HASH_NAME
+        or h.get("key") != HASH_KEY
+        or int(model.n_features) != 1 << bits
+    ):
+        raise ModelError(
+            f"{model_name}: model.json has an invalid 'hashing' entry; retrain the model"
+        )
+    return dict(h)
 
 
 def _check_labels(model, labels, classes, model_name, store_name, labels_matter) -> None:
@@ -445,6 +517,8 @@ __all__ = [
     "OvoBroadcast",
     "RANKING_LOSSES",
     "check_compatible",
+    "check_width",
+    "model_hashing",
     "is_ovr",
     "is_ranking_model",
     "iter_scored",

@@ -18,6 +18,22 @@ def add_model_and_input(p) -> None:
     """The positional ``model`` and ``store`` of the commands that score a store."""
     p.add_argument("model", help="model directory written by `ooc-svm train`")
     p.add_argument("store", help="store, or SVMlight/LIBSVM text file (.gz .bz2 .xz, - for stdin)")
+    p.add_argument(
+        "--allow-wider",
+        action="store_true",
+        help="score data with more than 10%% more features than the model (refused by "
+        "default: another feature space?); features beyond the model's weigh 0",
+    )
+
+
+def open_scored_input(args, model):
+    """The store or text input of ``predict``/``evaluate`` for ``model``: text is read at the
+    model's width and hashed as the model's training store was (``ingest --hash-bits``)."""
+    from ..scoring import model_hashing
+    from ..store.text_view import open_input
+
+    h = model_hashing(model, args.model)
+    return open_input(args.store, model.n_features, hash_bits=h["bits"] if h else None)
 
 
 def add_scheduler(p) -> None:

@@ -78,14 +78,22 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..evaluation import evaluate_store
     from ..model import load_model
-    from ..store.text_view import open_input
+    from ._common import open_scored_input
     from ._startup import init_numba_target
 
     init_numba_target()
     model = load_model(args.model)
     model.info.setdefault("path", args.model)  # named in the --plot title
-    store = open_input(args.store, model.n_features)  # a store, or SVMlight text
-    res = evaluate_store(model, store, args.k, args.plot, args.scheduler, model_name=args.model)
+    store = open_scored_input(args, model)  # a store, or SVMlight text
+    res = evaluate_store(
+        model,
+        store,
+        args.k,
+        args.plot,
+        args.scheduler,
+        model_name=args.model,
+        allow_wider=args.allow_wider,
+    )
     if args.json:
         # the metrics and what was scored; nothing that changes between two identical runs
         print(json.dumps({**res, "n_rows": res.get("n"), "model": args.model}))

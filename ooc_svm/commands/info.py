@@ -39,7 +39,16 @@ def store_summary(store) -> dict:
         "has_qid": m.has_qid,
         "compression": m.compression,
         "sources": m.sources,
+        "hashing": m.hashing,
     }
+
+
+def _hashing_line(h) -> str:
+    """``info``'s hashing line: B, the hash and the collisions (entries summed in rows)."""
+    return (
+        f"--hash-bits {h['bits']} (2^{h['bits']} columns, signed {h['hash']} of the feature "
+        f"number), {h['collisions']:,} in-row collisions (entries summed)"
+    )
 
 
 def run(args) -> int:
@@ -67,6 +76,10 @@ def run(args) -> int:
             v = f"{v[:20]} … ({len(v)} values)"
         if k in ("shards", "label_note", "leftovers"):
             continue
+        if k == "hashing":
+            if not v:
+                continue
+            v = _hashing_line(v)
         print(f"{k:12s} {v}")
     print(d["label_note"])
     warn_leftovers(store.path, left)

@@ -27,6 +27,7 @@ def add_parser(sub) -> None:
             "  ooc-svm ingest a9a a9a.zarr\n"
             "  ooc-svm ingest train.txt.xz vali.txt.xz mq2008.parquet\n"
             "  ooc-svm ingest abalone_scale abalone.zarr --label-kind ordinal\n"
+            "  ooc-svm ingest url.svm url.zarr --hash-bits 22\n"
             "  zcat big.svm.gz | ooc-svm ingest - big.zarr --shard-mb 128"
         ),
     )
@@ -81,6 +82,11 @@ _PARSE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--n-features", {"type": int, "default": None, "metavar": "N",
                       "help": "declare the number of features (an index beyond it is an "
                       "error)"}),
+    ("--hash-bits", {"type": int, "default": None, "metavar": "B",
+                     "help": "hash the features into 2^B columns (signed MurmurHash3_32 of the "
+                     "feature number, as scikit-learn's FeatureHasher and Vowpal Wabbit's -b): "
+                     "for very wide or open-ended feature spaces; predict/evaluate hash text "
+                     "input the same way (docs/WIDTH.md)"}),
     ("--skip-invalid", {"action": "store_true",
                         "help": "skip invalid lines (reported with a count) instead of "
                         "failing"}),
@@ -95,7 +101,7 @@ _PARSE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
 #: same name.
 _PASSED_ON = (
     "format", "zero_based", "shard_rows", "shard_mb", "append", "overwrite", "compression",
-    "label_kind", "n_features", "skip_invalid", "threads",
+    "label_kind", "n_features", "hash_bits", "skip_invalid", "threads",
 )  # fmt: skip
 
 
@@ -199,6 +205,7 @@ def _print_summary(args, store: str, meta, stats) -> None:
                     "skipped_examples": stats.skipped_examples,
                     "n_rows": meta.n_rows,
                     "n_features": meta.n_features,
+                    "hashing": meta.hashing,
                     "n_shards": meta.n_shards,
                     "label_kind": meta.label_kind,
                     "label_note": note,

@@ -116,7 +116,7 @@ def run(args) -> int:
     from ..model import load_model
     from ..progress import Meter, progress_mode
     from ..scoring import check_compatible, predict_store
-    from ..store.text_view import open_input
+    from ._common import open_scored_input
     from ._startup import init_numba_target
 
     init_numba_target()
@@ -126,12 +126,19 @@ def run(args) -> int:
         from ..model import require_probability
 
         require_probability(model, args.model)
-    store = open_input(args.store, model.n_features)  # a store, or SVMlight text
+    store = open_scored_input(args, model)  # a store, or SVMlight text
     # a store whose labels are all one dummy value (unlabelled test data, as svm-predict
     # accepts it) is scored with a warning; real labels that do not fit the model are refused
     labels = store.meta.labels
     dummy = labels is not None and len(labels) == 1
-    check_compatible(model, store.meta, args.model, args.store, labels_matter=not dummy)
+    check_compatible(
+        model,
+        store.meta,
+        args.model,
+        args.store,
+        labels_matter=not dummy,
+        allow_wider=args.allow_wider,
+    )
     streamed = is_special_output(args.output)
     meter = Meter("predict", progress_mode(args), total=store.meta.n_rows, unit="rows")
     try:

@@ -194,6 +194,31 @@ def to_int(reader: LineReader, tok: str, what: str, minimum: int = 0) -> int:
     return v
 
 
+class GrowingRows:
+    """Rows of ``width`` floats appended one by one, in an array grown as the file delivers
+    them (doubling): a header that claims more rows than the file holds costs nothing before
+    the file ends early (:meth:`LineReader.need` then fails with one line)."""
+
+    def __init__(self, claimed: int, width: int):
+        self.width = max(1, int(width))
+        self.n = 0
+        first = max(1, min(int(claimed), (1 << 20) // self.width))
+        self.a = np.empty((first, self.width))
+
+    def row(self) -> np.ndarray:
+        """The next row (to be filled in by the caller)."""
+        if self.n == self.a.shape[0]:
+            grown = np.empty((2 * self.a.shape[0], self.width))
+            grown[: self.n] = self.a
+            self.a = grown
+        self.n += 1
+        return self.a[self.n - 1]
+
+    def array(self) -> np.ndarray:
+        """The rows so far, (n, width)."""
+        return self.a[: self.n]
+
+
 class SparseRows:
     """Accumulates ``INDEX:VALUE`` rows (1-based indices) into a CSR matrix."""
 

@@ -52,6 +52,8 @@ def model_summary(model: Model) -> dict[str, Any]:
     d["training_store"] = store
     if info.get("imported_from"):
         d["imported_from"] = info["imported_from"]
+    if info.get("hashing"):
+        d["hashing"] = info["hashing"]
     return d
 
 
@@ -73,5 +75,7 @@ def print_model_info(path: str, as_json: bool = False) -> int:
             continue
         if k == "classes" and len(v) > 20:
             v = f"{v[:20]} … ({len(v)} values)"
+        if k == "hashing":
+            v = f"--hash-bits {v.get('bits')} ({v.get('hash')}, signed): hash text input alike"
         print(f"{k:18s} {v}")
     return 0

@@ -27,6 +27,7 @@ import numpy as np
 from ..model import Model
 from ._io import (
     FormatError,
+    GrowingRows,
     LineReader,
     atomic_text,
     check_finite,
@@ -119,19 +120,21 @@ def _read_header(r: LineReader) -> tuple[str, int, int, float, list[float]]:
 
 
 def _read_weights(r: LineReader, n: int, nr_w: int) -> np.ndarray:
-    """The ``n`` weight lines of ``nr_w`` finite values each."""
-    w = np.empty((n, nr_w))
+    """The ``n`` weight lines of ``nr_w`` finite values each (memory grows with the lines
+    read, not with the ``nr_feature`` claimed: a file that ends early fails in one line)."""
+    rows = GrowingRows(n, nr_w)
     for i in range(n):
-        toks = r.need(f"weight line {i + 1} of {n}").split()
+        toks = r.need(f"weight line {i + 1} of {n} (nr_feature)").split()
         if len(toks) != nr_w:
             raise r.error(f"a weight line needs {nr_w} values, found {len(toks)}")
+        w = rows.row()
         try:
-            w[i] = np.array(toks, dtype=np.float64)
+            w[:] = np.array(toks, dtype=np.float64)
         except ValueError:
-            w[i] = [to_float(r, t, "weight") for t in toks]
-        if not np.all(np.isfinite(w[i])):
+            w[:] = [to_float(r, t, "weight") for t in toks]
+        if not np.all(np.isfinite(w)):
             raise r.error("a weight is not finite")
-    return w
+    return rows.array()
 
 
 def write(model: Model, out: str, solver: str | None = None) -> None:

@@ -42,6 +42,7 @@ import scipy.sparse as sp
 from ..model import Model, ovo_n_support, validate_ovo
 from ._io import (
     FormatError,
+    GrowingRows,
     LineReader,
     SparseRows,
     atomic_text,
@@ -200,17 +201,18 @@ def _classes(r: LineReader, head: dict, lines: dict):
 
 def _support_vectors(r: LineReader, k: int, total: int) -> tuple[np.ndarray, SparseRows]:
     """The ``total`` support vector lines: their k - 1 coefficients and their rows."""
-    coef = np.empty((k - 1, total))
+    coef = GrowingRows(total, k - 1)  # grows with the lines read, not with total_sv
     rows = SparseRows()
     for s in range(total):
-        line = r.need(f"support vector {s + 1} of {total}")
+        line = r.need(f"support vector {s + 1} of {total} (total_sv)")
         toks = line.split()
         if len(toks) < k - 1:
             raise r.error(f"a support vector line needs {k - 1} coefficients first")
+        c = coef.row()
         for m in range(k - 1):
-            coef[m, s] = to_float(r, toks[m], "coefficient")
+            c[m] = to_float(r, toks[m], "coefficient")
         rows.add(r, toks[k - 1 :])
-    return coef, rows
+    return np.ascontiguousarray(coef.array().T), rows
 
 
 def _width(path: str, sv_width: int, n_features: int | None, kernel: str) -> int:

@@ -29,8 +29,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..model import Model
+from ..store.format import MAX_FEATURES
 from ._io import (
     FormatError,
+    GrowingRows,
     LineReader,
     SparseRows,
     atomic_text,
@@ -46,6 +48,12 @@ from ._io import (
 KERNELS = {0: "linear", 1: "poly", 2: "rbf", 3: "sigmoid"}
 _CODES = {v: k for k, v in KERNELS.items()}
 VERSION = "V6.02"
+
+
+#: a "highest feature index" beyond the support vectors' width is kept up to this width
+#: (or twice theirs); beyond it the model has the support vectors' width (the features
+#: beyond weigh 0 anyway): a header line alone does not justify a dense weight vector
+CLAIMED_WIDTH_LIMIT = 1 << 24
 
 
 def _value(r: LineReader, what: str) -> str:
@@ -80,19 +88,28 @@ def read(path: str, n_features: int | None = None) -> Model:
         sv_num = to_int(r, _value(r, "number of support vectors plus 1"), "SV count", 1)
         b = to_float(r, _value(r, "threshold b"), "threshold b")
         n_sv = sv_num - 1
-        alpha = np.empty(n_sv)
+        if totwords > MAX_FEATURES:
+            raise r.error(
+                f"highest feature index {totwords:,} is beyond the {MAX_FEATURES:,} features "
+                "a model may have"
+            )
+        grown = GrowingRows(n_sv, 1)  # grows with the lines read, not with the count claimed
         rows = SparseRows()
         for s in range(n_sv):
-            line = r.need(f"support vector {s + 1} of {n_sv}")
+            line = r.need(f"support vector {s + 1} of {n_sv} (number of support vectors)")
             toks = line.split("#", 1)[0].split()
             if not toks:
                 raise r.error("empty support vector line")
-            alpha[s] = to_float(r, toks[0], "alpha*y")
+            grown.row()[0] = to_float(r, toks[0], "alpha*y")
             rows.add(r, toks[1:])
+        alpha = grown.array()[:, 0].copy()
         for line in r:
             if line.split("#", 1)[0].strip():
                 raise r.error(f"text after the {n_sv} support vectors")
-    width = check_width(path, max(totwords, rows.max_col + 1, int(n_features or 0), 1))
+    check_width(path, totwords)  # a header claiming more than a model may have is refused
+    width = check_width(path, max(rows.max_col + 1, int(n_features or 0), 1))
+    if totwords > width and totwords <= max(2 * width, CLAIMED_WIDTH_LIMIT):
+        width = totwords  # the header's width, when the file's contents justify it
     sv = rows.matrix(width)
     kernel = KERNELS[code]
     info = {

@@ -152,6 +152,9 @@ class StoreMeta:
     sources: list[str] = field(default_factory=list)
     #: identity of this store's contents, new at every ingest and append (not in version 1)
     uuid: str = ""
+    #: ``ingest --hash-bits``: ``{"bits", "hash", "key", "collisions"}`` (None: not hashed;
+    #: left out of the JSON then), see :func:`hashing_info`
+    hashing: dict[str, Any] | None = None
 
     @property
     def n_shards(self) -> int:
@@ -159,6 +162,8 @@ class StoreMeta:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        if d.get("hashing") is None:
+            d.pop("hashing", None)
         return d
 
     def to_json(self) -> str:
@@ -198,6 +203,7 @@ class StoreMeta:
                 compression=_get(d, "compression", str, where, "zstd"),
                 sources=_str_list(d.get("sources", []), "sources", where),
                 uuid=_get(d, "uuid", str, where, ""),
+                hashing=_hashing(d.get("hashing"), where),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(
@@ -218,6 +224,12 @@ class StoreMeta:
             raise StoreError(f"{where}: negative n_rows / nnz in the store metadata")
         if not (0 <= self.n_features <= MAX_FEATURES):
             raise StoreError(f"{where}: absurd n_features {self.n_features}")
+        if self.hashing is not None and self.n_features != 1 << int(self.hashing["bits"]):
+            raise StoreError(
+                f"{where}: the metadata says the features are hashed into 2^"
+                f"{self.hashing['bits']} columns but n_features is {self.n_features}; "
+                "re-ingest the store"
+            )
         if len(self.shards) > MAX_SHARDS:
             raise StoreError(
                 f"{where}: {len(self.shards):,} shards, more than the {MAX_SHARDS:,} a store may "
@@ -244,6 +256,46 @@ class StoreMeta:
                 f"{where}: shard table sums to {row} rows / {nnz} nnz but metadata says "
                 f"{self.n_rows} / {self.nnz}"
             )
+
+
+#: ``ingest --hash-bits``: the hash function and its key, as recorded in the metadata
+HASH_NAME = "murmurhash3_32"
+HASH_KEY = "decimal text of the 1-based feature number (sklearn FeatureHasher, pairs)"
+#: the largest ``--hash-bits`` (2^31 columns: the store's limit)
+MAX_HASH_BITS = 31
+
+
+def hashing_info(bits: int, collisions: int = 0) -> dict[str, Any]:
+    """The metadata entry of a store whose features are hashed into 2^``bits`` columns."""
+    return {"bits": int(bits), "hash": HASH_NAME, "key": HASH_KEY, "collisions": int(collisions)}
+
+
+def hashing_label(h: dict[str, Any] | None) -> str:
+    """One line describing a hashing entry (of a store or a model) for messages."""
+    if not h:
+        return "no feature hashing"
+    return f"--hash-bits {h['bits']} ({h.get('hash', HASH_NAME)}, signed)"
+
+
+def same_hashing(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """True when two hashing entries map features to the same columns."""
+    if not a or not b:
+        return not a and not b
+    return (a["bits"], a.get("hash"), a.get("key")) == (b["bits"], b.get("hash"), b.get("key"))
+
+
+def _hashing(v: Any, where: str) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise TypeError("hashing must be an object")
+    bits = _get(v, "bits", int, where)
+    collisions = _get(v, "collisions", int, where, 0)
+    if not 1 <= bits <= MAX_HASH_BITS or collisions < 0:
+        raise ValueError(f"hashing bits {bits} / collisions {collisions} out of range")
+    if v.get("hash") != HASH_NAME or v.get("key") != HASH_KEY:
+        raise ValueError(f"unknown feature hashing {v.get('hash')!r}")
+    return hashing_info(bits, collisions)
 
 
 def _safe_name(name: str) -> bool:

@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from .._util import cpu_count
+from ..kernels.hashing import hash_csr_inplace
 from . import svmlight as sv
-from .format import MAX_FEATURES, Shard, StoreError, StoreMeta
+from .format import MAX_FEATURES, MAX_HASH_BITS, Shard, StoreError, StoreMeta
 from .writer import StoreWriter, backend_from_path
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ class IngestStats:
     skipped: int = 0
     skipped_examples: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
+    #: ``hash_bits``: entries of a row summed because they hashed to one column
+    collisions: int = 0
+    hash_bits: int | None = None
 
     def skip_report(self) -> str:
         """``skipped N invalid lines (first: FILE line L: what; ...)``, or "" when none."""
@@ -90,6 +94,11 @@ class IngestStats:
             f"({mb:,.1f} MB of text) in {self.seconds:.2f} s ({rate:,.1f} MB/s, "
             f"{rows_s:,.0f} rows/s) -> {store}"
         )
+        if self.hash_bits is not None:
+            s += (
+                f"; features hashed into 2^{self.hash_bits} columns "
+                f"({self.collisions:,} in-row collisions)"
+            )
         if self.skipped:
             s += f"; skipped {self.skipped:,} invalid lines"
         return s
@@ -805,6 +814,7 @@ def ingest_with_stats(
     compression: str | None = None,
     label_kind: str = "auto",
     n_features: int | None = None,
+    hash_bits: int | None = None,
     skip_invalid: bool = False,
     block_mb: float = DEFAULT_BLOCK_MB,
     threads: int | None = None,
@@ -836,6 +846,11 @@ def ingest_with_stats(
         real); integer class ids that are not ranks need ``multiclass``.
     n_features : int, optional
         Declared width; an index beyond it is an error.
+    hash_bits : int, optional
+        Hash the features into 2^hash_bits columns (signed MurmurHash3 of the feature
+        number, as scikit-learn's ``FeatureHasher``; :mod:`ooc_svm.kernels.hashing`); entries
+        of a row that meet on one column are summed and counted as collisions in the
+        metadata (``meta.hashing``). Not with ``n_features``.
     skip_invalid : bool
         Skip invalid lines instead of failing; ``stats.skipped`` counts them and
         ``stats.skip_report()`` names the first few (:func:`ingest` logs it as a warning).
@@ -854,11 +869,12 @@ def ingest_with_stats(
         label_kind, shard_rows, shard_mb, n_features, block_mb, threads, zero_based, skip_invalid
     )
     job.progress = progress
+    job.hash_bits = _check_hash_bits(hash_bits, n_features)
     store = os.fspath(store)
     infos = [_check_input(p) for p in paths]  # a missing input fails before anything is written
     if append and (format is not None or compression is not None):
         _check_append_options(store, format, compression)
-    stats = IngestStats(inputs=[i.source for i in infos])
+    stats = IngestStats(inputs=[i.source for i in infos], hash_bits=job.hash_bits)
     with StoreWriter(
         store,
         backend=format or backend_from_path(store),
@@ -867,8 +883,10 @@ def ingest_with_stats(
         append=append,
         label_kind=None if label_kind == "auto" else label_kind,
         n_features=n_features,
+        hash_bits=job.hash_bits,
     ) as writer:
         _write_shards(writer, paths, infos, job, stats, writer_threads)
+        writer.collisions = stats.collisions
         meta = writer.commit(sources=stats.inputs)
     stats.seconds = time.perf_counter() - t0
     return meta, stats
@@ -887,6 +905,24 @@ class _Job:
     block_bytes: int
     n_threads: int
     progress: Callable[[int], None] | None = None
+    hash_bits: int | None = None
+
+
+def _check_hash_bits(hash_bits: int | None, n_features: int | None) -> int | None:
+    """``--hash-bits``: an integer in 1..MAX_HASH_BITS, not with ``--n-features``."""
+    if hash_bits is None:
+        return None
+    if isinstance(hash_bits, bool) or not isinstance(hash_bits, int):
+        raise IngestError(f"--hash-bits must be an integer, got {hash_bits!r}")
+    if not 1 <= hash_bits <= MAX_HASH_BITS:
+        raise IngestError(
+            f"--hash-bits must be between 1 and {MAX_HASH_BITS} (2^B columns), got {hash_bits}"
+        )
+    if n_features is not None:
+        raise IngestError(
+            "--hash-bits sets the width (2^B columns); drop --n-features (or --hash-bits)"
+        )
+    return hash_bits
 
 
 def _input_paths(inputs: str | Sequence[str]) -> list[str]:
@@ -1135,6 +1171,11 @@ class _Pipeline:
 
     def _add_rows(self, rows: tuple, max_col: int) -> None:
         indptr, indices, data, labels, qids, n_rows, nnz = rows
+        if self.job.hash_bits is not None:
+            nnz, merged, max_col = hash_csr_inplace(
+                indptr, indices, data, n_rows, self.job.hash_bits
+            )
+            self.stats.collisions += int(merged)
         if self.builder is None:
             self.builder = _ShardBuilder(
                 self.job.shard_rows, self.job.shard_bytes, self.qid_state == 1

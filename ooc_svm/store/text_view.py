@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels.hashing import hash_csr_inplace
 from . import svmlight as sv
 from .format import (
     MAX_DISCRETE_LABELS,
@@ -43,6 +44,7 @@ from .format import (
     ShardInfo,
     StoreError,
     StoreMeta,
+    hashing_info,
     infer_label_kind,
 )
 
@@ -79,6 +81,9 @@ class TextStore:
         Indices in the file start at 0.
     shard_mb : float
         Decompressed text per shard.
+    hash_bits : int, optional
+        Hash the features into 2^hash_bits columns as ``ingest --hash-bits`` does (the
+        model's hashing, :mod:`ooc_svm.kernels.hashing`).
     """
 
     backend = "text"
@@ -90,9 +95,11 @@ class TextStore:
         zero_based: bool = False,
         shard_mb: float = DEFAULT_SHARD_MB,
         _scan: tuple | None = None,
+        hash_bits: int | None = None,
     ):
         self.path = str(path)
         self.zero_based = bool(zero_based)
+        self.hash_bits = None if hash_bits is None else int(hash_bits)
         self.shard_bytes = max(1 << 12, int(float(shard_mb) * (1 << 20)))
         self._lock = threading.Lock()
         self._stream = None
@@ -152,7 +159,13 @@ class TextStore:
     def __reduce__(self):
         return (
             _reopen_text,
-            (self.file, self.zero_based, self.shard_bytes / (1 << 20), self._scan_state()),
+            (
+                self.file,
+                self.zero_based,
+                self.shard_bytes / (1 << 20),
+                self._scan_state(),
+                self.hash_bits,
+            ),
         )
 
     # -- internals --------------------------------------------------------------------------
@@ -190,6 +203,8 @@ class TextStore:
             rows += shard.n_rows
             nnz += shard.nnz
             max_col = max(max_col, int(info[sv.I_MAX_COL]))
+            if self.hash_bits is not None:
+                max_col = (1 << self.hash_bits) - 1
             if labels is not None:
                 labels.update(np.unique(shard.y).tolist())
                 if len(labels) > MAX_DISCRETE_LABELS:
@@ -214,6 +229,8 @@ class TextStore:
             compression=kind,
             sources=[self.name],
         )
+        if self.hash_bits is not None:
+            meta.hashing = hashing_info(self.hash_bits)
         return shards, meta, qid_state, kind
 
     def _parse_block(self, buf, n, ts: _TextShard, qid_state: int, col_limit: int):
@@ -238,12 +255,12 @@ class TextStore:
                 what = ing._fallback_error(buf, bad[0], self.zero_based, None)
                 raise ing.IngestError(f"{self.name}: line {ts.line0 + 1 + bad[0][1]:,}: {what}")
         has_qid = int(info[sv.I_QID_STATE]) == 1
+        indptr, indices, data = indptr[: r + 1].copy(), indices[:z].copy(), data[:z].copy()
+        if self.hash_bits is not None:
+            z, _merged, _max = hash_csr_inplace(indptr, indices, data, r, self.hash_bits)
+            indices, data = indices[:z].copy(), data[:z].copy()
         shard = Shard(
-            indptr[: r + 1].copy(),
-            indices[:z].copy(),
-            data[:z].copy(),
-            labels[:r].copy(),
-            qids[:r].copy() if has_qid else None,
+            indptr, indices, data, labels[:r].copy(), qids[:r].copy() if has_qid else None
         )
         return shard, info
 
@@ -288,8 +305,10 @@ class TextStore:
                 self._stream = None
 
 
-def _reopen_text(file: str, zero_based: bool, shard_mb: float, scan: tuple) -> TextStore:
-    return TextStore(file, None, zero_based, shard_mb, _scan=scan)
+def _reopen_text(
+    file: str, zero_based: bool, shard_mb: float, scan: tuple, hash_bits: int | None = None
+) -> TextStore:
+    return TextStore(file, None, zero_based, shard_mb, _scan=scan, hash_bits=hash_bits)
 
 
 def _remove(path: str) -> None:
@@ -359,12 +378,15 @@ def open_input(path: str, n_features: int | None = None, **options):
     n_features : int, optional
         Width of the data for text input (e.g. the model's ``n_features``).
     **options
-        ``zero_based``, ``shard_mb`` for text input.
+        ``zero_based``, ``shard_mb``, ``hash_bits`` for text input (``hash_bits`` is
+        ignored for a store, whose own hashing is in its metadata).
     """
     if is_store_path(path):
         from .writer import open_store
 
         return open_store(path)
+    if options.get("hash_bits") is None:
+        options.pop("hash_bits", None)
     if not os.path.exists(str(path)) and str(path) != "-":
         raise StoreError(
             f"{path}: no such store or file (give a store directory or an SVMlight/LIBSVM "

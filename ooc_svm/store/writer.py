@@ -17,6 +17,8 @@ from .format import (
     ShardInfo,
     StoreError,
     StoreMeta,
+    hashing_info,
+    hashing_label,
     infer_label_kind,
     shard_checksum,
     shard_name,
@@ -113,10 +115,17 @@ class StoreWriter:
         append: bool = False,
         label_kind: str | None = None,
         n_features: int | None = None,
+        hash_bits: int | None = None,
     ):
         self.path = str(path).rstrip("/")
         self.fs, self.root = get_fs(self.path)
         self._lock: StoreLock | RemoteStoreLock | None = None
+        #: ``hash_bits``: features hashed into 2^bits columns (``ingest --hash-bits``);
+        #: ``collisions`` is added to by the caller
+        self.hash_bits = hash_bits
+        self.collisions = 0
+        if hash_bits is not None:
+            n_features = 1 << int(hash_bits)
         with remote_errors(self.path, self.fs):
             self._init(backend, compression, overwrite, append, label_kind, n_features)
 
@@ -148,6 +157,7 @@ class StoreWriter:
             backend = self._base.backend
             compression = self._base.compression
             self.target = self.path
+            self._check_append_hashing()
         else:
             if exists and not overwrite:
                 raise StoreError(
@@ -184,6 +194,22 @@ class StoreWriter:
             else:
                 self._labels = set(self._base.labels or [])
         self._done = False
+
+    def _check_append_hashing(self) -> None:
+        """Rows appended to a store are hashed as its rows were (or not at all)."""
+        assert self._base is not None
+        h = self._base.hashing
+        if (h["bits"] if h else None) == self.hash_bits:
+            return
+        self._release()
+        if h:
+            raise StoreError(
+                f"{self.path}: the store's features are hashed ({hashing_label(h)}); append "
+                f"with --hash-bits {h['bits']}"
+            )
+        raise StoreError(
+            f"{self.path}: the store's features are not hashed; append without --hash-bits"
+        )
 
     # -- writing --------------------------------------------------------------------------
     def add(self, shard: Shard, n_features: int | None = None) -> ShardInfo:
@@ -265,6 +291,11 @@ class StoreWriter:
             version=self.version,
             uuid=uuid.uuid4().hex,
         )
+        if self.hash_bits is not None:
+            base = self._base.hashing if self._base is not None else None
+            m.hashing = hashing_info(
+                self.hash_bits, (base["collisions"] if base else 0) + self.collisions
+            )
         m.validate(self.path)
         return m
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...kernels.perf import vdot
+from ...kernels.sparse_cut import segment_terms, sq_norm, step_towards
 from .. import Result, SolverError, binary_classes
 from ..params import class_weights, parse_class_weight
 from .common import (
@@ -36,7 +37,7 @@ from .common import (
     iteration_done,
     save_run,
 )
-from .passes import acc_row, pass_count_pos, reduce_cut, segment_blocks, single_blocks
+from .passes import acc_cut, pass_count_pos, reduce_cut, segment_blocks, single_blocks
 from .working_set import WorkingSet, _qp_atol, check_qp
 
 if TYPE_CHECKING:
@@ -117,7 +118,9 @@ def _error_run(meta, neg, pos, engine, params, variant, callback, checkpoint) ->
     dim = d + 1
     C = _resolve_C(params, n)
     eps = float(params.eps)
-    ws = WorkingSet(dim, float(params.dense_limit_mb) * 2**20)
+    limit = float(params.dense_limit_mb) * 2**20
+    # the planes share --dense-limit-mb with the dense vectors (at least a quarter of it)
+    ws = WorkingSet(dim, max(limit / 4, limit - params.dense_vectors(meta) * 8.0 * dim))
     prog = _Progress(engine, callback)
     run = _ErrorRun(
         meta, neg, pos, params, variant, checkpoint, ws, prog, n=n, d=d, dim=dim,
@@ -185,7 +188,7 @@ def _paper_steps(run: _ErrorRun):
         run.stop = xi_new - xi_w
         if iteration_done(run, obj, xi_new, _finite(run.dual)):
             break
-        ws.add(acc_row(part["g"], 0) / n, cnt / n)
+        ws.add(acc_cut(part["g"], 0, n=n), cnt / n)
         ws.drop_inactive(run.max_inactive)
         w = run.qp()
         run.it += 1
@@ -209,7 +212,7 @@ def _accelerated_start(run: _ErrorRun):
     Pb = 0.5 * float(vdot(wb, wb)) + run.C * hinge
     xib = hinge / run.n
     emit_start(run, Pb, xib, step=0.0)
-    run.ws.add(acc_row(part["g"], 0) / run.n, float(part["cnt"][0]) / run.n)
+    run.ws.add(acc_cut(part["g"], 0, n=run.n), float(part["cnt"][0]) / run.n)
     run.save({"Pb": Pb, "xib": xib}, {"wb": wb})
     return wb, Pb, xib
 
@@ -221,36 +224,64 @@ def _accelerated_steps(run: _ErrorRun, share: int):
     mu = float(params.mu)
     K = max(1, int(params.cut_points))
     # a pass holds a few K-row accumulators (the fold of the reduction): at most
-    # three dense ones within the working-set budget
+    # three dense ones within the working-set budget (compact ones, over the columns the
+    # shards hold, are no bigger when the store has as many non-zeros as columns)
     K = int(max(min(K, 2), min(K, ws.limit / (3 * 8.0 * dim * max(1, share)))))
     kg = _cut_grid(K, mu)
     wb, Pb, xib = yield from _accelerated_start(run)
+    # w_b lives in column 0 of the pass's two-column array (w_c in column 1) and its bias
+    # entry in wb_bias: with the QP's w_c while column 1 is filled, at most three dense
+    # vectors over the features are alive (two between iterations)
+    w2 = np.empty((d, 2))
+    w2[:, 0] = wb[:d]
+    wb_bias = float(wb[d])
+    del wb
     while True:
         run.it += 1
         wc = run.qp()
-        w2 = np.ascontiguousarray(np.stack([wb[:d], wc[:d]], axis=1))
-        tb, tc = float(wb[d]) * run.bias, float(wc[d]) * run.bias
+        w2[:, 1] = wc[:d]
+        wc_bias = float(wc[d])
+        del wc
+        tb, tc = wb_bias * run.bias, wc_bias * run.bias
         bc = (w2, tb, tc, run.bias, run.pos, dim, kv, kg) + run._weights()
         part, run.pt = yield (segment_blocks, bc)
-        dw = wc - wb
-        a2 = float(vdot(dw, dw))
-        a1 = float(vdot(wb, dw))
-        a0 = float(vdot(wb, wb))
+        a2, a1 = _segment_terms(w2, wb_bias, wc_bias)
+        a0 = _sq_norm(w2, wb_bias)
         vals = 0.5 * (a0 + 2 * kv * a1 + kv * kv * a2) + C * part["hinge"]
         q = int(np.argmin(vals))
         kstar = float(kv[q]) if vals[q] < Pb else 0.0
         if vals[q] < Pb:
-            wb = wb + kstar * dw
-            Pb = 0.5 * float(vdot(wb, wb)) + C * float(part["hinge"][q])
+            step_towards(w2[:, 0], w2[:, 1], kstar)
+            wb_bias = wb_bias + kstar * (wc_bias - wb_bias)
+            Pb = 0.5 * _sq_norm(w2, wb_bias) + C * float(part["hinge"][q])
             xib = float(part["hinge"][q]) / n
         run.stop = (Pb - run.dual) / run.Cp
         if iteration_done(run, Pb, xib, run.dual, step=kstar):
             break
         p = int(np.argmin(np.abs(kg - (kstar + mu * (1.0 - kstar)))))
-        ws.add(acc_row(part["g"], p, upto=True) / n, float(part["cnt"][: p + 1].sum()) / n)
+        cut = acc_cut(part["g"], p, upto=True, n=n)
+        cnt = float(part["cnt"][: p + 1].sum()) / n
+        del part
+        ws.add(cut, cnt)
+        del cut
         ws.drop_inactive(run.max_inactive)
-        run.save({"Pb": Pb, "xib": xib}, {"wb": wb})
+        if run.checkpoint is not None:
+            run.save({"Pb": Pb, "xib": xib}, {"wb": np.append(w2[:, 0], wb_bias)})
+    wb = np.append(w2[:, 0], wb_bias)
     return wb, Pb, xib
+
+
+def _segment_terms(w2: np.ndarray, wb_bias: float, wc_bias: float) -> tuple[float, float]:
+    """(‖w_c − w_b‖², w_b·(w_c − w_b)) of w_b = (w2[:, 0], wb_bias), w_c = (w2[:, 1],
+    wc_bias), summed in index order as over the dense difference, without forming it."""
+    a2, a1 = segment_terms(w2[:, 0], w2[:, 1])
+    db = wc_bias - wb_bias
+    return a2 + db * db, a1 + wb_bias * db
+
+
+def _sq_norm(w2: np.ndarray, wb_bias: float) -> float:
+    """‖w_b‖² of w_b = (w2[:, 0], wb_bias), summed in index order."""
+    return float(sq_norm(w2[:, 0])) + wb_bias * wb_bias
 
 
 def _error_result(run: _ErrorRun, w_final, obj_final: float, xi_final: float) -> Result:

@@ -14,6 +14,11 @@ from ..params import KERNELS, SolverParams, at_least, param, parse_class_weight,
 #: ``dense_limit_mb``
 DENSE_VECTORS = 10
 
+#: the same for the default (``--variant accelerated``, ``--loss error``), which keeps its
+#: cutting planes sparse when that is smaller and holds w_b and the pass's (w_b, w_c) copy,
+#: plus w_c while that copy is made (solvers/perf/error.py; docs/WIDTH.md)
+DENSE_VECTORS_ACCELERATED = 4
+
 #: ``--inner-mb auto``: this share of ``MemAvailable`` at the start of the training
 AUTO_INNER_SHARE = 0.25
 
@@ -159,22 +164,31 @@ class Params(SolverParams):
         self.resolve_loss(meta)
         self.check_dense(meta)
 
+    def dense_vectors(self, meta) -> int:
+        """Dense vectors over the features this run holds at once (per problem)."""
+        loss = self.loss or ("ordinal" if meta.label_kind == "ordinal" else "error")
+        if self.variant == "accelerated" and loss == "error":
+            return DENSE_VECTORS_ACCELERATED
+        return DENSE_VECTORS
+
     def check_dense(self, meta, copies: int = 1) -> None:
         """Refuse up front a store whose dense vectors would not fit ``dense_limit_mb``.
 
         perf keeps about ``DENSE_VECTORS`` dense float64 vectors over the features (w, the
         best point, the cutting-plane solution, their difference, the new cut, ...) per
-        problem (``copies``: one-vs-rest classes); together they must fit the limit, which
+        problem (``DENSE_VECTORS_ACCELERATED`` for the default variant and loss; ``copies``:
+        one-vs-rest classes); together they must fit the limit, which
         also bounds the working set of cutting planes. A legal line such as
         ``1 2147483648:1`` would otherwise make training ask for tens of GiB.
         """
         dim = int(meta.n_features) + 1
-        need = DENSE_VECTORS * 8.0 * dim * max(1, copies)
+        vectors = self.dense_vectors(meta)
+        need = vectors * 8.0 * dim * max(1, copies)
         limit = float(self.dense_limit_mb) * 2**20
         if need > limit:
             raise SolverError(
                 f"perf: the store has {int(meta.n_features):,} features: a dense w needs "
-                f"{8.0 * dim / 2**20:,.0f} MiB and perf keeps {DENSE_VECTORS * max(1, copies)} "
+                f"{8.0 * dim / 2**20:,.0f} MiB and perf keeps {vectors * max(1, copies)} "
                 f"such vectors ({need / 2**20:,.0f} MiB), more than --dense-limit-mb "
                 f"{self.dense_limit_mb:g}; re-ingest with hashing or a smaller --n-features, "
                 "or raise --dense-limit-mb"

@@ -28,19 +28,45 @@ from ...kernels.perf import (
 #: planes per shard over the shard's distinct columns only
 COMPACT_MIN_DIM = 1 << 16
 
+#: two compact partials are merged into a dense ``(K, dim)`` array only when it is at most
+#: this big (else the merge stays sparse: at most (K + 1) / K times the dense size)
+DENSE_MERGE_BYTES = 64 << 20
+
 
 def _compact_min_dim() -> int:
     """``COMPACT_MIN_DIM`` as ``ooc_svm.solvers.perf`` exports it (the one knob; tests lower it)."""
     return getattr(sys.modules.get(__package__), "COMPACT_MIN_DIM", COMPACT_MIN_DIM)
 
 
+def shard_columns(shard) -> tuple[np.ndarray, np.ndarray]:
+    """(the shard's distinct columns, sorted; each entry's position among them): built once
+    per shard object and kept with it (``shard._perf_colmap``), so that a shard the engine
+    caches between passes is not sorted again every pass."""
+    cached = getattr(shard, "_perf_colmap", None)
+    if cached is not None:
+        return cached
+    ix = shard.indices
+    order = np.argsort(ix, kind="stable")
+    srt = ix[order]
+    new = np.empty(srt.shape[0], dtype=bool)
+    if srt.shape[0]:
+        new[0] = True
+        np.not_equal(srt[1:], srt[:-1], out=new[1:])
+    cols = srt[new].astype(np.int64)
+    gidx = np.empty(ix.shape[0], dtype=np.uint32)
+    gidx[order] = (np.cumsum(new) - 1).astype(np.uint32)
+    del order, srt, new
+    try:
+        shard._perf_colmap = (cols, gidx)
+    except AttributeError:  # a shard type with slots: computed again next pass
+        pass
+    return cols, gidx
+
+
 def _new_accumulator(shard, dim: int, K: int, with_bias: bool):
     """(acc, gidx, bias_slot, columns or None) for one shard."""
     if dim > max(_compact_min_dim(), 2 * shard.nnz):
-        cols = np.sort(shard.indices).astype(np.int64)
-        if cols.shape[0]:
-            cols = cols[np.concatenate(([True], cols[1:] != cols[:-1]))]
-        gidx = np.searchsorted(cols, shard.indices).astype(np.uint32)
+        cols, gidx = shard_columns(shard)
         if with_bias:
             cols = np.append(cols, dim - 1)
         acc = np.zeros((K, cols.shape[0] + (0 if with_bias else 1)))
@@ -75,13 +101,31 @@ def merge_acc(a, b):
         return out
     _, ca, va, dim = a
     _, cb, vb, _ = b
-    if (ca.shape[0] + cb.shape[0]) * 4 > dim:
-        out = np.zeros((va.shape[0], dim))
+    K = va.shape[0]
+    if (ca.shape[0] + cb.shape[0]) * 4 > dim and K * dim * 8 <= DENSE_MERGE_BYTES:
+        out = np.zeros((K, dim))
         out[:, ca] += va
         out[:, cb] += vb
         return out
     cols, vals = merge_sparse_rows(ca, np.ascontiguousarray(va), cb, np.ascontiguousarray(vb))
+    if cols.shape[0] * (K + 1) > K * dim and K * dim * 8 <= DENSE_MERGE_BYTES:
+        out = np.zeros((K, dim))
+        out[:, cols] = vals
+        return out
     return ("s", cols, vals, dim)
+
+
+def acc_cut(acc, p: int, upto: bool = False, n: float = 1.0):
+    """Row ``p`` (``upto``: rows 0..p summed) of an accumulator divided by ``n``, for
+    :meth:`~.working_set.WorkingSet.add`: a dense float64 vector, or for a compact
+    accumulator a sparse ``(columns, values)`` pair (its non-zeros only), never densified."""
+    if isinstance(acc, np.ndarray):
+        return acc_row(acc, p, upto) / n
+    _, cols, vals, _dim = acc
+    v = vals[: p + 1].sum(axis=0) if upto else vals[p].copy()
+    v /= n
+    keep = v != 0.0
+    return cols[keep], v[keep]
 
 
 def acc_row(acc, p: int, upto: bool = False) -> np.ndarray:

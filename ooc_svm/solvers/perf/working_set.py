@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...kernels.perf import matvec, sparse_vdot, vdot
+from ...kernels.sparse_cut import axpy, scatter_add, sparse_sparse_dot
 from .. import SolverError
 from ..qp import solve_simplex_qp
 
@@ -19,7 +20,11 @@ class WorkingSet:
 
     Each gⱼ is kept in the smaller of a dense and a sparse (int32 indices + values) form,
     with float64 values while the set uses less than half of ``limit_bytes`` and float32
-    beyond. The Gram matrix is updated with one row per new plane (O(|W|·size) work).
+    beyond. The Gram matrix is updated with one row per new plane (O(|W|·size) work); a
+    plane given sparse (``(columns, values)``, :func:`~.passes.acc_cut`) is never
+    densified. Beyond ``limit_bytes`` the set is bounded (:meth:`_bound`): planes with
+    αⱼ = 0 are dropped, then the others are aggregated into their α-weighted mean (bundle
+    aggregation: w and the dual value are unchanged, the dual stays a lower bound).
     """
 
     def __init__(self, dim: int, limit_bytes: float):
@@ -46,37 +51,50 @@ class WorkingSet:
         idx, vals = v
         return float(sparse_vdot(idx, vals, g))
 
-    def _store(self, g: np.ndarray):
-        nz = np.flatnonzero(g)
+    def _store(self, g):
+        """The stored form of plane ``g`` (dense array or ``(columns, values)``), its size."""
+        sparse_in = isinstance(g, tuple)
+        nz = g[0] if sparse_in else np.flatnonzero(g)
         use32 = self.nbytes > self.limit / 2
         vb = 4 if use32 else 8
         dt = np.float32 if use32 else np.float64
+        it = np.int32 if self.dim <= np.iinfo(np.int32).max else np.int64
+        ib = np.dtype(it).itemsize
         v: np.ndarray | tuple[np.ndarray, np.ndarray]
-        if nz.size * (4 + vb) < self.dim * vb:
-            v = (nz.astype(np.int32), g[nz].astype(dt))
-            size = nz.size * (4 + vb)
+        if nz.size * (ib + vb) < self.dim * vb:
+            v = (nz.astype(it), (g[1] if sparse_in else g[nz]).astype(dt))
+            size = nz.size * (ib + vb)
         else:
-            v = g.astype(dt)
+            if sparse_in:
+                v = np.zeros(self.dim, dtype=dt)
+                v[g[0]] = g[1]
+            else:
+                v = g.astype(dt)
             size = self.dim * vb
         if use32:
             self.float32 += 1
             if self.nbytes + size > self.limit and not self._warned:
                 self._warned = True
                 log.warning(
-                    "perf: the working set of cutting planes exceeds dense_limit_mb=%g "
-                    "(%d planes, %.1f MB); planes inactive for max_inactive iterations are "
-                    "dropped",
+                    "perf: the working set of cutting planes reaches dense_limit_mb=%g "
+                    "(%d planes, %.1f MB); planes with alpha = 0 are dropped and the others "
+                    "aggregated into one to stay within it",
                     self.limit / 2**20,
                     len(self.vecs) + 1,
                     (self.nbytes + size) / 2**20,
                 )
         return v, size
 
-    def add(self, g: np.ndarray, r: float) -> None:
-        """Add plane (g, r); g is a dense float64 vector of length ``dim``."""
+    def add(self, g, r: float) -> None:
+        """Add plane (g, r); g is a dense float64 vector of length ``dim`` or a sparse
+        ``(sorted columns, float64 values)`` pair (then no dense vector is formed)."""
         v, size = self._store(g)
-        gq = g if isinstance(v, np.ndarray) and v.dtype == np.float64 else self._as_dense(v)
-        row = np.array([self._dot(u, gq) for u in self.vecs] + [float(vdot(gq, gq))])
+        if isinstance(g, tuple) and isinstance(v, tuple):
+            row = np.array([self._dot_sparse(u, v) for u in self.vecs] + [_sq(v[1])])
+        else:
+            gq = g if isinstance(v, np.ndarray) and v.dtype == np.float64 else self._as_dense(v)
+            row = np.array([self._dot(u, gq) for u in self.vecs] + [float(vdot(gq, gq))])
+            del gq
         m = len(self.vecs)
         Q = np.empty((m + 1, m + 1))
         Q[:m, :m] = self.Q
@@ -90,6 +108,55 @@ class WorkingSet:
         self.nbytes += size
         self.peak = max(self.peak, len(self.vecs))
         self.peak_bytes = max(self.peak_bytes, self.nbytes)
+        self._bound()
+
+    @staticmethod
+    def _dot_sparse(u, v) -> float:
+        """u·v for a stored plane u and a sparse stored plane v."""
+        if isinstance(u, np.ndarray):
+            return float(sparse_vdot(v[0], v[1], u))
+        return float(sparse_sparse_dot(u[0], u[1], v[0], v[1]))
+
+    def _bound(self) -> None:
+        """Keep the planes within ``limit`` bytes: drop those with α = 0 (not the newest),
+        then aggregate the others (but the newest) into their α-weighted mean."""
+        if self.nbytes <= self.limit or len(self.vecs) <= 2:
+            return
+        last = len(self.vecs) - 1
+        keep = [j for j in range(last) if self.alpha[j] > 0.0] + [last]
+        if len(keep) < len(self.vecs):
+            self._keep(keep)
+        if self.nbytes <= self.limit or len(self.vecs) <= 2:
+            return
+        last = len(self.vecs) - 1
+        old = list(range(last))
+        A = float(self.alpha[old].sum())
+        lam = self.alpha[old] / A
+        g = np.zeros(self.dim)
+        for j in old:
+            v = self.vecs[j]
+            if isinstance(v, np.ndarray):
+                axpy(g, v, float(lam[j]))
+            else:
+                scatter_add(g, v[0], v[1], lam[j])
+        r = float(np.dot(lam, np.asarray(self.r)[old]))
+        self._keep([last])
+        nz = np.flatnonzero(g)
+        self.add((nz, g[nz]) if nz.size * 3 < self.dim else g, r)
+        del g
+        self.alpha[-1] = A
+        log.debug("perf: %d planes aggregated into one (alpha sum %.6g)", len(old), A)
+
+    def _keep(self, keep: list[int]) -> None:
+        kept = set(keep)
+        for j in range(len(self.vecs)):
+            if j not in kept:
+                self.nbytes -= self._size(self.vecs[j])
+        self.vecs = [self.vecs[j] for j in keep]
+        self.r = [self.r[j] for j in keep]
+        self.inactive = [self.inactive[j] for j in keep]
+        self.alpha = self.alpha[keep]
+        self.Q = self.Q[np.ix_(keep, keep)]
 
     def _as_dense(self, v) -> np.ndarray:
         if isinstance(v, np.ndarray):
@@ -105,9 +172,9 @@ class WorkingSet:
             if a == 0.0:
                 continue
             if isinstance(v, np.ndarray):
-                w += a * v
+                axpy(w, v, float(a))
             else:
-                w[v[0]] += a * v[1]
+                scatter_add(w, v[0], v[1], float(a))
         return w
 
     def solve(self, C_perf: float, atol: float) -> tuple[np.ndarray, float, float]:
@@ -133,15 +200,7 @@ class WorkingSet:
         keep = [j for j, c in enumerate(self.inactive) if c < max_inactive]
         dropped = len(self.vecs) - len(keep)
         if dropped:
-            kept = set(keep)
-            for j in range(len(self.vecs)):
-                if j not in kept:
-                    self.nbytes -= self._size(self.vecs[j])
-            self.vecs = [self.vecs[j] for j in keep]
-            self.r = [self.r[j] for j in keep]
-            self.inactive = [self.inactive[j] for j in keep]
-            self.alpha = self.alpha[keep]
-            self.Q = self.Q[np.ix_(keep, keep)]
+            self._keep(keep)
         return dropped
 
     def _size(self, v) -> int:
@@ -190,6 +249,10 @@ class WorkingSet:
         self.peak_bytes = int(scalars["ws_peak_bytes"])
         self.float32 = int(scalars["ws_float32"])
         self._warned = bool(scalars["ws_warned"])
+
+
+def _sq(v: np.ndarray) -> float:
+    return float(vdot(v, v))
 
 
 def _qp_atol(eps: float) -> float:
