@@ -237,9 +237,9 @@ _SVMLIGHT_HEAD = (
 
 CRAFTED = {
     "liblinear": (
-        "solver_type L2R_L2LOSS_SVC_DUAL\nnr_class 2\nlabel 1 -1\nnr_feature 1000000000000\n"
+        "solver_type L2R_L2LOSS_SVC_DUAL\nnr_class 2\nlabel 1 -1\nnr_feature 2000000000\n"
         "bias -1\nw\n0.5\n0.25\n",
-        "weight line 3 of 1000000000000",
+        "weight line 3 of 2000000000",
     ),
     "libsvm": (
         "svm_type c_svc\nkernel_type rbf\ngamma 0.5\nnr_class 2\ntotal_sv 1000000000\nrho 0.1\n"

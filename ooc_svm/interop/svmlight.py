@@ -91,7 +91,7 @@ def read(path: str, n_features: int | None = None) -> Model:
         if totwords > MAX_FEATURES:
             raise r.error(
                 f"highest feature index {totwords:,} is beyond the {MAX_FEATURES:,} features "
-                "a model may have"
+                "a model may have; nothing was imported"
             )
         grown = GrowingRows(n_sv, 1)  # grows with the lines read, not with the count claimed
         rows = SparseRows()
@@ -106,7 +106,6 @@ def read(path: str, n_features: int | None = None) -> Model:
         for line in r:
             if line.split("#", 1)[0].strip():
                 raise r.error(f"text after the {n_sv} support vectors")
-    check_width(path, totwords)  # a header claiming more than a model may have is refused
     width = check_width(path, max(rows.max_col + 1, int(n_features or 0), 1))
     if totwords > width and totwords <= max(2 * width, CLAIMED_WIDTH_LIMIT):
         width = totwords  # the header's width, when the file's contents justify it

@@ -106,7 +106,7 @@ def hash_csr_inplace(indptr, indices, data, n_rows, bits):
         end = indptr[r + 1]
         m = end - start
         for t in range(m):
-            c, s = hash_column(np.int64(indices[start + t]), bits, 1)
+            c, s = hash_column(int(indices[start + t]), bits, 1)
             cols[t] = c
             vals[t] = s * np.float64(data[start + t])
         order = np.argsort(cols[:m], kind="mergesort")
