@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .engine import Engine, make_engine
-from .solvers import SOLVER_MODULES, Callback, Result, SolverError, available_solvers, get_solver
+from .solvers import (
+    SOLVER_MODULES,
+    Callback,
+    Result,
+    SolverError,
+    available_solvers,
+    check_finite,
+    get_solver,
+)
 from .solvers.ovr import combine_ovr_models, train_ovr
 from .solvers.params import KernelSolverParams, SolverParams, flag_name
 from .store import open_store
@@ -120,6 +128,7 @@ def train(
             result = train_ovr(store, mod, engine, typed, callback=callback, checkpoint=class_ckpt)
         else:
             result = mod.solve(store, engine, typed, callback=callback, checkpoint=ckpt)
+        check_finite(result, solver, f"{store.path}: ")
         if probability:
             fit_probability(
                 result.model, store, probability_folds, solver, engine, typed, multiclass
@@ -395,6 +404,7 @@ def train_sweep(
         if own_engine:
             engine.close()
     out.seconds = time.perf_counter() - t0
+    check_finite(out.result, solver, f"{store.path}: ")
     _record_sweep(out)
     return out
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from .._util import json_text
+
 
 def add_parser(sub) -> None:
     from . import HelpFormatter
@@ -177,7 +179,6 @@ def _total_bytes(inputs: list[str]) -> int | None:
 
 def _print_summary(args, store: str, meta, stats) -> None:
     """The skip warning, then the summary line (and the label-kind note) or ``--json``."""
-    import json
 
     from ..store.format import label_kind_note
 
@@ -186,7 +187,7 @@ def _print_summary(args, store: str, meta, stats) -> None:
         print(f"ooc-svm: warning: {stats.skip_report()}", file=sys.stderr)
     if args.json:
         print(
-            json.dumps(
+            json_text(
                 {
                     "store": store,
                     "rows": stats.rows,

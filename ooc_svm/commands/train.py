@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import time
 from typing import TYPE_CHECKING
+
+from .._util import json_text
 
 if TYPE_CHECKING:
     from ..api import SolverParams
@@ -508,7 +509,7 @@ def run(args) -> int:
     result.model.save(args.output)
     summary = json_summary(result, args.solver, typed, store, args.output, args.store)
     if args.json:  # asked for: printed even with -q
-        print(json.dumps(summary))
+        print(json_text(summary))
     elif not getattr(args, "quiet", False):
         obj = summary.get("objective")
         status = ""
@@ -564,7 +565,7 @@ def run_sweep(args, typed) -> int:
         best = typed.replace(C=out.best_C)
         summary = json_summary(out.result, args.solver, best, store, args.output, args.store)
         summary["sweep"] = out.summary()
-        print(json.dumps(summary, default=_plain))
+        print(json_text(summary))
     elif not getattr(args, "quiet", False):
         if args.sweep_table not in ("-", "/dev/stdout"):
             print(format_sweep_table(out))
@@ -625,4 +626,4 @@ def write_sweep_table(out, path: str, doc: dict) -> None:
             for r in out.rows:
                 wr.writerow(["" if r.get(c) is None else r.get(c) for c in cols])
         else:
-            f.write(json.dumps(doc, default=_plain) + "\n")
+            f.write(json_text(doc) + "\n")
