@@ -155,6 +155,14 @@ def _multiclass_mode(store, multiclass: str | None) -> str | None:
         multiclass = "ovr"
     if multiclass not in (None, "ovr"):
         raise SolverError(f"unknown multiclass mode {multiclass!r}; use ovr")
+    meta = store.meta
+    if multiclass == "ovr" and meta.has_qid and meta.label_kind == "ordinal":
+        # predict and evaluate refuse a one-vs-rest model on this store (scoring.check_store)
+        raise SolverError(
+            f"{store.path}: --multiclass ovr trains classes, but the store is a ranking store "
+            "(ordinal ranks within each qid); drop --multiclass to train a ranking model, or "
+            "re-ingest with --label-kind multiclass to train classes"
+        )
     return multiclass
 
 
