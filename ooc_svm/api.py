@@ -217,10 +217,11 @@ def _check_probability(store, multiclass: str | None, folds: int) -> None:
     n_shards = len(meta.shards)
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
         raise SolverError(f"--probability-folds must be an integer >= 2, got {folds!r}")
-    if n_shards < folds:
+    if n_shards < folds and meta.n_rows < 2 * folds:
+        # fewer shards than folds: folds of rows within the shards (probability.py)
         raise SolverError(
-            f"{store.path}: --probability-folds {folds} needs at least {folds} shards, the "
-            f"store has {n_shards}; use fewer folds or re-ingest with a smaller --shard-rows"
+            f"{store.path}: --probability-folds {folds} needs at least {2 * folds} rows, the "
+            f"store has {meta.n_rows}; use fewer folds"
         )
 
 

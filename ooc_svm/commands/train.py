@@ -263,15 +263,16 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
         "--probability",
         action="store_true",
         help="also fit Platt's sigmoid (LIBSVM -b 1) on decision values of a cross-validation "
-        "whose folds are whole shards, and store it in the model for `predict --probability` "
-        "(costs K more trainings; seeded by --seed)",
+        "whose folds are whole shards (rows within shards when the store has fewer shards "
+        "than folds), and store it in the model for `predict --probability` (costs K more "
+        "trainings, shown as fold k/K; seeded by --seed)",
     )
     p.add_argument(
         "--probability-folds",
         type=int,
         default=5,
         metavar="K",
-        help="folds of the --probability cross-validation (2 <= K <= shards; default 5)",
+        help="folds of the --probability cross-validation (K >= 2; default 5)",
     )
 
 
@@ -506,6 +507,8 @@ def run(args) -> int:
         if history is not None:
             history.close()
     result.seconds = result.seconds or (time.perf_counter() - t0)
+    if args.probability:  # the K cross-validation trainings belong to the run's time
+        result.seconds = time.perf_counter() - t0
     result.model.save(args.output)
     summary = json_summary(result, args.solver, typed, store, args.output, args.store)
     if args.json:  # asked for: printed even with -q
@@ -518,9 +521,11 @@ def run(args) -> int:
                 status = f", not converged (max-iter {typed.max_iter} reached)"
             else:
                 status = f", not converged ({result.stop_reason or 'stopped early'})"
+        pr = result.model.info.get("probability") if args.probability else None
+        cv = f" (+ {pr['folds']} probability folds, {pr['passes']} passes)" if pr else ""
         print(
             f"{args.solver}: objective {obj if obj is None else f'{obj:.8g}'}, "
-            f"{summary['iterations']} iterations, {summary['passes']} passes, "
+            f"{summary['iterations']} iterations, {summary['passes']} passes{cv}, "
             f"{summary['seconds']:.2f}s{status} -> {args.output}"
         )
     return 0

@@ -75,7 +75,14 @@ _LAZY = {
     ),
     **dict.fromkeys(("_golden", "_Ranking", "_solve_rank"), ".rank"),
     **dict.fromkeys(
-        ("QP_STALL_FAILS", "QP_MAX_STEPS", "QP_MAX_SMO_STEPS", "WorkingSet", "check_qp", "_qp_atol"),
+        (
+            "QP_STALL_FAILS",
+            "QP_MAX_STEPS",
+            "QP_MAX_SMO_STEPS",
+            "WorkingSet",
+            "check_qp",
+            "_qp_atol",
+        ),
         ".working_set",
     ),
 }
