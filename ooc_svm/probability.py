@@ -450,6 +450,7 @@ def cross_val_decision_values(
     fold_nnz = _row_fold_nnz(store, k, seed) if by_rows else None
     for c in range(k):
         t0 = time.perf_counter()
+        view: RowFoldView | ShardSubsetView
         if fold_nnz is not None:
             view = RowFoldView(store, k, seed, c, fold_nnz[:, c])
             held = np.arange(len(meta.shards))
