@@ -76,6 +76,33 @@ def json_default(o: Any) -> Any:
     return str(o)
 
 
+def json_ready(o: Any) -> Any:
+    """``o`` with every value JSON can hold: numpy values as Python ones (:func:`json_default`
+    for the rest) and NaN / ±infinity as ``None`` (``null``), which standard JSON lacks."""
+    import math
+
+    import numpy as np
+
+    if isinstance(o, dict):
+        return {k: json_ready(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [json_ready(v) for v in o]
+    if isinstance(o, np.ndarray):
+        return json_ready(o.tolist())
+    if isinstance(o, np.generic):
+        o = o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return o
+
+
+def json_text(o: Any, **kw: Any) -> str:
+    """``json.dumps`` of :func:`json_ready` ``(o)``: always valid (standard) JSON."""
+    import json
+
+    return json.dumps(json_ready(o), allow_nan=False, default=json_default, **kw)
+
+
 # ------------------------------------------------------------------------------------------
 # shard cache budget (engine)
 # ------------------------------------------------------------------------------------------

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .engine import Engine, make_engine
-from .solvers import SOLVER_MODULES, Callback, Result, SolverError, available_solvers, get_solver
+from .solvers import (
+    SOLVER_MODULES,
+    Callback,
+    Result,
+    SolverError,
+    available_solvers,
+    check_finite,
+    get_solver,
+)
 from .solvers.ovr import combine_ovr_models, train_ovr
 from .solvers.params import KernelSolverParams, SolverParams, flag_name
 from .store import open_store
@@ -120,6 +128,7 @@ def train(
             result = train_ovr(store, mod, engine, typed, callback=callback, checkpoint=class_ckpt)
         else:
             result = mod.solve(store, engine, typed, callback=callback, checkpoint=ckpt)
+        check_finite(result, solver, f"{store.path}: ")
         if probability:
             fit_probability(
                 result.model, store, probability_folds, solver, engine, typed, multiclass
@@ -154,6 +163,14 @@ def _multiclass_mode(store, multiclass: str | None) -> str | None:
         multiclass = "ovr"
     if multiclass not in (None, "ovr"):
         raise SolverError(f"unknown multiclass mode {multiclass!r}; use ovr")
+    meta = store.meta
+    if multiclass == "ovr" and meta.has_qid and meta.label_kind == "ordinal":
+        # predict and evaluate refuse a one-vs-rest model on this store (scoring.check_store)
+        raise SolverError(
+            f"{store.path}: --multiclass ovr trains classes, but the store is a ranking store "
+            "(ordinal ranks within each qid); drop --multiclass to train a ranking model, or "
+            "re-ingest with --label-kind multiclass to train classes"
+        )
     return multiclass
 
 
@@ -208,10 +225,11 @@ def _check_probability(store, multiclass: str | None, folds: int) -> None:
     n_shards = len(meta.shards)
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
         raise SolverError(f"--probability-folds must be an integer >= 2, got {folds!r}")
-    if n_shards < folds:
+    if n_shards < folds and meta.n_rows < 2 * folds:
+        # fewer shards than folds: folds of rows within the shards (probability.py)
         raise SolverError(
-            f"{store.path}: --probability-folds {folds} needs at least {folds} shards, the "
-            f"store has {n_shards}; use fewer folds or re-ingest with a smaller --shard-rows"
+            f"{store.path}: --probability-folds {folds} needs at least {2 * folds} rows, the "
+            f"store has {meta.n_rows}; use fewer folds"
         )
 
 
@@ -404,6 +422,7 @@ def train_sweep(
         if own_engine:
             engine.close()
     out.seconds = time.perf_counter() - t0
+    check_finite(out.result, solver, f"{store.path}: ")
     _record_sweep(out)
     remember_hashing(out.result.model, meta)
     return out

@@ -160,6 +160,13 @@ class Model:
             arrays["dual_coef"] = np.asarray(self.dual_coef_, dtype=np.float64)
         if self.support_ is not None:
             arrays["support"] = np.asarray(self.support_, dtype=np.int64)
+        for name in ("coef", "intercept", "sv_data", "dual_coef"):
+            if name in arrays and not np.all(np.isfinite(arrays[name])):
+                # load_model refuses it: never write a model that cannot be read back
+                raise ModelError(
+                    f"{path}: not written: the model's {name} has non-finite values (the "
+                    "training overflowed); scale the features and train again"
+                )
         meta = {
             "format": MODEL_FORMAT,
             "version": MODEL_VERSION,

@@ -16,7 +16,10 @@ Binary models
     LIBSVM ``-b 1`` uses 5-fold cross-validation): :func:`cross_val_decision_values` trains one
     model per fold of *shards* (:func:`fold_assignment`) through :func:`ooc_svm.train` on a
     :class:`~ooc_svm.store.views.ShardSubsetView` and scores the held-out shards, keeping
-    8 bytes per row (the decision values) plus 1 byte per row (the label sign).
+    8 bytes per row (the decision values) plus 1 byte per row (the label sign). A store with
+    fewer shards than folds (a9a ingests as one shard) gets folds of rows within its shards
+    instead (:func:`~ooc_svm.store.views.row_folds`, seeded; the training view is a
+    :class:`~ooc_svm.store.views.RowFoldView`), as LIBSVM's ``-b 1`` works on any data.
 
 Multiclass models — which coupling is used when
     * **One-vs-rest models** (what ``ooc_svm.train`` makes for multiclass stores): one sigmoid
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -425,12 +429,21 @@ def cross_val_decision_values(
     CVScores
     """
     from .store import open_store
-    from .store.views import ShardSubsetView
+    from .store.views import RowFoldView, ShardSubsetView, row_folds
 
     if isinstance(store, str):
         store = open_store(store)
     meta = store.meta
-    folds = fold_assignment(meta, k, seed)
+    k = int(k)
+    by_rows = len(meta.shards) < k
+    if by_rows:
+        if k < 2:
+            raise ValueError(f"cross-validation needs at least 2 folds, got {k}")
+        if meta.n_rows < k:
+            raise ValueError(f"{k} folds need at least {k} rows, the store has {meta.n_rows}")
+        folds = np.full(len(meta.shards), -1, dtype=np.int64)
+    else:
+        folds = fold_assignment(meta, k, seed)
     classes = [float(c) for c in (meta.labels or [])]
     multi = meta.label_kind == "multiclass" or (
         meta.label_kind == "ordinal" and params.get("multiclass") == "ovr"
@@ -444,20 +457,48 @@ def cross_val_decision_values(
     dec = np.empty((n, len(classes)) if multi else n, dtype=np.float64)
     y = np.empty(n, dtype=np.float64)
     results = []
-    for c in range(int(k)):
-        held = np.flatnonzero(folds == c)
-        view = ShardSubsetView(store, np.flatnonzero(folds != c))
+    fold_nnz = _row_fold_nnz(store, k, seed) if by_rows else None
+    for c in range(k):
+        t0 = time.perf_counter()
+        view: RowFoldView | ShardSubsetView
+        if fold_nnz is not None:
+            view = RowFoldView(store, k, seed, c, fold_nnz[:, c])
+            held = np.arange(len(meta.shards))
+        else:
+            held = np.flatnonzero(folds == c)
+            view = ShardSubsetView(store, np.flatnonzero(folds != c))
+        log.info("probability: fold %d/%d: training on %d rows", c + 1, k, view.meta.n_rows)
         res = train(view, solver=solver, engine=engine, **params)
         results.append(res)
         for sid in held:
             shard = store.read_shard(int(sid))
             lo = int(shard.row_start)
-            hi = lo + shard.n_rows
-            y[lo:hi] = shard.y
-            if shard.n_rows:
-                dec[lo:hi] = res.model.decision_function(shard.to_scipy(meta.n_features))
-        log.debug("fold %d/%d: %d held-out shards scored", c + 1, k, held.size)
+            rows = np.arange(lo, lo + shard.n_rows)
+            X = shard.to_scipy(meta.n_features)
+            if fold_nnz is not None:
+                mine = row_folds(lo, shard.n_rows, k, seed) == c
+                rows, X = rows[mine], X[mine]
+            y[rows] = shard.y[rows - lo]
+            if rows.size:
+                dec[rows] = res.model.decision_function(X)
+        log.info(
+            "probability: fold %d/%d done: %d passes, %.1fs",
+            c + 1, k, int(res.passes or 0), time.perf_counter() - t0,
+        )  # fmt: skip
     return CVScores(dec, y, folds, classes, results)
+
+
+def _row_fold_nnz(store, k: int, seed: int) -> np.ndarray:
+    """Non-zeros of every row fold (:func:`~ooc_svm.store.views.row_folds`) in every shard,
+    shape (n_shards, k): one read of each shard."""
+    from .store.views import row_folds
+
+    out = np.zeros((store.n_shards, k), dtype=np.int64)
+    for i in range(store.n_shards):
+        s = store.read_shard(i)
+        f = row_folds(s.row_start, s.n_rows, k, seed)
+        out[i] = np.bincount(f, weights=np.diff(s.indptr), minlength=k).astype(np.int64)
+    return out
 
 
 def fit_platt(cv: CVScores) -> tuple[np.ndarray, np.ndarray]:

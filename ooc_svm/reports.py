@@ -13,7 +13,7 @@ from typing import IO
 
 import numpy as np
 
-from ._util import json_default
+from ._util import json_text
 
 
 class HistoryWriter:
@@ -35,11 +35,11 @@ class HistoryWriter:
                 "you can write"
             ) from None
         if header:
-            self._f.write(json.dumps({"header": header}, default=json_default) + "\n")
+            self._f.write(json_text({"header": header}) + "\n")
             self._f.flush()
 
     def __call__(self, record: dict) -> None:
-        self._f.write(json.dumps(record, default=json_default) + "\n")
+        self._f.write(json_text(record) + "\n")
         self._f.flush()
 
     def close(self) -> None:

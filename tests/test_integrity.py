@@ -66,15 +66,22 @@ def make_store(tmp_path, name="s.zarr", compression="none", n=600, shard_rows=20
     return tmp_path / name
 
 
-def _edit_meta(path, fn):
+def _edit_meta(path, fn, reseal=True):
+    """Edit the store metadata with ``fn``; ``reseal``: record the edited document's metadata
+    checksum too, as a deliberate editor would, so that the checks of the shards against the
+    metadata are what must catch the edit."""
+    from ooc_svm.store.format import META_CHECKSUM_KEY, meta_checksum
+
     if str(path).endswith(".zarr"):
         f = path / "zarr.json"
         doc = json.loads(f.read_text())
-        fn(doc["attributes"]["ooc_svm"])
+        m = doc["attributes"]["ooc_svm"]
     else:
         f = path / "_ooc_svm.json"
-        doc = json.loads(f.read_text())
-        fn(doc)
+        doc = m = json.loads(f.read_text())
+    fn(m)
+    if reseal and META_CHECKSUM_KEY in m:
+        m[META_CHECKSUM_KEY] = meta_checksum(m)
     f.write_text(json.dumps(doc))
 
 
@@ -157,6 +164,48 @@ def test_shifted_shard_table_numbers_are_refused(tmp_path, name):
     r = cli("train", "--solver", "perf", name, "-o", "m.model", cwd=tmp_path)
     line = one_line_error(r)
     assert "shard 0" in line and "damaged" in line, line
+
+
+# -- edited labels: the metadata checksum, and every shard's y against the labels -------------
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("how", ["edited", "resealed", "checksum_removed"])
+def test_edited_labels_in_store_metadata_are_refused_by_verify_and_train(tmp_path, name, how):
+    """labels [-1, 1] edited to [5, 7]: train used to exit 0 with a garbage model."""
+    path = make_store(tmp_path, name)
+
+    def edit(m):
+        m["labels"] = [5.0, 7.0]
+        if how == "checksum_removed":  # as a store written before the metadata checksum
+            m.pop("meta_checksum")
+
+    _edit_meta(path, edit, reseal=how == "resealed")
+    for args in (("verify", name), ("train", name, "-o", "m.model")):
+        r = cli(*args, cwd=tmp_path, stdin=subprocess.DEVNULL)
+        line = one_line_error(r)
+        if how == "edited":
+            assert "store metadata was changed after ingest" in line, line
+        else:
+            assert re.search(r"label -?1 at row \d+ is not one of the labels in the store me", line)
+        assert name in line
+    assert not (tmp_path / "m.model").exists()
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_metadata_fields_a_solver_trusts_are_covered_by_the_checksum(tmp_path, name):
+    path = make_store(tmp_path, name)
+    for edit in (
+        lambda m: m.update(label_kind="real", labels=None),
+        lambda m: m.update(has_qid=True),
+        lambda m: m.update(n_features=m["n_features"] + 100),
+        lambda m: m["shards"][0].update(checksum="0" * 16),
+    ):
+        before = {p: p.read_bytes() for p in path.glob("*.json")}
+        _edit_meta(path, edit, reseal=False)
+        r = cli("train", name, "-o", "m.model", cwd=tmp_path, stdin=subprocess.DEVNULL)
+        assert "store metadata was changed after ingest" in one_line_error(r)
+        for p, b in before.items():
+            p.write_bytes(b)
+    assert cli("verify", name, cwd=tmp_path).returncode == 0
 
 
 # -- 3. bounded I/O ---------------------------------------------------------------------------
@@ -562,6 +611,7 @@ def test_version_1_crc32_store_still_read_verified_and_appended(tmp_path, name):
     def to_v1(m):
         m["version"] = 1
         m.pop("uuid", None)
+        m.pop("meta_checksum", None)  # version 1 stores had none
         for s, c in zip(m["shards"], crcs, strict=True):
             s["checksum"] = c
 

@@ -76,3 +76,30 @@ def test_ovr_same_model_on_dask(blobs_store):
         dask = train(path, "perf", engine=eng, C=1.0, eps=1e-5).model
     np.testing.assert_allclose(dask.coef_, local.coef_, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(dask.intercept_, local.intercept_, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("solver", ["perf", "smo"])
+def test_ovr_on_a_ranking_store_is_refused_at_train_time(tmp_path, solver):
+    """predict / evaluate refuse a one-vs-rest model on a store of ranks within qids; train
+    used to make one anyway (exit 0)."""
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "ooc_svm", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
+
+    synth = ("--rows", "300", "--features", "20", "--nnz-per-row", "5", "--seed", "1")
+    r = cli("synth", "r.zarr", *synth, "--ranks", "3", "--qid-size", "20")
+    assert r.returncode == 0, r.stderr
+    r = cli("train", "r.zarr", "--solver", solver, "--multiclass", "ovr", "-o", "m")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("ooc-svm: error:")]
+    assert len(err) == 1 and "ranking store" in err[0] and "--label-kind multiclass" in err[0]
+    assert not (tmp_path / "m").exists()

@@ -538,15 +538,12 @@ def test_extreme_C_finishes_or_stops_in_bounded_time(tmp_path, variant, make_sto
             lbs.append(rec["lower_bound"])
 
     t = time.perf_counter()
-    try:
-        res = train(st, "perf", C=C, eps=eps, variant=variant, callback=cb)
-    except perf.SolverError as e:
-        res = None
-        assert "use --solver active-set or smo, or a smaller --C" in str(e)
-        assert "\n" not in str(e)
+    res = train(st, "perf", C=C, eps=eps, variant=variant, callback=cb)
     assert time.perf_counter() - t < 120
     assert lbs and all(b >= a - 1e-9 * abs(a) for a, b in zip(lbs, lbs[1:], strict=False))
-    if res is not None:
+    # stopped by the QP stall rule: the best point, flagged; else the guarantee holds
+    assert res.converged or res.stop_reason in ("stalled", "max_iter")
+    if res.converged:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             m = LinearSVC(C=C, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
@@ -571,12 +568,10 @@ def test_extreme_C_cli_one_line(tmp_path, make_store):
         timeout=300,
     )
     assert time.perf_counter() - t < 120
-    if p.returncode == 1:
-        lines = p.stderr.strip().splitlines()
-        assert lines[-1].startswith("ooc-svm: error: perf: the cutting-plane QP stalls")
-        assert not (tmp_path / "m.json").exists()
-    else:
-        assert p.returncode == 0, p.stderr
+    assert p.returncode == 0, p.stderr
+    if "the cutting-plane QP stalls" in p.stderr:
+        assert "not converged (stalled)" in p.stderr + p.stdout
+    assert (tmp_path / "m.json").exists()
 
 
 # ------------------------------------------------------------------------------------------
@@ -707,3 +702,40 @@ def test_rank_kill_and_resume_same_model(tmp_path, loss):
     sb = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert sb["objective"] == sa["objective"] and sb["iterations"] == sa["iterations"]
     assert sb["passes"] == sa["passes"]
+
+
+def test_qp_stall_stop_is_deterministic_and_writes_the_best_model(tmp_path, make_store):
+    """The stall rule counts QP steps, not seconds (it stopped a9a --loss roc after 440 s on a
+    busy machine, not on an idle one): the same run stops at the same iteration every time,
+    writes its best model flagged not converged, and the advice fits the loss."""
+    import subprocess
+    import sys
+
+    X, y = _tiny_binary(0)
+    make_store(X, y, shard_rows=97)
+    tight = (
+        "import sys; from ooc_svm.solvers.perf import working_set as ws; "
+        "ws.QP_MAX_STEPS, ws.QP_MAX_SMO_STEPS, ws.QP_STALL_FAILS = 2, 3, 2; "
+        "from ooc_svm.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    outs = []
+    for loss, model in (("error", "m1"), ("error", "m2"), ("roc", "m3")):
+        p = subprocess.run(
+            [sys.executable, "-c", tight, "train", "s.zarr", "--C", "1e9", "--loss", loss]
+            + ["-o", model, "--json"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
+        assert p.returncode == 0, p.stderr[-2000:]
+        d = json.loads(p.stdout)
+        assert d["converged"] is False and d["stop_reason"] == "stalled", d
+        assert "the cutting-plane QP stalls" in p.stderr
+        advice = "--solver active-set or smo" if loss == "error" else "a larger --eps"
+        assert advice in p.stderr, p.stderr[-2000:]
+        assert load_model(str(tmp_path / model)).info["converged"] is False
+        outs.append(d)
+    assert outs[0]["iterations"] == outs[1]["iterations"]
+    assert outs[0]["objective"] == outs[1]["objective"]

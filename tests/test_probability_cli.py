@@ -132,12 +132,14 @@ def test_predict_probability_refused_without_sigmoid(a9a_small):
 
 def test_train_probability_refusals(a9a_small):
     cwd = a9a_small
-    r = _cli(cwd, "train", "a9a.zarr", "-o", "m", "--probability", "--probability-folds", "9")
+    # more folds than shards: folds of rows within shards (see the test below); more folds
+    # than half the rows cannot be
+    r = _cli(cwd, "train", "a9a.zarr", "-o", "m", "--probability", "--probability-folds", "2001")
     assert r.returncode == 1
     [line] = r.stderr.strip().splitlines()
     assert line.startswith("ooc-svm: error: ") and line.endswith(
-        "a9a.zarr: --probability-folds 9 needs at least 9 shards, the store has 8; use fewer "
-        "folds or re-ingest with a smaller --shard-rows"
+        "a9a.zarr: --probability-folds 2001 needs at least 4002 rows, the store has 4000; use "
+        "fewer folds"
     )
     assert not (cwd / "m").exists()
     r = _cli(cwd, "train", "a9a.zarr", "-o", "m", "--probability", "--probability-folds", "1")
@@ -238,3 +240,25 @@ def test_imported_libsvm_probabilities_match_svm_predict_b1(tmp_path, k):
     else:
         ours = np.column_stack([out[f"probability_{int(c)}"] for c in labels])
         np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-6)
+
+
+def test_probability_on_a_one_shard_store_uses_row_folds(tmp_path, data_path):
+    """a9a ingests as one shard: --probability said "needs at least 5 shards". Folds are now
+    rows within shards (seeded: the same sigmoid twice), shown as fold k/5, as LIBSVM -b 1."""
+    lines = data_path("a9a/a9a").read_text().splitlines()[:1500]
+    (tmp_path / "a.txt").write_text("\n".join(lines) + "\n")
+    assert _cli(tmp_path, "ingest", "a.txt", "a.zarr").returncode == 0
+    probs = []
+    for m in ("m1", "m2"):
+        r = _cli(tmp_path, "train", "a.zarr", "-o", m, "--probability")
+        assert r.returncode == 0, r.stderr[-2000:]
+        for k in range(1, 6):
+            assert f"probability: fold {k}/5: training on 1200 rows" in r.stderr, r.stderr
+        assert "(+ 5 probability folds," in r.stdout, r.stdout
+        meta = json.loads((tmp_path / m / "model.json").read_text())
+        p = meta["probability"]
+        assert p["method"] == "platt" and p["probA"][0] < 0
+        probs.append((p["probA"], p["probB"]))
+    assert probs[0] == probs[1]
+    r = _cli(tmp_path, "predict", "m1", "a.zarr", "-o", "p.txt", "--probability")
+    assert r.returncode == 0, r.stderr

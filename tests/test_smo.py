@@ -377,3 +377,58 @@ def test_class_weights_one_vs_rest_as_liblinear(tmp_path):
     assert objs[0] == pytest.approx(plain[0], rel=1e-12) and objs[1] != pytest.approx(plain[1])
     with pytest.raises(SolverError, match="by class label"):
         train(st, "smo", class_weight="7=2", **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# overflow: values near the float32 limit
+# --------------------------------------------------------------------------------------------
+def _strict_json(text: str):
+    """Parse standard JSON only (Python's parser accepts NaN / Infinity, JSON does not)."""
+
+    def refuse(c):
+        raise ValueError(f"not standard JSON: {c}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("kernel", ["linear", "rbf"])
+def test_overflowing_training_exits_1_and_writes_no_model(tmp_path, kernel):
+    """Feature values near 3.4e38: smo used to say converged with objective NaN, print
+    NaN / -Infinity in --json and write a model its own predict refused."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    lines = [
+        f"{1 if i % 2 else -1} 1:{3.3e38 * rng.random():.6g} 2:{3.0e38 * rng.random():.6g} "
+        f"3:{rng.random():.4f}"
+        for i in range(60)
+    ]
+    (tmp_path / "big.svm").write_text("\n".join(lines) + "\n")
+
+    def cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "ooc_svm", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
+
+    assert cli("ingest", "big.svm", "big.zarr").returncode == 0
+    r = cli("train", "big.zarr", "--solver", "smo", "--kernel", kernel, "-o", "m", "--json")
+    assert r.returncode == 1, (r.stdout, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("ooc-svm: error:")]
+    assert len(err) == 1 and "is nan" in err[0] and "scale the features" in err[0], r.stderr
+    if r.stdout.strip():
+        _strict_json(r.stdout)
+    assert not (tmp_path / "m").exists()
+
+
+def test_json_text_is_standard_json_for_non_finite_values():
+    from ooc_svm._util import json_text
+
+    doc = {"a": float("nan"), "b": [np.float64("-inf"), 1.5], "c": np.array([np.inf, 2.0])}
+    assert _strict_json(json_text(doc)) == {"a": None, "b": [None, 1.5], "c": [None, 2.0]}

@@ -10,7 +10,7 @@ store whose task or labels do not fit the model is refused (see ``ooc-svm predic
 
 from __future__ import annotations
 
-import json
+from .._util import json_text
 
 EXAMPLES = """\
 examples:
@@ -96,7 +96,7 @@ def run(args) -> int:
     )
     if args.json:
         # the metrics and what was scored; nothing that changes between two identical runs
-        print(json.dumps({**res, "n_rows": res.get("n"), "model": args.model}))
+        print(json_text({**res, "n_rows": res.get("n"), "model": args.model}))
         return 0
     if res.get("threshold_trained") is False:
         at_zero = [k for k in ("accuracy", "precision", "recall", "f1") if k in res]

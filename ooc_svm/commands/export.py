@@ -3,6 +3,8 @@ LIBLINEAR's ``predict``, LIBSVM's ``svm-predict`` or SVMlight's ``svm_classify``
 
 from __future__ import annotations
 
+from .._util import json_text
+
 
 def add_parser(sub) -> None:
     from . import HelpFormatter
@@ -36,7 +38,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import json
 
     from ..interop import export_model
     from ..model import load_model
@@ -44,7 +45,7 @@ def run(args) -> int:
     model = load_model(args.model)
     export_model(model, args.fmt, args.output)
     if args.json:
-        print(json.dumps({"model": args.model, "format": args.fmt, "output": args.output}))
+        print(json_text({"model": args.model, "format": args.fmt, "output": args.output}))
     elif not getattr(args, "quiet", False):
         print(f"export: {args.model} -> {args.output} ({args.fmt})")
     return 0

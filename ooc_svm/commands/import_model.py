@@ -3,6 +3,8 @@ into an ooc-svm model directory (``import`` is a Python keyword, hence the modul
 
 from __future__ import annotations
 
+from .._util import json_text
+
 #: the command's name on the command line
 COMMAND = "import"
 
@@ -48,7 +50,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import json
     import os
 
     from ..interop import import_model
@@ -63,7 +64,7 @@ def run(args) -> int:
     model.save(args.model)
     d = {"model": args.model, **model_summary(model)}
     if args.json:
-        print(json.dumps(d))
+        print(json_text(d))
     elif not getattr(args, "quiet", False):
         print(
             f"import: {args.file} ({d['format']}) -> {args.model}: {d['kind']} model, "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from .._util import json_text
 
 
 def add_parser(sub) -> None:
@@ -69,7 +69,7 @@ def run(args) -> int:
     if args.shards:
         d["shards"] = [s.__dict__ for s in store.meta.shards]
     if args.json:
-        print(json.dumps(d))
+        print(json_text(d))
         return 0
     for k, v in d.items():
         if k == "labels" and v is not None and len(v) > 20:

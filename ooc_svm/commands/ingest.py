@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from .._util import json_text
+
 
 def add_parser(sub) -> None:
     from . import HelpFormatter
@@ -183,7 +185,6 @@ def _total_bytes(inputs: list[str]) -> int | None:
 
 def _print_summary(args, store: str, meta, stats) -> None:
     """The skip warning, then the summary line (and the label-kind note) or ``--json``."""
-    import json
 
     from ..store.format import label_kind_note
 
@@ -192,7 +193,7 @@ def _print_summary(args, store: str, meta, stats) -> None:
         print(f"ooc-svm: warning: {stats.skip_report()}", file=sys.stderr)
     if args.json:
         print(
-            json.dumps(
+            json_text(
                 {
                     "store": store,
                     "rows": stats.rows,

@@ -25,7 +25,6 @@ with the streamed kernel expansion (see :mod:`ooc_svm.scoring`).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -112,7 +111,7 @@ def _quiet_stdout() -> None:
 
 
 def run(args) -> int:
-    from .._util import is_special_output
+    from .._util import is_special_output, json_text
     from ..model import load_model
     from ..progress import Meter, progress_mode
     from ..scoring import check_compatible, predict_store
@@ -169,7 +168,7 @@ def run(args) -> int:
             "n_rows": info["rows"],
             "seconds": time.perf_counter() - t0,
         }
-        print(json.dumps(summary), file=sys.stderr if streamed else sys.stdout)
+        print(json_text(summary), file=sys.stderr if streamed else sys.stdout)
         return 0
     if getattr(args, "quiet", False):
         return 0

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from .._util import json_text
+
 
 def add_parser(sub) -> None:
     from . import HelpFormatter
@@ -105,7 +107,6 @@ def _return_freed_memory() -> None:
 
 
 def run(args) -> int:
-    import json
 
     from ..progress import Meter, progress_mode
     from ..synth import SynthError, synth
@@ -133,7 +134,7 @@ def run(args) -> int:
         return 1
     bar.close()
     if args.json:
-        print(json.dumps(s), file=summary_stream)
+        print(json_text(s), file=summary_stream)
     elif not getattr(args, "quiet", False):
         mb = s["bytes"] / 1e6
         secs = max(s["seconds"], 1e-9)

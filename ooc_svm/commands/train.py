@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import time
 from typing import TYPE_CHECKING
+
+from .._util import json_text
 
 if TYPE_CHECKING:
     from ..api import SolverParams
@@ -270,15 +271,16 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
         "--probability",
         action="store_true",
         help="also fit Platt's sigmoid (LIBSVM -b 1) on decision values of a cross-validation "
-        "whose folds are whole shards, and store it in the model for `predict --probability` "
-        "(costs K more trainings; seeded by --seed)",
+        "whose folds are whole shards (rows within shards when the store has fewer shards "
+        "than folds), and store it in the model for `predict --probability` (costs K more "
+        "trainings, shown as fold k/K; seeded by --seed)",
     )
     p.add_argument(
         "--probability-folds",
         type=int,
         default=5,
         metavar="K",
-        help="folds of the --probability cross-validation (2 <= K <= shards; default 5)",
+        help="folds of the --probability cross-validation (K >= 2; default 5)",
     )
 
 
@@ -528,10 +530,12 @@ def run(args) -> int:
         if history is not None:
             history.close()
     result.seconds = result.seconds or (time.perf_counter() - t0)
+    if args.probability:  # the K cross-validation trainings belong to the run's time
+        result.seconds = time.perf_counter() - t0
     result.model.save(args.output)
     summary = json_summary(result, args.solver, typed, store, args.output, args.store)
     if args.json:  # asked for: printed even with -q
-        print(json.dumps(summary))
+        print(json_text(summary))
     elif not getattr(args, "quiet", False):
         obj = summary.get("objective")
         status = ""
@@ -540,9 +544,11 @@ def run(args) -> int:
                 status = f", not converged (max-iter {typed.max_iter} reached)"
             else:
                 status = f", not converged ({result.stop_reason or 'stopped early'})"
+        pr = result.model.info.get("probability") if args.probability else None
+        cv = f" (+ {pr['folds']} probability folds, {pr['passes']} passes)" if pr else ""
         print(
             f"{args.solver}: objective {obj if obj is None else f'{obj:.8g}'}, "
-            f"{summary['iterations']} iterations, {summary['passes']} passes, "
+            f"{summary['iterations']} iterations, {summary['passes']} passes{cv}, "
             f"{summary['seconds']:.2f}s{status} -> {args.output}"
         )
     return 0
@@ -613,7 +619,7 @@ def run_sweep(args, typed) -> int:
         best = typed.replace(C=out.best_C)
         summary = json_summary(out.result, args.solver, best, store, args.output, args.store)
         summary["sweep"] = out.summary()
-        print(json.dumps(summary, default=_plain))
+        print(json_text(summary))
     elif not getattr(args, "quiet", False):
         if not args.sweep_table:  # the table went to --sweep-table instead
             print(format_sweep_table(out))
@@ -674,4 +680,4 @@ def write_sweep_table(out, path: str, doc: dict) -> None:
             for r in out.rows:
                 wr.writerow(["" if r.get(c) is None else r.get(c) for c in cols])
         else:
-            f.write(json.dumps(doc, default=_plain) + "\n")
+            f.write(json_text(doc) + "\n")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from .._util import json_text
+
 #: at most this many damaged shards are named (the count covers all)
 MAX_LISTED = 20
 
@@ -37,7 +39,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import json
     import time
 
     from ..progress import Meter, progress_mode
@@ -79,7 +80,7 @@ def run(args) -> int:
     bar.close()
     if args.json:
         print(
-            json.dumps(
+            json_text(
                 {
                     "store": args.store,
                     "n_shards": store.n_shards,

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._util import json_text
 from ..model import Model, load_model
 
 #: info keys that name the training store, in order of preference
@@ -64,11 +65,10 @@ def describe_model(path: str) -> dict[str, Any]:
 
 def print_model_info(path: str, as_json: bool = False) -> int:
     """``ooc-svm info MODEL``: print :func:`describe_model` as JSON or ``key value`` lines."""
-    import json
 
     d = describe_model(path)
     if as_json:
-        print(json.dumps(d))
+        print(json_text(d))
         return 0
     for k, v in d.items():
         if v is None:

@@ -64,6 +64,35 @@ def check_csr(
     return int(code), int(pos)
 
 
+def check_labels(y: np.ndarray, labels: np.ndarray) -> int:
+    """Row of the first label not in ``labels`` (sorted, float64), or -1 when all are.
+
+    The store metadata's ``labels`` decide the classes a solver trains (binary +1/-1, the
+    classes of one-vs-rest); a shard whose ``y`` holds other values means the metadata was
+    edited or does not belong to these shards.
+    """
+    return int(_check_labels(_readonly(y), _readonly(np.asarray(labels, dtype=np.float64))))
+
+
+@njit(cache=True, nogil=True)
+def _check_labels(y, labels):
+    """:func:`check_labels` on read-only C-contiguous arrays (binary search per row)."""
+    k = labels.shape[0]
+    for r in range(y.shape[0]):
+        v = y[r]
+        lo = 0
+        hi = k
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if labels[mid] < v:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == k or labels[lo] != v:
+            return r
+    return -1
+
+
 def _readonly(a: np.ndarray) -> np.ndarray:
     """A read-only, C-contiguous view of ``a`` (a copy only if ``a`` is not contiguous)."""
     v = np.ascontiguousarray(a).view()

@@ -109,6 +109,50 @@ class Result:
         return d
 
 
+#: result values that must be finite for a model to be written (None: not computed)
+FINITE_VALUES = ("objective", "dual_objective", "kkt_max_violation", "kkt_gap")
+
+
+def check_finite(result: Result, solver: str, where: str = "") -> None:
+    """Refuse a result whose objective, intercept, KKT values or weights are NaN or infinite.
+
+    Such a run has overflowed (feature values near the float32 limit, 3.4e38, square to
+    infinity) and its model would be refused by ``predict``; nothing must be written.
+
+    Raises
+    ------
+    SolverError
+        Naming the first non-finite value and what to do.
+    """
+    import numpy as np
+
+    values: dict[str, Any] = {
+        "objective": result.objective,
+        "dual_objective": result.dual_objective,
+    }
+    values.update({k: result.summary.get(k) for k in FINITE_VALUES[2:]})
+    if isinstance(result.stop_value, float) and np.isnan(result.stop_value):
+        values["stopping value"] = result.stop_value
+    m = result.model
+    values["intercept"] = m.intercept_
+    for name in ("coef_", "dual_coef_"):
+        values[name.rstrip("_")] = getattr(m, name, None)
+    sv = getattr(m, "support_vectors_", None)
+    if sv is not None:
+        values["support vector"] = getattr(sv, "data", sv)
+    for name, v in values.items():
+        if v is None:
+            continue
+        a = np.asarray(v, dtype=np.float64)
+        if not np.all(np.isfinite(a)):
+            bad = a.flat[int(np.flatnonzero(~np.isfinite(a.ravel()))[0])]
+            raise SolverError(
+                f"{where}{solver}: training failed: {name} is {bad} (the arithmetic "
+                "overflowed: feature values near the float32 limit 3.4e38?); scale the "
+                "features (e.g. to [-1, 1]) and train again; no model written"
+            )
+
+
 def get_solver(name: str):
     """Import and return the solver module for ``--solver name``."""
     if name not in SOLVER_MODULES:

@@ -579,9 +579,8 @@ class _Run:
 
     def qp(self) -> np.ndarray:
         """OP3 over the working set (timed for the stall stop); raises the lower bound."""
-        tq = time.perf_counter()
         wc, dual, _ = self.ws.solve(self.Cp, self.atol)
-        check_qp(self.C, self.Cp, time.perf_counter() - tq, self.pt)
+        self.prog.stalled = self.prog.stalled or check_qp(self.C, self.Cp, self.ws, "error")
         self.D = max(self.D, dual)
         return wc
 
@@ -596,7 +595,7 @@ class _Run:
         gwb = np.array([ws._dot(v, wb) for v in ws.vecs])  # gⱼ·wb, kept up to date
         for _ in range(int(self.params.max_inner)):
             wc = self.qp()
-            if self.P_b - self.D <= eps * Cp:
+            if self.P_b - self.D <= eps * Cp or self.prog.stalled:
                 break
             gwc = matvec(ws.Q, ws.alpha)  # gⱼ·wc from the Gram matrix
             k, f, dw, dm = segment(inner, ws, gwb, gwc, wb, wc, mb, inner.margins(wc), C, Cp)
@@ -656,7 +655,7 @@ def solve_selective(
             if run.stop <= run.eps:
                 run.converged = True
                 break
-            if run.outer >= int(params.max_iter):
+            if run.outer >= int(params.max_iter) or run.prog.stalled:
                 break
             run.outer += 1
             G_p, cnt_p = run.add_pass_planes(part, q)
@@ -669,7 +668,7 @@ def solve_selective(
                 run.stop = (run.P_b - run.D) / run.Cp
                 run.converged = True
                 break
-    if not run.converged:
+    if not run.converged and not run.prog.stalled:
         log.warning("perf: stopped after %d passes (max_iter) with gap %.3g > eps", run.outer,
                     run.stop)  # fmt: skip
     return _result(run)

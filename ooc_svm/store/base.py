@@ -8,7 +8,8 @@ been checked here before any kernel sees it:
    read, and compressed chunks are decoded into buffers of exactly the declared size;
 2. *structure*: array sizes against the shard table, ``indptr`` from 0 to nnz and never
    decreasing, ``0 <= indices < n_features``, finite values and labels
-   (:func:`ooc_svm.kernels.validate.check_csr`, one numba pass);
+   (:func:`ooc_svm.kernels.validate.check_csr`, one numba pass), and every label among
+   the ``labels`` of the store metadata (:func:`~ooc_svm.kernels.validate.check_labels`);
 3. *checksum*: the shard's checksum against the shard table.
 
 Steps 2 and 3 run **once per store object and shard** while the shard's files keep their
@@ -392,12 +393,22 @@ class ShardGuard:
         if not verify and ident is not None and self._verified.get(i) == ident:
             self.check_unchanged()
             return shard
-        from ..kernels.validate import MESSAGES, check_csr
+        from ..kernels.validate import MESSAGES, check_csr, check_labels
 
         m = self.meta
         code, pos = check_csr(shard.indptr, shard.indices, shard.data, shard.y, m.n_features)
         if code:
             raise self.damaged(i, MESSAGES[int(code)].format(pos=int(pos)))
+        if m.labels is not None:
+            r = check_labels(shard.y, np.asarray(m.labels, dtype=np.float64))
+            if r >= 0:
+                shown = ", ".join(f"{v:g}" for v in m.labels[:6])
+                more = ", ..." if len(m.labels) > 6 else ""
+                raise self.damaged(
+                    i,
+                    f"label {shard.y[r]:g} at row {info.row_start + r} is not one of the "
+                    f"labels in the store metadata ({shown}{more}; metadata edited?)",
+                )
         if shard_checksum(shard, self.meta.version) != info.checksum:
             raise self.damaged(i, "checksum mismatch")
         self.check_unchanged()

@@ -23,6 +23,12 @@ FORMAT_VERSION = 2
 #: checksum algorithm of each format version
 CHECKSUM_ALGOS = {1: "crc32", 2: "xxh3_64"}
 
+#: Key of the checksum of the metadata document itself (every field but this one): what a
+#: solver trusts without reading the shards (``labels``, ``label_kind``, ``n_features``,
+#: ``has_qid``, the shard table) cannot be edited unnoticed. Stores written before it existed
+#: have none and are still read; their labels are checked against every shard's ``y``.
+META_CHECKSUM_KEY = "meta_checksum"
+
 #: Label kinds a store can hold.
 LABEL_KINDS = ("binary", "ordinal", "multiclass", "real")
 
@@ -161,9 +167,11 @@ class StoreMeta:
         return len(self.shards)
 
     def to_dict(self) -> dict[str, Any]:
+        """The metadata document as written, with its :data:`META_CHECKSUM_KEY`."""
         d = dataclasses.asdict(self)
         if d.get("hashing") is None:
             d.pop("hashing", None)
+        d[META_CHECKSUM_KEY] = meta_checksum(d)
         return d
 
     def to_json(self) -> str:
@@ -210,6 +218,17 @@ class StoreMeta:
                 f"{where}: malformed store metadata ({e}); re-ingest the store"
             ) from None
         meta.validate(where)
+        if META_CHECKSUM_KEY in d:
+            try:
+                ok = d[META_CHECKSUM_KEY] == meta_checksum(d)
+            except (TypeError, ValueError):  # not JSON-serialisable back (NaN, ...)
+                ok = False
+            if not ok:
+                raise StoreError(
+                    f"{where}: the store metadata was changed after ingest (metadata "
+                    "checksum mismatch: labels, label kind, sizes or shard table edited); "
+                    "re-ingest the store"
+                )
         return meta
 
     def validate(self, where: str = "store") -> None:
@@ -220,6 +239,18 @@ class StoreMeta:
             raise StoreError(f"{where}: unknown backend {self.backend!r}")
         if self.compression not in ("zstd", "lz4", "none"):
             raise StoreError(f"{where}: unknown compression {self.compression!r}")
+        if self.labels is not None and (
+            any(b <= a for a, b in zip(self.labels, self.labels[1:], strict=False))
+        ):
+            raise StoreError(
+                f"{where}: the store metadata's labels are not sorted and distinct; "
+                "re-ingest the store"
+            )
+        if self.label_kind != "real" and self.labels is None:
+            raise StoreError(
+                f"{where}: label kind {self.label_kind!r} without a list of labels in the "
+                "store metadata; re-ingest the store"
+            )
         if self.n_rows < 0 or self.nnz < 0:
             raise StoreError(f"{where}: negative n_rows / nnz in the store metadata")
         if not (0 <= self.n_features <= MAX_FEATURES):
@@ -296,6 +327,16 @@ def _hashing(v: Any, where: str) -> dict[str, Any] | None:
     if v.get("hash") != HASH_NAME or v.get("key") != HASH_KEY:
         raise ValueError(f"unknown feature hashing {v.get('hash')!r}")
     return hashing_info(bits, collisions)
+
+
+def meta_checksum(doc: dict[str, Any]) -> str:
+    """XXH3-64 of a metadata document (its fields but :data:`META_CHECKSUM_KEY`) in canonical
+    JSON (sorted keys, no spaces), as hex digits."""
+    import xxhash
+
+    body = {k: v for k, v in doc.items() if k != META_CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return xxhash.xxh3_64_hexdigest(text.encode())
 
 
 def _safe_name(name: str) -> bool:

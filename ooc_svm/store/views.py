@@ -170,6 +170,76 @@ class ShardSubsetView(_TransformView):
         return (self.shards,)
 
 
+def row_folds(row_start: int, n_rows: int, k: int, seed: int) -> np.ndarray:
+    """Fold (0..k-1) of every row of the shard starting at global row ``row_start``.
+
+    Within the shard, a permutation seeded by ``(seed, row_start)`` deals the rows to the
+    folds in turn: folds balanced to one row per shard, the same on every read and every
+    worker, and no index over the whole store."""
+    perm = np.random.default_rng([int(seed), int(row_start)]).permutation(int(n_rows))
+    out = np.empty(int(n_rows), dtype=np.int64)
+    out[perm] = np.arange(int(n_rows)) % int(k)
+    return out
+
+
+class DropRowFold:
+    """Shard transform of :class:`RowFoldView` (picklable): rows of fold ``fold`` removed,
+    the others renumbered from ``new_start``."""
+
+    def __init__(self, k: int, seed: int, fold: int, new_start: dict[int, int]):
+        self.k, self.seed, self.fold, self.new_start = int(k), int(seed), int(fold), new_start
+
+    def __call__(self, s: Shard) -> Shard:
+        keep = row_folds(s.row_start, s.n_rows, self.k, self.seed) != self.fold
+        lens = np.diff(s.indptr)
+        sel = np.repeat(keep, lens)  # entries of the kept rows
+        indptr = np.zeros(int(keep.sum()) + 1, dtype=s.indptr.dtype)
+        np.cumsum(lens[keep], out=indptr[1:])
+        return Shard(
+            indptr,
+            s.indices[sel],
+            s.data[sel],
+            s.y[keep],
+            None if s.qid is None else s.qid[keep],
+            self.new_start[int(s.row_start)],
+        )
+
+
+class RowFoldView(_TransformView):
+    """Store view without the rows of one cross-validation fold made of rows within shards
+    (:func:`row_folds`): the training set of that fold when the store has fewer shards than
+    folds. ``fold_nnz[i]`` is the number of non-zeros of fold ``fold`` in shard ``i``."""
+
+    _kind = "rowfold"
+
+    def __init__(self, base: Store, k: int, seed: int, fold: int, fold_nnz) -> None:
+        self.base = base
+        self.k, self.seed, self.fold = int(k), int(seed), int(fold)
+        self.fold_nnz = tuple(int(v) for v in fold_nnz)
+        meta = copy.copy(base.meta)
+        infos = []
+        new_start: dict[int, int] = {}
+        row = nnz = 0
+        for i, s in enumerate(base.meta.shards):
+            held = int(np.count_nonzero(np.arange(s.n_rows) % self.k == self.fold))
+            n_keep = int(s.n_rows) - held
+            nz = int(s.nnz) - self.fold_nnz[i]
+            new_start[int(s.row_start)] = row
+            infos.append(dataclasses.replace(s, row_start=row, n_rows=n_keep, nnz=nz))
+            row += n_keep
+            nnz += nz
+        meta.shards = infos
+        meta.n_rows = row
+        meta.nnz = nnz
+        self.meta = meta
+        self.transform = DropRowFold(self.k, self.seed, self.fold, new_start)
+        self.path = base.path
+        self.backend = base.backend
+
+    def _args(self) -> tuple:
+        return (self.k, self.seed, self.fold, self.fold_nnz)
+
+
 def _reopen_view(cls: type, path: str, args: tuple) -> _TransformView:
     from .writer import open_store
 

@@ -75,7 +75,14 @@ _LAZY = {
     ),
     **dict.fromkeys(("_golden", "_Ranking", "_solve_rank"), ".rank"),
     **dict.fromkeys(
-        ("QP_STALL_PASSES", "QP_STALL_SECONDS", "WorkingSet", "check_qp", "_qp_atol"),
+        (
+            "QP_STALL_FAILS",
+            "QP_MAX_STEPS",
+            "QP_MAX_SMO_STEPS",
+            "WorkingSet",
+            "check_qp",
+            "_qp_atol",
+        ),
         ".working_set",
     ),
 }
@@ -86,8 +93,9 @@ __all__ = [
     "DEFAULTS",
     "DENSE_VECTORS",
     "LOSSES",
-    "QP_STALL_PASSES",
-    "QP_STALL_SECONDS",
+    "QP_STALL_FAILS",
+    "QP_MAX_STEPS",
+    "QP_MAX_SMO_STEPS",
     "STOPPING_RULE",
     "SUPPORTS_CHECKPOINT",
     "SUPPORTS_OVR_CHECKPOINT",

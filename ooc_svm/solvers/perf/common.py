@@ -46,6 +46,8 @@ class _Progress:
         self.callback = callback
         self.history: list[dict] = []
         self.t0 = time.perf_counter()
+        #: the run stopped because its working-set QP stalled (stop_reason "stalled")
+        self.stalled = False
         self.p0 = engine.passes + getattr(engine, "partial_passes", 0)
 
     def passes(self) -> int:
@@ -79,10 +81,13 @@ def perf_result(
     summary: dict,
 ) -> Result:
     """The :class:`Result` of a perf run: ``summary`` after the working set's figures."""
+    stalled = bool(getattr(prog, "stalled", False))
     return Result(
         model=model,
         objective=objective,
         dual_objective=None,
+        converged=bool(summary.get("converged", True)) and not stalled,
+        stop_reason="stalled" if stalled else None,
         iterations=iterations,
         passes=prog.passes(),
         seconds=time.perf_counter() - prog.t0,
@@ -193,5 +198,8 @@ def iteration_done(run: Any, objective: float, xi: float, lower_bound, **extra: 
     run.prog.emit({**rec, **extra})
     if run.stop <= run.eps:
         run.converged = True
+        return True
+    if getattr(run, "stalled", False):
+        run.prog.stalled = True  # the Result says why (stop_reason "stalled")
         return True
     return run.it >= run.max_iter

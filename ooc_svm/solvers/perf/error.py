@@ -91,6 +91,8 @@ class _ErrorRun:
     extra: dict = field(default_factory=dict)
     #: ``(s_neg, s_pos)``: relative per-class costs C_k / C of ``--class-weight`` (None: 1, 1)
     sw: tuple[float, float] | None = None
+    #: the working-set QP stalled (:func:`check_qp`): the run stops, not converged
+    stalled: bool = False
 
     def _weights(self) -> tuple:
         return () if self.sw is None else (self.sw,)
@@ -104,10 +106,10 @@ class _ErrorRun:
         save_run(self, scalars, arrays)
 
     def qp(self) -> np.ndarray:
-        """Solve OP3 over W (timed for the stall check); returns w, sets the dual value."""
-        tq = time.perf_counter()
+        """Solve OP3 over W; returns w, sets the dual value (and ``stalled``, see
+        :func:`~ooc_svm.solvers.perf.working_set.check_qp`)."""
         w, self.dual, _ = self.ws.solve(self.Cp, self.atol)
-        check_qp(self.C, self.Cp, time.perf_counter() - tq, self.pt)
+        self.stalled = self.stalled or check_qp(self.C, self.Cp, self.ws, "error")
         return w
 
 
@@ -163,7 +165,7 @@ def _error_steps(
         final = yield from _paper_steps(run)
     else:
         final = yield from _accelerated_steps(run, share)
-    if not run.converged:
+    if not run.converged and not run.stalled:
         log.warning(
             "perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
             run.it,

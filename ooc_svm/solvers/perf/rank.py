@@ -131,6 +131,8 @@ class _RankRun:
         self.atol = _qp_atol(self.eps)
         self.shard_rows = [(s.row_start, s.n_rows) for s in meta.shards]
         self.it = 0
+        #: the working-set QP stalled (:func:`check_qp`): the run stops, not converged
+        self.stalled = False
         self.converged = False
         self.stop = math.inf
         self.dual = -math.inf
@@ -249,9 +251,8 @@ class _RankRun:
         ws = self.ws
         while True:
             self.it += 1
-            tq = time.perf_counter()
             wc, self.dual, _ = ws.solve(self.Cp, self.atol)
-            check_qp(self.C, self.Cp, time.perf_counter() - tq, self.pt)
+            self.stalled = self.stalled or check_qp(self.C, self.Cp, ws, self.loss)
             if self.variant == "paper":
                 step, cut = self.step_paper(wc)
             else:
@@ -263,7 +264,7 @@ class _RankRun:
             ws.add(g / self.m, viol / self.m)
             ws.drop_inactive(self.max_inactive)
             self.save()
-        if not self.converged:
+        if not self.converged and not self.stalled:
             log.warning(
                 "perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
                 self.it,

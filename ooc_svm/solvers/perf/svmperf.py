@@ -466,9 +466,8 @@ def _loop(run: _Run) -> Result:
                 eps_part = eps_full
             else:
                 eps_part = min(eps_part, max(ceps, eps))
-            tq = time.perf_counter()
             w, dual = _loose_qp(ws, Cp, eps_part / 2.0)
-            check_qp(C, Cp, time.perf_counter() - tq, run.pt)
+            run.prog.stalled = run.prog.stalled or check_qp(C, Cp, ws, "error")
             D = max(D, dual)
             run.counts["qp"] += 1
             ws.drop_inactive(max_inactive)
@@ -483,10 +482,11 @@ def _loop(run: _Run) -> Result:
             w, D = run.polished
             eps_full = eps
             ceps = math.inf
-        if it >= max_iter:
+        if it >= max_iter or run.prog.stalled:
             break
     if not converged:
-        log.warning("perf: stopped after %d iterations (max_iter) before the certificate", it)
+        if not run.prog.stalled:
+            log.warning("perf: stopped after %d iterations (max_iter) before the certificate", it)
         P, w, _ = best
     xi = (P - 0.5 * float(vdot(w, w))) / Cp
     return _result(run, w, P, xi, D, it, converged)
