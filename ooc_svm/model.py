@@ -164,8 +164,8 @@ class Model:
             if name in arrays and not np.all(np.isfinite(arrays[name])):
                 # load_model refuses it: never write a model that cannot be read back
                 raise ModelError(
-                    f"{path}: not written: the model's {name} has non-finite values (the "
-                    "training overflowed); scale the features and train again"
+                    f"the model's {name} has non-finite values (the training overflowed); "
+                    "scale the features and train again; nothing was written"
                 )
         meta = {
             "format": MODEL_FORMAT,
