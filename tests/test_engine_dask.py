@@ -328,3 +328,40 @@ def test_auto_shard_cache_on_workers(stores, tmp_path):
         assert sum(s["hits"] for s in stats.values()) > 0
         for s in stats.values():
             assert 0 < s["budget"] <= 2**30 // 4 and s["used"] <= s["budget"]
+
+
+def _slow_exit(seconds):
+    import atexit
+
+    atexit.register(time.sleep, seconds)
+
+
+def test_close_lets_slow_workers_exit():
+    """issue 24: a worker that takes a while to exit (a loaded machine) is not killed on a
+    normal close: no "Worker process ... was killed by signal 9" / "still alive ... killing"
+    (Dask's nanny kills a worker still running 4 s after it was asked to stop)."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    grab = Grab(level=logging.DEBUG)
+    nanny_log = logging.getLogger("distributed.nanny")
+    old_level = nanny_log.level
+    nanny_log.addHandler(grab)
+    nanny_log.setLevel(logging.INFO)
+    try:
+        eng = make_engine("processes", n_workers=1, threads_per_worker=1)
+        eng.client.run(_slow_exit, 4.5)
+        t0 = time.monotonic()
+        eng.close()
+        took = time.monotonic() - t0
+    finally:
+        nanny_log.removeHandler(grab)
+        nanny_log.setLevel(old_level)
+    msgs = [r.getMessage() for r in records]
+    assert not [m for m in msgs if "killed" in m or "killing" in m], msgs
+    assert 4.0 < took < 30

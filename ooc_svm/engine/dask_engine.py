@@ -489,9 +489,17 @@ class DaskEngine(Engine):
             ):
                 # the scheduler's HTTP endpoint falls back to a free port: not our concern
                 warnings.filterwarnings("ignore", message="Port .* is already in use")
+                t0 = time.monotonic()
                 self._cluster = LocalCluster(**kw)
             self._client = Client(self._cluster, timeout=timeout)
             self._address = str(self._cluster.scheduler_address)
+            log.info(
+                "Dask: local cluster (%s) of %d worker(s) x %d thread(s) ready in %.1f s",
+                s,
+                kw["n_workers"],
+                kw["threads_per_worker"],
+                time.monotonic() - t0,
+            )
         except Exception as e:  # noqa: BLE001
             self.close()
             raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
@@ -872,19 +880,32 @@ class DaskEngine(Engine):
         return self._connected().gather(futs)
 
     # -- teardown --------------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self, timeout: float = 20.0) -> None:
+        """Disconnect; a local cluster this engine started is shut down.
+
+        The client goes first (nothing is left waiting on the cluster), then the workers are
+        asked to stop and given up to ``0.8 * timeout`` seconds to exit before their nannies
+        kill them (Dask's default, 4 s, is short on a loaded machine: the kill is what
+        prints "Worker process ... was killed by signal 9"), then the scheduler.
+        """
         client, cluster = self._client, self._cluster
         self._client = self._cluster = None
+        t0 = time.monotonic()
         if client is not None:
             try:
-                client.close(timeout=10)
+                client.close(timeout=timeout)
             except Exception:  # noqa: BLE001  # pragma: no cover
                 pass
         if cluster is not None:
             try:
-                cluster.close(timeout=10)
+                cluster.sync(_stop_workers, cluster, timeout)
+            except Exception as e:  # noqa: BLE001  # pragma: no cover
+                log.debug("stopping the local workers: %r", e)
+            try:
+                cluster.close(timeout=timeout)
             except Exception:  # noqa: BLE001  # pragma: no cover
                 pass
+            log.debug("Dask: local cluster closed in %.1f s", time.monotonic() - t0)
 
     def __del__(self):  # pragma: no cover - best effort
         try:
@@ -944,6 +965,19 @@ def tree_join(n: int, nodes: dict[tuple[int, int], Any], reduce: Callable[[Any, 
     values of complete subtrees ``nodes[(start, stop)]`` that cover every position (e.g. from
     :func:`tree_nodes` of consecutive runs)."""
     return _node_value(nodes, 0, n, n, reduce) if n > 0 else None
+
+
+async def _stop_workers(cluster, timeout: float) -> None:
+    """Close the nannies (and their worker processes) of a local cluster, waiting up to
+    ``0.8 * timeout`` seconds for each worker to exit by itself."""
+    import asyncio
+
+    nannies = [w for w in list(getattr(cluster, "workers", {}).values()) if hasattr(w, "kill")]
+    if nannies:
+        await asyncio.gather(
+            *(w.close(timeout=timeout, reason="ooc-svm-done") for w in nannies),
+            return_exceptions=True,
+        )
 
 
 def _alive(fut) -> bool:
