@@ -331,9 +331,11 @@ def test_auto_shard_cache_on_workers(stores, tmp_path):
 
 
 def _slow_exit(seconds):
-    import atexit
+    """The worker process takes ``seconds`` to exit (as on a loaded machine): a
+    multiprocessing finalizer, run at the end of a spawned or forked process alike."""
+    from multiprocessing import util
 
-    atexit.register(time.sleep, seconds)
+    util.Finalize(None, time.sleep, args=(seconds,), exitpriority=10)
 
 
 def test_close_lets_slow_workers_exit():
