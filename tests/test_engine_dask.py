@@ -196,6 +196,65 @@ def test_states_backed_up_without_replicate(engine, stores, monkeypatch):
         assert len(set(who[r.primary.key]) | set(who[r.backup.key])) >= 2
 
 
+def test_runs_reduce_into_the_fixed_tree():
+    """A pass split into runs of consecutive shards (one per worker), each reduced into its
+    subtrees (tree_nodes), the runs joined pairwise (_join_task) or at once (tree_join):
+    exactly the tree of tree_reduce over the whole list, for every split."""
+    import itertools
+
+    from ooc_svm.engine.base import StreamingTreeReduce, tree_reduce
+    from ooc_svm.engine.dask_engine import _join_task, tree_join, tree_nodes
+
+    def red(a, b):
+        return f"({a}+{b})"
+
+    def run(a, b, n):
+        out = []
+        for s, e in tree_nodes(a, b, n):
+            fold = StreamingTreeReduce(red)
+            for i in range(s, e):
+                fold.push(str(i))
+            out.append(((s, e), fold.result()))
+        return out
+
+    for n in range(1, 24):
+        ref = tree_reduce([str(i) for i in range(n)], red)
+        for n_cuts in range(4):
+            for cuts in itertools.combinations(range(1, n), min(n_cuts, n - 1)):
+                bounds = [0, *cuts, n]
+                groups = [run(a, b, n) for a, b in itertools.pairwise(bounds)]
+                assert tree_join(n, {nd: v for g in groups for nd, v in g}, red) == ref
+                while len(groups) > 1:
+                    nxt = [
+                        _join_task(red, n, *groups[i : i + 2]) for i in range(0, len(groups) - 1, 2)
+                    ]
+                    groups = nxt + groups[len(groups) - len(groups) % 2 :]
+                assert groups == [[((0, n), ref)]]
+
+
+def test_worker_threads_run_its_shards_same_bits(local, stores):
+    """issue 24: one task per worker runs its shards on all the worker's threads (here one
+    in-process worker with 3 threads); same tree, same bits, states included."""
+    st = stores["zarr"]
+    with make_engine("threads", n_workers=1, threads_per_worker=3) as eng:
+        bc = (_w(8), 1.0, 0.1)
+        a = eng.map_reduce(st, hinge_pass, bc)
+        b = local.map_reduce(st, hinge_pass, bc)
+        np.testing.assert_array_equal(a[0], b[0])
+        assert a[1:] == b[1:]
+        hd, hl = eng.init_state(st, _zeros), local.init_state(st, _zeros)
+        for _ in range(2):
+            rd = eng.map_reduce(st, hinge_state_pass, bc, state=hd)
+            rl = local.map_reduce(st, hinge_state_pass, bc, state=hl)
+            np.testing.assert_array_equal(rd[0], rl[0])
+            assert rd[1:] == rl[1:]
+        sub = [9, 3, 4, 5, 0]
+        np.testing.assert_array_equal(
+            eng.map_reduce(st, hinge_pass, bc, shards=sub)[0],
+            local.map_reduce(st, hinge_pass, bc, shards=sub)[0],
+        )
+
+
 def test_second_client_by_address(engine, stores):
     addr = engine.client.scheduler.address
     with make_engine(addr, connect_timeout=10) as other:

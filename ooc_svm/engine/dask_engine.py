@@ -11,24 +11,36 @@
 An unreachable scheduler raises :class:`~ooc_svm.engine.base.EngineError` after
 ``connect_timeout`` seconds (a missing scheduler file at once) instead of hanging.
 
+A ``processes`` cluster forks its workers from a fork server that imported Dask and this
+package once (see :func:`_fork_server_config`); :meth:`DaskEngine.close` closes the client
+first, then gives the workers time to exit by themselves.
+
 One pass (``map_reduce``):
 
-1. the broadcast is scattered once to every worker;
-2. one task per shard id runs ``fn`` on the workers (one graph per preferred worker, so a
-   pass costs a handful of scheduler messages). Workers open the store from its path
-   themselves (``open_store`` is cached per worker process, keyed by path and a token of the
-   shard table, so a store rewritten on disk is never confused with the old one) and may
-   keep decoded shards in a byte-bounded per-process cache (``cache_mb`` per worker).
-   Shard *j* is preferably placed on the same worker in every pass (a loose restriction;
-   clusters this engine starts run without work stealing), so caches and per-shard state
-   stay where they are;
-3. partials are reduced on the cluster in the fixed binary tree of
-   :func:`~ooc_svm.engine.base.tree_reduce` over the shard list — the tree the local engine
-   builds too — so results are bit-identical across engines and worker counts;
-4. only the root of the tree travels to the client.
+1. the broadcast is scattered once (to one worker; the others fetch it from whoever has it);
+2. every shard has a *home* worker: contiguous blocks of the shard ids, sized by the workers'
+   threads, the same in every pass while the workers stay (:meth:`DaskEngine._placement`),
+   so each worker keeps its decoded shards in its own byte-bounded cache (``cache_mb`` per
+   worker process) and its per-shard state. A pass is **one task per run** of consecutive
+   shards of the pass that share a home (a full pass: one task per worker, a single
+   scheduler message each), restricted loosely to that worker (clusters this engine starts
+   run without work stealing). Workers open the store from its path themselves
+   (``open_store`` is cached per worker process, keyed by path and a token of the shard
+   table, so a store rewritten on disk is never confused with the old one);
+3. the task (:func:`_block_task`) runs ``fn`` over its shards on all the worker's threads,
+   in order, and reduces them into the complete subtrees of the fixed binary tree of
+   :func:`~ooc_svm.engine.base.tree_reduce` over the pass's shard list that lie inside its
+   run (:func:`tree_nodes`) — the tree the local engine builds too — so results are
+   bit-identical across engines and worker counts;
+4. neighbouring runs are joined pairwise, level by level (:func:`_join_task`, on the left
+   run's worker, ⌈log2 runs⌉ levels): each join receives the right run's few subtrees
+   (O(features) each, at most about 2·log2(shards) of them, one when the boundary falls on
+   a subtree boundary) and returns the largest subtrees of their union;
+5. only the root travels to the client.
 
-Per-shard state lives on the workers. A state pass runs ``fn(shard, bc, st)`` as one task
-and splits its ``(partial, new_state)`` result into a partial future and a state future.
+Per-shard state lives on the workers. A state pass gives each run's task the states of its
+shards and splits its result into the subtrees (which travel) and one future per new
+state (which stays on the worker).
 Forgetting the pass's broadcast at its end cuts the lineage of the new states, so the
 scheduler's graph does not grow with the number of passes.
 
@@ -42,10 +54,10 @@ extra replicas of one key). ``Client.replicate`` and ``scatter(broadcast=True)``
 used: the scheduler's replicate loop never ends when a target worker dies during it
 (distributed 2026.8), which hung a training whose worker was killed. A worker that dies
 mid-pass then loses no state: the scheduler reruns its tasks elsewhere from the backups,
-and if results were nevertheless lost (e.g. every copy of the broadcast) the engine reruns
-the affected shards itself. The partial of a shard is a deterministic function of (shard,
-broadcast, state), so the result equals the one without the failure. Losing both copies of
-a state raises :class:`EngineError`.
+and if results were nevertheless lost (e.g. every copy of the broadcast) the engine submits
+the whole pass again (the same shard list, the same tree). The partial of a shard is a
+deterministic function of (shard, broadcast, state), so the result equals the one without
+the failure. Losing both copies of a state raises :class:`EngineError`.
 """
 
 from __future__ import annotations
