@@ -3,7 +3,9 @@
 
 For every worker count N (each in its own child process):
 
-- a ``DaskEngine("processes", n_workers=N, threads_per_worker=1)`` (start-up time printed)
+- a ``DaskEngine("processes", n_workers=N, threads_per_worker=1)`` (printed: seconds to a
+  ready cluster, of its first pass — workers open the store, load the kernels — and of
+  ``close()``)
   and, in the same process, the reference ``LocalEngine(n_threads=N)``;
 - one untimed pass on each (workers open the store, kernels load), then ``--repeat`` passes
   of the cutting-plane oracle (``ooc_svm.engine.passes.hinge_pass``: margins, Σ over violated
@@ -76,7 +78,9 @@ def child(spec: dict) -> dict:
     out["startup_s"] = time.perf_counter() - t
     local = LocalEngine(n_threads=n, cache_mb=spec["cache_mb"])
     ref = local.map_reduce(store, hinge_pass, bc)
+    t = time.perf_counter()
     got = dask.map_reduce(store, hinge_pass, bc)
+    out["first_pass_s"] = time.perf_counter() - t
     assert pass_digest(got) == pass_digest(ref), "Dask and local results differ"
     tl, td = [], []
     before = _peer_bytes(dask)
@@ -187,7 +191,8 @@ def main() -> None:
         f"{a.repeat} passes interleaved with the local engine on as many threads"
     )
     hdr = (
-        f"{'workers':>7} {'start s':>7} {'local s':>8} {'dask s':>8} {'dask med':>8} "
+        f"{'workers':>7} {'start s':>7} {'1st s':>6} {'close s':>7} {'local s':>8} "
+        f"{'dask s':>8} {'dask med':>8} "
         f"{'ratio':>6} {'speedup':>7} {'work s':>7} {'join s':>7} {'rest s':>7} "
         f"{'peer in MB/w':>12} {'peer out MB/w':>13} {'client kB':>9}  load"
     )
@@ -209,7 +214,8 @@ def main() -> None:
         rows.append(r)
         base = base or r["dask_best"]
         print(
-            f"{n:>7} {r['startup_s']:>7.2f} {r['local_best']:>8.3f} {r['dask_best']:>8.3f} "
+            f"{n:>7} {r['startup_s']:>7.2f} {r['first_pass_s']:>6.2f} {r['close_s']:>7.2f} "
+            f"{r['local_best']:>8.3f} {r['dask_best']:>8.3f} "
             f"{r['dask_median']:>8.3f} {r['ratio']:>6.2f} {base / r['dask_best']:>7.2f} "
             f"{r['work']:>7.3f} {r['join']:>7.3f} {r['rest']:>7.3f} "
             f"{r['peer_in_per_worker'] / 2**20:>12.2f} {r['peer_out_per_worker'] / 2**20:>13.2f} "
