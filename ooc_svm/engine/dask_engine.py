@@ -504,7 +504,9 @@ class DaskEngine(Engine):
                 warnings.filterwarnings("ignore", message="Port .* is already in use")
                 t0 = time.monotonic()
                 self._cluster = LocalCluster(**kw)
-            self._client = Client(self._cluster, timeout=timeout)
+            # the workers are on this machine: the broadcast goes to a worker and the
+            # result comes back directly, not through the scheduler (one hop, not two)
+            self._client = Client(self._cluster, timeout=timeout, direct_to_workers=True)
             self._address = str(self._cluster.scheduler_address)
             log.info(
                 "Dask: local cluster (%s) of %d worker(s) x %d thread(s) ready in %.1f s",
