@@ -232,6 +232,16 @@ def test_runs_reduce_into_the_fixed_tree():
                 assert groups == [[((0, n), ref)]]
 
 
+def _has_worker(shard, bc):
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return 0
+    return 1
+
+
 def test_worker_threads_run_its_shards_same_bits(local, stores):
     """issue 24: one task per worker runs its shards on all the worker's threads (here one
     in-process worker with 3 threads); same tree, same bits, states included."""
@@ -248,6 +258,9 @@ def test_worker_threads_run_its_shards_same_bits(local, stores):
             rl = local.map_reduce(st, hinge_state_pass, bc, state=hl)
             np.testing.assert_array_equal(rd[0], rl[0])
             assert rd[1:] == rl[1:]
+        # fn runs on the worker's pool threads with the task's context: get_worker() works
+        # there (WorkerScratch relies on it)
+        assert eng.map_reduce(st, _has_worker, None) == st.n_shards
         sub = [9, 3, 4, 5, 0]
         np.testing.assert_array_equal(
             eng.map_reduce(st, hinge_pass, bc, shards=sub)[0],

@@ -230,7 +230,14 @@ def _block_task(fn, read, src, sids, start, n, bc, reduce, states):
     if nthreads <= 1:
         results = (one(k) for k in range(m))
     else:
-        results = _ordered(_worker_pool(nthreads), one, m, 2 * nthreads)
+        # the pool threads run fn in a copy of this task's context: distributed.get_worker()
+        # (a context variable; WorkerScratch uses it) works there as in the task itself
+        import contextvars
+
+        ctx = contextvars.copy_context()
+        results = _ordered(
+            _worker_pool(nthreads), lambda k: ctx.copy().run(one, k), m, 2 * nthreads
+        )
     out = []
     new_states: list | None = [] if states is not None else None
     for s, e in tree_nodes(start, start + m, n):
