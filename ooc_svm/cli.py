@@ -166,7 +166,9 @@ _DASK_LOGGING_SET: str | None = None  # the value this module put in $DASK_LOGGI
 
 
 def _quiet_dask(verbose: int) -> None:
-    """No Dask INFO lines unless ``-v`` (this process and the worker processes it starts).
+    """Dask's own log lines (this process and the worker processes it starts): none by
+    default, its warnings and errors with ``-v`` (a lost worker, say; our INFO lines tell
+    when the cluster is ready and closed), its INFO lines with ``-vv``, DEBUG with ``-vvv``.
 
     A ``$DASK_LOGGING`` the user set is left alone.
     """
@@ -174,7 +176,7 @@ def _quiet_dask(verbose: int) -> None:
     if os.environ.get("DASK_LOGGING") not in (None, _DASK_LOGGING_SET):
         return
     if verbose:
-        levels = {"distributed": "info" if verbose == 1 else "debug"}
+        levels = {"distributed": ("warning", "info")[verbose - 1] if verbose < 3 else "debug"}
     else:  # Dask sets some child loggers explicitly: they need their own entry
         names = ("distributed", "distributed.client", "distributed.gc", "tornado.application")
         levels = dict.fromkeys(names, "critical")

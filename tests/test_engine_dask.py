@@ -196,6 +196,78 @@ def test_states_backed_up_without_replicate(engine, stores, monkeypatch):
         assert len(set(who[r.primary.key]) | set(who[r.backup.key])) >= 2
 
 
+def test_runs_reduce_into_the_fixed_tree():
+    """A pass split into runs of consecutive shards (one per worker), each reduced into its
+    subtrees (tree_nodes), the runs joined pairwise (_join_task) or at once (tree_join):
+    exactly the tree of tree_reduce over the whole list, for every split."""
+    import itertools
+
+    from ooc_svm.engine.base import StreamingTreeReduce, tree_reduce
+    from ooc_svm.engine.dask_engine import _join_task, tree_join, tree_nodes
+
+    def red(a, b):
+        return f"({a}+{b})"
+
+    def run(a, b, n):
+        out = []
+        for s, e in tree_nodes(a, b, n):
+            fold = StreamingTreeReduce(red)
+            for i in range(s, e):
+                fold.push(str(i))
+            out.append(((s, e), fold.result()))
+        return out
+
+    for n in range(1, 24):
+        ref = tree_reduce([str(i) for i in range(n)], red)
+        for n_cuts in range(4):
+            for cuts in itertools.combinations(range(1, n), min(n_cuts, n - 1)):
+                bounds = [0, *cuts, n]
+                groups = [run(a, b, n) for a, b in itertools.pairwise(bounds)]
+                assert tree_join(n, {nd: v for g in groups for nd, v in g}, red) == ref
+                while len(groups) > 1:
+                    nxt = [
+                        _join_task(red, n, *groups[i : i + 2]) for i in range(0, len(groups) - 1, 2)
+                    ]
+                    groups = nxt + groups[len(groups) - len(groups) % 2 :]
+                assert groups == [[((0, n), ref)]]
+
+
+def _has_worker(shard, bc):
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return 0
+    return 1
+
+
+def test_worker_threads_run_its_shards_same_bits(local, stores):
+    """issue 24: one task per worker runs its shards on all the worker's threads (here one
+    in-process worker with 3 threads); same tree, same bits, states included."""
+    st = stores["zarr"]
+    with make_engine("threads", n_workers=1, threads_per_worker=3) as eng:
+        bc = (_w(8), 1.0, 0.1)
+        a = eng.map_reduce(st, hinge_pass, bc)
+        b = local.map_reduce(st, hinge_pass, bc)
+        np.testing.assert_array_equal(a[0], b[0])
+        assert a[1:] == b[1:]
+        hd, hl = eng.init_state(st, _zeros), local.init_state(st, _zeros)
+        for _ in range(2):
+            rd = eng.map_reduce(st, hinge_state_pass, bc, state=hd)
+            rl = local.map_reduce(st, hinge_state_pass, bc, state=hl)
+            np.testing.assert_array_equal(rd[0], rl[0])
+            assert rd[1:] == rl[1:]
+        # fn runs on the worker's pool threads with the task's context: get_worker() works
+        # there (WorkerScratch relies on it)
+        assert eng.map_reduce(st, _has_worker, None) == st.n_shards
+        sub = [9, 3, 4, 5, 0]
+        np.testing.assert_array_equal(
+            eng.map_reduce(st, hinge_pass, bc, shards=sub)[0],
+            local.map_reduce(st, hinge_pass, bc, shards=sub)[0],
+        )
+
+
 def test_second_client_by_address(engine, stores):
     addr = engine.client.scheduler.address
     with make_engine(addr, connect_timeout=10) as other:
@@ -328,3 +400,42 @@ def test_auto_shard_cache_on_workers(stores, tmp_path):
         assert sum(s["hits"] for s in stats.values()) > 0
         for s in stats.values():
             assert 0 < s["budget"] <= 2**30 // 4 and s["used"] <= s["budget"]
+
+
+def _slow_exit(seconds):
+    """The worker process takes ``seconds`` to exit (as on a loaded machine): a
+    multiprocessing finalizer, run at the end of a spawned or forked process alike."""
+    from multiprocessing import util
+
+    util.Finalize(None, time.sleep, args=(seconds,), exitpriority=10)
+
+
+def test_close_lets_slow_workers_exit():
+    """issue 24: a worker that takes a while to exit (a loaded machine) is not killed on a
+    normal close: no "Worker process ... was killed by signal 9" / "still alive ... killing"
+    (Dask's nanny kills a worker still running 4 s after it was asked to stop)."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    grab = Grab(level=logging.DEBUG)
+    nanny_log = logging.getLogger("distributed.nanny")
+    old_level = nanny_log.level
+    nanny_log.addHandler(grab)
+    nanny_log.setLevel(logging.INFO)
+    try:
+        eng = make_engine("processes", n_workers=1, threads_per_worker=1)
+        eng.client.run(_slow_exit, 4.5)
+        t0 = time.monotonic()
+        eng.close()
+        took = time.monotonic() - t0
+    finally:
+        nanny_log.removeHandler(grab)
+        nanny_log.setLevel(old_level)
+    msgs = [r.getMessage() for r in records]
+    assert not [m for m in msgs if "killed" in m or "killing" in m], msgs
+    assert 4.0 < took < 30

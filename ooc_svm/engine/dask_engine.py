@@ -11,24 +11,36 @@
 An unreachable scheduler raises :class:`~ooc_svm.engine.base.EngineError` after
 ``connect_timeout`` seconds (a missing scheduler file at once) instead of hanging.
 
+A ``processes`` cluster forks its workers from a fork server that imported Dask and this
+package once (see :func:`_fork_server_config`); :meth:`DaskEngine.close` closes the client
+first, then gives the workers time to exit by themselves.
+
 One pass (``map_reduce``):
 
-1. the broadcast is scattered once to every worker;
-2. one task per shard id runs ``fn`` on the workers (one graph per preferred worker, so a
-   pass costs a handful of scheduler messages). Workers open the store from its path
-   themselves (``open_store`` is cached per worker process, keyed by path and a token of the
-   shard table, so a store rewritten on disk is never confused with the old one) and may
-   keep decoded shards in a byte-bounded per-process cache (``cache_mb`` per worker).
-   Shard *j* is preferably placed on the same worker in every pass (a loose restriction;
-   clusters this engine starts run without work stealing), so caches and per-shard state
-   stay where they are;
-3. partials are reduced on the cluster in the fixed binary tree of
-   :func:`~ooc_svm.engine.base.tree_reduce` over the shard list — the tree the local engine
-   builds too — so results are bit-identical across engines and worker counts;
-4. only the root of the tree travels to the client.
+1. the broadcast is scattered once (to one worker; the others fetch it from whoever has it);
+2. every shard has a *home* worker: contiguous blocks of the shard ids, sized by the workers'
+   threads, the same in every pass while the workers stay (:meth:`DaskEngine._placement`),
+   so each worker keeps its decoded shards in its own byte-bounded cache (``cache_mb`` per
+   worker process) and its per-shard state. A pass is **one task per run** of consecutive
+   shards of the pass that share a home (a full pass: one task per worker, a single
+   scheduler message each), restricted loosely to that worker (clusters this engine starts
+   run without work stealing). Workers open the store from its path themselves
+   (``open_store`` is cached per worker process, keyed by path and a token of the shard
+   table, so a store rewritten on disk is never confused with the old one);
+3. the task (:func:`_block_task`) runs ``fn`` over its shards on all the worker's threads,
+   in order, and reduces them into the complete subtrees of the fixed binary tree of
+   :func:`~ooc_svm.engine.base.tree_reduce` over the pass's shard list that lie inside its
+   run (:func:`tree_nodes`) — the tree the local engine builds too — so results are
+   bit-identical across engines and worker counts;
+4. neighbouring runs are joined pairwise, level by level (:func:`_join_task`, on the left
+   run's worker, ⌈log2 runs⌉ levels): each join receives the right run's few subtrees
+   (O(features) each, at most about 2·log2(shards) of them, one when the boundary falls on
+   a subtree boundary) and returns the largest subtrees of their union;
+5. only the root travels to the client.
 
-Per-shard state lives on the workers. A state pass runs ``fn(shard, bc, st)`` as one task
-and splits its ``(partial, new_state)`` result into a partial future and a state future.
+Per-shard state lives on the workers. A state pass gives each run's task the states of its
+shards and splits its result into the subtrees (which travel) and one future per new
+state (which stays on the worker).
 Forgetting the pass's broadcast at its end cuts the lineage of the new states, so the
 scheduler's graph does not grow with the number of passes.
 
@@ -42,17 +54,16 @@ extra replicas of one key). ``Client.replicate`` and ``scatter(broadcast=True)``
 used: the scheduler's replicate loop never ends when a target worker dies during it
 (distributed 2026.8), which hung a training whose worker was killed. A worker that dies
 mid-pass then loses no state: the scheduler reruns its tasks elsewhere from the backups,
-and if results were nevertheless lost (e.g. every copy of the broadcast) the engine reruns
-the affected shards itself. The partial of a shard is a deterministic function of (shard,
-broadcast, state), so the result equals the one without the failure. Losing both copies of
-a state raises :class:`EngineError`.
+and if results were nevertheless lost (e.g. every copy of the broadcast) the engine submits
+the whole pass again (the same shard list, the same tree). The partial of a shard is a
+deterministic function of (shard, broadcast, state), so the result equals the one without
+the failure. Losing both copies of a state raises :class:`EngineError`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import operator
 import os
 import threading
 import time
@@ -62,7 +73,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._util import AUTO_CACHE_SHARE, auto_cache_bytes, cpu_count, parse_cache_mb
-from .base import Engine, EngineError, ShardState, add_partials, shard_stub, tree_reduce
+from .base import (
+    Engine,
+    EngineError,
+    ShardState,
+    StreamingTreeReduce,
+    add_partials,
+    shard_stub,
+)
 from .reader import ShardCache, readonly, shard_reader
 
 if TYPE_CHECKING:
@@ -157,12 +175,31 @@ def _worker_shard(spec: tuple, sid: int):
     return shard if transform is None else readonly(transform(shard))
 
 
-def _task(fn, spec, sid, bc):
-    return fn(_worker_shard(spec, sid), bc)
+_W_POOL: list = []  # [ThreadPoolExecutor] of this worker process, sized to its threads
 
 
-def _state_task(fn, spec, sid, bc, st):
-    out = fn(_worker_shard(spec, sid), bc, st)
+def _worker_threads() -> int:
+    """Threads of the Dask worker running the current task (1 outside a worker)."""
+    try:
+        from distributed import get_worker
+
+        return max(1, int(get_worker().state.nthreads))
+    except (ImportError, ValueError, AttributeError):
+        return 1
+
+
+def _worker_pool(nthreads: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _W_LOCK:
+        if not _W_POOL or _W_POOL[0]._max_workers != nthreads:
+            if _W_POOL:
+                _W_POOL.pop().shutdown(wait=False)
+            _W_POOL.append(ThreadPoolExecutor(nthreads, thread_name_prefix="ooc-svm-block"))
+        return _W_POOL[0]
+
+
+def _checked(fn, out):
     if not (isinstance(out, tuple) and len(out) == 2):
         raise EngineError(
             f"{getattr(fn, '__name__', fn)} must return (partial, new_state) when called with state"
@@ -170,15 +207,79 @@ def _state_task(fn, spec, sid, bc, st):
     return out
 
 
-def _stub_state_task(fn, stub, sid, bc, st):
-    out = fn(stub, bc, st)
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise EngineError(f"{getattr(fn, '__name__', fn)} must return (partial, new_state)")
-    return out
+def _block_task(fn, read, src, sids, start, n, bc, reduce, states):
+    """One worker's share of a pass: ``fn`` over the shards ``sids`` (positions ``start`` ...
+    of the pass's ``n`` shards) on all the worker's threads, in order, reduced locally into
+    the complete subtrees of the pass's fixed reduction tree that lie inside the run
+    (:func:`tree_nodes`); each is folded with :class:`StreamingTreeReduce`, which builds
+    exactly that subtree.
+
+    ``src`` is the store spec (``read``: shards are read through the worker's shard cache)
+    or a list of :class:`ShardStub` (``map_state``). Returns the subtrees as a list of
+    ``((start, stop), partial)``, with the new per-shard states: ``(subtrees, new_states)``.
+    """
+
+    def one(k: int):
+        shard = _worker_shard(src, sids[k]) if read else src[k]
+        if states is None:
+            return fn(shard, bc), None
+        return _checked(fn, fn(shard, bc, states[k]))
+
+    m = len(sids)
+    nthreads = min(_worker_threads(), m)
+    if nthreads <= 1:
+        results = (one(k) for k in range(m))
+    else:
+        # the pool threads run fn in a copy of this task's context: distributed.get_worker()
+        # (a context variable; WorkerScratch uses it) works there as in the task itself
+        import contextvars
+
+        ctx = contextvars.copy_context()
+        results = _ordered(
+            _worker_pool(nthreads), lambda k: ctx.copy().run(one, k), m, 2 * nthreads
+        )
+    out = []
+    new_states: list | None = [] if states is not None else None
+    for s, e in tree_nodes(start, start + m, n):
+        fold = StreamingTreeReduce(reduce)
+        for _ in range(s, e):
+            part, st = next(results)
+            fold.push(part)
+            if new_states is not None:
+                new_states.append(st)
+        out.append(((s, e), fold.result()))
+    return out if states is None else (out, new_states)
 
 
-def _stub_task(fn, stub, sid, bc):
-    return fn(stub, bc)
+def _join_task(reduce, n, left, right):
+    """Join the subtrees of two neighbouring runs (lists from :func:`_block_task` or this
+    function) into the largest subtrees inside their union (the same fixed tree)."""
+    have = dict(left)
+    have.update(right)
+    a, b = left[0][0][0], right[-1][0][1]
+    return [((s, e), _node_value(have, s, e, n, reduce)) for s, e in tree_nodes(a, b, n)]
+
+
+def _ordered(pool, one, n: int, window: int):
+    """``one(0) ... one(n-1)`` on ``pool``, yielded in order, at most ``window`` at a time."""
+    from collections import deque
+
+    futs: deque = deque()
+    nxt = 0
+    try:
+        while nxt < n or futs:
+            while nxt < n and len(futs) < window:
+                futs.append(pool.submit(one, nxt))
+                nxt += 1
+            yield futs.popleft().result()
+    finally:
+        for f in futs:
+            f.cancel()
+
+
+def _pick(x, i, j=None):
+    """Part ``i`` (then ``j``) of a block's result (a task, so each part gets its own key)."""
+    return x[i] if j is None else x[i][j]
 
 
 def _call_init(init, info, i):
@@ -395,21 +496,32 @@ class DaskEngine(Engine):
             }
             if os.environ.get("MALLOC_TRIM_THRESHOLD_") == "65536":  # left by a nanny
                 os.environ.pop("MALLOC_TRIM_THRESHOLD_")
+            cfg = {
+                "distributed.scheduler.work-stealing": False,
+                "distributed.scheduler.active-memory-manager.start": False,
+                "distributed.nanny.pre-spawn-environ": env,
+            }
+            if procs:
+                cfg.update(_fork_server_config())
             with (
-                dask.config.set(
-                    {
-                        "distributed.scheduler.work-stealing": False,
-                        "distributed.scheduler.active-memory-manager.start": False,
-                        "distributed.nanny.pre-spawn-environ": env,
-                    }
-                ),
+                dask.config.set(cfg),
                 warnings.catch_warnings(),
             ):
                 # the scheduler's HTTP endpoint falls back to a free port: not our concern
                 warnings.filterwarnings("ignore", message="Port .* is already in use")
+                t0 = time.monotonic()
                 self._cluster = LocalCluster(**kw)
-            self._client = Client(self._cluster, timeout=timeout)
+            # the workers are on this machine: the broadcast goes to a worker and the
+            # result comes back directly, not through the scheduler (one hop, not two)
+            self._client = Client(self._cluster, timeout=timeout, direct_to_workers=True)
             self._address = str(self._cluster.scheduler_address)
+            log.info(
+                "Dask: local cluster (%s) of %d worker(s) x %d thread(s) ready in %.1f s",
+                s,
+                kw["n_workers"],
+                kw["threads_per_worker"],
+                time.monotonic() - t0,
+            )
         except Exception as e:  # noqa: BLE001
             self.close()
             raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
@@ -453,8 +565,10 @@ class DaskEngine(Engine):
         cache = self.cache_bytes if not self.auto_cache or token in self._warm else 0
         return (path, token, cache, self.fast_read, transform)
 
-    def _placement(self, ids: list[int], refresh: bool = False) -> dict[int, str]:
-        """Preferred worker of every shard: contiguous blocks of the shard order.
+    def _placement(self, n_shards: int, refresh: bool = False) -> dict[int, str]:
+        """Home worker of every shard of a store: contiguous blocks of the shard ids, sized
+        by the workers' threads, the same in every pass while the workers stay (so decoded
+        shards and per-shard state stay where they are).
 
         The worker list is cached for a few seconds (a stale entry is harmless: restrictions
         are loose, a task whose worker is gone runs elsewhere).
@@ -467,8 +581,7 @@ class DaskEngine(Engine):
         slots = self._slots[1]
         if not slots:
             return {}
-        order = sorted(set(ids))
-        return {sid: slots[(k * len(slots)) // len(order)] for k, sid in enumerate(order)}
+        return {sid: slots[(sid * len(slots)) // n_shards] for sid in range(n_shards)}
 
     def _scatter_bc(self, broadcast):
         # Always scattered (even None): forgetting this key at the end of the pass is what
@@ -582,8 +695,7 @@ class DaskEngine(Engine):
         tag = f"ooc-p{self._npass}-{os.getpid()}-{id(self) & 0xFFFF:x}"
         spec = self._spec(store) if read else None
         n = len(ids)
-        parts: list = [None] * n
-        news: list = [None] * n
+        news: list = []
         bc_f = None
         attempt = 0
         try:
@@ -591,20 +703,13 @@ class DaskEngine(Engine):
                 attempt += 1
                 if bc_f is None or bc_f.status not in ("finished", "pending"):
                     bc_f = self._scatter_bc(broadcast)
-                redo = [
-                    k
-                    for k in range(n)
-                    if not _alive(parts[k]) or (state is not None and not _alive(news[k]))
-                ]
                 if attempt > 1:
-                    self.retried_shards += len(redo)
-                    log.info("pass %s: recomputing %d shard(s) lost with a worker", tag, len(redo))
+                    self.retried_shards += n
+                    log.info("pass %s: running again (results lost with a worker)", tag)
                 job = _PassJob(f"{tag}-a{attempt}", store, fn, spec, state, bc_f, ids)
-                place = self._placement(ids, refresh=attempt > 1)
-                self._submit_shards(job, redo, place, parts, news)
-                root = self._submit_tree(f"{job.tag}-r", parts, reduce)
+                root, news = self._submit_blocks(job, reduce, refresh=attempt > 1)
                 try:
-                    result = root.result()
+                    [(_, result)] = root.result()
                     backups = self._settle_states(tag, news) if state is not None else None
                     break
                 except BaseException as e:  # noqa: BLE001
@@ -629,55 +734,72 @@ class DaskEngine(Engine):
         self._count(full)
         return result
 
-    def _submit_shards(self, job: _PassJob, redo: list[int], place: dict, parts, news) -> None:
-        """Submit the tasks of the shards at positions ``redo``: one graph per preferred
-        worker (a single scheduler message per group); fills ``parts`` (and ``news``)."""
-        read = job.spec is not None
-        groups: dict[Any, list[int]] = {}
-        for k in redo:
-            groups.setdefault(place.get(job.ids[k]), []).append(k)
-        for worker, ks in groups.items():
-            dsk: dict = {}
-            want: list = []
-            for k in ks:
-                sid = job.ids[k]
-                key = f"{job.tag}-s{sid}-k{k}"
-                arg = job.spec if read else shard_stub(job.store, sid)
-                if job.state is None:
-                    dsk[key] = (_task if read else _stub_task, job.fn, arg, sid, job.bc)
-                    want.append(key)
-                    continue
-                src = job.state.get(sid).alive()
-                if src is None:
-                    raise EngineError(
-                        f"the per-shard state of shard {sid} was lost with the workers "
-                        "holding its copies; restart from a checkpoint"
-                    )
-                task = _state_task if read else _stub_state_task
-                dsk[key] = (task, job.fn, arg, sid, job.bc, src)
-                dsk[key + "-part"] = (operator.getitem, key, 0)
-                dsk[key + "-state"] = (operator.getitem, key, 1)
-                want += [key + "-part", key + "-state"]
-            where = {"workers": [worker], "allow_other_workers": True} if worker else {}
-            futs = self._connected().get(dsk, want, sync=False, **where)
-            if job.state is None:
-                for k, f in zip(ks, futs, strict=True):
-                    parts[k] = f
+    def _submit_blocks(self, job: _PassJob, reduce: Callable, refresh: bool) -> tuple:
+        """Submit a pass: one task per run of consecutive shards of the pass that share a
+        home worker (a full pass: one per worker), then the tree above the runs' subtrees.
+
+        Returns the future of the tree's root and the futures of the new per-shard states
+        (in the order of the pass; empty without state). A run's task reduces its shards into
+        the complete subtrees of the pass's tree that lie inside the run; the tasks that join
+        them run on the workers (the scheduler places each by its inputs), so only O(features)
+        partials travel between workers and only the root travels to the client.
+        """
+        client = self._connected()
+        home = self._placement(job.store.n_shards, refresh)
+        n = len(job.ids)
+        runs: list[list] = []  # [worker, start, stop] over positions of the pass
+        for k, sid in enumerate(job.ids):
+            w = home.get(sid)
+            if runs and runs[-1][0] == w:
+                runs[-1][2] = k + 1
             else:
-                for j, k in enumerate(ks):
-                    parts[k], news[k] = futs[2 * j], futs[2 * j + 1]
+                runs.append([w, k, k + 1])
+        read = job.spec is not None
+        news: list = []
+        groups = []  # (worker, future of the run's subtrees), in the order of the pass
+        for j, (worker, a, b) in enumerate(runs):
+            sids = job.ids[a:b]
+            src = job.spec if read else [shard_stub(job.store, sid) for sid in sids]
+            states = None
+            if job.state is not None:
+                states = [self._state_src(job.state, sid) for sid in sids]
+            bkey = f"{job.tag}-b{j}"
+            dsk: dict = {bkey: (_block_task, job.fn, read, src, sids, a, n, job.bc, reduce, states)}
+            want = [bkey]
+            if states is not None:  # split: the subtrees travel, the states stay
+                want = [f"{bkey}-t"] + [f"{bkey}-s{sid}" for sid in sids]
+                dsk[want[0]] = (_pick, bkey, 0)
+                for i, sid in enumerate(sids):
+                    dsk[f"{bkey}-s{sid}"] = (_pick, bkey, 1, i)
+            where = {"workers": [worker], "allow_other_workers": True} if worker else {}
+            futs = client.get(dsk, want, sync=False, **where)
+            groups.append((worker, futs[0]))
+            news += futs[1:]
+        # join neighbouring runs pairwise, level by level (log2(runs) levels): each join
+        # runs on the left run's worker and receives the right one's few subtrees
+        level = 0
+        while len(groups) > 1:
+            nxt = []
+            for i in range(0, len(groups) - 1, 2):
+                (wl, fl), (_, fr) = groups[i], groups[i + 1]
+                where = {"workers": [wl], "allow_other_workers": True} if wl else {}
+                key = f"{job.tag}-j{level}-{i // 2}"
+                f = client.submit(_join_task, reduce, n, fl, fr, key=key, pure=False, **where)
+                nxt.append((wl, f))
+            if len(groups) % 2:
+                nxt.append(groups[-1])
+            groups, level = nxt, level + 1
+        return groups[0][1], news
 
-    def _submit_tree(self, prefix: str, parts: list, reduce: Callable) -> Any:
-        """The reduction tree over the shard list (:func:`tree_reduce`), as one graph."""
-        rdsk: dict = {}
-
-        def red(a, b):
-            key = f"{prefix}{len(rdsk)}"
-            rdsk[key] = (reduce, a, b)
-            return key
-
-        root_key = tree_reduce(list(parts), red)
-        return self._connected().get(rdsk, root_key, sync=False) if rdsk else root_key
+    @staticmethod
+    def _state_src(state: ShardState, sid: int):
+        src = state.get(sid).alive()
+        if src is None:
+            raise EngineError(
+                f"the per-shard state of shard {sid} was lost with the workers "
+                "holding its copies; restart from a checkpoint"
+            )
+        return src
 
     def _settle_states(self, tag: str, news: list) -> list:
         """Wait for the new per-shard states and copy each to a second worker; raises
@@ -723,7 +845,7 @@ class DaskEngine(Engine):
 
     def _init_state(self, store, init: Callable[[Any, int], Any], shards=None) -> ShardState:
         ids = list(range(store.n_shards)) if shards is None else [int(i) for i in shards]
-        place = self._placement(ids) if ids else {}
+        place = self._placement(store.n_shards) if ids else {}
         self._npass += 1
         items = []
         for sid in ids:
@@ -751,7 +873,7 @@ class DaskEngine(Engine):
             raise ValueError("set_state: one item per shard is needed")
         if not items:
             return ShardState(self, store.n_shards, [], [])
-        place = self._placement(ids)
+        place = self._placement(store.n_shards)
         futs = []
         for sid, v in zip(ids, items, strict=True):
             w = [place[sid]] if sid in place else None
@@ -780,25 +902,144 @@ class DaskEngine(Engine):
         return self._connected().gather(futs)
 
     # -- teardown --------------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self, timeout: float = 20.0) -> None:
+        """Disconnect; a local cluster this engine started is shut down.
+
+        The client goes first (nothing is left waiting on the cluster), then the workers are
+        asked to stop and given up to ``0.8 * timeout`` seconds to exit before their nannies
+        kill them (Dask's default, 4 s, is short on a loaded machine: the kill is what
+        prints "Worker process ... was killed by signal 9"), then the scheduler.
+        """
         client, cluster = self._client, self._cluster
         self._client = self._cluster = None
+        t0 = time.monotonic()
         if client is not None:
             try:
-                client.close(timeout=10)
+                client.close(timeout=timeout)
             except Exception:  # noqa: BLE001  # pragma: no cover
                 pass
         if cluster is not None:
             try:
-                cluster.close(timeout=10)
+                cluster.sync(_stop_workers, cluster, timeout)
+            except Exception as e:  # noqa: BLE001  # pragma: no cover
+                log.debug("stopping the local workers: %r", e)
+            try:
+                cluster.close(timeout=timeout)
             except Exception:  # noqa: BLE001  # pragma: no cover
                 pass
+            log.debug("Dask: local cluster closed in %.1f s", time.monotonic() - t0)
 
     def __del__(self):  # pragma: no cover - best effort
         try:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _tree_sizes(a: int, b: int, n: int) -> list[tuple[int, int]]:
+    out = []
+    while a < b:
+        lev = 0
+        while (1 << lev) < n:
+            size = 1 << (lev + 1)
+            if a % size or min(a + size, n) > b:
+                break
+            lev += 1
+        out.append((a, 1 << lev))
+        a = min(a + (1 << lev), n)
+    return out
+
+
+def tree_nodes(a: int, b: int, n: int) -> list[tuple[int, int]]:
+    """The largest subtrees of :func:`~ooc_svm.engine.base.tree_reduce` over ``n`` positions
+    that lie inside positions ``[a, b)``, left to right, as ``(start, stop)``.
+
+    Node ``i`` of level ``L`` of that tree covers ``[i·2^L, min((i+1)·2^L, n))`` (an odd last
+    element moves up unchanged), and reducing its positions alone with ``tree_reduce``
+    builds the same subtree, so a worker can reduce its run of shards into these nodes.
+    """
+    return [(s, min(s + size, n)) for s, size in _tree_sizes(a, b, n)]
+
+
+def _node_value(have: dict, s: int, e: int, n: int, reduce: Callable[[Any, Any], Any]) -> Any:
+    """Value of the tree node ``[s, e)`` over ``n`` positions from the values of complete
+    subtrees ``have[(start, stop)]`` that cover it (``reduce`` joins them as the tree does)."""
+    size = 1
+    while size < e - s:
+        size *= 2
+
+    def node(s: int, size: int) -> Any:
+        key = (s, min(s + size, n))
+        if key in have:
+            return have[key]
+        if size <= 1:
+            raise ValueError(f"position {s} is in no subtree")
+        half = size // 2
+        if s + half >= n:  # no right half: the left one moves up unchanged
+            return node(s, half)
+        return reduce(node(s, half), node(s + half, half))
+
+    return node(s, size)
+
+
+def tree_join(n: int, nodes: dict[tuple[int, int], Any], reduce: Callable[[Any, Any], Any]) -> Any:
+    """The root of :func:`~ooc_svm.engine.base.tree_reduce` over ``n`` positions, given the
+    values of complete subtrees ``nodes[(start, stop)]`` that cover every position (e.g. from
+    :func:`tree_nodes` of consecutive runs)."""
+    return _node_value(nodes, 0, n, n, reduce) if n > 0 else None
+
+
+async def _stop_workers(cluster, timeout: float) -> None:
+    """Close the nannies (and their worker processes) of a local cluster, waiting up to
+    ``0.8 * timeout`` seconds for each worker to exit by itself."""
+    import asyncio
+
+    nannies = [w for w in list(getattr(cluster, "workers", {}).values()) if hasattr(w, "kill")]
+    if nannies:
+        await asyncio.gather(
+            *(w.close(timeout=timeout, reason="ooc-svm-done") for w in nannies),
+            return_exceptions=True,
+        )
+
+
+#: what the fork server of a local cluster imports once, before it forks the workers
+_FORK_PRELOAD = (
+    "distributed",
+    "ooc_svm.engine.dask_engine",
+    "ooc_svm.store",
+    "ooc_svm.kernels.csr",
+)
+
+
+def _fork_server_config() -> dict[str, str]:
+    """Start the workers of a ``processes`` cluster from a fork server that imported Dask,
+    the store readers and the kernels' module once (``_FORK_PRELOAD``).
+
+    Dask's default, ``spawn``, starts every worker as a new interpreter that imports all of
+    that itself (and ends with a full interpreter shutdown): N times the CPU, which on a
+    loaded machine made a 2-worker cluster take 15 s to its first pass and 2 s to close.
+    Dask's own fork server preload imports every optional package Dask knows (pandas...)
+    in this process first; ours replaces it. A user's explicit
+    ``distributed.worker.multiprocessing-method`` setting (other than the default
+    ``spawn``) is kept.
+    """
+    import multiprocessing
+
+    import dask
+
+    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") != "spawn":
+        return {}
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover
+        return {}
+    try:
+        import distributed.utils as du
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(_FORK_PRELOAD))
+        du._forkserver_preload_set = True  # keep ours (else Dask sets and imports its own)
+    except Exception:  # noqa: BLE001  # pragma: no cover - keep Dask's default
+        return {}
+    return {"distributed.worker.multiprocessing-method": "forkserver"}
 
 
 def _alive(fut) -> bool:
