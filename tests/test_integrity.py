@@ -434,7 +434,7 @@ def test_sigterm_sighup_every_writing_command_cleans_up(writers_dir, name, sig):
     )
     fifo = None
     if name == "import":  # a model file that arrives slowly: half of it, then nothing
-        fifo = open(cwd / "k.fifo", "w")  # noqa: SIM115 - closed below
+        fifo = open(cwd / "k.fifo", "w")
         fifo.write("svm_type c_svc\nkernel_type rbf\ngamma 0.5\nnr_class 2\n")
         fifo.flush()
         t0 = time.monotonic()

@@ -124,7 +124,7 @@ def _worker_reader(path: str, token: str, fast: bool) -> Callable:
             if entry is None:
                 try:
                     store = open_store(path)
-                except Exception as e:  # noqa: BLE001 - reported with the likely cause
+                except Exception as e:
                     raise EngineError(
                         f"a Dask worker cannot open the store {path} ({e}); is the path on a "
                         "file system the workers share? relative paths are resolved against "
@@ -427,7 +427,7 @@ class DaskEngine(Engine):
         t0 = time.monotonic()
         try:
             self._client = Client(address, timeout=timeout)
-        except Exception as e:  # noqa: BLE001 - any failure to connect is reported the same way
+        except Exception as e:
             raise EngineError(
                 f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
                 f"({type(e).__name__}: {str(e)[:200]}); check the address and that the "
@@ -522,7 +522,7 @@ class DaskEngine(Engine):
                 kw["threads_per_worker"],
                 time.monotonic() - t0,
             )
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.close()
             raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
 
@@ -672,7 +672,7 @@ class DaskEngine(Engine):
             if self._scheduler_gone():
                 raise self._lost_scheduler(ConnectionError("connection closed")) from None
             raise
-        except Exception as e:  # noqa: BLE001 - re-raised unless the scheduler is gone
+        except Exception as e:
             if self._scheduler_gone():
                 raise self._lost_scheduler(e) from None
             raise
@@ -712,7 +712,7 @@ class DaskEngine(Engine):
                     [(_, result)] = root.result()
                     backups = self._settle_states(tag, news) if state is not None else None
                     break
-                except BaseException as e:  # noqa: BLE001
+                except BaseException as e:
                     if not isinstance(e, KeyboardInterrupt) and self._scheduler_gone():
                         raise self._lost_scheduler(e) from None
                     if not (isinstance(e, _Lost) or _is_lost_error(e)):
@@ -811,7 +811,7 @@ class DaskEngine(Engine):
             raise _Lost()
         try:
             backups = self._protect(news)
-        except Exception as e:  # noqa: BLE001 - a worker died while copying
+        except Exception as e:
             log.info("pass %s: replicating states failed (%r); retrying", tag, e)
             raise _Lost() from e
         if any(f.status != "finished" for f in news):
@@ -916,23 +916,23 @@ class DaskEngine(Engine):
         if client is not None:
             try:
                 client.close(timeout=timeout)
-            except Exception:  # noqa: BLE001  # pragma: no cover
+            except Exception:  # pragma: no cover
                 pass
         if cluster is not None:
             try:
                 cluster.sync(_stop_workers, cluster, timeout)
-            except Exception as e:  # noqa: BLE001  # pragma: no cover
+            except Exception as e:  # pragma: no cover
                 log.debug("stopping the local workers: %r", e)
             try:
                 cluster.close(timeout=timeout)
-            except Exception:  # noqa: BLE001  # pragma: no cover
+            except Exception:  # pragma: no cover
                 pass
             log.debug("Dask: local cluster closed in %.1f s", time.monotonic() - t0)
 
     def __del__(self):  # pragma: no cover - best effort
         try:
             self.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 
@@ -1037,7 +1037,7 @@ def _fork_server_config() -> dict[str, str]:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(list(_FORK_PRELOAD))
         du._forkserver_preload_set = True  # keep ours (else Dask sets and imports its own)
-    except Exception:  # noqa: BLE001  # pragma: no cover - keep Dask's default
+    except Exception:  # pragma: no cover - keep Dask's default
         return {}
     return {"distributed.worker.multiprocessing-method": "forkserver"}
 

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as c  # noqa: E402
+import _common as c
 
 SYNTH = {"features": 20000, "nnz_per_row": 40, "seed": 1}
 FULL_SIZES = [5000, 10000, 20000, 50000, 100000, 200000]

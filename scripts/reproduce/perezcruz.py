@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as c  # noqa: E402
+import _common as c
 
 # (name, data, n, C, sigma, SV, q irwls, q light, CPU irwls s, CPU light s) from Table 3
 TABLE3 = [

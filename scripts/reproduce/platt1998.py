@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as c  # noqa: E402
+import _common as c
 
 # The paper's tables (Platt 1998, section 3.1 and 3.2), typed from the text:
 # (n, SMO CPU s, chunking CPU s or None for "N/A", non-bound SVs, bound SVs).

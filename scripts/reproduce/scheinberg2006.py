@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as c  # noqa: E402
+import _common as c
 
 # (case, n, n_s, n_c, SVMlight s, SVM_e^light s, SVM-QP s); None: "-" or "*" in the paper
 TABLE1 = [
