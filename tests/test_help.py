@@ -64,6 +64,13 @@ def test_help_tables_wrap_under_their_text_at_80_columns(capsys, monkeypatch):
     assert all(ln.startswith(("- ", "  ")) and not ln.startswith("    ") for ln in items), items
 
 
+def test_train_help_examples_fit_80_columns(capsys, monkeypatch):
+    """Every example of train --help stays one command line on an 80-column terminal."""
+    text = _help("train", capsys, monkeypatch, columns=82)
+    examples = text.split("examples:\n")[1].split("\n\n")[0].splitlines()
+    assert examples and all(ln.startswith("  ooc-svm train ") for ln in examples), examples
+
+
 def test_train_help_teaches(capsys, monkeypatch):
     text = _help("train", capsys, monkeypatch)
     head = text.split("positional arguments:")[0]

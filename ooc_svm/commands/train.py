@@ -143,11 +143,11 @@ which solver when:
 examples:
   ooc-svm train --solver perf train.zarr -o model --C 1 --eps 0.001
   ooc-svm train --solver perf ranks.zarr -o ranker --loss ordinal
-  ooc-svm train --solver active-set a9a.zarr -o m1 --kernel rbf --gamma 0.05 --C 1
+  ooc-svm train --solver active-set a9a.zarr -o m1 --kernel rbf --gamma 0.05
   ooc-svm train --solver smo small.zarr -o m2 --kernel rbf --gamma 0.5 --C 10
-  ooc-svm train --solver irwls a9a.zarr -o m3 --kernel rbf --gamma 0.05 --working-set 150
-  ooc-svm train --solver perf sector.zarr -o m4 --history h.jsonl   # one-vs-rest
-  ooc-svm train --solver perf train.zarr -o m5 --config perf --C 10   # conf/perf.toml"""
+  ooc-svm train --solver irwls a9a.zarr -o m3 --kernel rbf --working-set 150
+  ooc-svm train --solver perf sector.zarr -o m4   # one-vs-rest, 105 classes
+  ooc-svm train --solver perf train.zarr -o m5 --config perf  # conf/perf.toml"""
 
 EPILOG = """\
 Output: progress on stderr (a bar with the stopping target on a terminal; one plain line
