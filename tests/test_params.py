@@ -298,15 +298,15 @@ def test_eps_to_dual_solver_names_tol(work, solver):
     ],
 )
 def test_max_iter_reached_is_not_converged(work, solver, flags):
-    r = _cli(work, "--solver", solver, "b.zarr", "-o", "mj", "--json", *flags)
+    r = _cli(work, "--solver", solver, "b.zarr", "-o", "mj", "--json", *flags, "--overwrite")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["converged"] is False
-    r = _cli(work, "--solver", solver, "b.zarr", "-o", "mt", *flags)
+    r = _cli(work, "--solver", solver, "b.zarr", "-o", "mt", *flags, "--overwrite")
     assert r.returncode == 0, r.stderr
     n = flags[1]
     assert f"not converged (max-iter {n} reached)" in r.stdout, r.stdout
     # a converged run says so in the JSON
-    r = _cli(work, "--solver", solver, "b.zarr", "-o", "mc", "--json")
+    r = _cli(work, "--solver", solver, "b.zarr", "-o", "mc", "--json", "--overwrite")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["converged"] is True
 

@@ -478,7 +478,12 @@ def test_store_with_more_features_warns_once(real):
     from ooc_svm.model import load_model
 
     assert load_model(str(real / "rbf122.model")).n_features == 122
+    # 146 % wider than the model: refused in one line (issue 22 item 4) ...
     r = _run(real, "evaluate", "rbf122.model", "w8a.zarr")
+    assert r.returncode == 1 and "--allow-wider" in r.stderr, r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
+    # ... and scored with one warning when the user says so
+    r = _run(real, "evaluate", "rbf122.model", "w8a.zarr", "--allow-wider")
     assert r.returncode == 0, r.stderr
     warn = [ln for ln in r.stderr.splitlines() if "warning" in ln]
     assert len(warn) == 1 and "w8a.zarr has 300 features" in warn[0] and "122" in warn[0]
