@@ -344,6 +344,7 @@ def test_working_set_sparse_planes_and_aggregation():
     assert dual_after == pytest.approx(dual1, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_shard_column_map_built_once():
     """The column map of a shard is built on its first pass and kept with it."""
     from ooc_svm.solvers.perf.passes import shard_columns
