@@ -185,10 +185,6 @@ def _quiet_dask(verbose: int) -> None:
     if "distributed" in sys.modules:  # already imported (e.g. main() called from Python)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level.upper())
-    # our own cluster lines (ready in, a pass run again) come with -v, like Dask's
-    logging.getLogger("ooc_svm.engine.dask_engine").setLevel(
-        logging.NOTSET if verbose else logging.WARNING
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -515,7 +515,7 @@ class DaskEngine(Engine):
             # result comes back directly, not through the scheduler (one hop, not two)
             self._client = Client(self._cluster, timeout=timeout, direct_to_workers=True)
             self._address = str(self._cluster.scheduler_address)
-            log.info(
+            log.debug(  # -vv: a normal run prints no cluster lines
                 "Dask: local cluster (%s) of %d worker(s) x %d thread(s) ready in %.1f s",
                 s,
                 kw["n_workers"],
