@@ -26,7 +26,7 @@ from ooc_svm.engine import LocalEngine
 from ooc_svm.kernels.kernel_functions import kernel_matrix
 from ooc_svm.model import Model, load_model
 from ooc_svm.solvers import SolverError, active_set
-from ooc_svm.solvers.cholesky import ActiveFactor
+from ooc_svm.solvers.active_set.cholesky import ActiveFactor
 from ooc_svm.solvers.dual_common import (
     apply_alpha_updates,
     init_alpha_state,

@@ -1,4 +1,4 @@
-"""``perf`` selective variant (:mod:`ooc_svm.solvers.perf_selective`): few full passes, the
+"""``perf`` selective variant (:mod:`ooc_svm.solvers.perf.selective`): few full passes, the
 same certificate P(w) ≤ P* + C·n·ε against LIBLINEAR's optimum, a bounded and deterministic
 selection of in-memory rows, bit-identical results on the local and the Dask engine, and
 memory bounded by the selection budget.
@@ -23,7 +23,7 @@ from sklearn.svm import LinearSVC
 
 from ooc_svm.engine import LocalEngine, make_engine
 from ooc_svm.metrics import primal_objective
-from ooc_svm.solvers import perf_selective as ps
+from ooc_svm.solvers.perf import selective as ps
 from ooc_svm.store import csr_to_shards, open_store, write_store
 
 _DATA = {
@@ -346,7 +346,8 @@ _CHILD = textwrap.dedent(
     """
     import json, sys
     from ooc_svm.engine import LocalEngine
-    from ooc_svm.solvers import perf, perf_selective
+    from ooc_svm.solvers import perf
+    from ooc_svm.solvers.perf import selective as perf_selective
     from ooc_svm.store import open_store
     store, variant, mb = sys.argv[1], sys.argv[2], float(sys.argv[3])
     st = open_store(store)

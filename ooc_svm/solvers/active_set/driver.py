@@ -57,7 +57,6 @@ from ...kernels.kernel_functions import (
 )
 from ...model import load_model
 from .. import Callback, Result, SolverError, binary_classes
-from ..cholesky import ActiveFactor
 from ..dual_common import (
     CheckpointClock,
     WorkingRows,
@@ -75,8 +74,10 @@ from ..dual_common import (
     split_updates_by_shard,
 )
 from ..params import as_params
+from .cholesky import ActiveFactor
 from .columns import KernelColumns, LinearColumns
 from .kernels import DENSE_BLOCK_MAX
+from .params import MIN_CANDIDATES, SPRINT_AUTO_MAX, SPRINT_SQRT, Params
 from .passes import (
     _S_AQA,
     _S_CHINGE,
@@ -96,7 +97,6 @@ from .passes import (
     _major_reduce,
     _warm_fn,
 )
-from .settings import MIN_CANDIDATES, SPRINT_AUTO_MAX, SPRINT_SQRT, Params
 from .working_set import S_FREE, S_UPPER, S_ZERO, Counters, WorkingSet
 
 if TYPE_CHECKING:

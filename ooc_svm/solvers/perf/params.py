@@ -51,7 +51,7 @@ class Params(SolverParams):
         "paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line search to the "
         "best point, same single pass per iteration; selective = many inner cutting planes on "
         "the rows near the margin kept in memory (--inner-mb), full passes only to refresh "
-        "them and certify (loss error; ooc_svm/solvers/perf_selective.py); svmperf = SVMperf "
+        "them and certify (loss error; ooc_svm/solvers/perf/selective.py); svmperf = SVMperf "
         "3.00's loop (loose QP, shrinking; loss error; solvers/perf/svmperf.py) plus the "
         "dual-gap certificate",
         choices=VARIANTS,

@@ -89,11 +89,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .._util import cpu_count
-from ..engine.blocks import Blocked
-from ..kernels.csr import csr_take_rows, u32
-from ..kernels.perf import accumulate_rows, matvec, vdot
-from ..kernels.perf_selective import (
+from ..._util import cpu_count
+from ...engine.blocks import Blocked
+from ...kernels.csr import csr_take_rows, u32
+from ...kernels.perf import accumulate_rows, matvec, vdot
+from ...kernels.perf_selective import (
     cut_segment_margins,
     flip_cut,
     hinge_slope,
@@ -105,22 +105,12 @@ from ..kernels.perf_selective import (
     threshold_rows,
     violated_at,
 )
-from . import Callback, Result, SolverError, binary_classes
-from .params import as_params
-from .perf import (
-    Params,
-    WorkingSet,
-    _finish_accumulator,
-    _finite,
-    _new_accumulator,
-    _Progress,
-    _qp_atol,
-    _resolve_C,
-    acc_row,
-    check_qp,
-    reduce_cut,
-)
-from .perf.common import binary_result
+from .. import Callback, Result, SolverError, binary_classes
+from ..params import as_params
+from .common import _finite, _Progress, _resolve_C, binary_result
+from .params import Params
+from .passes import _finish_accumulator, _new_accumulator, acc_row, reduce_cut
+from .working_set import WorkingSet, _qp_atol, check_qp
 
 log = logging.getLogger(__name__)
 
