@@ -57,7 +57,7 @@ from ...kernels.kernel_functions import (
 )
 from ...model import load_model
 from .. import Callback, Result, SolverError, binary_classes
-from ..dual_common import (
+from ..dual import (
     CheckpointClock,
     WorkingRows,
     check_interrupt,

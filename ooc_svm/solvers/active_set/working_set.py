@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ..dual_common import WorkingRows, check_interrupt, row_costs
+from ..dual import WorkingRows, check_interrupt, row_costs
 from .cholesky import ActiveFactor
 from .params import CHECK_EVERY, FULL_FLUSH_EVERY, REFACTOR_TOL
 

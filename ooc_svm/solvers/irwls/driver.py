@@ -95,7 +95,7 @@ Stopping rule (eqs. 9–11, with e = ``tol``, default 1e-3)::
 
 checked on every row in the pass, with the bias b of the last working-set problem (or the
 b-reset value), then confirmed by the independent KKT pass of
-:func:`~ooc_svm.solvers.dual_common.kkt_violation_pass` (f recomputed from the final SVs).
+:func:`~ooc_svm.solvers.dual.kkt_violation_pass` (f recomputed from the final SVs).
 
 Memory: per-shard β and g (16 bytes a row) in the engine state; on the driver the working set
 (q rows, its q × q kernel matrix), O(n_features) for the linear kernel's w, and at the end the
@@ -116,7 +116,7 @@ from ...engine.base import WorkerScratch
 from ...kernels.kernel_functions import KernelParams
 from ...kernels.parallel import kernel_block_par, thread_share
 from .. import Callback, Result, binary_classes
-from ..dual_common import (
+from ..dual import (
     CheckpointClock,
     Expansion,
     WorkingRows,

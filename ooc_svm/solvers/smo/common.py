@@ -7,7 +7,7 @@ import numpy as np
 
 from ...kernels.kernel_functions import KernelParams
 from .. import SolverError
-from ..dual_common import WorkingRows, dual_class_costs, shard_rows
+from ..dual import WorkingRows, dual_class_costs, shard_rows
 from ..kernel_cache import MB, SlotCache
 from ..reduce import none_is_identity
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from .. import Result, SolverError, binary_classes
-from ..dual_common import (
+from ..dual import (
     WorkingRows,
     apply_alpha_updates,
     dual_objective,

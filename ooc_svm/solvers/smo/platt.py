@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...engine.base import concat_partials
-from ..dual_common import (
+from ..dual import (
     Expansion,
     WorkingRows,
     apply_alpha_updates,

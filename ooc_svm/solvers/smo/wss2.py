@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from .. import SolverError
-from ..dual_common import WorkingRows
+from ..dual import WorkingRows
 from .common import _cache_for, _kernel_tuple, _x_tuple_compact
 from .kernels import (
     IST_DONE,
