@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,16 @@ from .common import (
     iteration_done,
     save_run,
 )
-from .passes import acc_cut, pass_count_pos, reduce_cut, segment_blocks, single_blocks
+from .passes import (
+    REMAP_MIN_DIM,
+    acc_cut,
+    column_remap,
+    pass_column_counts,
+    pass_count_pos,
+    reduce_cut,
+    segment_blocks,
+    single_blocks,
+)
 from .working_set import WorkingSet, _qp_atol, check_qp
 
 if TYPE_CHECKING:
@@ -93,14 +103,29 @@ class _ErrorRun:
     sw: tuple[float, float] | None = None
     #: the working-set QP stalled (:func:`check_qp`): the run stops, not converged
     stalled: bool = False
+    #: ``(gmap, cols)`` of :func:`~.passes.column_remap` when the run works over the
+    #: remapped columns (then ``dim`` is their number + 1; ``d`` stays the store's width)
+    remap: tuple[np.ndarray, np.ndarray] | None = None
 
     def _weights(self) -> tuple:
+        if self.remap is not None:
+            return (self.sw, self.remap[0])
         return () if self.sw is None else (self.sw,)
 
     def single_request(self, w):
-        d = self.d
+        d = self.dim - 1
         bc = (np.ascontiguousarray(w[:d]), float(w[d]), self.bias, self.pos, self.dim)
         return single_blocks, bc + self._weights()
+
+    def full(self, w: np.ndarray) -> np.ndarray:
+        """w over the store's columns (length ``d`` + 1) from w over the working columns."""
+        if self.remap is None:
+            return w
+        out = np.zeros(self.d + 1)
+        cols = self.remap[1]
+        out[cols] = w[: cols.shape[0]]
+        out[self.d] = w[cols.shape[0]]
+        return out
 
     def save(self, scalars: dict, arrays: dict) -> None:
         save_run(self, scalars, arrays)
@@ -113,21 +138,26 @@ class _ErrorRun:
         return w
 
 
-def _error_run(meta, neg, pos, engine, params, variant, callback, checkpoint) -> _ErrorRun:
-    """Sizes, constants, working set and (on ``--resume``) the restored state."""
+def _error_run(
+    meta, neg, pos, engine, params, variant, callback, checkpoint, remap=None
+) -> _ErrorRun:
+    """Sizes, constants, working set and (on ``--resume``) the restored state; ``remap``:
+    the run works over the remapped columns (:func:`~.passes.column_remap`)."""
     n = meta.n_rows
     d = meta.n_features
-    dim = d + 1
+    dim = d + 1 if remap is None else remap[1].shape[0] + 1
     C = _resolve_C(params, n)
     eps = float(params.eps)
     limit = float(params.dense_limit_mb) * 2**20
+    if remap is not None:  # the map and its inverse count in the budget
+        limit -= remap[0].nbytes + remap[1].nbytes
     # the planes share --dense-limit-mb with the dense vectors (at least a quarter of it)
     ws = WorkingSet(dim, max(limit / 4, limit - params.dense_vectors(meta) * 8.0 * dim))
     prog = _Progress(engine, callback)
     run = _ErrorRun(
         meta, neg, pos, params, variant, checkpoint, ws, prog, n=n, d=d, dim=dim,
         bias=float(params.bias), C=C, Cp=C * n, eps=eps, max_iter=int(params.max_iter),
-        max_inactive=int(params.max_inactive), atol=_qp_atol(eps),
+        max_inactive=int(params.max_inactive), atol=_qp_atol(eps), remap=remap,
     )  # fmt: skip
     resume = checkpoint.load() if (checkpoint is not None and checkpoint.resume) else None
     run.resume = resume
@@ -152,7 +182,21 @@ def _error_steps(
     problems' passes fused into one streamed pass (:func:`solve_ovr`). ``share`` divides the
     memory budget of a pass's accumulators between the problems that share it.
     """
-    run = _error_run(meta, neg, pos, engine, params, variant, callback, checkpoint)
+    remap = None
+    t0 = time.perf_counter()
+    if share == 1 and checkpoint is None and meta.n_features >= _remap_min_dim():
+        part, _ = yield (pass_column_counts, (meta.n_features,))
+        remap = column_remap(part["g"], meta.n_features)
+        del part
+        log.info(
+            "perf: %d of the %d columns hold non-zeros; training over them, most frequent first",
+            remap[1].shape[0],
+            meta.n_features,
+        )
+    run = _error_run(meta, neg, pos, engine, params, variant, callback, checkpoint, remap)
+    if remap is not None:  # the counting pass is one of the run's passes and its time
+        run.prog.p0 -= 1
+        run.prog.t0 = t0
     if params.class_weight is not None:
         n_pos = None
         if parse_class_weight(params.class_weight) == "balanced":
@@ -171,7 +215,14 @@ def _error_steps(
             run.it,
             run.stop,
         )
-    return _error_result(run, *final)
+    w_final, obj, xi = final
+    return _error_result(run, run.full(w_final), obj, xi)
+
+
+def _remap_min_dim() -> int:
+    """``REMAP_MIN_DIM`` as ``ooc_svm.solvers.perf`` exports it (tests lower it)."""
+    pkg = sys.modules.get(__package__ or "")
+    return int(getattr(pkg, "REMAP_MIN_DIM", REMAP_MIN_DIM))
 
 
 def _paper_steps(run: _ErrorRun):
@@ -221,7 +272,8 @@ def _accelerated_start(run: _ErrorRun):
 
 def _accelerated_steps(run: _ErrorRun, share: int):
     """The accelerated (OCAS-style) variant; returns (w_b, P(w_b), ξ(w_b))."""
-    params, n, d, dim, C, ws = run.params, run.n, run.d, run.dim, run.C, run.ws
+    params, n, dim, C, ws = run.params, run.n, run.dim, run.C, run.ws
+    d = dim - 1
     kv = _line_grid(params.line_points)
     mu = float(params.mu)
     K = max(1, int(params.cut_points))

@@ -38,14 +38,23 @@ def _compact_min_dim() -> int:
     return getattr(sys.modules.get(__package__), "COMPACT_MIN_DIM", COMPACT_MIN_DIM)
 
 
-def shard_columns(shard) -> tuple[np.ndarray, np.ndarray]:
+#: stores with at least this many columns train in the remapped column space
+#: (:func:`column_remap`): the columns the store holds, most frequent first
+REMAP_MIN_DIM = 1 << 20
+
+
+def shard_columns(shard, ix: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(the shard's distinct columns, sorted; each entry's position among them): built once
     per shard object and kept with it (``shard._perf_colmap``), so that a shard the engine
-    caches between passes is not sorted again every pass."""
-    cached = getattr(shard, "_perf_colmap", None)
+    caches between passes is not sorted again every pass. ``ix``: the shard's columns in
+    the remapped space (:func:`remapped_indices`) instead of ``shard.indices`` (kept as
+    ``shard._perf_colmap_r``)."""
+    attr = "_perf_colmap" if ix is None else "_perf_colmap_r"
+    cached = getattr(shard, attr, None)
     if cached is not None:
         return cached
-    ix = shard.indices
+    if ix is None:
+        ix = shard.indices
     order = np.argsort(ix, kind="stable")
     srt = ix[order]
     new = np.empty(srt.shape[0], dtype=bool)
@@ -57,16 +66,78 @@ def shard_columns(shard) -> tuple[np.ndarray, np.ndarray]:
     gidx[order] = (np.cumsum(new) - 1).astype(np.uint32)
     del order, srt, new
     try:
-        shard._perf_colmap = (cols, gidx)
+        setattr(shard, attr, (cols, gidx))
     except AttributeError:  # a shard type with slots: computed again next pass
         pass
     return cols, gidx
 
 
-def _new_accumulator(shard, dim: int, K: int, with_bias: bool):
-    """(acc, gidx, bias_slot, columns or None) for one shard."""
-    if dim > max(_compact_min_dim(), 2 * shard.nnz):
-        cols, gidx = shard_columns(shard)
+def pass_column_counts(shard, bc):
+    """Non-zeros per column of a shard, as a compact accumulator ``("s", columns, (1, len)
+    counts, dim)`` (``bc = (dim,)``): the counting pass of :func:`column_remap`."""
+    (dim,) = bc
+    cols, counts = np.unique(shard.indices, return_counts=True)
+    return {"g": ("s", cols.astype(np.int64), counts[None, :].astype(np.float64), int(dim))}
+
+
+def column_remap(acc, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The remapped column space of a wide store from its column counts (the reduced
+    :func:`pass_column_counts`): ``(gmap, cols)`` where ``gmap[j]`` (int32, length ``dim``)
+    is column j's new id (-1: a column no row holds) and ``cols[k]`` the column of new id k.
+
+    New ids go to the columns the store holds, most frequent first (ties: by column): the
+    dense vectors, the cutting planes and the QP live over these columns only, and the
+    frequent columns, which most non-zeros hit, lie together (Zipf-like text data: a few
+    thousand columns take most of the non-zeros) so that the margins w·xᵢ mostly read w
+    from the cache."""
+    if isinstance(acc, np.ndarray):
+        counts = acc[0]
+        held = np.flatnonzero(counts)
+        c = counts[held]
+    else:
+        _, held, vals, _ = acc
+        c = vals[0]
+        keep = c > 0
+        held, c = held[keep], c[keep]
+    order = np.argsort(-c, kind="stable")
+    cols = np.asarray(held, dtype=np.int64)[order]
+    gmap = np.full(int(dim), -1, dtype=np.int32)
+    gmap[cols] = np.arange(cols.shape[0], dtype=np.int32)
+    return gmap, cols
+
+
+def remapped_indices(shard, gmap: np.ndarray) -> np.ndarray:
+    """The shard's column ids in the remapped space (uint32), computed once per shard object
+    and kept with it (``shard._perf_remap``, keyed by the map's length and size)."""
+    key = (gmap.shape[0], _map_key(gmap))
+    cached = getattr(shard, "_perf_remap", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    ix = gmap[shard.indices].view(np.uint32)
+    try:
+        shard._perf_remap = (key, ix)
+    except AttributeError:
+        pass
+    return ix
+
+
+def _map_key(gmap: np.ndarray) -> int:
+    """A cheap fingerprint of a column map (64 of its entries)."""
+    step = max(1, gmap.shape[0] // 64)
+    return int(gmap[::step].astype(np.int64).sum())
+
+
+def _new_accumulator(shard, dim: int, K: int, with_bias: bool, ix: np.ndarray | None = None):
+    """(acc, gidx, bias_slot, columns or None) for one shard (``ix``: its remapped
+    columns, :func:`remapped_indices`: compact when the shard's distinct columns are fewer
+    than half the remapped columns, as they are for all but the hot head of a Zipf-like
+    store)."""
+    if ix is not None and dim > _compact_min_dim():
+        compact = 2 * shard_columns(shard, ix)[0].shape[0] < dim
+    else:
+        compact = dim > max(_compact_min_dim(), 2 * shard.nnz)
+    if compact:
+        cols, gidx = shard_columns(shard, ix)
         if with_bias:
             cols = np.append(cols, dim - 1)
         acc = np.zeros((K, cols.shape[0] + (0 if with_bias else 1)))
@@ -74,7 +145,7 @@ def _new_accumulator(shard, dim: int, K: int, with_bias: bool):
         return acc, gidx, bias_slot, cols
     acc = np.zeros((K, dim + (0 if with_bias else 1)))
     bias_slot = dim - 1 if with_bias else dim
-    return acc, u32(shard.indices), bias_slot, None
+    return acc, (u32(shard.indices) if ix is None else ix), bias_slot, None
 
 
 def _finish_accumulator(acc, cols, dim: int, with_bias: bool):
@@ -158,14 +229,17 @@ def reduce_cut(a, b):
 def pass_single(shard, bc):
     """Algorithm 1 lines 5–7 at one point w: count, hinge sum and Σ_{violated} yᵢx̃ᵢ.
 
-    ``bc = (w, w_bias, bias, pos, dim[, (s_neg, s_pos)])``: with the optional per-class
-    relative costs (``--class-weight``) the cut, its size and the hinge are weighted
-    (:func:`~ooc_svm.kernels.perf.cut_single_weighted`).
+    ``bc = (w, w_bias, bias, pos, dim[, (s_neg, s_pos)[, gmap]])``: with the optional
+    per-class relative costs (``--class-weight``; None: none) the cut, its size and the
+    hinge are weighted (:func:`~ooc_svm.kernels.perf.cut_single_weighted`); with ``gmap``
+    (:func:`column_remap`) w and the cut are over the remapped columns.
     """
     w, w_bias, bias, pos, dim = bc[:5]
     sw = bc[5] if len(bc) > 5 else None
-    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, 1, True)
-    args = (shard.indptr, u32(shard.indices), gidx, shard.data, shard.y, pos, w, w_bias, bias)
+    ix = remapped_indices(shard, bc[6]) if len(bc) > 6 else None
+    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, 1, True, ix)
+    wix = u32(shard.indices) if ix is None else ix
+    args = (shard.indptr, wix, gidx, shard.data, shard.y, pos, w, w_bias, bias)
     if sw is None:
         cnt, hinge = cut_single(*args, acc[0], bias_slot)
     else:
@@ -180,15 +254,18 @@ def pass_single(shard, bc):
 def pass_segment(shard, bc):
     """Accelerated pass: hinge sums along w_b + k(w_c − w_b) and cuts at grid points.
 
-    ``bc = (w2, tb, tc, bias, pos, dim, kv, kg[, (s_neg, s_pos)])``: the optional per-class
-    relative costs weight the hinge sums, the cuts and their sizes.
+    ``bc = (w2, tb, tc, bias, pos, dim, kv, kg[, (s_neg, s_pos)[, gmap]])``: the optional
+    per-class relative costs (None: none) weight the hinge sums, the cuts and their sizes;
+    with ``gmap`` (:func:`column_remap`) w2 and the cuts are over the remapped columns.
     """
     w2, tb, tc, bias, pos, dim, kv, kg = bc[:8]
     sw = bc[8] if len(bc) > 8 else None
+    ix = remapped_indices(shard, bc[9]) if len(bc) > 9 else None
     K = kg.shape[0]
-    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, K, True)
+    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, K, True, ix)
     hv = np.zeros(kv.shape[0])
-    args = (shard.indptr, u32(shard.indices), gidx, shard.data, shard.y, pos, w2, tb, tc, kv, kg)
+    wix = u32(shard.indices) if ix is None else ix
+    args = (shard.indptr, wix, gidx, shard.data, shard.y, pos, w2, tb, tc, kv, kg)
     if sw is None:
         cnt = np.zeros(K, dtype=np.int64)
         cut_segment(*args, hv, acc, cnt, bias, bias_slot)

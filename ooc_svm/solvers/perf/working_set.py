@@ -93,7 +93,8 @@ class WorkingSet:
         if isinstance(g, tuple) and isinstance(v, tuple):
             row = np.array([self._dot_sparse(u, v) for u in self.vecs] + [_sq(v[1])])
         else:
-            gq = g if isinstance(v, np.ndarray) and v.dtype == np.float64 else self._as_dense(v)
+            # (a sparse g stored dense: v; a float32 plane: its float64 copy)
+            gq = v if isinstance(v, np.ndarray) and v.dtype == np.float64 else self._as_dense(v)
             row = np.array([self._dot(u, gq) for u in self.vecs] + [float(vdot(gq, gq))])
             del gq
         m = len(self.vecs)
