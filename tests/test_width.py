@@ -359,3 +359,59 @@ def test_shard_column_map_built_once():
     np.testing.assert_array_equal(gidx, np.searchsorted(ref, sh.indices))
     assert shard_columns(sh)[1] is gidx
     assert rng is not None
+
+
+def test_perf_remapped_columns_same_guarantee_and_bytes_for_any_threads(tmp_path, make_store):
+    """A wide store (columns most rows never use, Zipf-like popularity) trains over the
+    columns it holds, most frequent first: one counting pass more, w of the store's width
+    with zeros on the unused columns, the objective of the plain path within the
+    certificate, and the same model bytes for 1, 2 and 3 threads."""
+    from sklearn.svm import LinearSVC
+    from test_perf import check_guarantee
+
+    from ooc_svm.api import train
+    from ooc_svm.engine import LocalEngine, blocks
+    from ooc_svm.metrics import primal_objective
+    from ooc_svm.solvers import perf
+
+    rng = np.random.default_rng(28)
+    n, d, nnz = 1200, 40_000, 12
+    p = 1.0 / np.arange(1, d + 1)
+    p /= p.sum()
+    perm = rng.permutation(d)
+    rows = [np.unique(perm[rng.choice(d, size=nnz, p=p)]) for _ in range(n)]
+    indptr = np.concatenate([[0], np.cumsum([r.size for r in rows])])
+    X = sp.csr_matrix(
+        (rng.random(int(indptr[-1])) + 0.1, np.concatenate(rows), indptr), shape=(n, d)
+    )
+    X.data = X.data.astype(np.float32)
+    X.indices = X.indices.astype(np.int32)
+    wt = rng.normal(size=d)
+    y = np.where(X @ wt + 0.2 * rng.normal(size=n) > 0, 1.0, -1.0)
+    st = make_store(X, y, shard_rows=400)
+    held = np.unique(X.indices).size
+    assert held < d / 2
+    plain = train(st, "perf", C=1.0, eps=1e-3)
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(perf, "REMAP_MIN_DIM", 1000, raising=False)
+        mp.setattr(blocks, "BLOCK_NNZ", 3000)
+        got = {}
+        for threads in (1, 2, 3):
+            with LocalEngine(n_threads=threads, inline_nnz=0) as eng:
+                got[threads] = train(open_store(st.path), "perf", C=1.0, eps=1e-3, engine=eng)
+    finally:
+        mp.undo()
+    res = got[1]
+    assert res.passes == res.iterations + 2  # the counting pass, iteration 0, one per iteration
+    coef = np.asarray(res.model.coef_).ravel()
+    assert coef.shape[0] == d
+    unused = np.setdiff1d(np.arange(d), np.unique(X.indices))
+    assert not np.any(coef[unused])
+    m = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
+    p_ref = primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), 1.0)
+    check_guarantee(res, p_ref, 1.0, n, 1e-3)
+    assert abs(res.objective - plain.objective) <= 1.0 * n * 1e-3
+    for r in got.values():
+        assert r.objective == res.objective and r.passes == res.passes
+        np.testing.assert_array_equal(np.asarray(r.model.coef_), np.asarray(res.model.coef_))

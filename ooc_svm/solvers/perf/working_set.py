@@ -78,17 +78,18 @@ class WorkingSet:
                 self._warned = True
                 log.warning(
                     "perf: the working set of cutting planes reaches dense_limit_mb=%g "
-                    "(%d planes, %.1f MB); planes with alpha = 0 are dropped and the others "
-                    "aggregated into one to stay within it",
+                    "(%d planes, %.1f MB); planes with alpha = 0 are dropped and the oldest "
+                    "others aggregated into one to stay within it",
                     self.limit / 2**20,
                     len(self.vecs) + 1,
                     (self.nbytes + size) / 2**20,
                 )
         return v, size
 
-    def add(self, g, r: float) -> None:
+    def add(self, g, r: float, bound: bool = True) -> None:
         """Add plane (g, r); g is a dense float64 vector of length ``dim`` or a sparse
-        ``(sorted columns, float64 values)`` pair (then no dense vector is formed)."""
+        ``(sorted columns, float64 values)`` pair (then no dense vector is formed).
+        ``bound``: then keep the set within ``limit`` (:meth:`_bound`)."""
         v, size = self._store(g)
         if isinstance(g, tuple) and isinstance(v, tuple):
             row = np.array([self._dot_sparse(u, v) for u in self.vecs] + [_sq(v[1])])
@@ -110,7 +111,8 @@ class WorkingSet:
         self.nbytes += size
         self.peak = max(self.peak, len(self.vecs))
         self.peak_bytes = max(self.peak_bytes, self.nbytes)
-        self._bound()
+        if bound:
+            self._bound()
 
     @staticmethod
     def _dot_sparse(u, v) -> float:
@@ -121,30 +123,37 @@ class WorkingSet:
 
     def _bound(self) -> None:
         """Keep the planes within ``limit`` bytes: drop those with α = 0 (not the newest),
-        then aggregate the others (but the newest) into their α-weighted mean."""
+        then aggregate the oldest half of the others (at least two, never the newest) into
+        their α-weighted mean, again until the set fits: the newer planes, which carry
+        the recent progress, stay as they are."""
         if self.nbytes <= self.limit or len(self.vecs) <= 2:
             return
         last = len(self.vecs) - 1
         keep = [j for j in range(last) if self.alpha[j] > 0.0] + [last]
         if len(keep) < len(self.vecs):
             self._keep(keep)
-        if self.nbytes <= self.limit or len(self.vecs) <= 2:
-            return
-        last = len(self.vecs) - 1
-        old = list(range(last))
+        newest = self.vecs[-1]
+        while self.nbytes > self.limit and len(self.vecs) > 2:
+            cand = [j for j, v in enumerate(self.vecs) if v is not newest]
+            self._aggregate(cand[: max(2, len(cand) // 2)])
+
+    def _aggregate(self, old: list[int]) -> None:
+        """Replace planes ``old`` by their α-weighted mean, appended with α = their α sum
+        (w = Σ αⱼgⱼ and the dual value are unchanged; the dual stays a lower bound)."""
         A = float(self.alpha[old].sum())
         lam = self.alpha[old] / A
         g = np.zeros(self.dim)
-        for j in old:
+        for i, j in enumerate(old):
             v = self.vecs[j]
             if isinstance(v, np.ndarray):
-                axpy(g, v, float(lam[j]))
+                axpy(g, v, float(lam[i]))
             else:
-                scatter_add(g, v[0], v[1], lam[j])
+                scatter_add(g, v[0], v[1], lam[i])
         r = float(np.dot(lam, np.asarray(self.r)[old]))
-        self._keep([last])
+        gone = set(old)
+        self._keep([j for j in range(len(self.vecs)) if j not in gone])
         nz = np.flatnonzero(g)
-        self.add((nz, g[nz]) if nz.size * 3 < self.dim else g, r)
+        self.add((nz, g[nz]) if nz.size * 3 < self.dim else g, r, bound=False)
         del g
         self.alpha[-1] = A
         log.debug("perf: %d planes aggregated into one (alpha sum %.6g)", len(old), A)
