@@ -286,9 +286,10 @@ def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, C
 
 def segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
     """:func:`~ooc_svm.kernels.perf_selective.segment_min` with its sweeps of every row
-    (the bracketing evaluations and the first narrowing) on the threads of ``pool``, over
-    chunks of ``LINE_CHUNK`` rows summed in chunk order (same bits for any number of
-    threads); the halvings then run on the few rows narrowed to the bracket."""
+    (the bracketing evaluations, the first ``LINE_POOL_STEPS`` halvings and the narrowing)
+    on the threads of ``pool``, over chunks of ``LINE_CHUNK`` rows summed in chunk order
+    (same bits for any number of threads); the other halvings then run on the few rows
+    narrowed to the bracket."""
     n = mb.shape[0]
     bounds = [(a, min(n, a + LINE_CHUNK)) for a in range(0, max(n, 1), LINE_CHUNK)]
 
@@ -312,6 +313,19 @@ def segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
         fh, sh = ev(hi)
         grow += 1
     fl, _ = ev(lo)
+    # the first halvings sweep every row on the pool too, so that the rows narrowed to the
+    # bracket (whose later halvings run on one thread) are few
+    pre = min(LINE_POOL_STEPS, steps) if n >= LINE_CHUNK else 0
+    for _ in range(pre):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        fm, sm = ev(mid)
+        if sm < 0.0:
+            lo, fl = mid, fm
+        else:
+            hi, fh = mid, fm
+    steps -= pre
     parts = list(pool.map(lambda ab: narrow(mb[ab[0] : ab[1]], dm[ab[0] : ab[1]], lo, hi),
                           bounds))  # fmt: skip
     h0 = h1 = 0.0
@@ -339,6 +353,9 @@ PLANE_PARTS_BYTES = 64 << 20
 LINE_CHUNK = 1 << 16
 #: bisection steps of the inner line search
 LINE_STEPS = 32
+#: of which the first this many sweep every row on the pool (stores of at least LINE_CHUNK
+#: rows in memory), before the rows are narrowed to the bracket for the rest on one thread
+LINE_POOL_STEPS = 5
 #: the selection takes this share of ``inner_mb``; the pass's candidate lists and their
 #: merge the rest (module docstring, "Memory")
 SELECTION_SHARE = 0.75
