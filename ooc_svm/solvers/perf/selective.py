@@ -43,8 +43,13 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
 - *Inner iterations* (no pass): the rows outside S keep their coefficients cᵢ⁰ from the
   pass's plane at the new w_b (=: w_p); the rows in S choose cᵢ = [mᵢ(w) < 1] at the current
   w. Each such plane is a constraint of OP2, hence a valid cut. Together they define the lower
-  model P̃(w) = ½‖w‖² + C(Σ_{i∉S} cᵢ⁰(1 − mᵢ(w)) + Σ_{i∈S} max(0, 1 − mᵢ(w))) ≤ P(w), equal to
-  P at w_p. Away from w_p, P̃ can fall below the working set's own model
+  model P̃(w) = ½‖w‖² + C(max(0, Σ_{i∉S} cᵢ⁰(1 − mᵢ(w))) + Σ_{i∈S} max(0, 1 − mᵢ(w))) ≤ P(w),
+  equal to P at w_p: the rows outside S that are violated at w_p enter as ONE aggregated row
+  (a sum of hinges is at least the hinge of the sum), whose cut coefficient is all their
+  cᵢ⁰ or none. (Kept linear, Σ cᵢ⁰(1 − mᵢ(w)) falls without bound as w moves to satisfy
+  them, and the inner loop's proposals overshot: with a quarter of the 1M store in memory
+  the aggregated row took 7 passes to the certificate instead of 12, docs/PERFORMANCE.md.)
+  Away from w_p, P̃ can fall below the working set's own model
   M(w) = ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (also ≤ P), so the inner loop is OCAS
   (Franc & Sonnenburg, ICML 2008) on F = max(P̃, M): solve OP3 over the working set, exact
   line search of F between the best inner point and the QP solution (F is convex: bisection
@@ -91,25 +96,32 @@ import numpy as np
 
 from ..._util import cpu_count
 from ...engine.blocks import Blocked
-from ...kernels.csr import csr_take_rows, u32
+from ...kernels.csr import u32
 from ...kernels.perf import accumulate_rows, matvec, vdot
 from ...kernels.perf_selective import (
-    cut_segment_margins,
     flip_cut,
     hinge_slope,
     narrow,
     segment_bisect,
     segment_eval_sums,
-    select_prefix,
     signed_margins,
-    threshold_rows,
     violated_at,
 )
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
 from .common import _finite, _Progress, _resolve_C, binary_result
 from .params import Params
-from .passes import _finish_accumulator, _new_accumulator, acc_row, reduce_cut
+from .passes import acc_row
+from .selection import (
+    GRID,
+    NZ_BYTES,
+    ROW_BYTES,
+    SHARE,
+    pass_select,
+    reduce_select,
+    selection_bytes,
+    threshold_from_hist,
+)
 from .working_set import WorkingSet, _qp_atol, check_qp
 
 log = logging.getLogger(__name__)
@@ -119,194 +131,15 @@ STOPPING_RULE = (
     "(the accelerated variant's certificate)"
 )
 
-#: bytes a selected row takes besides its non-zeros: 2 keys, tie, row, indptr, label, margins
-ROW_BYTES = 64
-#: bytes per selected non-zero: int32 column + float32 value
-NZ_BYTES = 8
-#: a shard returns up to this many times its share of the selection budget
-SHARE = 1.25
-
-_HASH = np.uint64(0x9E3779B97F4A7C15)
-
-#: bucket edges (10 a decade) of the per-pass histogram of the rows' bytes by closeness to
-#: the margin (:func:`~ooc_svm.kernels.perf_selective.threshold_rows`)
-EDGES = np.geomspace(1e-6, 1e3, 91)
-
 
 # ------------------------------------------------------------------------------------------
 # selection of the rows near the margin (bounded, deterministic)
 # ------------------------------------------------------------------------------------------
 
 
-def _tie(rows: np.ndarray) -> np.ndarray:
-    """A bijective hash of global row numbers: spreads ties (e.g. w = 0) over the store."""
-    h = rows.astype(np.uint64) * _HASH
-    return h ^ (h >> np.uint64(29))
-
-
-def _empty_selection(budget: int) -> dict:
-    return {
-        "budget": int(budget),
-        "key": np.zeros(0),
-        "key2": np.zeros(0),
-        "tie": np.zeros(0, dtype=np.uint64),
-        "row": np.zeros(0, dtype=np.int64),
-        "indptr": np.zeros(1, dtype=np.int64),
-        "indices": np.zeros(0, dtype=np.int32),
-        "data": np.zeros(0, dtype=np.float32),
-        "ys": np.zeros(0),
-        "mb": np.zeros(0),
-        "mc": np.zeros(0),
-    }
-
-
-def segment_keys(mb: np.ndarray, mc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Closeness to the margin of rows with margins ``mb`` at w_b and ``mc`` at w_c: the
-    distance of 1 from [min(mb, mc), max(mb, mc)] (0 for rows that change sides along the
-    segment), then |1 − mc|."""
-    lo = np.minimum(mb, mc)
-    hi = np.maximum(mb, mc)
-    key = np.maximum(0.0, np.maximum(lo - 1.0, 1.0 - hi))
-    return key, np.abs(1.0 - mc)
-
-
-def closest_rows(indptr, mb, mc, cand, row_start: int, budget: int) -> np.ndarray:
-    """The rows of ``cand`` with the smallest (``key``, ``key2``, :func:`_tie`) that fit
-    ``budget`` bytes, in that order."""
-    cand = np.ascontiguousarray(cand, dtype=np.int64)
-    key, key2 = segment_keys(mb[cand], mc[cand])
-    order = np.lexsort((_tie(cand + int(row_start)), key2, key))
-    chosen = cand[order]
-    return chosen[: int(select_prefix(indptr, chosen, ROW_BYTES, NZ_BYTES, budget))]
-
-
-def select_rows(indptr, indices, data, ys, mb, mc, row_start: int, budget: int) -> dict:
-    """The rows with the smallest (``key``, ``key2``, :func:`_tie`) that fit ``budget``
-    bytes, as a selection dict (CSR slices in that order, labels ±1, keys)."""
-    n = mb.shape[0]
-    if n == 0 or budget < ROW_BYTES:
-        return _empty_selection(budget)
-    rows = closest_rows(indptr, mb, mc, np.arange(n), row_start, budget)
-    return take_rows(indptr, indices, data, ys, 1.0, mb, mc, row_start, rows, budget)
-
-
-def selection_bytes(sel: dict) -> int:
-    """Bytes of a selection as the budget counts them."""
-    return ROW_BYTES * sel["key"].shape[0] + NZ_BYTES * sel["indices"].shape[0]
-
-
 # ------------------------------------------------------------------------------------------
 # pass function and reduce (module level: the Dask engine pickles them)
 # ------------------------------------------------------------------------------------------
-
-
-def pass_select(shard, bc):
-    """One streamed pass on the segment w_b + k(w_c − w_b): hinge sums and cutting planes at
-    the grid ``kg`` (as the accelerated pass), plus the shard's candidate rows for the
-    selection and a histogram of its bytes by segment key (:func:`segment_keys`).
-
-    Candidates: the rows with key ≤ ``tau`` (the threshold the previous pass's histogram
-    gives, :func:`threshold_from_hist`), copied in shard order without sorting, when they fit
-    the shard's quota (:func:`shard_quota`); otherwise (first pass, ``tau`` = ∞, or a shard
-    with more rows near the margin than its share) its closest rows within the quota."""
-    w2, tb, tc, bias, pos, dim, kg, budget, store_bytes, tau = bc
-    K = kg.shape[0]
-    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, K, True)
-    hv = np.zeros(K)
-    cnt = np.zeros(K, dtype=np.int64)
-    mb = np.empty(shard.n_rows)
-    mc = np.empty(shard.n_rows)
-    cut_segment_margins(
-        shard.indptr,
-        u32(shard.indices),
-        gidx,
-        shard.data,
-        shard.y,
-        pos,
-        w2,
-        tb,
-        tc,
-        kg,
-        hv,
-        acc,
-        cnt,
-        bias,
-        bias_slot,
-        mb,
-        mc,
-    )
-    indptr = np.ascontiguousarray(shard.indptr, dtype=np.int64)
-    hist = np.zeros((3, EDGES.shape[0] + 1), dtype=np.int64)
-    rows = np.empty(shard.n_rows, dtype=np.int64)
-    k, used = threshold_rows(indptr, mb, mc, float(tau), ROW_BYTES, NZ_BYTES, EDGES, hist, rows)
-    quota = shard_quota(shard.n_rows, shard.nnz, budget, store_bytes)
-    rows = rows[:k]
-    if used > quota:
-        rows = closest_rows(indptr, mb, mc, rows, shard.row_start, quota)
-    sel = take_rows(indptr, shard.indices, shard.data, np.asarray(shard.y), pos, mb, mc,
-                    shard.row_start, rows, budget)  # fmt: skip
-    return {
-        "g": _finish_accumulator(acc, cols, dim, True),
-        "cnt": cnt.astype(np.float64),
-        "hinge": hv,
-        "hist": hist,
-        "sel": [sel],
-    }
-
-
-def take_rows(indptr, indices, data, y, pos, mb, mc, row_start, rows, budget) -> dict:
-    """The listed rows of a shard as an (unsorted) selection dict."""
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    key, key2 = segment_keys(mb[rows], mc[rows])
-    glob = rows + int(row_start)
-    if rows.shape[0] == mb.shape[0] and np.array_equal(rows, np.arange(rows.shape[0])):
-        # every row, in order: the shard's own arrays, no copy
-        a, b = int(indptr[0]), int(indptr[-1])
-        ip, ix, dt = indptr - a, indices[a:b], data[a:b]
-    else:
-        ip, ix, dt = csr_take_rows(indptr, indices, data, rows)
-    return {
-        "budget": int(budget), "key": key, "key2": key2, "tie": _tie(glob), "row": glob,
-        "ys": np.where(y[rows] == pos, 1.0, -1.0), "mb": mb[rows], "mc": mc[rows],
-        "indptr": ip, "indices": ix, "data": dt,
-    }  # fmt: skip
-
-
-def threshold_from_hist(hist: np.ndarray, budget: int, q: int) -> float:
-    """The next pass's threshold on the segment key: the smallest bucket edge of
-    :data:`EDGES` within which the rows' distance |1 − m| at the new best point (grid point
-    ``q``: ``hist[0]`` for k = 0, ``hist[1]`` for k = 1, else ``hist[2]``, an upper bound)
-    takes at least ``budget`` bytes; ∞ when the whole store fits.
-
-    The next segment starts at that point, so a row's key there is at most that distance:
-    the rows inside the threshold take at least ``budget`` bytes (up to the quotas)."""
-    h = hist[0] if q == 0 else hist[1] if q == GRID.shape[0] - 1 else hist[2]
-    b = int(np.searchsorted(np.cumsum(h), budget, side="left"))
-    return float(EDGES[b]) if b < EDGES.shape[0] else math.inf
-
-
-def shard_quota(n_rows: int, nnz: int, budget: int, store_bytes: int) -> int:
-    """Bytes of its closest rows a shard returns: ``SHARE`` times its share of the budget
-    (its share of the store's bytes), at most the budget. A function of the shard alone, so
-    the candidates — and the selection — do not depend on the engine."""
-    own = ROW_BYTES * int(n_rows) + NZ_BYTES * int(nnz)
-    return int(min(budget, math.floor(SHARE * budget * own / max(1, store_bytes))))
-
-
-def reduce_select(a, b):
-    """Reduce of :func:`pass_select` partials: planes and histograms summed, the shards'
-    candidate lists concatenated (in shard order; merged once, by the driver). Every shard
-    returns at most its quota, so all partials alive at once hold at most ``SHARE`` times
-    the budget (plus a byte per shard of rounding), whatever the reduction tree."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    out = reduce_cut(
-        {k: v for k, v in a.items() if k != "sel"}, {k: v for k, v in b.items() if k != "sel"}
-    )
-    out["sel"] = list(a["sel"]) + list(b["sel"])
-    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -318,7 +151,8 @@ class _Inner:
     """P̃ of the module docstring: the selected rows (CSR) and the fixed part of the others.
 
     ``G`` = Σ_{i∉S} cᵢ⁰yᵢx̃ᵢ and ``R`` = Σ_{i∉S} cᵢ⁰ (unnormalised), so that for w
-    P̃(w) = ½‖w‖² + C(R − w·G + Σ_{i∈S} max(0, 1 − mᵢ(w))). The S-part of the last cut,
+    P̃(w) = ½‖w‖² + C(max(0, R − w·G) + Σ_{i∈S} max(0, 1 − mᵢ(w))) (``agg``: the aggregated
+    row; when every row is in memory there is none and R = 0, G = 0). The S-part of the last cut,
     ``gS`` = Σ_{i∈S} cᵢyᵢx̃ᵢ, is updated by the rows whose cᵢ flips only (as SVMperf's
     incremental cut): late inner cuts touch few rows.
     """
@@ -360,8 +194,16 @@ class _Inner:
         viol = violated_at(cat("mb"), cat("mc"), kg, q, np.empty(n))
         self.gS = self.plane(viol * self.ys)
         self.G = G_p - self.gS
-        self.c = viol > 0.0
-        self.R = float(cnt_p) - float(np.count_nonzero(self.c))
+        self.R = float(cnt_p) - float(np.count_nonzero(viol))
+        #: the rows outside S that the pass's plane counts as violated enter P~ as one
+        #: aggregated row, max(0, R − w·G) (≤ their hinge sum), not as the linear R − w·G,
+        #: which falls without bound as w moves to satisfy them: its margin 1 − R + w·G is
+        #: the last entry of :meth:`margins` and its coefficient c the last of ``self.c``
+        self.agg = 1 if (not self.whole and self.R > 0.0) else 0
+        self.c = np.zeros(n + self.agg, dtype=np.bool_)
+        self.c[:n] = viol > 0.0
+        self.c[n:] = True
+        self.ysx = np.concatenate([self.ys, np.ones(self.agg)])
 
     def _plane(self, coef: np.ndarray, a: int, b: int) -> tuple[np.ndarray, float]:
         g = np.zeros(self.d + 1)
@@ -393,24 +235,37 @@ class _Inner:
             signed_margins(ip, idx, data, self.ys[o:e], w[: self.d], tb, out[o:e])
 
     def margins(self, w: np.ndarray) -> np.ndarray:
-        out = np.empty(self.ys.shape[0])
+        """yᵢ·wᵀx̃ᵢ of the rows in S, then (when ``agg``) the aggregated row's 1 − R + w·G."""
+        n = self.ys.shape[0]
+        out = np.empty(n + self.agg)
         if len(self.parts) == 1:
             self._margins(w, out, *self.parts[0])
         else:
             list(self.pool.map(lambda ab: self._margins(w, out, *ab), self.parts))
+        if self.agg:
+            out[n] = 1.0 - self.R + float(vdot(w, self.G))
         return out
+
+    def linear(self, w: np.ndarray) -> float:
+        """The linear part of P~ at w: R − w·G, or 0 when the aggregated row holds it."""
+        return 0.0 if self.agg else self.R - float(vdot(w, self.G))
 
     def value(self, w: np.ndarray, m: np.ndarray, C: float) -> float:
         hinge = float(np.maximum(0.0, 1.0 - m).sum())
-        return 0.5 * float(vdot(w, w)) + C * (self.R - float(vdot(w, self.G)) + hinge)
+        return 0.5 * float(vdot(w, w)) + C * (self.linear(w) + hinge)
 
     def cut(self, m: np.ndarray, n: int) -> tuple[np.ndarray, float]:
-        """The plane whose S-coefficients are [mᵢ < 1]: (g, r) normalised by n."""
+        """The plane whose S-coefficients are [mᵢ < 1] (and the other rows' c⁰ when the
+        aggregated row is violated, else 0): (g, r) normalised by n."""
         coef = np.empty(m.shape[0])
-        flips, viol = flip_cut(m, self.c, self.ys, coef)  # one sweep; updates self.c
+        flips, viol = flip_cut(m, self.c, self.ysx, coef)  # one sweep; updates self.c
         if flips:
-            self.gS += self.plane(coef)
-        return (self.G + self.gS) / n, (self.R + float(viol)) / n
+            self.gS += self.plane(coef)  # the rows of S only (coef's last entry: ignored)
+        if not self.agg:
+            return (self.G + self.gS) / n, (self.R + float(viol)) / n
+        if self.c[-1]:
+            return (self.G + self.gS) / n, (self.R + float(viol - 1)) / n
+        return self.gS / n, float(viol) / n
 
 
 def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, Cp: float):
@@ -419,10 +274,11 @@ def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, C
     returns (k, F(k), wc − wb, mc − mb)."""
     dw = wc - wb
     dm = mc - mb
+    L1 = 0.0 if inner.agg else float(vdot(dw, inner.G))
     k, f = segment_min_threaded(
         inner.pool,
         float(vdot(wb, wb)), float(vdot(wb, dw)), float(vdot(dw, dw)),
-        inner.R - float(vdot(wb, inner.G)), float(vdot(dw, inner.G)), C, Cp, mb, dm,
+        inner.linear(wb), L1, C, Cp, mb, dm,
         np.asarray(ws.r) - gwb, gwc - gwb, LINE_STEPS,
     )  # fmt: skip
     return k, f, dw, dm
@@ -430,9 +286,10 @@ def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, C
 
 def segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
     """:func:`~ooc_svm.kernels.perf_selective.segment_min` with its sweeps of every row
-    (the bracketing evaluations and the first narrowing) on the threads of ``pool``, over
-    chunks of ``LINE_CHUNK`` rows summed in chunk order (same bits for any number of
-    threads); the halvings then run on the few rows narrowed to the bracket."""
+    (the bracketing evaluations, the first ``LINE_POOL_STEPS`` halvings and the narrowing)
+    on the threads of ``pool``, over chunks of ``LINE_CHUNK`` rows summed in chunk order
+    (same bits for any number of threads); the other halvings then run on the few rows
+    narrowed to the bracket."""
     n = mb.shape[0]
     bounds = [(a, min(n, a + LINE_CHUNK)) for a in range(0, max(n, 1), LINE_CHUNK)]
 
@@ -456,6 +313,19 @@ def segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
         fh, sh = ev(hi)
         grow += 1
     fl, _ = ev(lo)
+    # the first halvings sweep every row on the pool too, so that the rows narrowed to the
+    # bracket (whose later halvings run on one thread) are few
+    pre = min(LINE_POOL_STEPS, steps) if n >= LINE_CHUNK else 0
+    for _ in range(pre):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        fm, sm = ev(mid)
+        if sm < 0.0:
+            lo, fl = mid, fm
+        else:
+            hi, fh = mid, fm
+    steps -= pre
     parts = list(pool.map(lambda ab: narrow(mb[ab[0] : ab[1]], dm[ab[0] : ab[1]], lo, hi),
                           bounds))  # fmt: skip
     h0 = h1 = 0.0
@@ -473,8 +343,6 @@ def segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
 # ------------------------------------------------------------------------------------------
 
 
-#: step lengths on the segment w_b + k(w_c − w_b) at which a pass measures P and a plane
-GRID = np.array([0.0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0])
 #: the rows in memory form groups of about this many non-zeros: the inner margin sweeps and
 #: cut updates run group by group on every thread
 PART_NNZ = 1 << 20
@@ -485,6 +353,9 @@ PLANE_PARTS_BYTES = 64 << 20
 LINE_CHUNK = 1 << 16
 #: bisection steps of the inner line search
 LINE_STEPS = 32
+#: of which the first this many sweep every row on the pool (stores of at least LINE_CHUNK
+#: rows in memory), before the rows are narrowed to the bracket for the rest on one thread
+LINE_POOL_STEPS = 5
 #: the selection takes this share of ``inner_mb``; the pass's candidate lists and their
 #: merge the rest (module docstring, "Memory")
 SELECTION_SHARE = 0.75
