@@ -151,8 +151,10 @@ def _error_run(
     limit = float(params.dense_limit_mb) * 2**20
     if remap is not None:  # the map and its inverse count in the budget
         limit -= remap[0].nbytes + remap[1].nbytes
-    # the planes share --dense-limit-mb with the dense vectors (at least a quarter of it)
-    ws = WorkingSet(dim, max(limit / 4, limit - params.dense_vectors(meta) * 8.0 * dim))
+    # the planes share --dense-limit-mb with the dense vectors (at least a quarter of it),
+    # counted at the store's width: the model and the pass's vectors are that wide at the end,
+    # and over remapped columns the per-pass accumulators grow with the planes' budget
+    ws = WorkingSet(dim, max(limit / 4, limit - params.dense_vectors(meta) * 8.0 * (d + 1)))
     prog = _Progress(engine, callback)
     run = _ErrorRun(
         meta, neg, pos, params, variant, checkpoint, ws, prog, n=n, d=d, dim=dim,
