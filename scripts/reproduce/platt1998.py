@@ -261,7 +261,8 @@ def report(results: list[dict], out: Path, machine: str, cmdline: str, stem: str
             f"{_fmt(exps['smo-platt'])}, smo-wss2 {_fmt(exps['smo-wss2'])}, chunking "
             f"{_fmt(exps['chunking'])}. Paper's table over the same sizes: SMO "
             f"{_fmt(_same(series['paper SMO'], series['smo-platt']))}, chunking "
-            f"{_fmt(_same(series['paper chunking'], series['chunking']))}.",
+            f"{_fmt(_same(series['paper chunking'], series['chunking']))}."
+            + _tail_sentence(series),
             "",
             f"![{name}]({stem}-{name}.png)"
             if stem.startswith("platt1998-full")
@@ -287,6 +288,24 @@ def _same(paper: tuple[list[float], list[float]], ours: tuple[list[float], list[
     """The paper's exponent restricted to the sizes we ran (to compare like with like)."""
     keep = [i for i, n in enumerate(paper[0]) if any(abs(n - m) <= 1 for m in ours[0])]
     return c.fit_exponent([paper[0][i] for i in keep], [paper[1][i] for i in keep])
+
+
+def _tail(xy: tuple[list[float], list[float]], k: int = 4) -> tuple[list[float], list[float]]:
+    return (xy[0][-k:], xy[1][-k:])
+
+
+def _tail_sentence(series: dict) -> str:
+    """The exponents over the four largest sizes each solver ran (less fixed cost in them)."""
+    parts = []
+    for s in SOLVERS:
+        xy = series[s]
+        if len(xy[0]) > 4:
+            paper = "paper chunking" if s == "chunking" else "paper SMO"
+            parts.append(
+                f"{s} {_fmt(c.fit_exponent(*_tail(xy)))} (paper's table, same sizes: "
+                f"{_fmt(_same(series[paper], _tail(xy)))})"
+            )
+    return " Over the four largest sizes each ran: " + ", ".join(parts) + "." if parts else ""
 
 
 def _fmt(e: float | None) -> str:
