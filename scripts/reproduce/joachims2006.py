@@ -209,10 +209,10 @@ def sweep_table(recs: list[dict], key: str, title: str, md: list[str]) -> dict:
     return res
 
 
-def save(md: list[str], raw: dict, machine: str, out: Path) -> None:
+def save(md: list[str], raw: dict, machine: str, out: Path, stem: str) -> None:
     """Write the tables so far (a run cut short keeps the parts it finished)."""
     text = "\n".join(md).replace("{machine}", machine + f"; partial run, load now {c.loadavg()}")
-    c.write_outputs(out, "joachims2006", text, raw)
+    c.write_outputs(out, stem, text, raw)
 
 
 def main() -> int:
@@ -221,6 +221,7 @@ def main() -> int:
     ap.add_argument("--parts", default="1,2,3,4", help="which parts to run (see above)")
     ap.add_argument("--c-synth", type=float, default=1000.0, help="the paper's C for synth")
     ap.add_argument("--light-max-n", type=int, default=20000, help="largest n given to SVMlight")
+    ap.add_argument("--stem", default="joachims2006", help="name of the output files")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     sizes = (
@@ -265,7 +266,7 @@ def main() -> int:
                     recs,
                     f"Time vs n, classification, synth, C={args.c_synth:g}",
                     out,
-                    "joachims2006-scaling.png",
+                    f"{args.stem}-scaling.png",
                     md,
                 )
                 md.insert(
@@ -279,7 +280,7 @@ def main() -> int:
                     roc,
                     f"Time vs n, ROC-area (two-rank ordinal) loss, synth, C={args.c_synth:g}",
                     out,
-                    "joachims2006-roc.png",
+                    f"{args.stem}-roc.png",
                     md,
                 )
                 md.insert(
@@ -288,7 +289,7 @@ def main() -> int:
                     + _f(c.fit_exponent(sizes, [n * c.math.log(n) for n in sizes]))
                     + ".",
                 )
-        save(md, raw, machine, out)
+        save(md, raw, machine, out, args.stem)
         if parts & {"3", "4"}:
             lines, nf = c.read_lines("adult")
             text = c.write_subset(lines, list(range(len(lines))), len(lines), w / "adult.txt")
@@ -328,7 +329,7 @@ def main() -> int:
                     -2,
                     "Paper: iterations grow much more slowly than the linear bound of its Lemma 2.",
                 )
-            save(md, raw, machine, out)
+            save(md, raw, machine, out, args.stem)
             if "4" in parts:
                 rows = []
                 raw["adult_web"] = []
@@ -387,7 +388,7 @@ def main() -> int:
                 ]
     text_md = "\n".join(md).replace("{machine}", machine + f"; load at the end {c.loadavg()}")
     print(text_md)
-    c.write_outputs(out, "joachims2006", text_md, raw)
+    c.write_outputs(out, args.stem, text_md, raw)
     return 0
 
 
