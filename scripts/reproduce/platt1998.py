@@ -139,12 +139,14 @@ def experiment(name: str, args, work: Path, lines_cache: dict, done: list[dict],
         store = work / f"{name}-{n}.zarr"
         c.ingest(text, store, nf)
         if not warm:
-            # one untimed run of each SMO variant first: numba's first call in a fresh
-            # checkout compiles (10+ CPU s), which is not the solver's cost
+            # one untimed run of each SMO variant on 500 rows first: numba's first call in
+            # a fresh checkout compiles (10+ CPU s), which is not the solver's cost
+            wtext = c.write_subset(lines, order, 500, work / f"{name}-warm.txt")
+            c.ingest(wtext, work / f"{name}-warm.zarr", nf)
             for s in solvers:
                 if s != "chunking":
                     p = dict(spec["params"], selection=s.split("-")[1], tol=1e-3)
-                    c.train(store, "smo", p, timeout=args.timeout)
+                    c.train(work / f"{name}-warm.zarr", "smo", p, timeout=args.timeout)
             warm = True
         rec: dict = {"n": n, "n_paper": n_paper, "load": c.loadavg()}
         for s in solvers:
