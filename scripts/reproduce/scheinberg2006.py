@@ -153,6 +153,20 @@ def _cpu(r: dict | None) -> float | None:
     return r.get("reported_cpu", r.get("cpu"))
 
 
+def _cpu_or_limit(r: dict | None) -> float | str | None:
+    """CPU seconds, or ">T" for a run that ran out of its T CPU seconds."""
+    if r and "timeout" in r:
+        return f">{r['timeout']:.0f}"
+    return _cpu(r)
+
+
+def _light_ratio(lt: dict | None, o: dict) -> float | str | None:
+    """SVMlight / ours; a lower bound ">x" when SVMlight ran out of time and ours did not."""
+    if lt and "timeout" in lt and _cpu(o):
+        return f">{lt['timeout'] / _cpu(o):.2f}"
+    return c.ratio(_cpu(lt), _cpu(o))
+
+
 def report(results: list[dict], machine: str, cmdline: str, args) -> str:
     md = [
         f"Run: `{cmdline}` — {machine}. Our tol {args.tol:g}; gamma rule `{args.gamma_rule}`.",
@@ -184,11 +198,11 @@ def report(results: list[dict], machine: str, cmdline: str, args) -> str:
                     p[4],
                     p[5],
                     p[6],
-                    _cpu(lt),
-                    _cpu(le),
-                    _cpu(o) if "timeout" not in o else f">{args.timeout:.0f}",
+                    _cpu_or_limit(lt),
+                    _cpu_or_limit(le),
+                    _cpu_or_limit(o),
                     c.ratio(p[4] or p[5], p[6]),
-                    c.ratio(_cpu(lt), _cpu(o)),
+                    _light_ratio(lt, o),
                 ]
             )
         md.append(
