@@ -123,7 +123,7 @@ def ps_share() -> float:
 
 def store_budget_mb(path: str) -> float:
     """The store's size as the selection budget counts it (64 B per row + 8 B per nnz)."""
-    from ooc_svm.solvers.perf.selective import NZ_BYTES, ROW_BYTES
+    from ooc_svm.solvers.perf.selection import NZ_BYTES, ROW_BYTES
     from ooc_svm.store import open_store
 
     m = open_store(path).meta

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..params import KernelSolverParams, at_least, param, positive
+from ..params import KernelSolverParams, param
 
 
 @dataclass(frozen=True)
@@ -16,10 +16,10 @@ class Params(KernelSolverParams):
     SOLVER: ClassVar[str] = "smo"
     SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
 
-    tol: float = param(1e-3, "KKT tolerance (LIBSVM -e, Platt's tol)")
-    max_iter: int = param(10_000_000, "SMO steps; reaching it is reported as not converged")
+    tol: float = param(1e-3, "KKT tolerance (LIBSVM -e, Platt's tol)", gt=0)
+    max_iter: int = param(10_000_000, "SMO steps; reaching it is reported as not converged", ge=0)
     seed: int = param(0, "Platt's random starting points; the decomposition's first sample")
-    cache_mb: float = param(256.0, "kernel column cache budget in MiB")
+    cache_mb: float = param(256.0, "kernel column cache budget in MiB", ge=0)
     selection: str = param(
         "wss2",
         "working-set selection: wss2 = Fan et al. 2005 second order (LIBSVM), platt = Platt "
@@ -27,17 +27,11 @@ class Params(KernelSolverParams):
         choices=("wss2", "platt"),
     )
     shrinking: bool = param(True, "LIBSVM shrinking (wss2 only)", cli="bool")
-    working_mb: float = param(256.0, "memory budget of the in-memory working set (MiB)")
-    working_rows: int = param(0, "cap on in-memory working rows (0: from --working-mb)")
+    working_mb: float = param(256.0, "memory budget of the in-memory working set (MiB)", gt=0)
+    working_rows: int = param(0, "cap on in-memory working rows (0: from --working-mb)", ge=0)
     checkpoint_every: int = param(
-        100_000, "wss2 in memory: SMO steps per chunk (--checkpoint saves after each)"
+        100_000, "wss2 in memory: SMO steps per chunk (--checkpoint saves after each)", ge=0
     )
-
-    def rules(self) -> None:
-        super().rules()
-        at_least(self, "working_rows", 0)
-        positive(self, "working_mb")
-        at_least(self, "checkpoint_every", 0)
 
 
 DEFAULTS = Params.defaults()

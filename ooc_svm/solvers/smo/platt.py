@@ -32,7 +32,7 @@ from ..dual import (
     make_expansion,
 )
 from .common import _cache_for, _fetch_shard_fn, _kernel_tuple, _x_tuple
-from .kernels import _platt_examine_list, _platt_nonbound_range
+from .platt_kernels import _platt_examine_list, _platt_nonbound_range
 from .wss2 import _Slicer
 
 log = logging.getLogger(__name__)
