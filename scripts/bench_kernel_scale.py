@@ -145,8 +145,22 @@ def main() -> int:
                 r = timed(cmd, args.limit, work)
                 row = {"rows": n, "solver": s, "wall": r["wall"], "cpu": r["cpu"]}
                 row.update(rss_mb=r["rss_mb"], killed=r["killed"], load=f"{before} -> {load()}")
-                if r["killed"]:
-                    pass
+                if r["killed"] and s != "libsvm":
+                    # how far it got: the checkpoints it left and its last history line
+                    ck = os.path.join(work, f"ck-{s}-{n}")
+                    nck = len([d for d in os.listdir(ck) if d.startswith("ckpt-")])
+                    row.update(checkpoints=nck)
+                    hist = os.path.join(work, f"h-{s}-{n}.jsonl")
+                    lines = open(hist).read().splitlines() if os.path.exists(hist) else []
+                    last = json.loads(lines[-1]) if len(lines) > 1 else {}
+                    row.update(passes=last.get("passes"), last=last)
+                    print(
+                        f"  {s}: killed at the limit after {nck} checkpoint(s) (resumable with "
+                        f"--resume); last history line: passes {last.get('passes', '-')}, "
+                        f"violation {last.get('violation', '-')}, "
+                        f"pass_seconds {last.get('pass_seconds', '-')}",
+                        flush=True,
+                    )
                 elif r["rc"] != 0:
                     print(f"  {s}: failed ({r['rc']}): {r['stderr_tail']}", flush=True)
                     continue
@@ -189,6 +203,8 @@ def main() -> int:
         wall = f"> {args.limit:.0f} s" if r["killed"] else f"{r['wall']:.1f} s"
         p = r.get("passes")
         per = f"{r['wall'] / p:.2f}" if p and not r["killed"] else "-"
+        if r["killed"] and r.get("last", {}).get("pass_seconds"):
+            per = f"{r['last']['pass_seconds']:.2f} (last)"
         print(
             f"| {r['rows']:,} | {r['solver']} | {wall} | {r['cpu']:.1f} s | {p or '-'} | {per} "
             f"| {r.get('iters') or '-'} | {r.get('sv') or '-'} | {r['rss_mb']:.0f} MB |"
