@@ -12,6 +12,7 @@ off (``--shard-cache-mb 0``: every pass re-reads and decodes the shards), with
 
 Every run is a whole process under ``/usr/bin/time -v`` (wall, CPU, peak RSS) with a wall
 limit (``--limit``, default 600 s): a run past it is killed and reported as ``> limit``.
+Each run's stderr (its progress lines) is kept in ``DIR/log-SOLVER-ROWS.txt``.
 Printed per run: wall, CPU, peak RSS, passes over the store, wall per pass, iterations,
 support vectors, the dual objective (LIBSVM's ``obj``), and the load average before and
 after; at the end a Markdown table.
@@ -46,10 +47,11 @@ def load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def timed(cmd: list[str], limit: float, cwd: str) -> dict:
-    """Run ``cmd`` under ``/usr/bin/time -v`` with a wall limit; wall, CPU, peak RSS, stdout."""
+def timed(cmd: list[str], limit: float, cwd: str, log: str) -> dict:
+    """Run ``cmd`` under ``/usr/bin/time -v`` with a wall limit; wall, CPU, peak RSS, stdout.
+    Its stderr (progress lines, then ``time -v``'s report) is kept in ``log``."""
     t = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
+    with open(log, "w+b") as err:
         p = subprocess.Popen(
             ["/usr/bin/time", "-v", *cmd],
             stdout=subprocess.PIPE,
@@ -142,7 +144,7 @@ def main() -> int:
                     ]  # fmt: skip
                     if s == "smo" and args.working_mb > 0:
                         cmd += ["--working-mb", str(args.working_mb)]
-                r = timed(cmd, args.limit, work)
+                r = timed(cmd, args.limit, work, os.path.join(work, f"log-{s}-{n}.txt"))
                 row = {"rows": n, "solver": s, "wall": r["wall"], "cpu": r["cpu"]}
                 row.update(rss_mb=r["rss_mb"], killed=r["killed"], load=f"{before} -> {load()}")
                 if r["killed"] and s != "libsvm":
