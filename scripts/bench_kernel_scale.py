@@ -64,8 +64,18 @@ def timed(cmd: list[str], limit: float, cwd: str, log: str) -> dict:
             out, _ = p.communicate(timeout=limit)
             killed = False
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, 9)
-            out, _ = p.communicate()
+            # kill the trainer, not /usr/bin/time: it still reports CPU and peak RSS
+            try:
+                kids = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()
+            except OSError:
+                kids = []
+            for k in kids:
+                os.kill(int(k), 9)
+            try:
+                out, _ = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, 9)
+                out, _ = p.communicate()
             killed = True
         wall = time.perf_counter() - t
         err.seek(0)
