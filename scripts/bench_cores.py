@@ -65,7 +65,8 @@ def main() -> int:
           f"{'passes':>7}  objective   (walls; load)")  # fmt: skip
     for v in [x for x in a.variants.split(",") if x]:
         cmd = [*ooc, "train", "--solver", "perf", a.store, "-o", os.path.join(work, "m"),
-               "--C", a.C, "--eps", a.eps, "--variant", v, "--json", "-q"]  # fmt: skip
+               "--C", a.C, "--eps", a.eps, "--variant", v, "--json", "--overwrite",
+               "-q"]  # fmt: skip
         if not a.no_warm:
             run(cmd, avail[: max(counts)])
         res: dict[int, list] = {c: [] for c in counts}

@@ -469,7 +469,7 @@ def whole_1m(args, svmperf: str | None) -> None:
     cmds = {
         f"ooc-svm perf {v}": [ooc, "train", "--solver", "perf", path, "-o",
                               os.path.join(args.work, f"whole_{v}"), "--C", repr(args.C),
-                              "--eps", repr(args.eps), "--variant", v, "--json"]
+                              "--eps", repr(args.eps), "--variant", v, "--json", "--overwrite"]
         for v in args.whole_variants.split(",")
     }  # fmt: skip
     ll_model = os.path.join(args.work, "whole_liblinear.model")

@@ -244,7 +244,8 @@ def main() -> int:
             model = os.path.join(a.dir, f"{name}.{variant}.model")
             flags = ["--C", a.C, "--eps", a.eps, "--bias", "1", "--variant", variant]
             cmds = {
-                "ooc": [*ooc, "train", "--solver", "perf", *flags, store, "-o", model, "-q"],
+                "ooc": [*ooc, "train", "--solver", "perf", *flags, store, "-o", model]
+                + ["--overwrite", "-q"],
                 "ll": ll_cmd,
             }
             t, c, m = compare(cmds, a.repeat, warm=not a.no_warm)

@@ -534,3 +534,52 @@ def test_inner_mb_auto_is_a_share_of_available_memory(tmp_path, monkeypatch):
     for bad in ("-1", "auto:0", "auto:2", "lots"):
         with pytest.raises(SolverError, match="--inner-mb"):
             pp.Params(inner_mb=bad)
+
+
+def test_inner_model_is_a_lower_bound_exact_at_the_pass_point_and_its_cuts_are_valid():
+    """P~ of the inner loop (the selected rows exactly, the other violated rows as one
+    aggregated row max(0, R − w·G)) equals P at the pass's point w_p, stays ≤ P everywhere,
+    is at least the old linear model (R − w·G), and every inner cut is an OP2 constraint:
+    r − w·g ≤ ξ(w) for all w."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ooc_svm.kernels.perf_selective import violated_at
+
+    rng = np.random.default_rng(7)
+    n, d, C, bias = 400, 30, 0.7, 1.0
+    X = _csr32(sp.random(n, d, density=0.3, random_state=7, format="csr"))
+    ys = np.where(rng.random(n) < 0.4, 1.0, -1.0)
+    Xt = sp.hstack([X, np.full((n, 1), bias)]).tocsr()
+
+    def margins(w):
+        return ys * (Xt @ w)
+
+    def P(w):
+        return 0.5 * w @ w + C * np.maximum(0.0, 1.0 - margins(w)).sum()
+
+    w_p = rng.normal(0.0, 0.5, d + 1)
+    m_p = margins(w_p)
+    viol = violated_at(m_p, m_p, ps.GRID, 0, np.empty(n))
+    G_p = Xt.T @ (viol * ys)
+    indptr = X.indptr.astype(np.int64)
+    sel = psel.select_rows(
+        indptr, X.indices, X.data.astype(np.float32), ys, m_p, m_p, 0, 100 * (64 + 8 * 9)
+    )
+    assert 20 < sel["row"].shape[0] < n
+    with ThreadPoolExecutor(2) as pool:
+        inner = ps._Inner([sel], ps.GRID, 0, G_p, float(viol.sum()), d, n, bias, pool)
+        assert inner.agg == 1
+        assert inner.value(w_p, inner.margins(w_p), C) == pytest.approx(P(w_p), rel=1e-9)
+        S = sel["row"]
+        for t in range(30):
+            w = w_p + rng.normal(0.0, 0.3 * (1 + t), d + 1)
+            m = inner.margins(w)
+            v = inner.value(w, m, C)
+            assert v <= P(w) + 1e-9 * abs(P(w))
+            hinge_S = np.maximum(0.0, 1.0 - margins(w)[S]).sum()
+            linear = 0.5 * w @ w + C * (inner.R - w @ inner.G + hinge_S)
+            assert v >= linear - 1e-9 * abs(linear)
+            g, r = inner.cut(m, n)
+            for u in (w, w_p, rng.normal(0.0, 2.0, d + 1)):
+                xi = np.maximum(0.0, 1.0 - margins(u)).sum() / n
+                assert r - u @ g <= xi + 1e-9

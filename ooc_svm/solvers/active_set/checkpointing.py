@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,10 +16,6 @@ from ..dual import (
 )
 from .cholesky import ActiveFactor
 from .working_set import Counters
-
-if TYPE_CHECKING:
-    pass
-
 
 _FACTOR_ARRAYS = ("R", "Lam", "T", "bkeys", "by", "dkeys", "dy", "ddiag")
 

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ...kernels.kernel_functions import (
@@ -19,9 +17,6 @@ from ..dual import (
 from .kernels import DENSE_BLOCK_MAX
 from .params import MIN_CANDIDATES, SPRINT_AUTO_MAX, SPRINT_SQRT, Params
 from .working_set import S_FREE
-
-if TYPE_CHECKING:
-    pass
 
 
 def _candidate_count(

@@ -3,18 +3,12 @@ every outer iteration and read back to resume."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..dual import (
     resume_shard_states,
     rows_from_arrays,
     rows_to_arrays,
     shard_states_to_save,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 # ============================================================================================
 # checkpoints: the state between two outer iterations

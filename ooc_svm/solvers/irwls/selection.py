@@ -3,8 +3,6 @@ kernel block, and the support vectors collected at the end."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ...kernels.kernel_functions import KernelParams
@@ -18,9 +16,6 @@ from .passes import (
     _PassPartial,
     _Pool,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 def _select(part: _PassPartial, q: int) -> tuple[WorkingRows, np.ndarray]:

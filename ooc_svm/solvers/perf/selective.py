@@ -43,8 +43,13 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
 - *Inner iterations* (no pass): the rows outside S keep their coefficients cᵢ⁰ from the
   pass's plane at the new w_b (=: w_p); the rows in S choose cᵢ = [mᵢ(w) < 1] at the current
   w. Each such plane is a constraint of OP2, hence a valid cut. Together they define the lower
-  model P̃(w) = ½‖w‖² + C(Σ_{i∉S} cᵢ⁰(1 − mᵢ(w)) + Σ_{i∈S} max(0, 1 − mᵢ(w))) ≤ P(w), equal to
-  P at w_p. Away from w_p, P̃ can fall below the working set's own model
+  model P̃(w) = ½‖w‖² + C(max(0, Σ_{i∉S} cᵢ⁰(1 − mᵢ(w))) + Σ_{i∈S} max(0, 1 − mᵢ(w))) ≤ P(w),
+  equal to P at w_p: the rows outside S that are violated at w_p enter as ONE aggregated row
+  (a sum of hinges is at least the hinge of the sum), whose cut coefficient is all their
+  cᵢ⁰ or none. (Kept linear, Σ cᵢ⁰(1 − mᵢ(w)) falls without bound as w moves to satisfy
+  them, and the inner loop's proposals overshot: with a quarter of the 1M store in memory
+  the aggregated row took 7 passes to the certificate instead of 12, docs/PERFORMANCE.md.)
+  Away from w_p, P̃ can fall below the working set's own model
   M(w) = ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (also ≤ P), so the inner loop is OCAS
   (Franc & Sonnenburg, ICML 2008) on F = max(P̃, M): solve OP3 over the working set, exact
   line search of F between the best inner point and the QP solution (F is convex: bisection
@@ -146,7 +151,8 @@ class _Inner:
     """P̃ of the module docstring: the selected rows (CSR) and the fixed part of the others.
 
     ``G`` = Σ_{i∉S} cᵢ⁰yᵢx̃ᵢ and ``R`` = Σ_{i∉S} cᵢ⁰ (unnormalised), so that for w
-    P̃(w) = ½‖w‖² + C(R − w·G + Σ_{i∈S} max(0, 1 − mᵢ(w))). The S-part of the last cut,
+    P̃(w) = ½‖w‖² + C(max(0, R − w·G) + Σ_{i∈S} max(0, 1 − mᵢ(w))) (``agg``: the aggregated
+    row; when every row is in memory there is none and R = 0, G = 0). The S-part of the last cut,
     ``gS`` = Σ_{i∈S} cᵢyᵢx̃ᵢ, is updated by the rows whose cᵢ flips only (as SVMperf's
     incremental cut): late inner cuts touch few rows.
     """
@@ -188,8 +194,16 @@ class _Inner:
         viol = violated_at(cat("mb"), cat("mc"), kg, q, np.empty(n))
         self.gS = self.plane(viol * self.ys)
         self.G = G_p - self.gS
-        self.c = viol > 0.0
-        self.R = float(cnt_p) - float(np.count_nonzero(self.c))
+        self.R = float(cnt_p) - float(np.count_nonzero(viol))
+        #: the rows outside S that the pass's plane counts as violated enter P~ as one
+        #: aggregated row, max(0, R − w·G) (≤ their hinge sum), not as the linear R − w·G,
+        #: which falls without bound as w moves to satisfy them: its margin 1 − R + w·G is
+        #: the last entry of :meth:`margins` and its coefficient c the last of ``self.c``
+        self.agg = 1 if (not self.whole and self.R > 0.0) else 0
+        self.c = np.zeros(n + self.agg, dtype=np.bool_)
+        self.c[:n] = viol > 0.0
+        self.c[n:] = True
+        self.ysx = np.concatenate([self.ys, np.ones(self.agg)])
 
     def _plane(self, coef: np.ndarray, a: int, b: int) -> tuple[np.ndarray, float]:
         g = np.zeros(self.d + 1)
@@ -221,24 +235,37 @@ class _Inner:
             signed_margins(ip, idx, data, self.ys[o:e], w[: self.d], tb, out[o:e])
 
     def margins(self, w: np.ndarray) -> np.ndarray:
-        out = np.empty(self.ys.shape[0])
+        """yᵢ·wᵀx̃ᵢ of the rows in S, then (when ``agg``) the aggregated row's 1 − R + w·G."""
+        n = self.ys.shape[0]
+        out = np.empty(n + self.agg)
         if len(self.parts) == 1:
             self._margins(w, out, *self.parts[0])
         else:
             list(self.pool.map(lambda ab: self._margins(w, out, *ab), self.parts))
+        if self.agg:
+            out[n] = 1.0 - self.R + float(vdot(w, self.G))
         return out
+
+    def linear(self, w: np.ndarray) -> float:
+        """The linear part of P~ at w: R − w·G, or 0 when the aggregated row holds it."""
+        return 0.0 if self.agg else self.R - float(vdot(w, self.G))
 
     def value(self, w: np.ndarray, m: np.ndarray, C: float) -> float:
         hinge = float(np.maximum(0.0, 1.0 - m).sum())
-        return 0.5 * float(vdot(w, w)) + C * (self.R - float(vdot(w, self.G)) + hinge)
+        return 0.5 * float(vdot(w, w)) + C * (self.linear(w) + hinge)
 
     def cut(self, m: np.ndarray, n: int) -> tuple[np.ndarray, float]:
-        """The plane whose S-coefficients are [mᵢ < 1]: (g, r) normalised by n."""
+        """The plane whose S-coefficients are [mᵢ < 1] (and the other rows' c⁰ when the
+        aggregated row is violated, else 0): (g, r) normalised by n."""
         coef = np.empty(m.shape[0])
-        flips, viol = flip_cut(m, self.c, self.ys, coef)  # one sweep; updates self.c
+        flips, viol = flip_cut(m, self.c, self.ysx, coef)  # one sweep; updates self.c
         if flips:
-            self.gS += self.plane(coef)
-        return (self.G + self.gS) / n, (self.R + float(viol)) / n
+            self.gS += self.plane(coef)  # the rows of S only (coef's last entry: ignored)
+        if not self.agg:
+            return (self.G + self.gS) / n, (self.R + float(viol)) / n
+        if self.c[-1]:
+            return (self.G + self.gS) / n, (self.R + float(viol - 1)) / n
+        return self.gS / n, float(viol) / n
 
 
 def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, Cp: float):
@@ -247,10 +274,11 @@ def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, C
     returns (k, F(k), wc − wb, mc − mb)."""
     dw = wc - wb
     dm = mc - mb
+    L1 = 0.0 if inner.agg else float(vdot(dw, inner.G))
     k, f = segment_min_threaded(
         inner.pool,
         float(vdot(wb, wb)), float(vdot(wb, dw)), float(vdot(dw, dw)),
-        inner.R - float(vdot(wb, inner.G)), float(vdot(dw, inner.G)), C, Cp, mb, dm,
+        inner.linear(wb), L1, C, Cp, mb, dm,
         np.asarray(ws.r) - gwb, gwc - gwb, LINE_STEPS,
     )  # fmt: skip
     return k, f, dw, dm
@@ -258,9 +286,10 @@ def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, C
 
 def segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
     """:func:`~ooc_svm.kernels.perf_selective.segment_min` with its sweeps of every row
-    (the bracketing evaluations and the first narrowing) on the threads of ``pool``, over
-    chunks of ``LINE_CHUNK`` rows summed in chunk order (same bits for any number of
-    threads); the halvings then run on the few rows narrowed to the bracket."""
+    (the bracketing evaluations, the first ``LINE_POOL_STEPS`` halvings and the narrowing)
+    on the threads of ``pool``, over chunks of ``LINE_CHUNK`` rows summed in chunk order
+    (same bits for any number of threads); the other halvings then run on the few rows
+    narrowed to the bracket."""
     n = mb.shape[0]
     bounds = [(a, min(n, a + LINE_CHUNK)) for a in range(0, max(n, 1), LINE_CHUNK)]
 
@@ -284,6 +313,19 @@ def segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
         fh, sh = ev(hi)
         grow += 1
     fl, _ = ev(lo)
+    # the first halvings sweep every row on the pool too, so that the rows narrowed to the
+    # bracket (whose later halvings run on one thread) are few
+    pre = min(LINE_POOL_STEPS, steps) if n >= LINE_CHUNK else 0
+    for _ in range(pre):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        fm, sm = ev(mid)
+        if sm < 0.0:
+            lo, fl = mid, fm
+        else:
+            hi, fh = mid, fm
+    steps -= pre
     parts = list(pool.map(lambda ab: narrow(mb[ab[0] : ab[1]], dm[ab[0] : ab[1]], lo, hi),
                           bounds))  # fmt: skip
     h0 = h1 = 0.0
@@ -311,6 +353,9 @@ PLANE_PARTS_BYTES = 64 << 20
 LINE_CHUNK = 1 << 16
 #: bisection steps of the inner line search
 LINE_STEPS = 32
+#: of which the first this many sweep every row on the pool (stores of at least LINE_CHUNK
+#: rows in memory), before the rows are narrowed to the bracket for the rest on one thread
+LINE_POOL_STEPS = 5
 #: the selection takes this share of ``inner_mb``; the pass's candidate lists and their
 #: merge the rest (module docstring, "Memory")
 SELECTION_SHARE = 0.75

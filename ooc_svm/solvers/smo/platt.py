@@ -31,7 +31,8 @@ from ..dual import (
     kkt_violation_pass,
     make_expansion,
 )
-from .common import _cache_for, _fetch_shard_fn, _kernel_tuple, _x_tuple
+from .common import _cache_for, _kernel_tuple, _x_tuple
+from .passes import _fetch_shard_fn
 from .platt_kernels import _platt_examine_list, _platt_nonbound_range
 from .wss2 import _Slicer
 
