@@ -45,14 +45,17 @@ SETS = {
 def run_measured(cmd: list[str], env: dict | None = None) -> dict:
     """Run a whole process: wall, CPU (user + sys, from ``os.wait4``) and peak RSS."""
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    assert p.stdout is not None
-    out = p.stdout.read().decode(errors="replace")
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode})")
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
+        assert p.stdout is not None
+        out = p.stdout.read().decode(errors="replace")
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            err.seek(0)
+            tail = err.read().decode(errors="replace").strip().splitlines()[-1:]
+            raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {' '.join(tail)}")
     return {
         "wall": wall,
         "cpu": ru.ru_utime + ru.ru_stime,
@@ -141,7 +144,7 @@ def main() -> int:
                         cmd = pin + [
                             exe, "train", "--solver", s, store, "-o", os.path.join(tmp, "m"),
                             "--kernel", "rbf", "--gamma", str(gamma), "--C", str(args.C),
-                            "--tol", str(args.tol), "--cache-mb", str(args.cache_mb),
+                            "--tol", str(args.tol), "--cache-mb", str(args.cache_mb), "--overwrite",
                         ]  # fmt: skip
                     m = run_measured(cmd, env)
                     times[(s, c)].append(m)
