@@ -536,9 +536,6 @@ class DaskEngine(Engine):
             raise EngineError("the Dask engine is closed")
         return self._client
 
-    def worker_addresses(self) -> list[str]:
-        return sorted(self._connected().nthreads())
-
     def worker_cache_stats(self) -> dict[str, dict[str, int]]:
         """Shard cache of every worker process: ``budget``, ``used`` (bytes), hits, misses."""
         return self._connected().run(_worker_cache_stats)
