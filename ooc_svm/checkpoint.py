@@ -351,7 +351,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     model's: a regular file, no pickle, declared sizes checked against the file, CRCs."""
     import zipfile
 
-    from .model import read_npy_member
+    from .model_files import read_npy_member
 
     what = os.path.basename(path)
     size = _regular_size(path)
