@@ -90,7 +90,7 @@ class Model:
 
     # -- probabilities --------------------------------------------------------------------
     def set_probability(self, probA, probB) -> None:
-        """Attach fitted sigmoid parameters (from :func:`ooc_svm.probability.fit_platt`,
+        """Attach fitted sigmoid parameters (from :func:`ooc_svm.cross_validation.fit_platt`,
         or LIBSVM's ``probA``/``probB``); the method follows the kind of model."""
         self.probA_, self.probB_, self.probability_method = check_probability(
             self, probA, probB, probability_method_for(self)
