@@ -160,21 +160,26 @@ def run(args) -> int:
     if args.json:  # asked for: printed even with -q
         print(json_text(summary))
     elif not getattr(args, "quiet", False):
-        obj = summary.get("objective")
-        status = ""
-        if not result.converged:
-            if result.stop_reason == "max_iter":
-                status = f", not converged (max-iter {typed.max_iter} reached)"
-            else:
-                status = f", not converged ({result.stop_reason or 'stopped early'})"
-        pr = result.model.info.get("probability") if args.probability else None
-        cv = f" (+ {pr['folds']} probability folds, {pr['passes']} passes)" if pr else ""
-        print(
-            f"{args.solver}: objective {obj if obj is None else f'{obj:.8g}'}, "
-            f"{summary['iterations']} iterations, {summary['passes']} passes{cv}, "
-            f"{summary['seconds']:.2f}s{status} -> {args.output}"
-        )
+        print(_summary_line(args, typed, result, summary))
     return 0
+
+
+def _summary_line(args, typed, result, summary: dict) -> str:
+    """The one line a training prints: objective, iterations, passes, seconds, output."""
+    obj = summary.get("objective")
+    status = ""
+    if not result.converged:
+        if result.stop_reason == "max_iter":
+            status = f", not converged (max-iter {typed.max_iter} reached)"
+        else:
+            status = f", not converged ({result.stop_reason or 'stopped early'})"
+    pr = result.model.info.get("probability") if args.probability else None
+    cv = f" (+ {pr['folds']} probability folds, {pr['passes']} passes)" if pr else ""
+    return (
+        f"{args.solver}: objective {obj if obj is None else f'{obj:.8g}'}, "
+        f"{summary['iterations']} iterations, {summary['passes']} passes{cv}, "
+        f"{summary['seconds']:.2f}s{status} -> {args.output}"
+    )
 
 
 def check_output(path: str, overwrite: bool) -> None:
