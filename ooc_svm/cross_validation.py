@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,11 +26,14 @@ from .probability import sigmoid_train
 
 log = logging.getLogger(__name__)
 
+if TYPE_CHECKING:
+    from .store.format import StoreMeta
+
 
 # ---------------------------------------------------------------------------------------------
 # cross-validation folds made of shards
 # ---------------------------------------------------------------------------------------------
-def fold_assignment(store_meta, k: int, seed: int = 0) -> np.ndarray:
+def fold_assignment(store_meta: StoreMeta, k: int, seed: int = 0) -> np.ndarray:
     """Assign whole shards to ``k`` cross-validation folds, deterministically by ``seed``.
 
     Shards are shuffled with ``numpy.random.default_rng(seed)``, then (largest first, ties in

@@ -11,9 +11,12 @@ solver checkpoints (:mod:`ooc_svm.checkpoint`) read their arrays with :func:`rea
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import zipfile
 
 
 class ModelError(Exception):
@@ -110,7 +113,9 @@ def _read_arrays(where: str, path: str, bounds: dict[str, int]) -> dict[str, np.
     return arrays
 
 
-def read_npy_member(where: str, zf, info, name: str) -> np.ndarray:
+def read_npy_member(
+    where: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str
+) -> np.ndarray:
     """One array of an open ``.npz`` (:class:`zipfile.ZipFile` ``zf``, member ``info``) read
     without trusting it: real numbers only (never a pickle), the shape its header declares
     checked against the bytes stored before anything is read, the member's CRC checked.

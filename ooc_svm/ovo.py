@@ -8,7 +8,7 @@ the arrays on load.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,7 +24,7 @@ def ovo_n_support(model: Model) -> np.ndarray:
     return np.asarray(model.info.get("n_support", []), dtype=np.int64)
 
 
-def ovo_decision_function(model: Model, X) -> np.ndarray:
+def ovo_decision_function(model: Model, X: Any) -> np.ndarray:
     """Pairwise decision values, shape (n, k(k-1)/2), in LIBSVM's pair order.
 
     Value ``p`` of pair (i, j), i < j, is positive for a vote to class ``classes[i]``.
@@ -79,6 +79,6 @@ def ovo_labels(model: Model, dec: np.ndarray) -> np.ndarray:
     return np.asarray(model.classes, dtype=np.float64)[np.argmax(votes, axis=1)]
 
 
-def ovo_predict(model: Model, X) -> np.ndarray:
+def ovo_predict(model: Model, X: Any) -> np.ndarray:
     """Labels by one-vs-one voting (see :func:`ovo_labels`)."""
     return ovo_labels(model, ovo_decision_function(model, X))

@@ -30,7 +30,10 @@ from .kernels.csr import csr_matvec, u32
 from .ovo import ovo_decision_function
 
 if TYPE_CHECKING:
+    from .engine.base import Engine
     from .model import Model
+    from .store.base import Store
+    from .store.format import Shard
 
 
 def is_ovr(model: Model) -> bool:
@@ -79,7 +82,7 @@ def make_broadcast(model: Model, n_features: int) -> Broadcast:
     return scoring_broadcast(model)
 
 
-def score_shard(shard, bc: Broadcast) -> np.ndarray:
+def score_shard(shard: Shard, bc: Broadcast) -> np.ndarray:
     """Decision values of every row of a shard: (n,) binary, (n, n_classes) one-vs-rest,
     (n, n_pairs) one-vs-one."""
     if isinstance(bc, ScoringBroadcast):
@@ -131,7 +134,7 @@ def _predict_fn(shard, bc):
     ]
 
 
-def shard_batches(store, max_rows: int) -> list[list[int]]:
+def shard_batches(store: Store, max_rows: int) -> list[list[int]]:
     """Consecutive shard ids grouped so that a group holds at most ``max_rows`` rows
     (a single shard larger than that forms its own group)."""
     groups: list[list[int]] = []
@@ -149,7 +152,7 @@ def shard_batches(store, max_rows: int) -> list[list[int]]:
 
 
 def iter_scored(
-    store, engine, model: Model, max_rows: int, with_qid: bool = True
+    store: Store, engine: Engine, model: Model, max_rows: int, with_qid: bool = True
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
     """Yield (labels, scores, qid or None) per batch of shards, in store order."""
     bc = (make_broadcast(model, store.meta.n_features), with_qid and store.meta.has_qid)
@@ -161,7 +164,9 @@ def iter_scored(
         yield y, s, q
 
 
-def score_store(model: Model, store, engine=None, max_rows: int = 1_000_000) -> np.ndarray:
+def score_store(
+    model: Model, store: Store, engine: Engine | None = None, max_rows: int = 1_000_000
+) -> np.ndarray:
     """All decision values of ``store`` (store order), computed shard by shard: only the
     scores are kept, never the rows. ``engine=None`` uses the default local engine."""
     from .engine import make_engine

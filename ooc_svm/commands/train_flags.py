@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..api import SolverParams
@@ -284,7 +284,7 @@ def load_config(path: str, solver: str) -> dict:
     return out
 
 
-def solver_params_from_args(args):
+def solver_params_from_args(args: argparse.Namespace) -> tuple[SolverParams, dict[str, Any]]:
     """The solver's validated ``Params``: ``--config`` values, overridden by the flags given
     on the command line. Raises SolverError (one line) on an unknown or invalid value."""
     from ..api import SolverError, flag_name, solver_catalogue
