@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import importlib
 
+from ._numba_cache import configure as _configure_numba_cache
+
 __version__ = "0.1.0"
+
+_configure_numba_cache()  # before any kernel module imports numba
 
 _LAZY = {
     "open_store": "ooc_svm.store",

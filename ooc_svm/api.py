@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .engine import Engine, make_engine
+from .engine import Engine, EngineError, EngineOptions, make_engine
 from .solvers import (
     SOLVER_MODULES,
     Callback,
@@ -175,9 +175,11 @@ def _multiclass_mode(store, multiclass: str | None) -> str | None:
 
 
 def _make_engine(scheduler: str | None, shard_cache_mb) -> Engine:
-    if isinstance(shard_cache_mb, int | float) and not shard_cache_mb >= 0:
-        raise SolverError("--shard-cache-mb must be >= 0")
-    return make_engine(scheduler, cache_mb=shard_cache_mb)
+    try:
+        options = EngineOptions(cache_mb=shard_cache_mb)
+    except EngineError as e:  # a parameter of train, reported as one
+        raise SolverError(str(e)) from None
+    return make_engine(scheduler, options)
 
 
 def _checkpointers(

@@ -116,14 +116,14 @@ def run_child(cfg: dict) -> dict:
 
 def ps_share() -> float:
     """The share of ``inner_mb`` the selection takes (``SELECTION_SHARE`` / ``SHARE``)."""
-    from ooc_svm.solvers.perf_selective import SELECTION_SHARE, SHARE
+    from ooc_svm.solvers.perf.selective import SELECTION_SHARE, SHARE
 
     return SELECTION_SHARE / SHARE
 
 
 def store_budget_mb(path: str) -> float:
     """The store's size as the selection budget counts it (64 B per row + 8 B per nnz)."""
-    from ooc_svm.solvers.perf_selective import NZ_BYTES, ROW_BYTES
+    from ooc_svm.solvers.perf.selection import NZ_BYTES, ROW_BYTES
     from ooc_svm.store import open_store
 
     m = open_store(path).meta

@@ -76,7 +76,7 @@ class Recorder:
 
 def patch(rec: Recorder, engine, threads: int) -> None:
     """Instrument the engine, the working set and the selective inner loop in place."""
-    from ooc_svm.solvers import perf_selective as sel
+    from ooc_svm.solvers.perf import selective as sel
     from ooc_svm.solvers.perf import working_set as wsm
 
     orig_run = engine._run

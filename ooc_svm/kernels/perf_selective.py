@@ -293,7 +293,7 @@ def threshold_rows(indptr, mb, mc, tau, per_row, per_nz, edges, hist, out_rows):
     Every row's bytes are also added to three histograms over the buckets of ``edges``
     (bucket b: ``b`` edges at or below the value): ``hist[0]`` by |1 − mb|, ``hist[1]`` by
     |1 − mc|, ``hist[2]`` by max(|1 − mb|, |1 − mc|), which bounds |1 − m| anywhere on the
-    segment (the next pass's threshold, :func:`~ooc_svm.solvers.perf_selective.
+    segment (the next pass's threshold, :func:`~ooc_svm.solvers.perf.selective.
     threshold_from_hist`)."""
     n = mb.shape[0]
     k = 0

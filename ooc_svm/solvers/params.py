@@ -35,14 +35,36 @@ KERNELS = ("linear", "rbf", "poly", "sigmoid")
 
 
 def param(
-    default: Any, help: str, *, choices: tuple[Any, ...] | None = None, cli: str | None = None
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[Any, ...] | None = None,
+    cli: str | None = None,
+    gt: float | None = None,
+    ge: float | None = None,
+    note: str = "",
 ) -> Any:
-    """A dataclass field with its help text (and allowed values) in the metadata.
+    """A dataclass field with its help text, allowed values and range in the metadata.
 
     ``cli`` overrides how the flag is generated: ``"bool"`` (``--x/--no-x``), ``"no"`` (a
-    ``--no-x`` flag that sets False) or ``"hidden"`` (no flag).
+    ``--no-x`` flag that sets False) or ``"hidden"`` (no flag). ``gt`` / ``ge``: the value
+    (when not None) must be > ``gt`` / >= ``ge``, checked at construction with one wording
+    (``--C must be positive (got -1.0)``), ``note`` appended to the message.
     """
-    return field(default=default, metadata={"help": help, "choices": choices, "cli": cli})
+    meta = {"help": help, "choices": choices, "cli": cli, "gt": gt, "ge": ge, "note": note}
+    return field(default=default, metadata=meta)
+
+
+def check_range(name: str, v: Any, meta: Mapping[str, Any]) -> None:
+    """The range a field declares (:func:`param`'s ``gt`` / ``ge``), as a rule."""
+    gt, ge, note = meta.get("gt"), meta.get("ge"), meta.get("note", "")
+    if v is None:
+        return
+    if gt is not None and not v > gt:
+        bound = "positive" if gt == 0 else f"> {gt}"
+        raise SolverError(f"{flag_name(name)} must be {bound} (got {v}){note}")
+    if ge is not None and not v >= ge:
+        raise SolverError(f"{flag_name(name)} must be >= {ge} (got {v}){note}")
 
 
 def flag_name(name: str) -> str:
@@ -70,8 +92,10 @@ class SolverParams:
     #: whether the solver implements ``class_weight`` (others refuse it)
     SUPPORTS_CLASS_WEIGHT: typing.ClassVar[bool] = False
 
-    C: float = param(1.0, "regularisation: minimise 1/2 |w|^2 + C * sum_i xi_i (LIBLINEAR units)")
-    max_iter: int = param(10_000, "iteration limit; reaching it is reported as not converged")
+    C: float = param(
+        1.0, "regularisation: minimise 1/2 |w|^2 + C * sum_i xi_i (LIBLINEAR units)", gt=0
+    )
+    max_iter: int = param(10_000, "iteration limit; reaching it is reported as not converged", ge=0)
     seed: int = param(0, "seed of every randomised step")
     class_weight: str | None = param(
         None,
@@ -80,7 +104,7 @@ class SolverParams:
         "(n / (2 n_class)); default: all 1",
     )
     checkpoint_seconds: float = param(
-        60.0, "with --checkpoint: save at least every this many seconds (solvers that can)"
+        60.0, "with --checkpoint: save at least every this many seconds (solvers that can)", gt=0
     )
 
     # -- construction ---------------------------------------------------------------------
@@ -145,13 +169,13 @@ class SolverParams:
                 raise SolverError(
                     f"{flag_name(f.name)} must be one of {', '.join(map(str, choices))} (got {v!r})"
                 )
+        for f in dataclasses.fields(self):
+            check_range(f.name, getattr(self, f.name), f.metadata)
         self.rules()
 
     def rules(self) -> None:
-        """Store-independent rules (called once, at construction)."""
-        positive(self, "C")
-        at_least(self, "max_iter", 0)
-        positive(self, "checkpoint_seconds")
+        """Store-independent rules beyond the fields' declared ranges (called once, at
+        construction)."""
         if self.class_weight is not None:
             if not self.SUPPORTS_CLASS_WEIGHT:
                 raise SolverError(f"--solver {self.SOLVER} does not support --class-weight yet")
@@ -212,37 +236,21 @@ def _coerce(name: str, v: Any, tp: type) -> Any:
     return v
 
 
-def positive(p: SolverParams, name: str, extra: str = "") -> None:
-    """Rule: ``name`` > 0."""
-    v = getattr(p, name)
-    if v is not None and not v > 0:
-        raise SolverError(f"{flag_name(name)} must be positive (got {v}){extra}")
-
-
-def at_least(p: SolverParams, name: str, low: float, extra: str = "") -> None:
-    """Rule: ``name`` >= low."""
-    v = getattr(p, name)
-    if v is not None and not v >= low:
-        raise SolverError(f"{flag_name(name)} must be >= {low} (got {v}){extra}")
-
-
 @dataclass(frozen=True)
 class KernelSolverParams(SolverParams):
     """Parameters of the dual (kernel) solvers: smo, active-set, irwls."""
 
     kernel: str = param("rbf", "kernel (perf: linear only)", choices=KERNELS)
-    gamma: float | None = param(None, "kernel gamma, > 0 (default: 1/n_features, LIBSVM's)")
-    degree: int = param(3, "poly kernel degree")
+    gamma: float | None = param(
+        None,
+        "kernel gamma, > 0 (default: 1/n_features, LIBSVM's)",
+        gt=0,
+        note="; omit --gamma for 1/n_features",
+    )
+    degree: int = param(3, "poly kernel degree", ge=0)
     coef0: float = param(0.0, "poly / sigmoid kernel coef0")
-    tol: float = param(1e-3, "stopping tolerance on the KKT conditions (LIBSVM -e)")
-    cache_mb: float = param(256.0, "kernel cache budget in MiB")
-
-    def rules(self) -> None:
-        super().rules()
-        positive(self, "gamma", "; omit --gamma for 1/n_features")
-        positive(self, "tol")
-        at_least(self, "degree", 0)
-        at_least(self, "cache_mb", 0)
+    tol: float = param(1e-3, "stopping tolerance on the KKT conditions (LIBSVM -e)", gt=0)
+    cache_mb: float = param(256.0, "kernel cache budget in MiB", ge=0)
 
     @classmethod
     def misplaced_hint(cls, unknown: list[str]) -> str | None:

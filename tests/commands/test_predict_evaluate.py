@@ -156,8 +156,8 @@ def test_one_vs_rest_linear_model(tmp_path, make_store):
 
 
 def test_kernel_model_streamed(tmp_path, make_store):
-    if importlib.util.find_spec("ooc_svm.solvers.dual_common") is None:
-        pytest.skip("kernel scoring (ooc_svm.solvers.dual_common) is not there yet")
+    if importlib.util.find_spec("ooc_svm.solvers.dual") is None:
+        pytest.skip("kernel scoring (ooc_svm.solvers.dual) is not there yet")
     pytest.importorskip("ooc_svm.kernels.kernel_functions")
     X, y = _data(5, n=120, d=6)
     st = make_store(X, y, shard_rows=64)

@@ -32,6 +32,7 @@ NOT_NEEDED = [
     "distributed",
     "sklearn",
     "ooc_svm.solvers.smo.wss2",
+    "ooc_svm.solvers.smo.driver",
     "ooc_svm.solvers.active_set.driver",
     "ooc_svm.solvers.irwls.driver",
 ]

@@ -26,8 +26,8 @@ from ooc_svm.engine import LocalEngine
 from ooc_svm.kernels.kernel_functions import kernel_matrix
 from ooc_svm.model import Model, load_model
 from ooc_svm.solvers import SolverError, active_set
-from ooc_svm.solvers.cholesky import ActiveFactor
-from ooc_svm.solvers.dual_common import (
+from ooc_svm.solvers.active_set.cholesky import ActiveFactor
+from ooc_svm.solvers.dual import (
     apply_alpha_updates,
     init_alpha_state,
     kkt_violation_pass,
@@ -73,7 +73,7 @@ def _independent_kkt(store, res, C, kernel, gamma, tol):
     parts = eng.map_reduce(
         store, _rows_fn, (gids, float(store.meta.labels[1])), reduce=lambda a, b: a + b
     )
-    from ooc_svm.solvers.dual_common import WorkingRows
+    from ooc_svm.solvers.dual import WorkingRows
 
     rows = WorkingRows.concat(parts)
     rows.alpha = np.abs(np.asarray(m.dual_coef_))[np.searchsorted(gids, rows.gids)]

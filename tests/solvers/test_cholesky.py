@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ooc_svm.solvers.cholesky import ActiveFactor
+from ooc_svm.solvers.active_set.cholesky import ActiveFactor
 
 
 def _psd(n: int, rank: int, seed: int, duplicates: int = 0) -> tuple[np.ndarray, np.ndarray]:

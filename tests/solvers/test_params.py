@@ -98,6 +98,30 @@ def test_params_dataclass_per_solver(solver):
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
+def test_every_declared_range_is_enforced_and_its_edge_accepted(solver):
+    """Ranges are data (``param(..., gt=, ge=)``): each one refuses the value just outside it
+    with one wording and accepts its edge; the numeric fields the old rules checked all
+    declare one."""
+    from ooc_svm.solvers.params import flag_name
+
+    P = get_solver(solver).Params
+    ranged = {f.name: f for f in dataclasses.fields(P) if f.metadata.get("gt") is not None
+              or f.metadata.get("ge") is not None}  # fmt: skip
+    assert {"C", "max_iter", "checkpoint_seconds"} <= set(ranged)
+    assert ({"eps", "c_perf"} if solver == "perf" else {"tol", "gamma", "cache_mb"}) <= set(ranged)
+    for name, f in ranged.items():
+        gt, ge = f.metadata.get("gt"), f.metadata.get("ge")
+        is_int = isinstance(f.default, int) and not isinstance(f.default, bool)
+        bad = (gt if gt is not None else ge - 1) if is_int else (gt if gt is not None else ge)
+        if not is_int and ge is not None:
+            bad = ge - 0.5
+        with pytest.raises(SolverError, match=f"^{flag_name(name)} must be "):
+            P.from_mapping({name: bad})
+        edge = ge if ge is not None else (gt + 1 if is_int else gt + 0.5)
+        assert getattr(P.from_mapping({name: edge}), name) == edge
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
 def test_one_wording_per_rule(work, solver):
     st = open_store(str(work / "b.zarr"))
     with pytest.raises(SolverError) as e:

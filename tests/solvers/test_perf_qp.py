@@ -11,7 +11,7 @@ from scipy.optimize import minimize
 
 from ooc_svm.kernels.csr import u32
 from ooc_svm.kernels.perf import count_pairs, cut_segment, cut_single, rank_cut, rank_loss
-from ooc_svm.solvers.qp import qp_objective, solve_simplex_qp
+from ooc_svm.solvers.perf.qp import qp_objective, solve_simplex_qp
 
 
 def _scipy_qp(Q, b, s, rng):
@@ -176,7 +176,7 @@ def test_rank_cut_matches_pairs(seed):
 def test_smo_fallback_chunked_is_identical(monkeypatch):
     """The SMO fallback runs in numba chunks (Ctrl-C is seen between them); the chunking
     changes nothing: same steps, same solution, bit for bit."""
-    from ooc_svm.solvers import qp
+    from ooc_svm.solvers.perf import qp
 
     rng = np.random.default_rng(3)
     G = rng.normal(size=(60, 8))

@@ -1,4 +1,4 @@
-"""``perf`` selective variant (:mod:`ooc_svm.solvers.perf_selective`): few full passes, the
+"""``perf`` selective variant (:mod:`ooc_svm.solvers.perf.selective`): few full passes, the
 same certificate P(w) ≤ P* + C·n·ε against LIBLINEAR's optimum, a bounded and deterministic
 selection of in-memory rows, bit-identical results on the local and the Dask engine, and
 memory bounded by the selection budget.
@@ -23,7 +23,8 @@ from sklearn.svm import LinearSVC
 
 from ooc_svm.engine import LocalEngine, make_engine
 from ooc_svm.metrics import primal_objective
-from ooc_svm.solvers import perf_selective as ps
+from ooc_svm.solvers.perf import selection as psel
+from ooc_svm.solvers.perf import selective as ps
 from ooc_svm.store import csr_to_shards, open_store, write_store
 
 _DATA = {
@@ -93,7 +94,7 @@ def test_guarantee_and_few_passes_on_real_data(tmp_path, name):
     st = _store(tmp_path / "s.zarr", X, y, 10_000)
     nnz = X.nnz
     # a fifth of the store's bytes as the selection budget counts them
-    mb = (ps.ROW_BYTES * X.shape[0] + ps.NZ_BYTES * nnz) / 5 / 2**20
+    mb = (psel.ROW_BYTES * X.shape[0] + psel.NZ_BYTES * nnz) / 5 / 2**20
     eps, C = 1e-3, 1.0
     with LocalEngine() as e:
         res = ps.solve_selective(st, e, {"C": C, "eps": eps, "inner_mb": mb})
@@ -129,7 +130,7 @@ def test_tight_eps_and_tiny_budget_keep_the_guarantee(tmp_path, C):
     X, y = _tiny(1)
     st = _store(tmp_path / "s.zarr", X, y, 400)
     eps = 1e-5
-    mb = 40 * (ps.ROW_BYTES + ps.NZ_BYTES * 10) / 2**20
+    mb = 40 * (psel.ROW_BYTES + psel.NZ_BYTES * 10) / 2**20
     with LocalEngine() as e:
         res = ps.solve_selective(st, e, {"C": C, "eps": eps, "inner_mb": mb})
     with warnings.catch_warnings():
@@ -152,20 +153,20 @@ def test_select_rows_takes_the_closest_within_the_budget():
     mc = np.round(rng.normal(1.0, 1.0, size=n), 1)
     mc[:50] = mb[:50]
     ys = np.where(rng.random(n) < 0.5, 1.0, -1.0)
-    budget = 60 * (ps.ROW_BYTES + ps.NZ_BYTES * 6)
+    budget = 60 * (psel.ROW_BYTES + psel.NZ_BYTES * 6)
 
     def sel(a, b):
         ip = indptr[a : b + 1] - indptr[a]
         sl = slice(indptr[a], indptr[b])
-        return ps.select_rows(
+        return psel.select_rows(
             ip, X.indices[sl], X.data[sl].astype(np.float32), ys[a:b], mb[a:b], mc[a:b], a, budget
         )
 
     whole = sel(0, n)
-    assert ps.selection_bytes(whole) <= budget
+    assert psel.selection_bytes(whole) <= budget
     assert 30 < whole["row"].shape[0] < n
     # the chosen rows are the closest: none left out is closer than one kept
-    key, key2 = ps.segment_keys(mb, mc)
+    key, key2 = psel.segment_keys(mb, mc)
     kept = np.zeros(n, bool)
     kept[whole["row"]] = True
     worst = max(zip(key[kept], key2[kept], strict=True))
@@ -191,34 +192,34 @@ def test_threshold_rows_and_histogram():
     indptr = np.concatenate(([0], np.cumsum(rng.integers(0, 30, size=n)))).astype(np.int64)
     mb = rng.normal(1.0, 0.8, size=n)
     mc = mb + rng.normal(0.0, 0.3, size=n)
-    nbytes = ps.ROW_BYTES + ps.NZ_BYTES * np.diff(indptr)
+    nbytes = psel.ROW_BYTES + psel.NZ_BYTES * np.diff(indptr)
 
     def run(mb, mc, tau):
-        hist = np.zeros((3, ps.EDGES.shape[0] + 1), dtype=np.int64)
+        hist = np.zeros((3, psel.EDGES.shape[0] + 1), dtype=np.int64)
         out = np.empty(n, dtype=np.int64)
         k, used = threshold_rows(
-            indptr, mb, mc, tau, ps.ROW_BYTES, ps.NZ_BYTES, ps.EDGES, hist, out
+            indptr, mb, mc, tau, psel.ROW_BYTES, psel.NZ_BYTES, psel.EDGES, hist, out
         )
         return out[:k], used, hist
 
-    key, _ = ps.segment_keys(mb, mc)
+    key, _ = psel.segment_keys(mb, mc)
     for tau in (0.0, 0.05, 0.3, np.inf):
         rows, used, hist = run(mb, mc, tau)
         np.testing.assert_array_equal(rows, np.flatnonzero(key <= tau))
         assert used == nbytes[key <= tau].sum()
         assert (hist.sum(axis=1) == nbytes.sum()).all()
     total = int(nbytes.sum())
-    K = ps.GRID.shape[0]
+    K = psel.GRID.shape[0]
     for q in (0, 5, K - 1):
-        m_new = mb + ps.GRID[q] * (mc - mb)  # margins at the new best point
+        m_new = mb + psel.GRID[q] * (mc - mb)  # margins at the new best point
         for frac in (0.02, 0.1, 0.3, 0.6, 0.95):
             budget = int(frac * total)
-            tau = ps.threshold_from_hist(hist, budget, q)
+            tau = psel.threshold_from_hist(hist, budget, q)
             # any next segment from there, long or short
             for step in (0.0, 0.1, 1.0):
                 m_next = m_new + step * rng.normal(0.0, 0.5, size=n)
                 assert run(m_new, m_next, tau)[1] >= budget
-    assert ps.threshold_from_hist(hist, total + 1, 3) == np.inf
+    assert psel.threshold_from_hist(hist, total + 1, 3) == np.inf
 
 
 def test_pass_candidates_bounded_for_many_shards(tmp_path, monkeypatch):
@@ -236,13 +237,17 @@ def test_pass_candidates_bounded_for_many_shards(tmp_path, monkeypatch):
     fills = []
 
     def nbytes(part):
-        return sum(ps.selection_bytes(c) for c in part["sel"])
+        return sum(psel.selection_bytes(c) for c in part["sel"])
 
     def track(delta):
         live["now"] += delta
         live["peak"] = max(live["peak"], live["now"])
 
-    real_pass, real_reduce, real_thr = ps.pass_select, ps.reduce_select, ps.threshold_from_hist
+    real_pass, real_reduce, real_thr = (
+        psel.pass_select,
+        psel.reduce_select,
+        psel.threshold_from_hist,
+    )
 
     def pass_select(shard, bc):
         part = real_pass(shard, bc)
@@ -346,7 +351,8 @@ _CHILD = textwrap.dedent(
     """
     import json, sys
     from ooc_svm.engine import LocalEngine
-    from ooc_svm.solvers import perf, perf_selective
+    from ooc_svm.solvers import perf
+    from ooc_svm.solvers.perf import selective as perf_selective
     from ooc_svm.store import open_store
     store, variant, mb = sys.argv[1], sys.argv[2], float(sys.argv[3])
     st = open_store(store)
@@ -387,7 +393,7 @@ def test_selection_budget_bounds_memory(tmp_path):
     y = np.where(X @ w - np.median(X @ w) + rng.normal(size=n) > 0, 1.0, -1.0)
     store = str(tmp_path / "big.zarr")
     write_store(store, csr_to_shards(_csr32(X), y, shard_rows=5000), n_features=d)
-    whole_mb = (ps.ROW_BYTES * n + ps.NZ_BYTES * X.nnz) / 2**20  # ~40 MiB
+    whole_mb = (psel.ROW_BYTES * n + psel.NZ_BYTES * X.nnz) / 2**20  # ~40 MiB
 
     def run(variant, mb):
         out = subprocess.run(
@@ -514,7 +520,7 @@ def test_inner_mb_auto_is_a_share_of_available_memory(tmp_path, monkeypatch):
     with LocalEngine() as e:
         full = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3})
     assert full.summary["selected_rows"] == X.shape[0] and full.passes == 1
-    whole = ps.ROW_BYTES * X.shape[0] + ps.NZ_BYTES * X.nnz
+    whole = psel.ROW_BYTES * X.shape[0] + psel.NZ_BYTES * X.nnz
     avail = 2 * whole  # a quarter of it: half the store's rows at most
     monkeypatch.setattr(pp, "mem_available_bytes", lambda: avail)
     with LocalEngine() as e:

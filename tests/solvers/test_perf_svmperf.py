@@ -26,7 +26,7 @@ from ooc_svm.metrics import primal_objective
 from ooc_svm.solvers import SolverError
 from ooc_svm.solvers.perf import WorkingSet
 from ooc_svm.solvers.perf import svmperf as spf
-from ooc_svm.solvers.qp import qp_objective, smo_simplex_qp, solve_simplex_qp
+from ooc_svm.solvers.perf.qp import qp_objective, smo_simplex_qp, solve_simplex_qp
 
 EPS = 1e-3
 

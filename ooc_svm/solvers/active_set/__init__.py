@@ -25,7 +25,7 @@ Paper sections → modules:
 from __future__ import annotations
 
 from .. import lazy_exports
-from .settings import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
+from .params import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
 
 #: imported on first use: the package stays light (``train`` reads ``Params`` and
 #: ``STOPPING_RULE`` to build its flags without loading numba)

@@ -10,7 +10,7 @@ from numba import njit
 from ...kernels.csr import csr_matvec_rows, csr_rmatvec_rows_add, csr_take_rows
 from ...kernels.kernel_functions import KernelParams, kernel_row, kernel_row_subset, linear_scores
 from ...kernels.parallel import gradient_rows_par
-from ..dual_common import WorkingRows
+from ..dual import WorkingRows
 from .kernels import DENSE_BLOCK_MAX, _dense_transposed, dense_kernel_block, dense_kernel_col
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ..cholesky import ActiveFactor
-from ..dual_common import WorkingRows, check_interrupt, row_costs
-from .settings import CHECK_EVERY, FULL_FLUSH_EVERY, REFACTOR_TOL
+from ..dual import WorkingRows, check_interrupt, row_costs
+from .cholesky import ActiveFactor
+from .params import CHECK_EVERY, FULL_FLUSH_EVERY, REFACTOR_TOL
 
 log = logging.getLogger(__name__)
 

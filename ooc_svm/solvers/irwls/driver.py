@@ -95,7 +95,7 @@ Stopping rule (eqs. 9–11, with e = ``tol``, default 1e-3)::
 
 checked on every row in the pass, with the bias b of the last working-set problem (or the
 b-reset value), then confirmed by the independent KKT pass of
-:func:`~ooc_svm.solvers.dual_common.kkt_violation_pass` (f recomputed from the final SVs).
+:func:`~ooc_svm.solvers.dual.kkt_violation_pass` (f recomputed from the final SVs).
 
 Memory: per-shard β and g (16 bytes a row) in the engine state; on the driver the working set
 (q rows, its q × q kernel matrix), O(n_features) for the linear kernel's w, and at the end the
@@ -114,9 +114,8 @@ import numpy as np
 
 from ...engine.base import WorkerScratch
 from ...kernels.kernel_functions import KernelParams
-from ...kernels.parallel import kernel_block_par, thread_share
 from .. import Callback, Result, binary_classes
-from ..dual_common import (
+from ..dual import (
     CheckpointClock,
     Expansion,
     WorkingRows,
@@ -127,15 +126,11 @@ from ..dual_common import (
     finish_run,
     interruptible,
     primal_w,
-    resume_shard_states,
     row_costs,
-    rows_from_arrays,
-    rows_to_arrays,
-    shard_rows,
-    shard_states_to_save,
 )
 from ..kernel_cache import MB
 from ..params import as_params
+from .checkpointing import _LOOP_KEYS, _load_checkpoint, _save_checkpoint
 from .params import Params
 from .passes import (
     _S_BYG,
@@ -147,7 +142,6 @@ from .passes import (
     _S_MLOW,
     _S_MUP,
     _S_NBSV,
-    _S_NCAND,
     _S_NSV,
     _S_NVIOL,
     _S_SUMB,
@@ -157,8 +151,8 @@ from .passes import (
     _pass_reduce,
     _PassBroadcast,
     _PassPartial,
-    _Pool,
 )
+from .selection import _collect_fn, _select, _working_kernel
 from .working_set import irwls_working_set
 
 if TYPE_CHECKING:
@@ -176,113 +170,6 @@ INNER_TOL_FACTOR = 0.1
 MAX_INNER = 150
 #: outer iterations in a row without any change before the run is declared stalled
 MAX_STALL = 20
-
-
-def _select(part: _PassPartial, q: int) -> tuple[WorkingRows, np.ndarray]:
-    """The next working set (rows and their gᵢ) from the reduced pools (section 3).
-
-    Always the maximal violating pair first, then: at least q candidates → one violator per
-    class and condition, then candidates in pool order; fewer → all candidates, then the
-    fill (non-candidates of smallest |eᵢ|).
-    """
-    n_cand = int(part.stats[_S_NCAND])
-    pools: list[_Pool] = [s for s in (part.pair or []) if s is not None]
-    if n_cand >= q:
-        pools += [s for s in (part.special or []) if s is not None]
-        if part.main is not None:
-            pools.append(part.main)
-    else:
-        if part.main is not None:
-            pools.append(part.main)
-        if part.fill is not None:
-            pools.append(part.fill)
-    if not pools:
-        return WorkingRows.empty(), np.zeros(0)
-    rows = WorkingRows.concat([p.rows for p in pools])
-    g = np.concatenate([p.g for p in pools])
-    _, first = np.unique(rows.gids, return_index=True)
-    first = np.sort(first)[:q]  # keep pool order: specials, then candidates, then fill
-    return rows.take(first), g[first]
-
-
-def _working_kernel(rows: WorkingRows, kp: KernelParams, n_features: int) -> np.ndarray:
-    ip, ix, data = rows.csr()
-    sq = rows.sq_norms()
-    out = np.empty((rows.n, rows.n), dtype=np.float64)
-    width = int(ix.max()) + 1 if ix.size else 1
-    with thread_share():
-        kernel_block_par(ip, ix, data, sq, ip, ix, data, sq, *kp.args(), width, out)
-    return out
-
-
-def _collect_fn(shard, positive, st):
-    beta = st[0]
-    idx = np.flatnonzero(beta > 0.0)
-    return ([shard_rows(shard, idx, positive, beta)] if idx.size else None), st
-
-
-# ============================================================================================
-# checkpoints: the state between two outer iterations
-# ============================================================================================
-#: the driver's scalars carried from one outer iteration to the next (and checkpointed)
-_LOOP_KEYS = (
-    "it",
-    "b",
-    "prev_dual",
-    "just_reset",
-    "stall",
-    "hits",
-    "misses",
-    "inner_total",
-    "line_total",
-    "failures",
-    "smo_total",
-    "fallbacks",
-    "b_resets",
-    "passes",
-)
-
-
-def _save_checkpoint(
-    checkpoint, engine, state, loop: dict, w, upd_gids, upd_beta, delta_rows, delta_coef, history
-) -> None:
-    """Write the state after an outer iteration: per-shard (β, g), the pending change of the
-    last working set, w (linear) and the driver's scalars; a resumed run repeats the rest of
-    the run bit for bit."""
-    arrays = {"upd_gids": upd_gids, "upd_beta": upd_beta}
-    if w is not None:
-        arrays["w"] = w
-    if delta_rows is not None:
-        arrays.update(rows_to_arrays(delta_rows, "delta_"))
-        arrays["delta_coef"] = delta_coef
-    scalars = {"loop": loop, "history": history, "delta": delta_rows is not None}
-    shards = shard_states_to_save(engine, state, ("beta", "g"))
-    checkpoint.save(int(loop["it"]), scalars=scalars, arrays=arrays, shard_states=shards)
-
-
-def _load_checkpoint(checkpoint, store, engine):
-    """(state, loop, w, upd_gids, upd_beta, delta_rows, delta_coef, history) saved by
-    :func:`_save_checkpoint`, or None when there is no checkpoint to resume."""
-    resumed = resume_shard_states(checkpoint, store, engine, ("beta", "g"))
-    if resumed is None:
-        return None
-    data, state = resumed
-    a, sc = data.arrays, data.scalars
-    delta_rows = delta_coef = None
-    if sc["delta"]:
-        delta_rows = rows_from_arrays(a, "delta_")
-        delta_coef = a["delta_coef"]
-    loop = dict(sc["loop"])
-    return (
-        state,
-        loop,
-        a.get("w"),
-        a["upd_gids"],
-        a["upd_beta"],
-        delta_rows,
-        delta_coef,
-        list(sc["history"]),
-    )
 
 
 class _Run:

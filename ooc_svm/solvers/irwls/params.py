@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..params import KernelSolverParams, at_least, param
+from ..params import KernelSolverParams, param
 
 #: working-set selections of section 3 (``--strategy``)
 STRATEGIES = ("random", "largest", "smallest")
@@ -19,24 +19,22 @@ class Params(KernelSolverParams):
     SOLVER: ClassVar[str] = "irwls"
     SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
 
-    tol: float = param(1e-3, "stopping conditions (9)-(11): |y_i e_i| within tol")
+    tol: float = param(1e-3, "stopping conditions (9)-(11): |y_i e_i| within tol", gt=0)
     max_iter: int = param(
-        100_000, "outer iterations (working sets); reaching it is reported as not converged"
+        100_000,
+        "outer iterations (working sets); reaching it is reported as not converged",
+        ge=0,
     )
     seed: int = param(0, "the random selection's draws (seeded per iteration and shard)")
     cache_mb: float = param(
-        256.0, "kernel columns K(shard rows, x_j) of rows whose beta keeps changing, MiB"
+        256.0, "kernel columns K(shard rows, x_j) of rows whose beta keeps changing, MiB", ge=0
     )
-    working_set: int = param(150, "q, rows per working set (chunk); one streamed pass each")
+    working_set: int = param(150, "q, rows per working set (chunk); one streamed pass each", ge=2)
     strategy: str = param(
         "random",
         "working-set selection of section 3 (random is the paper's)",
         choices=STRATEGIES,
     )
-
-    def rules(self) -> None:
-        super().rules()
-        at_least(self, "working_set", 2)
 
 
 DEFAULTS = Params.defaults()

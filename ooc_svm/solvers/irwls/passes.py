@@ -11,7 +11,7 @@ from numba import njit
 from ...engine.base import WorkerScratch
 from ...kernels.kernel_functions import KernelParams, linear_scores, row_sq_norms
 from ...kernels.parallel import kernel_block_par, thread_share
-from ..dual_common import Expansion, WorkingRows, check_interrupt, row_costs, shard_rows
+from ..dual import Expansion, WorkingRows, check_interrupt, row_costs, shard_rows
 from ..kernel_cache import KernelCache
 from ..reduce import none_is_identity
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..dual_common import check_interrupt
+from ..dual import check_interrupt
 
 log = logging.getLogger(__name__)
 

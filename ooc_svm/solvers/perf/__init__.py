@@ -18,10 +18,10 @@ x̃ᵢ = (xᵢ, bias) (the bias a constant feature regularised like LIBLINEAR ``
   with C_perf = C·m: ½‖w‖² + C Σ_P max(0, 1 − wᵀ(xᵢ − xⱼ)); no bias (it cancels).
 
 Each iteration solves the dual OP3 over the working set W of cuts (:mod:`.working_set`,
-:func:`ooc_svm.solvers.qp.solve_simplex_qp`, to a gap ≤ 1e-4·C_perf·ε); planes inactive
+:func:`ooc_svm.solvers.perf.qp.solve_simplex_qp`, to a gap ≤ 1e-4·C_perf·ε); planes inactive
 ``max_inactive`` iterations are dropped. ``variant="accelerated"`` (default) adds an OCAS line
 search (Franc & Sonnenburg 2008) in the same pass; ``selective`` (error loss,
-:mod:`ooc_svm.solvers.perf_selective`) iterates on the rows near the margin kept in memory,
+:mod:`ooc_svm.solvers.perf.selective`) iterates on the rows near the margin kept in memory,
 with full passes only to refresh them and certify; ``svmperf`` (error loss, :mod:`.svmperf`)
 is SVMperf 3.00's loop (loose inner QP, first-above-mean slack, shrinking) plus the certificate.
 
@@ -149,7 +149,7 @@ def solve(
     params.validate(meta)
     loss, variant = params.resolve_loss(meta), params.variant
     if variant == "selective":
-        from ..perf_selective import solve_selective
+        from .selective import solve_selective
 
         return solve_selective(store, engine, params, callback=callback, checkpoint=checkpoint)
     if variant == "svmperf":

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from ..._util import mem_available_bytes
 from .. import SolverError, binary_classes
-from ..params import KERNELS, SolverParams, at_least, param, parse_class_weight, positive
+from ..params import KERNELS, SolverParams, param, parse_class_weight
 
 #: dense float64 vectors over the features perf holds at once per problem (w, w_b, w_c,
 #: w_c − w_b, the two-column copy for the pass, the new cut and temporaries), all within
@@ -37,8 +37,11 @@ class Params(SolverParams):
         0.001,
         "stopping tolerance epsilon: P(w) <= P* + C*n*eps (SVMperf's -e is in percent: "
         "-e 0.1 is --eps 0.001)",
+        gt=0,
     )
-    bias: float = param(1.0, "value of the constant bias feature; 0 = no bias")
+    bias: float = param(
+        1.0, "value of the constant bias feature; 0 = no bias", ge=0, note=" (0 = no bias)"
+    )
     loss: str | None = param(
         None,
         "error (binary, OP2), roc (binary labels, ROC area), ordinal (rank labels, OP5; with "
@@ -51,7 +54,7 @@ class Params(SolverParams):
         "paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line search to the "
         "best point, same single pass per iteration; selective = many inner cutting planes on "
         "the rows near the margin kept in memory (--inner-mb), full passes only to refresh "
-        "them and certify (loss error; ooc_svm/solvers/perf_selective.py); svmperf = SVMperf "
+        "them and certify (loss error; ooc_svm/solvers/perf/selective.py); svmperf = SVMperf "
         "3.00's loop (loose QP, shrinking; loss error; solvers/perf/svmperf.py) plus the "
         "dual-gap certificate",
         choices=VARIANTS,
@@ -60,18 +63,22 @@ class Params(SolverParams):
         None,
         "SVMperf's -c instead of --C: C = 100*c/n (error) or 100*c/m (roc/ordinal, m pairs), "
         "since SVMperf measures loss in percent (c_light = c_perf*100/n)",
+        gt=0,
     )
     max_inactive: int = param(
-        50, "drop a cutting plane inactive (alpha=0) this many iterations in a row (0 = never)"
+        50,
+        "drop a cutting plane inactive (alpha=0) this many iterations in a row (0 = never)",
+        ge=0,
     )
     dense_limit_mb: float = param(
         1024.0,
         "memory for the working set of cutting planes (float64 up to half of it, float32 "
         "beyond; sparse where smaller); perf's dense vectors over the features (10 per "
         "problem, 8 bytes per feature each) must fit it too, else the store is refused",
+        gt=0,
     )
-    line_points: int = param(32, "accelerated: line-search grid points in (0, 1]")
-    cut_points: int = param(5, "accelerated: candidate cutting planes accumulated per pass")
+    line_points: int = param(32, "accelerated: line-search grid points in (0, 1]", ge=1)
+    cut_points: int = param(5, "accelerated: candidate cutting planes accumulated per pass", ge=1)
     mu: float = param(0.1, "accelerated: cut at k* + mu*(1 - k*) (OCAS)")
     kernel: str = param("linear", "perf trains linear SVMs only", choices=KERNELS)
     inner_mb: str = param(
@@ -82,9 +89,9 @@ class Params(SolverParams):
         "most what every row of the store needs (then one pass suffices); svmperf: MiB of the "
         "rows kept for its partial rounds (auto: 256)",
     )
-    max_inner: int = param(2000, "selective: inner cutting planes between two full passes")
+    max_inner: int = param(2000, "selective: inner cutting planes between two full passes", ge=1)
     inner_share: float = param(
-        0.25, "selective: inner loop stops at gap <= inner_share * eps * C * n"
+        0.25, "selective: inner loop stops at gap <= inner_share * eps * C * n", gt=0
     )
 
     @classmethod
@@ -111,10 +118,6 @@ class Params(SolverParams):
                 f"--solver perf trains linear SVMs only (got --kernel {self.kernel}); use smo, "
                 "active-set or irwls for kernels"
             )
-        if self.c_perf is None:
-            positive(self, "C")
-        positive(self, "c_perf")
-        at_least(self, "max_iter", 0)
         if self.class_weight is not None:
             parse_class_weight(self.class_weight)
         if self.class_weight is not None and self.variant == "selective":
@@ -122,15 +125,7 @@ class Params(SolverParams):
                 "perf: --class-weight is not supported with --variant selective yet; use "
                 "--variant accelerated or paper"
             )
-        positive(self, "eps")
-        at_least(self, "bias", 0, " (0 = no bias)")
-        at_least(self, "max_inactive", 0)
-        positive(self, "dense_limit_mb")
-        at_least(self, "line_points", 1)
-        at_least(self, "cut_points", 1)
         self.inner_mib()  # a number >= 0, auto or auto:SHARE
-        at_least(self, "max_inner", 1)
-        positive(self, "inner_share")
 
     def inner_mib(self, whole_mib: float | None = None, auto_mib: float = 256.0) -> float:
         """``inner_mb`` in MiB: the number given, or for ``auto[:SHARE]`` SHARE

@@ -22,7 +22,7 @@ What SVMperf 3.00 does beyond Algorithm 1 (default ``-w 9``: ``svm_struct_main.c
 1. *Loose, warm-started inner QP* (the main cause). OP3 is solved only until the largest KKT
    violation is ≤ ε_best/2, ε_best = min over full rounds of max(ceps, ε), starting at 1
    (``svm_struct_learn_custom.c:191-193, 358-366``; SVMlight's
-   ``optimize_to_convergence_sharedslack``). Here: :func:`~ooc_svm.solvers.qp.smo_simplex_qp`
+   ``optimize_to_convergence_sharedslack``). Here: :func:`~ooc_svm.solvers.perf.qp.smo_simplex_qp`
    from the previous α. Early QPs take a few pair steps only, a damped step of w.
 2. *First-above-mean slack estimate*: ξ_W = slack of the first plane j in W with
    αⱼ > mean(α) and positive slack, not maxⱼ (``svm_struct_learn_custom.c:255-261``).
@@ -70,11 +70,11 @@ from ...kernels.csr import csr_take_rows, u32
 from ...kernels.perf import matvec, vdot
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
-from ..qp import smo_simplex_qp
 from ..reduce import none_is_identity
 from .common import _finite, _Progress, _resolve_C, binary_result
 from .params import Params
 from .passes import _finish_accumulator, _new_accumulator, acc_row, merge_acc
+from .qp import smo_simplex_qp
 from .working_set import WorkingSet, _qp_atol, check_qp
 
 log = logging.getLogger(__name__)

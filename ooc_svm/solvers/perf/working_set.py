@@ -9,7 +9,7 @@ import numpy as np
 
 from ...kernels.perf import matvec, sparse_vdot, vdot
 from ...kernels.sparse_cut import axpy, scatter_add, sparse_sparse_dot
-from ..qp import solve_simplex_qp
+from .qp import solve_simplex_qp
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +290,7 @@ def check_qp(C: float, Cp: float, ws: WorkingSet, loss: str = "error") -> bool:
     uses up its step budget (``QP_MAX_STEPS`` active-set changes, then ``QP_MAX_SMO_STEPS``
     SMO steps) without reaching its tolerance, while the cutting-plane method itself would
     need O(C_perf·R²/ε²) iterations (Joachims 2006, Theorem 5). The QP never returns a point
-    worse than its warm start (:func:`~ooc_svm.solvers.qp.solve_simplex_qp`), so the lower
+    worse than its warm start (:func:`~ooc_svm.solvers.perf.qp.solve_simplex_qp`), so the lower
     bound stays valid; ``QP_STALL_FAILS`` such QPs in a row stop the run, which then returns
     its best point flagged not converged (``stop_reason`` ``"stalled"``). The rule counts QP
     steps, not seconds: the same run stops at the same iteration on a busy machine and an

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from .. import SolverError
-from ..dual_common import Expansion, WorkingRows, fetch_rows, make_expansion, primal_w
-from .common import _scan_fn, _scan_reduce
+from ..dual import Expansion, WorkingRows, fetch_rows, make_expansion, primal_w
 from .kernels import _rho_and_gap
+from .passes import _scan_fn, _scan_reduce
 from .wss2 import _run_wss2
 
 log = logging.getLogger(__name__)

@@ -24,15 +24,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...engine.base import concat_partials
-from ..dual_common import (
+from ..dual import (
     Expansion,
     WorkingRows,
     apply_alpha_updates,
     kkt_violation_pass,
     make_expansion,
 )
-from .common import _cache_for, _fetch_shard_fn, _kernel_tuple, _x_tuple
-from .kernels import _platt_examine_list, _platt_nonbound_range
+from .common import _cache_for, _kernel_tuple, _x_tuple
+from .passes import _fetch_shard_fn
+from .platt_kernels import _platt_examine_list, _platt_nonbound_range
 from .wss2 import _Slicer
 
 log = logging.getLogger(__name__)

@@ -10,14 +10,13 @@ import time
 import numpy as np
 
 from .. import SolverError
-from ..dual_common import WorkingRows, apply_alpha_updates, fetch_rows
-from .common import _budget_rows, _cache_for, _kernel_tuple, _x_tuple_compact
+from ..dual import WorkingRows
+from .common import _cache_for, _kernel_tuple, _x_tuple_compact
 from .kernels import (
     IST_DONE,
     IST_IT,
     IST_STATUS,
     _diag,
-    _rho_and_gap,
     _wss2_fresh_state,
     _wss2_init_grad,
     _wss2_steps,
@@ -193,91 +192,3 @@ def _run_wss2(
         if checkpoint is not None:
             r.save(checkpoint)
     return r.total, r.G, stats, status
-
-
-def _warm_alpha(W: WorkingRows, init, C: float, Cv: np.ndarray) -> None:
-    """α of ``W`` (all rows, by global row) from ``init`` scaled into the box [0, Cv]."""
-    from ..sweep import warm_start_from_model
-
-    gids, coef, _, _ = warm_start_from_model(init, C, W.n)
-    rows = np.searchsorted(W.gids, gids)
-    W.alpha[rows] = np.minimum(np.abs(coef), Cv[rows])
-    log.info("smo: warm start from %d support vectors", gids.size)
-
-
-def _solve_wss2(
-    store, engine, state, p, C, tol, kp, pos, report, checkpoint=None, costs=None, init=None
-):
-    """wss2 in memory when the rows fit the budget, else the decomposition. ``costs``:
-    (C_neg, C_pos) of class weights (in memory only), or None. ``init``: a model to start
-    from (in memory only; :func:`ooc_svm.solvers.sweep.warm_start_from_model`)."""
-    from .decomposition import _solve_wss2_decomposition  # (it imports _run_wss2)
-
-    n = store.meta.n_rows
-    nf = store.meta.n_features
-    budget = _budget_rows(store, p)
-    max_iter = int(p.max_iter)
-    cache_stats = {"hits": 0, "misses": 0, "evictions": 0}
-    if n <= budget:
-        t1 = time.perf_counter()
-        W = fetch_rows(store, engine, np.arange(n), pos)
-        p_lin = -np.ones(W.n)
-        Cv = np.full(W.n, float(C)) if costs is None else np.where(W.y > 0, costs[1], costs[0])
-        if init is not None and not (checkpoint is not None and checkpoint.resume):
-            _warm_alpha(W, init, float(C), Cv)
-        it, G, cs, status = _run_wss2(
-            W,
-            p_lin,
-            kp,
-            Cv,
-            tol,
-            p.cache_mb,
-            max_iter,
-            p.shrinking,
-            nf,
-            every=int(p.checkpoint_every),
-            checkpoint=checkpoint,
-            report=report,
-            checkpoint_seconds=float(p.checkpoint_seconds),
-        )
-        rho, m_up, m_low = _rho_and_gap(W.y, W.alpha, G, Cv)
-        dual = float(0.5 * np.dot(W.alpha, G + p_lin))
-        sv = np.flatnonzero(W.alpha > 0)
-        apply_alpha_updates(store, engine, state, W.gids[sv], W.alpha[sv])
-        report(
-            {
-                "iteration": 1,
-                "violation": float(m_up - m_low),
-                "working_set": W.n,
-                "smo_iterations": it,
-                "objective": dual,
-                "pass_seconds": time.perf_counter() - t1,
-                "passes": 1,
-            }
-        )
-        for k in cache_stats:
-            cache_stats[k] += cs[k]
-        extra = {
-            "working_rows": W.n,
-            "outer_iterations": 1,
-            "stop_value": float(m_up - m_low),
-            "passes": 2,  # reading every row + the independent KKT pass
-            "cache_hits": cache_stats["hits"],
-            "cache_misses": cache_stats["misses"],
-            "cache_evictions": cache_stats["evictions"],
-            "in_memory": True,
-            "status": "optimal" if status == 0 else "max_iter",
-        }
-        if status != 0:
-            log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, m_up - m_low)
-        return W.take(sv), -float(rho), it, extra, dual
-    if costs is not None:
-        raise SolverError(
-            f"smo: --class-weight needs the problem in memory ({n} rows > the working budget "
-            f"of {budget}; raise --working-mb or --working-rows)"
-        )
-    if init is not None:
-        log.info("smo: out of core, the warm start is not used: starting from alpha = 0")
-    return _solve_wss2_decomposition(
-        store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint
-    )

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..params import KernelSolverParams, at_least, param, positive
+from ..params import KernelSolverParams, param
 
 log = logging.getLogger(__name__)
 
@@ -19,14 +19,18 @@ class Params(KernelSolverParams):
     SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
 
     tol: float = param(
-        1e-3, "stop when every bound variable's reduced cost is >= -tol (Step 2(iii))"
+        1e-3, "stop when every bound variable's reduced cost is >= -tol (Step 2(iii))", gt=0
     )
     max_iter: int = param(
-        10_000_000, "active-set (minor) iterations; reaching it is reported as not converged"
+        10_000_000,
+        "active-set (minor) iterations; reaching it is reported as not converged",
+        ge=0,
     )
     seed: int = param(0, "tie-breaking among equal reduced costs, probe vectors")
     cache_mb: float = param(
-        256.0, "Q columns of I_s over the working rows + the Cholesky factor, MiB (section 4.2)"
+        256.0,
+        "Q columns of I_s over the working rows + the Cholesky factor, MiB (section 4.2)",
+        gt=0,
     )
     pricing: str = param(
         "sprint", "pricing strategy of Scheinberg 2006 section 4.1", choices=("sprint", "shrinking")
@@ -35,9 +39,11 @@ class Params(KernelSolverParams):
         0,
         "rows |I0'|+|Ic'| pulled into memory per major iteration (0: 5*sqrt(rows), at most "
         "8000, less if --cache-mb is short)",
+        ge=0,
+        note=" (0 = from the memory budget)",
     )
     shrink_after: int = param(
-        100, "shrinking: drop a row after this many non-negative pricings in a row"
+        100, "shrinking: drop a row after this many non-negative pricings in a row", ge=1
     )
     init: str | None = param(
         None,
@@ -45,12 +51,6 @@ class Params(KernelSolverParams):
         "--append`): alpha from its dual coefficients by global row index",
     )
     check: bool = param(True, "final independent KKT check pass (--no-check skips it)", cli="no")
-
-    def rules(self) -> None:
-        super().rules()
-        positive(self, "cache_mb")
-        at_least(self, "sprint_size", 0, " (0 = from the memory budget)")
-        at_least(self, "shrink_after", 1)
 
 
 DEFAULTS = Params.defaults()

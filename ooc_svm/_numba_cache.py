@@ -1,0 +1,71 @@
+"""Where numba keeps its compiled kernels: a folder named after this package's source files.
+
+numba checks a cached kernel against the stamp (mtime, size) of the file that defines it,
+not against the files of the kernels it calls. Our kernels call kernels of other modules
+(``solvers/smo/kernels.py`` calls ``kernels/parallel.py``), so after an update of the
+callee only (``git pull`` in an editable install, a changed checkout), the caller was loaded
+from the cache linked to the old callee, and every ``--solver smo`` run ended in a
+segmentation fault. Keying the whole cache by every source file's stamp makes any change
+start from an empty cache (numba compiles again once, ~1 minute).
+
+The folder is ``$XDG_CACHE_HOME/ooc-svm/numba/<install>/<sources>`` (``~/.cache`` without
+``XDG_CACHE_HOME``); the 3 most recent ``<sources>`` folders of an install are kept. A user's
+``NUMBA_CACHE_DIR`` is left alone, and so is numba's default (``__pycache__`` beside the
+sources) when the folder cannot be written or numba was imported before ooc_svm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+#: folders of older sources kept per install (other processes may still be using them)
+KEEP = 3
+
+
+def _sources_key(root: Path) -> str:
+    h = hashlib.blake2b(digest_size=8)
+    for p in sorted(root.rglob("*.py")):
+        st = p.stat()
+        h.update(f"{p.relative_to(root)}:{st.st_mtime_ns}:{st.st_size}\n".encode())
+    return h.hexdigest()
+
+
+def _prune(install: Path, current: Path) -> None:
+    """Remove all but the ``KEEP`` most recently used source folders of this install."""
+    import shutil
+
+    try:
+        others = sorted(
+            (d for d in install.iterdir() if d.is_dir() and d != current),
+            key=lambda d: d.stat().st_mtime,
+            reverse=True,
+        )
+    except OSError:
+        return
+    for d in others[KEEP - 1 :]:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def configure() -> str | None:
+    """Set ``NUMBA_CACHE_DIR`` for this process (and the processes it starts: Dask workers)
+    to the folder of the current sources; returns it, or None when left to numba."""
+    if os.environ.get("NUMBA_CACHE_DIR") or "numba" in sys.modules:
+        return None
+    root = Path(__file__).resolve().parent
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ooc-svm" / "numba"
+    install = base / hashlib.blake2b(str(root).encode(), digest_size=6).hexdigest()
+    try:
+        current = install / _sources_key(root)
+        current.mkdir(parents=True, exist_ok=True)
+        os.utime(current)  # most recently used: kept by _prune
+        probe = current / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError:
+        return None
+    _prune(install, current)
+    os.environ["NUMBA_CACHE_DIR"] = str(current)
+    return str(current)
