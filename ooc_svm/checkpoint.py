@@ -234,19 +234,7 @@ class Checkpointer:
             meta = _load_meta(os.path.join(path, "meta.json"))
             arrays = _read_npz(os.path.join(path, "arrays.npz"))
             _check_listed(meta.get("arrays"), arrays, "arrays.npz")
-            shard_states: list[dict[str, np.ndarray]] | None = None
-            n_states = meta.get("n_shard_states")
-            if n_states is not None:
-                if not isinstance(n_states, int) or isinstance(n_states, bool) or n_states < 0:
-                    raise _Damaged("meta.json: n_shard_states is not a count")
-                flat = _read_npz(os.path.join(path, "shards.npz"))
-                _check_listed(meta.get("shard_arrays"), flat, "shards.npz")
-                shard_states = [{} for _ in range(n_states)]
-                for key, value in flat.items():
-                    i, _, k = key[1:].partition("_")
-                    if not (key[:1] == "s" and i.isdigit() and int(i) < n_states and k):
-                        raise _Damaged(f"shards.npz: unexpected member {key!r}")
-                    shard_states[int(i)][k] = value
+            shard_states = _read_shard_states(path, meta)
             if not isinstance(meta.get("iteration"), int) or not isinstance(
                 meta.get("scalars", {}), dict
             ):
@@ -351,7 +339,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     model's: a regular file, no pickle, declared sizes checked against the file, CRCs."""
     import zipfile
 
-    from .model import read_npy_member
+    from .model_files import read_npy_member
 
     what = os.path.basename(path)
     size = _regular_size(path)
@@ -374,6 +362,25 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
                 raise _Damaged(f"{what}: member {name!r} declares impossible sizes")
             out[name] = read_npy_member(what, zf, info, name)
     return out
+
+
+def _read_shard_states(path: str, meta: dict) -> list[dict[str, np.ndarray]] | None:
+    """The per-shard states of checkpoint ``path`` (``shards.npz``, members ``s{i}_{name}``),
+    or None when ``meta.json`` declares none; raises ``_Damaged``."""
+    n_states = meta.get("n_shard_states")
+    if n_states is None:
+        return None
+    if not isinstance(n_states, int) or isinstance(n_states, bool) or n_states < 0:
+        raise _Damaged("meta.json: n_shard_states is not a count")
+    flat = _read_npz(os.path.join(path, "shards.npz"))
+    _check_listed(meta.get("shard_arrays"), flat, "shards.npz")
+    shard_states: list[dict[str, np.ndarray]] = [{} for _ in range(n_states)]
+    for key, value in flat.items():
+        i, _, k = key[1:].partition("_")
+        if not (key[:1] == "s" and i.isdigit() and int(i) < n_states and k):
+            raise _Damaged(f"shards.npz: unexpected member {key!r}")
+        shard_states[int(i)][k] = value
+    return shard_states
 
 
 def _check_listed(listed, arrays: dict[str, np.ndarray], what: str) -> None:

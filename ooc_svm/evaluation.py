@@ -27,14 +27,10 @@ from typing import Any
 import numpy as np
 
 from . import metrics as M
-from .model import Model, ovo_labels
-from .scoring import (
-    OvoBroadcast,
-    check_compatible,
-    is_ranking_model,
-    make_broadcast,
-    score_shard,
-)
+from .model import Model
+from .ovo import ovo_labels
+from .scoring import check_compatible, is_ranking_model
+from .shard_scores import OvoBroadcast, make_broadcast, score_shard
 
 log = logging.getLogger(__name__)
 

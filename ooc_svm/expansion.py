@@ -1,7 +1,7 @@
 """The support-vector expansion f(x) = Σ_j coef_j K(sv_j, x) + intercept, in one place.
 
 Used by the dual solvers (smo, active-set, irwls: current iterate, KKT passes) and by
-scoring (:mod:`ooc_svm.scoring`: predict, evaluate, the estimators).
+scoring (:mod:`ooc_svm.shard_scores`: predict, evaluate, the estimators).
 
 - :class:`Expansion` holds the SVs transposed (CSC over features) and their coefficients
   yᵢαᵢ, or a dense ``w`` for the linear kernel; it is picklable, broadcast it. ``coef`` is
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,7 +31,9 @@ from .kernels.kernel_functions import (
     row_sq_norms,
 )
 from .kernels.parallel import kernel_scores_csc_par, thread_share
-from .model import Model
+
+if TYPE_CHECKING:  # a type only: the expansion sits below the model that it scores
+    from .model import Model
 
 # --------------------------------------------------------------------------------------------
 # expansions

@@ -21,7 +21,7 @@ The seconds in passes (``pass s``) divided by the passes give the cost of a pass
 
 LIBLINEAR: scikit-learn ``LinearSVC(loss="hinge", dual=True, intercept_scaling=1)``
 (LIBLINEAR -s 3 -B 1) in memory at ``tol`` 1e-8 (real sets) / ``--ll-tol-synth`` (default
-1e-4: a tight tolerance takes minutes on the 1M store), as tests/test_perf.py computes P*.
+1e-4: a tight tolerance takes minutes on the 1M store), as tests/solvers/test_perf.py computes P*.
 
 Example::
 

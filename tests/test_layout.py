@@ -37,10 +37,10 @@ README_BLOCKS = {
     "Command line": "tests/test_readme.py",
     "Python": "tests/test_readme.py",
     "On a Dask cluster": "tests/test_readme.py",
-    "Data on object storage": "tests/test_s3.py",
+    "Data on object storage": "tests/store/test_s3.py",
     "Probabilities": "tests/test_readme.py",
-    "Class weights": "tests/test_class_weights.py",
-    "Choosing C": "tests/test_sweep.py",
+    "Class weights": "tests/solvers/test_class_weights.py",
+    "Choosing C": "tests/solvers/test_sweep.py",
 }
 
 

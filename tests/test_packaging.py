@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ooc_svm.commands.train import config_file, load_config
+from ooc_svm.commands.train_flags import config_file, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLVERS = ("perf", "smo", "active-set", "irwls")

@@ -30,11 +30,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ooc_svm.cross_validation import cross_val_decision_values, fit_platt, fold_assignment
 from ooc_svm.probability import (
     calibration,
-    cross_val_decision_values,
-    fit_platt,
-    fold_assignment,
     multiclass_probability,
     ovo_probability,
     ovr_probability,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ooc_svm.cli import main
-from ooc_svm.commands.train import load_config
+from ooc_svm.commands.train_flags import load_config
 from ooc_svm.reports import HistoryWriter, plot_roc_pr, read_history
 
 pytest.importorskip("matplotlib")

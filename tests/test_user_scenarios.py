@@ -103,7 +103,7 @@ def test_relative_paths_on_a_cli_started_cluster(tmp_path):
 def test_worker_that_sees_another_store_names_the_cause(tmp_path):
     """The identity check stays; its message names the real cause."""
     from ooc_svm.engine.base import EngineError
-    from ooc_svm.engine.dask_engine import _worker_reader
+    from ooc_svm.engine.dask_worker import _worker_reader
 
     _item1_store(tmp_path, "a.zarr")
     path = os.path.join(tmp_path, "a.zarr")
@@ -392,7 +392,7 @@ def test_ovr_kernel_scoring_memory_is_bounded(ovr_kernel):
     values per thread (checked by scoring shard by shard equals scoring all rows)."""
     from ooc_svm.engine import LocalEngine
     from ooc_svm.model import load_model
-    from ooc_svm.scoring import iter_scored
+    from ooc_svm.shard_scores import iter_scored
     from ooc_svm.store import open_store
 
     tmp, X, _ = ovr_kernel
@@ -537,7 +537,7 @@ def test_estimators_and_model_score_stores(tmp_path, monkeypatch):
 def test_store_is_scored_shard_by_shard(tmp_path, monkeypatch):
     """No whole-store load: the estimator scores the store one shard at a time (every shard
     once, never more rows at once than a shard holds)."""
-    import ooc_svm.scoring as scoring
+    import ooc_svm.shard_scores as scoring
     from ooc_svm import LinearSVC
     from ooc_svm.store import open_store
 

@@ -25,7 +25,7 @@ module in ``sys.modules`` and ``cffi`` marked unimportable (``None``: Python's d
 to block an import); both entries are removed right after, so a later ``import scipy.linalg``
 or ``import cffi`` is a normal import. It relies on numba importing those two names while
 its target loads, as numba 0.68.1 does (measured); with a numba that does not, it changes
-nothing but the moment the target loads. ``tests/test_startup.py`` checks that the perf
+nothing but the moment the target loads. ``tests/commands/test_startup.py`` checks that the perf
 training path imports neither.
 
 The cyclic garbage collector, in the ``ooc-svm`` process (:func:`ooc_svm.cli.main` called

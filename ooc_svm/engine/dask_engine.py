@@ -12,8 +12,8 @@ An unreachable scheduler raises :class:`~ooc_svm.engine.base.EngineError` after
 ``connect_timeout`` seconds (a missing scheduler file at once) instead of hanging.
 
 A ``processes`` cluster forks its workers from a fork server that imported Dask and this
-package once (see :func:`_fork_server_config`); :meth:`DaskEngine.close` closes the client
-first, then gives the workers time to exit by themselves.
+package once (see :mod:`ooc_svm.engine.dask_cluster`); :meth:`DaskEngine.close` closes the
+client first, then gives the workers time to exit by themselves.
 
 One pass (``map_reduce``):
 
@@ -27,12 +27,13 @@ One pass (``map_reduce``):
    run without work stealing). Workers open the store from its path themselves
    (``open_store`` is cached per worker process, keyed by path and a token of the shard
    table, so a store rewritten on disk is never confused with the old one);
-3. the task (:func:`_block_task`) runs ``fn`` over its shards on all the worker's threads,
-   in order, and reduces them into the complete subtrees of the fixed binary tree of
-   :func:`~ooc_svm.engine.base.tree_reduce` over the pass's shard list that lie inside its
-   run (:func:`tree_nodes`) — the tree the local engine builds too — so results are
-   bit-identical across engines and worker counts;
-4. neighbouring runs are joined pairwise, level by level (:func:`_join_task`, on the left
+3. the task (``_block_task`` of :mod:`ooc_svm.engine.dask_worker`) runs ``fn`` over its
+   shards on all the worker's threads, in order, and reduces them into the complete
+   subtrees of the fixed binary tree of :func:`~ooc_svm.engine.base.tree_reduce` over the
+   pass's shard list that lie inside its run (:func:`~ooc_svm.engine.dask_tree.tree_nodes`)
+   — the tree the local engine builds too — so results are bit-identical across engines
+   and worker counts;
+4. neighbouring runs are joined pairwise, level by level (``_join_task``, on the left
    run's worker, ⌈log2 runs⌉ levels): each join receives the right run's few subtrees
    (O(features) each, at most about 2·log2(shards) of them, one when the boundary falls on
    a subtree boundary) and returns the largest subtrees of their union;
@@ -62,240 +63,36 @@ the failure. Losing both copies of a state raises :class:`EngineError`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._util import AUTO_CACHE_SHARE, auto_cache_bytes, cpu_count, parse_cache_mb
+from .._util import AUTO_CACHE_SHARE, parse_cache_mb
 from .base import (
     Engine,
     EngineError,
     ShardState,
-    StreamingTreeReduce,
     add_partials,
     shard_stub,
 )
-from .reader import ShardCache, readonly, shard_reader
+from .dask_cluster import DaskConnection
+from .dask_worker import (
+    _block_task,
+    _call_init,
+    _join_task,
+    _pick,
+    _worker_cache_stats,
+    _worker_rss_kb,
+    store_identity,
+)
 
 if TYPE_CHECKING:
     from distributed import Client
 
 log = logging.getLogger(__name__)
-
-# ------------------------------------------------------------------------------------------
-# worker side (module level: pickled by reference)
-# ------------------------------------------------------------------------------------------
-
-_W_LOCK = threading.Lock()
-_W_STORES: dict[tuple[str, str], tuple[Any, Callable]] = {}
-_W_CACHE = ShardCache(0)
-
-
-def store_identity(store) -> str:
-    """Identity of a store's contents, independent of the path it was opened by.
-
-    The shard table (names, sizes, checksums) and shape; the client sends it with every task
-    and a worker compares it with the store it opened from the (absolute) path.
-    """
-    import hashlib
-
-    h = hashlib.blake2b(digest_size=12)
-    meta = store.meta
-    h.update(f"{meta.n_rows}|{meta.nnz}|{meta.n_features}|".encode())
-    for s in meta.shards:
-        h.update(f"{s.name}:{s.n_rows}:{s.nnz}:{s.checksum};".encode())
-    return h.hexdigest()
-
-
-def _worker_reader(path: str, token: str, fast: bool) -> Callable:
-    key = (path, token)
-    entry = _W_STORES.get(key)
-    if entry is None:
-        from ..store import open_store
-
-        with _W_LOCK:
-            entry = _W_STORES.get(key)
-            if entry is None:
-                try:
-                    store = open_store(path)
-                except Exception as e:
-                    raise EngineError(
-                        f"a Dask worker cannot open the store {path} ({e}); is the path on a "
-                        "file system the workers share? relative paths are resolved against "
-                        "the client's working directory"
-                    ) from None
-                if store_identity(store) != token.split("|", 1)[0]:
-                    raise EngineError(
-                        f"workers see a different store at {path} than this client: is the "
-                        "path on a shared file system? relative paths are resolved against "
-                        "the client's working directory (or the store was rewritten while "
-                        "training)"
-                    )
-                for k in [k for k in _W_STORES if k[0] == path]:
-                    del _W_STORES[k]
-                entry = (store, shard_reader(store, fast=fast))
-                _W_STORES[key] = entry
-    return entry[1]
-
-
-_W_AUTO: dict[float, int] = {}
-
-
-def _worker_auto_budget(share: float) -> int:
-    """Automatic cache budget of this worker process: SHARE of MemAvailable, at most the cap
-    and at most a quarter of the worker's Dask memory limit (so the cache never pushes a
-    worker towards Dask's spill / pause thresholds). Computed once per process."""
-    if share not in _W_AUTO:
-        limit = None
-        try:
-            from distributed import get_worker
-
-            limit = int(get_worker().memory_manager.memory_limit or 0) // 4 or None
-        except (ImportError, ValueError, AttributeError):
-            pass
-        _W_AUTO[share] = auto_cache_bytes(f"auto:{share}", limit)
-    return _W_AUTO[share]
-
-
-def _worker_shard(spec: tuple, sid: int):
-    path, token, cache_bytes, fast, transform = spec
-    budget = _worker_auto_budget(-cache_bytes) if cache_bytes < 0 else int(cache_bytes)
-    if budget != _W_CACHE.budget:
-        _W_CACHE.resize(budget)
-    shard = _W_CACHE.get(token, sid)
-    if shard is None:
-        shard = _W_CACHE.put(token, sid, _worker_reader(path, token, fast)(sid))
-    # a store view (e.g. one-vs-rest labels) transforms the cached base shard
-    return shard if transform is None else readonly(transform(shard))
-
-
-_W_POOL: list = []  # [ThreadPoolExecutor] of this worker process, sized to its threads
-
-
-def _worker_threads() -> int:
-    """Threads of the Dask worker running the current task (1 outside a worker)."""
-    try:
-        from distributed import get_worker
-
-        return max(1, int(get_worker().state.nthreads))
-    except (ImportError, ValueError, AttributeError):
-        return 1
-
-
-def _worker_pool(nthreads: int):
-    from concurrent.futures import ThreadPoolExecutor
-
-    with _W_LOCK:
-        if not _W_POOL or _W_POOL[0]._max_workers != nthreads:
-            if _W_POOL:
-                _W_POOL.pop().shutdown(wait=False)
-            _W_POOL.append(ThreadPoolExecutor(nthreads, thread_name_prefix="ooc-svm-block"))
-        return _W_POOL[0]
-
-
-def _checked(fn, out):
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise EngineError(
-            f"{getattr(fn, '__name__', fn)} must return (partial, new_state) when called with state"
-        )
-    return out
-
-
-def _block_task(fn, read, src, sids, start, n, bc, reduce, states):
-    """One worker's share of a pass: ``fn`` over the shards ``sids`` (positions ``start`` ...
-    of the pass's ``n`` shards) on all the worker's threads, in order, reduced locally into
-    the complete subtrees of the pass's fixed reduction tree that lie inside the run
-    (:func:`tree_nodes`); each is folded with :class:`StreamingTreeReduce`, which builds
-    exactly that subtree.
-
-    ``src`` is the store spec (``read``: shards are read through the worker's shard cache)
-    or a list of :class:`ShardStub` (``map_state``). Returns the subtrees as a list of
-    ``((start, stop), partial)``, with the new per-shard states: ``(subtrees, new_states)``.
-    """
-
-    def one(k: int):
-        shard = _worker_shard(src, sids[k]) if read else src[k]
-        if states is None:
-            return fn(shard, bc), None
-        return _checked(fn, fn(shard, bc, states[k]))
-
-    m = len(sids)
-    nthreads = min(_worker_threads(), m)
-    if nthreads <= 1:
-        results = (one(k) for k in range(m))
-    else:
-        # the pool threads run fn in a copy of this task's context: distributed.get_worker()
-        # (a context variable; WorkerScratch uses it) works there as in the task itself
-        import contextvars
-
-        ctx = contextvars.copy_context()
-        results = _ordered(
-            _worker_pool(nthreads), lambda k: ctx.copy().run(one, k), m, 2 * nthreads
-        )
-    out = []
-    new_states: list | None = [] if states is not None else None
-    for s, e in tree_nodes(start, start + m, n):
-        fold = StreamingTreeReduce(reduce)
-        for _ in range(s, e):
-            part, st = next(results)
-            fold.push(part)
-            if new_states is not None:
-                new_states.append(st)
-        out.append(((s, e), fold.result()))
-    return out if states is None else (out, new_states)
-
-
-def _join_task(reduce, n, left, right):
-    """Join the subtrees of two neighbouring runs (lists from :func:`_block_task` or this
-    function) into the largest subtrees inside their union (the same fixed tree)."""
-    have = dict(left)
-    have.update(right)
-    a, b = left[0][0][0], right[-1][0][1]
-    return [((s, e), _node_value(have, s, e, n, reduce)) for s, e in tree_nodes(a, b, n)]
-
-
-def _ordered(pool, one, n: int, window: int):
-    """``one(0) ... one(n-1)`` on ``pool``, yielded in order, at most ``window`` at a time."""
-    from collections import deque
-
-    futs: deque = deque()
-    nxt = 0
-    try:
-        while nxt < n or futs:
-            while nxt < n and len(futs) < window:
-                futs.append(pool.submit(one, nxt))
-                nxt += 1
-            yield futs.popleft().result()
-    finally:
-        for f in futs:
-            f.cancel()
-
-
-def _pick(x, i, j=None):
-    """Part ``i`` (then ``j``) of a block's result (a task, so each part gets its own key)."""
-    return x[i] if j is None else x[i][j]
-
-
-def _call_init(init, info, i):
-    return init(info, i)
-
-
-def _worker_cache_stats() -> dict[str, int]:
-    c = _W_CACHE
-    return {"budget": c.budget, "used": c.used, "hits": c.hits, "misses": c.misses}
-
-
-def _worker_rss_kb() -> int:
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-
 
 # ------------------------------------------------------------------------------------------
 # client side
@@ -342,7 +139,7 @@ def _is_lost_error(e: BaseException) -> bool:
     return name in ("FutureCancelledError", "CancelledError", "FuturesCancelledError")
 
 
-class DaskEngine(Engine):
+class DaskEngine(DaskConnection, Engine):
     """Streamed passes on a Dask ``distributed`` cluster.
 
     Parameters
@@ -412,132 +209,6 @@ class DaskEngine(Engine):
         if n_threads is not None and threads_per_worker is None:
             threads_per_worker = n_threads
         self._connect(n_workers, threads_per_worker, connect_timeout, memory_limit, cluster_kwargs)
-
-    # -- connection ----------------------------------------------------------------------
-    def _connect(self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs):
-        s = self.scheduler
-        if s in ("threads", "processes"):
-            self._start_local_cluster(
-                n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs
-            )
-            return
-        from distributed import Client
-
-        address = self._scheduler_address(s)
-        t0 = time.monotonic()
-        try:
-            self._client = Client(address, timeout=timeout)
-        except Exception as e:
-            raise EngineError(
-                f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
-                f"({type(e).__name__}: {str(e)[:200]}); check the address and that the "
-                "scheduler is running, or use --scheduler local"
-            ) from None
-        self._address = address
-        log.debug("connected to %s in %.2fs", address, time.monotonic() - t0)
-
-    @staticmethod
-    def _scheduler_address(s: str) -> str:
-        """The scheduler address of a ``--scheduler`` value (an address or a scheduler file)."""
-        if s.endswith(".json"):
-            if not os.path.exists(s):
-                raise EngineError(
-                    f"scheduler file {s} does not exist; start a scheduler with "
-                    f"`dask scheduler --scheduler-file {s}` or pass its tcp:// address"
-                )
-            try:
-                with open(s) as f:
-                    return json.load(f)["address"]
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise EngineError(f"scheduler file {s} is unreadable ({e!r})") from None
-        if "://" not in s:
-            raise EngineError(
-                f"unknown scheduler {s!r}: use local, threads, processes, a scheduler "
-                "address tcp://HOST:PORT or a scheduler file *.json"
-            )
-        return s
-
-    def _start_local_cluster(
-        self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs
-    ) -> None:
-        """A ``distributed.LocalCluster`` of threads or processes, and its client."""
-        from distributed import Client, LocalCluster
-
-        s = self.scheduler
-        procs = s == "processes"
-        cores = cpu_count()
-        kw = dict(
-            processes=procs,
-            n_workers=n_workers or (cores if procs else 1),
-            threads_per_worker=threads_per_worker or (1 if procs else cores),
-            dashboard_address=None,
-            silence_logs=logging.ERROR,
-        )
-        if memory_limit is not None:
-            kw["memory_limit"] = memory_limit
-        kw.update(cluster_kwargs)
-        try:
-            import dask
-
-            # Our placement keeps shard j (its cache and state) on one worker; stealing
-            # would move tasks away from their data for little gain on equal shards.
-            # The AMM stays off: its ReduceReplicas would drop the copies of a pass's
-            # broadcast that workers fetched, only for them to be fetched again.
-            # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also turns
-            # off glibc's dynamic mmap threshold: every decoded shard array then comes
-            # from fresh pages (page faults ~2x the decode CPU, measured). Our workers
-            # allocate shard-sized arrays over and over, so they keep glibc's defaults.
-            env = {
-                k: v
-                for k, v in (
-                    dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
-                ).items()
-                if k != "MALLOC_TRIM_THRESHOLD_"
-            }
-            if os.environ.get("MALLOC_TRIM_THRESHOLD_") == "65536":  # left by a nanny
-                os.environ.pop("MALLOC_TRIM_THRESHOLD_")
-            cfg = {
-                "distributed.scheduler.work-stealing": False,
-                "distributed.scheduler.active-memory-manager.start": False,
-                "distributed.nanny.pre-spawn-environ": env,
-            }
-            if procs:
-                cfg.update(_fork_server_config())
-            with (
-                dask.config.set(cfg),
-                warnings.catch_warnings(),
-            ):
-                # the scheduler's HTTP endpoint falls back to a free port: not our concern
-                warnings.filterwarnings("ignore", message="Port .* is already in use")
-                t0 = time.monotonic()
-                self._cluster = LocalCluster(**kw)
-            # the workers are on this machine: the broadcast goes to a worker and the
-            # result comes back directly, not through the scheduler (one hop, not two)
-            self._client = Client(self._cluster, timeout=timeout, direct_to_workers=True)
-            self._address = str(self._cluster.scheduler_address)
-            log.debug(  # -vv: a normal run prints no cluster lines
-                "Dask: local cluster (%s) of %d worker(s) x %d thread(s) ready in %.1f s",
-                s,
-                kw["n_workers"],
-                kw["threads_per_worker"],
-                time.monotonic() - t0,
-            )
-        except Exception as e:
-            self.close()
-            raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
-
-    @property
-    def client(self):
-        return self._client
-
-    def _connected(self) -> Client:
-        """The client; an :class:`EngineError` once the engine is closed."""
-        if self._client is None:
-            raise EngineError("the Dask engine is closed")
-        return self._client
-
-    def worker_addresses(self) -> list[str]:
-        return sorted(self._connected().nthreads())
 
     def worker_cache_stats(self) -> dict[str, dict[str, int]]:
         """Shard cache of every worker process: ``budget``, ``used`` (bytes), hits, misses."""
@@ -900,146 +571,6 @@ class DaskEngine(Engine):
                 raise EngineError(f"the per-shard state of shard {sid} was lost with its workers")
             futs.append(f)
         return self._connected().gather(futs)
-
-    # -- teardown --------------------------------------------------------------------------
-    def close(self, timeout: float = 20.0) -> None:
-        """Disconnect; a local cluster this engine started is shut down.
-
-        The client goes first (nothing is left waiting on the cluster), then the workers are
-        asked to stop and given up to ``0.8 * timeout`` seconds to exit before their nannies
-        kill them (Dask's default, 4 s, is short on a loaded machine: the kill is what
-        prints "Worker process ... was killed by signal 9"), then the scheduler.
-        """
-        client, cluster = self._client, self._cluster
-        self._client = self._cluster = None
-        t0 = time.monotonic()
-        if client is not None:
-            try:
-                client.close(timeout=timeout)
-            except Exception:  # pragma: no cover
-                pass
-        if cluster is not None:
-            try:
-                cluster.sync(_stop_workers, cluster, timeout)
-            except Exception as e:  # pragma: no cover
-                log.debug("stopping the local workers: %r", e)
-            try:
-                cluster.close(timeout=timeout)
-            except Exception:  # pragma: no cover
-                pass
-            log.debug("Dask: local cluster closed in %.1f s", time.monotonic() - t0)
-
-    def __del__(self):  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-def _tree_sizes(a: int, b: int, n: int) -> list[tuple[int, int]]:
-    out = []
-    while a < b:
-        lev = 0
-        while (1 << lev) < n:
-            size = 1 << (lev + 1)
-            if a % size or min(a + size, n) > b:
-                break
-            lev += 1
-        out.append((a, 1 << lev))
-        a = min(a + (1 << lev), n)
-    return out
-
-
-def tree_nodes(a: int, b: int, n: int) -> list[tuple[int, int]]:
-    """The largest subtrees of :func:`~ooc_svm.engine.base.tree_reduce` over ``n`` positions
-    that lie inside positions ``[a, b)``, left to right, as ``(start, stop)``.
-
-    Node ``i`` of level ``L`` of that tree covers ``[i·2^L, min((i+1)·2^L, n))`` (an odd last
-    element moves up unchanged), and reducing its positions alone with ``tree_reduce``
-    builds the same subtree, so a worker can reduce its run of shards into these nodes.
-    """
-    return [(s, min(s + size, n)) for s, size in _tree_sizes(a, b, n)]
-
-
-def _node_value(have: dict, s: int, e: int, n: int, reduce: Callable[[Any, Any], Any]) -> Any:
-    """Value of the tree node ``[s, e)`` over ``n`` positions from the values of complete
-    subtrees ``have[(start, stop)]`` that cover it (``reduce`` joins them as the tree does)."""
-    size = 1
-    while size < e - s:
-        size *= 2
-
-    def node(s: int, size: int) -> Any:
-        key = (s, min(s + size, n))
-        if key in have:
-            return have[key]
-        if size <= 1:
-            raise ValueError(f"position {s} is in no subtree")
-        half = size // 2
-        if s + half >= n:  # no right half: the left one moves up unchanged
-            return node(s, half)
-        return reduce(node(s, half), node(s + half, half))
-
-    return node(s, size)
-
-
-def tree_join(n: int, nodes: dict[tuple[int, int], Any], reduce: Callable[[Any, Any], Any]) -> Any:
-    """The root of :func:`~ooc_svm.engine.base.tree_reduce` over ``n`` positions, given the
-    values of complete subtrees ``nodes[(start, stop)]`` that cover every position (e.g. from
-    :func:`tree_nodes` of consecutive runs)."""
-    return _node_value(nodes, 0, n, n, reduce) if n > 0 else None
-
-
-async def _stop_workers(cluster, timeout: float) -> None:
-    """Close the nannies (and their worker processes) of a local cluster, waiting up to
-    ``0.8 * timeout`` seconds for each worker to exit by itself."""
-    import asyncio
-
-    nannies = [w for w in list(getattr(cluster, "workers", {}).values()) if hasattr(w, "kill")]
-    if nannies:
-        await asyncio.gather(
-            *(w.close(timeout=timeout, reason="ooc-svm-done") for w in nannies),
-            return_exceptions=True,
-        )
-
-
-#: what the fork server of a local cluster imports once, before it forks the workers
-_FORK_PRELOAD = (
-    "distributed",
-    "ooc_svm.engine.dask_engine",
-    "ooc_svm.store",
-    "ooc_svm.kernels.csr",
-)
-
-
-def _fork_server_config() -> dict[str, str]:
-    """Start the workers of a ``processes`` cluster from a fork server that imported Dask,
-    the store readers and the kernels' module once (``_FORK_PRELOAD``).
-
-    Dask's default, ``spawn``, starts every worker as a new interpreter that imports all of
-    that itself (and ends with a full interpreter shutdown): N times the CPU, which on a
-    loaded machine made a 2-worker cluster take 15 s to its first pass and 2 s to close.
-    Dask's own fork server preload imports every optional package Dask knows (pandas...)
-    in this process first; ours replaces it. A user's explicit
-    ``distributed.worker.multiprocessing-method`` setting (other than the default
-    ``spawn``) is kept.
-    """
-    import multiprocessing
-
-    import dask
-
-    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") != "spawn":
-        return {}
-    if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover
-        return {}
-    try:
-        import distributed.utils as du
-
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(list(_FORK_PRELOAD))
-        du._forkserver_preload_set = True  # keep ours (else Dask sets and imports its own)
-    except Exception:  # pragma: no cover - keep Dask's default
-        return {}
-    return {"distributed.worker.multiprocessing-method": "forkserver"}
 
 
 def _alive(fut) -> bool:

@@ -174,112 +174,8 @@ class LocalEngine(Engine):
         At most ``n_threads + prefetch`` shards are being read or computed at a time (at most
         :meth:`_max_reads` of them read); partials are folded in shard order.
         """
-        n = len(ids)
-        cache = self.cache
-        window = self.n_threads + self.prefetch
-        max_reads = self._max_reads(store, read)
-        max_ahead = 2 * window + 2  # bound on partials waiting for an earlier shard
-
-        def load(k: int):
-            # only called after a cache miss in this pass
-            sid = ids[k]
-            shard = reader(sid)
-            self.shards_read += 1
-            return cache.put(token, sid, shard) if sid in fill else shard
-
-        hinted = 0  # shards [0, hinted) had their files read ahead
-        ahead = self.readahead if read and shard_files(store, ids[0]) else 0
-
-        def hint(upto: int) -> None:
-            nonlocal hinted
-            upto = min(n, upto)
-            for j in range(hinted, upto):
-                if not cache.contains(token, ids[j]):
-                    self._ra.submit(read_ahead, shard_files(store, ids[j]))
-            hinted = max(hinted, upto)
-
-        def compute(k: int, shard):
-            if state is None:
-                return fn(shard, broadcast), None
-            return fn(shard, broadcast, state.get(ids[k]))
-
-        # a Blocked pass function: the row blocks of a shard run as separate tasks on all
-        # compute threads and are reduced in the function's own fixed tree (same bits as
-        # calling it on the whole shard)
-        blocked = fn if isinstance(fn, Blocked) and state is None else None
-        block_parts: dict[int, list] = {}
-        block_left: dict[int, int] = {}
-
-        def combine(k: int):
-            parts = block_parts.pop(k)
-            return blocked.combine(parts), None  # type: ignore[union-attr]
-
-        fold = StreamingTreeReduce(reduce)
-        pending: dict[int, Any] = {}
-        new_states: dict[int, Any] = {}
-        reads: dict[Future, int] = {}
-        computes: dict[Future, tuple[int, int]] = {}
-        next_submit = next_fold = 0
-
-        def start(k: int, shard) -> None:
-            if blocked is not None:
-                blocks = blocked.blocks(shard)
-                if len(blocks) > 1:
-                    block_parts[k] = [None] * len(blocks)
-                    block_left[k] = len(blocks)
-                    for j, b in enumerate(blocks):
-                        computes[self._pool.submit(blocked.fn, b, broadcast)] = (k, j)
-                    return
-            computes[self._pool.submit(compute, k, shard)] = (k, -1)
-
-        def in_flight() -> int:
-            # shards being read or computed (a shard's blocks count once)
-            return len(reads) + len({k for k, _ in computes.values()})
-
-        try:
-            while next_fold < n:
-                while (
-                    next_submit < n and in_flight() < window and next_submit - next_fold < max_ahead
-                ):
-                    k = next_submit
-                    hit = cache.get(token, ids[k]) if read else shard_stub(store, ids[k])
-                    if hit is not None:
-                        start(k, hit)
-                    elif len(reads) < max_reads:
-                        if ahead:
-                            hint(k + 1 + ahead)
-                        reads[self._io.submit(load, k)] = k
-                    else:
-                        break
-                    next_submit += 1
-                done, _ = wait(list(reads) + list(computes), return_when=FIRST_COMPLETED)
-                for fut in done:
-                    if fut in reads:
-                        k = reads.pop(fut)
-                        start(k, fut.result())
-                        continue
-                    k, j = computes.pop(fut)
-                    if j < 0:
-                        pending[k], new_states[k] = fut.result()
-                        continue
-                    block_parts[k][j] = fut.result()
-                    block_left[k] -= 1
-                    if block_left[k] == 0:
-                        del block_left[k]
-                        computes[self._pool.submit(combine, k)] = (k, -1)
-                while next_fold in pending:
-                    fold.push(pending.pop(next_fold))
-                    next_fold += 1
-        except BaseException:
-            running = list(reads) + list(computes)
-            for fut in running:
-                fut.cancel()
-            wait(running)
-            raise
-        if state is not None:
-            for k, st in new_states.items():
-                state.set(ids[k], st)
-        return fold.result()
+        job = _ThreadedPass(self, store, fn, broadcast, reduce, state, ids, read, token)
+        return job.run(reader, fill)
 
     def _run_inline(
         self, store, fn, broadcast, reduce, state, ids, read, token, reader, fill
@@ -325,3 +221,128 @@ class LocalEngine(Engine):
         self._io.shutdown(wait=True, cancel_futures=True)
         self._ra.shutdown(wait=True, cancel_futures=True)
         self.cache.clear()
+
+
+class _ThreadedPass:
+    """One pass of :meth:`LocalEngine._run_threaded`: shards read on the reader threads (or
+    taken from the cache), computed on the compute threads, folded in shard order."""
+
+    def __init__(self, engine: LocalEngine, store, fn, broadcast, reduce, state, ids, read, token):
+        self.engine, self.store, self.fn, self.broadcast = engine, store, fn, broadcast
+        self.state, self.ids, self.read, self.token = state, ids, read, token
+        self.n = len(ids)
+        self.cache = engine.cache
+        self.window = engine.n_threads + engine.prefetch
+        self.max_reads = engine._max_reads(store, read)
+        self.max_ahead = 2 * self.window + 2  # bound on partials waiting for an earlier shard
+        self.hinted = 0  # shards [0, hinted) had their files read ahead
+        self.ahead = engine.readahead if read and shard_files(store, ids[0]) else 0
+        # a Blocked pass function: the row blocks of a shard run as separate tasks on all
+        # compute threads and are reduced in the function's own fixed tree (same bits as
+        # calling it on the whole shard)
+        self.blocked = fn if isinstance(fn, Blocked) and state is None else None
+        self.block_parts: dict[int, list] = {}
+        self.block_left: dict[int, int] = {}
+        self.fold = StreamingTreeReduce(reduce)
+        self.pending: dict[int, Any] = {}
+        self.new_states: dict[int, Any] = {}
+        self.reads: dict[Future, int] = {}
+        self.computes: dict[Future, tuple[int, int]] = {}
+        self.next_submit = self.next_fold = 0
+
+    def load(self, k: int, reader, fill):
+        # only called after a cache miss in this pass
+        sid = self.ids[k]
+        shard = reader(sid)
+        self.engine.shards_read += 1
+        return self.cache.put(self.token, sid, shard) if sid in fill else shard
+
+    def hint(self, upto: int) -> None:
+        upto = min(self.n, upto)
+        for j in range(self.hinted, upto):
+            if not self.cache.contains(self.token, self.ids[j]):
+                self.engine._ra.submit(read_ahead, shard_files(self.store, self.ids[j]))
+        self.hinted = max(self.hinted, upto)
+
+    def compute(self, k: int, shard):
+        if self.state is None:
+            return self.fn(shard, self.broadcast), None
+        return self.fn(shard, self.broadcast, self.state.get(self.ids[k]))
+
+    def combine(self, k: int):
+        parts = self.block_parts.pop(k)
+        return self.blocked.combine(parts), None  # type: ignore[union-attr]
+
+    def start(self, k: int, shard) -> None:
+        pool = self.engine._pool
+        if self.blocked is not None:
+            blocks = self.blocked.blocks(shard)
+            if len(blocks) > 1:
+                self.block_parts[k] = [None] * len(blocks)
+                self.block_left[k] = len(blocks)
+                for j, b in enumerate(blocks):
+                    self.computes[pool.submit(self.blocked.fn, b, self.broadcast)] = (k, j)
+                return
+        self.computes[pool.submit(self.compute, k, shard)] = (k, -1)
+
+    def in_flight(self) -> int:
+        # shards being read or computed (a shard's blocks count once)
+        return len(self.reads) + len({k for k, _ in self.computes.values()})
+
+    def submit_more(self, reader, fill) -> None:
+        """Start reading or computing the next shards while the window has room."""
+        while (
+            self.next_submit < self.n
+            and self.in_flight() < self.window
+            and self.next_submit - self.next_fold < self.max_ahead
+        ):
+            k = self.next_submit
+            store, ids = self.store, self.ids
+            hit = self.cache.get(self.token, ids[k]) if self.read else shard_stub(store, ids[k])
+            if hit is not None:
+                self.start(k, hit)
+            elif len(self.reads) < self.max_reads:
+                if self.ahead:
+                    self.hint(k + 1 + self.ahead)
+                self.reads[self.engine._io.submit(self.load, k, reader, fill)] = k
+            else:
+                break
+            self.next_submit += 1
+
+    def finished(self, fut: Future) -> None:
+        """Take the result of a read (start its compute) or of a compute (keep its partial)."""
+        if fut in self.reads:
+            k = self.reads.pop(fut)
+            self.start(k, fut.result())
+            return
+        k, j = self.computes.pop(fut)
+        if j < 0:
+            self.pending[k], self.new_states[k] = fut.result()
+            return
+        self.block_parts[k][j] = fut.result()
+        self.block_left[k] -= 1
+        if self.block_left[k] == 0:
+            del self.block_left[k]
+            self.computes[self.engine._pool.submit(self.combine, k)] = (k, -1)
+
+    def run(self, reader, fill) -> Any:
+        try:
+            while self.next_fold < self.n:
+                self.submit_more(reader, fill)
+                running = list(self.reads) + list(self.computes)
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    self.finished(fut)
+                while self.next_fold in self.pending:
+                    self.fold.push(self.pending.pop(self.next_fold))
+                    self.next_fold += 1
+        except BaseException:
+            running = list(self.reads) + list(self.computes)
+            for fut in running:
+                fut.cancel()
+            wait(running)
+            raise
+        if self.state is not None:
+            for k, st in self.new_states.items():
+                self.state.set(self.ids[k], st)
+        return self.fold.result()

@@ -53,29 +53,6 @@ def csr_matvec_rows(indptr, indices, data, rows, w, bias, out):
     return out
 
 
-@njit(cache=True, nogil=True)
-def csr_matmat(indptr, indices, data, W, bias, out):
-    """out[i, c] = x_i · W[:, c] + bias[c]: margins of several linear models in one pass.
-
-    ``W`` is a C-contiguous (n_features, n_models) array, ``bias`` has length n_models and
-    ``out`` is (n_rows, n_models).
-    """
-    n = indptr.shape[0] - 1
-    m = W.shape[1]
-    acc = np.empty(m, dtype=np.float64)
-    for i in range(n):
-        for c in range(m):
-            acc[c] = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            v = data[k]
-            j = indices[k]
-            for c in range(m):
-                acc[c] += v * W[j, c]
-        for c in range(m):
-            out[i, c] = acc[c] + bias[c]
-    return out
-
-
 # ------------------------------------------------------------------------------------------
 # Xᵀ·v and masked / weighted variants
 # ------------------------------------------------------------------------------------------
@@ -91,23 +68,6 @@ def csr_rmatvec_add(indptr, indices, data, v, out):
             for k in range(indptr[i], indptr[i + 1]):
                 out[indices[k]] += vi * data[k]
     return out
-
-
-@njit(cache=True, nogil=True)
-def csr_rmatvec_masked_add(indptr, indices, data, v, mask, out):
-    """out += Σ_{i : mask[i]} v[i] · x_i; returns the number of rows in the mask.
-
-    ``mask`` is a boolean (or 0/1 integer) array with one entry per row.
-    """
-    n = indptr.shape[0] - 1
-    cnt = 0
-    for i in range(n):
-        if mask[i]:
-            cnt += 1
-            vi = v[i]
-            for k in range(indptr[i], indptr[i + 1]):
-                out[indices[k]] += vi * data[k]
-    return cnt
 
 
 @njit(cache=True, nogil=True)
@@ -159,54 +119,9 @@ def hinge_violated(indptr, indices, data, y, w, bias_value, w_bias, g, margins):
     return count, hinge, gb * bias_value
 
 
-@njit(cache=True, nogil=True)
-def hinge_violated_weighted(indptr, indices, data, y, cost, w, bias_value, w_bias, g, margins):
-    """:func:`hinge_violated` with a non-negative weight ``cost[i]`` per row.
-
-    Rows with m_i < 1 contribute cost_i y_i x_i to ``g``. Returns (Σ_violated cost_i,
-    Σ cost_i max(0, 1 - m_i), Σ_violated cost_i y_i * bias_value, count). Rows with
-    cost 0 are skipped in the accumulation (their margin is still written).
-    """
-    n = indptr.shape[0] - 1
-    count = 0
-    csum = 0.0
-    hinge = 0.0
-    gb = 0.0
-    b = w_bias * bias_value
-    for i in range(n):
-        lo = indptr[i]
-        hi = indptr[i + 1]
-        yi = y[i]
-        m = yi * (row_dot(indptr, indices, data, w, i) + b)
-        margins[i] = m
-        ci = cost[i]
-        if m < 1.0 and ci != 0.0:
-            count += 1
-            csum += ci
-            hinge += ci * (1.0 - m)
-            cy = ci * yi
-            gb += cy
-            for k in range(lo, hi):
-                g[indices[k]] += cy * data[k]
-    return csum, hinge, gb * bias_value, count
-
-
 # ------------------------------------------------------------------------------------------
 # Row norms, row gathering, sparse·sparse row dots (kernel-row building blocks)
 # ------------------------------------------------------------------------------------------
-
-
-@njit(cache=True, nogil=True)
-def csr_row_sqnorms(indptr, data, out):
-    """out[i] = ‖x_i‖² (float64 accumulation)."""
-    n = indptr.shape[0] - 1
-    for i in range(n):
-        s = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            v = np.float64(data[k])
-            s += v * v
-        out[i] = s
-    return out
 
 
 @njit(cache=True, nogil=True)
@@ -256,12 +171,6 @@ def merge_dot(a_indices, a_data, p, pe, b_indices, b_data, q, qe):
         else:
             q += 1
     return s
-
-
-@njit(cache=True, nogil=True)
-def sparse_dot_sorted(ia, da, ib, db):
-    """Dot product of two sparse vectors with strictly increasing indices (sorted merge)."""
-    return merge_dot(ia, da, 0, ia.shape[0], ib, db, 0, ib.shape[0])
 
 
 @njit(cache=True, nogil=True)

@@ -173,28 +173,6 @@ def gather_dot(indptr, indices, data, j, work):
     return s
 
 
-@njit(cache=True, nogil=True)
-def kernel_value(
-    a_indptr,
-    a_indices,
-    a_data,
-    a_sq,
-    i,
-    b_indptr,
-    b_indices,
-    b_data,
-    b_sq,
-    j,
-    code,
-    gamma,
-    degree,
-    coef0,
-):
-    """K(a_i, b_j) for one pair (merge dot; use the row functions for many pairs)."""
-    d = sparse_dot(a_indptr, a_indices, a_data, i, b_indptr, b_indices, b_data, j)
-    return kernel_from_dot(code, d, a_sq[i], b_sq[j], gamma, degree, coef0)
-
-
 # --------------------------------------------------------------------------------------------
 # rows / blocks
 # --------------------------------------------------------------------------------------------
@@ -433,7 +411,6 @@ __all__ = [
     "kernel_row_subset",
     "kernel_scores",
     "kernel_scores_csc",
-    "kernel_value",
     "linear_scores",
     "resolve_gamma",
     "row_sq_norms",

@@ -335,6 +335,18 @@ class ShardGuard:
     path: str
     meta: StoreMeta
 
+    @property
+    def n_shards(self) -> int:
+        return self.meta.n_shards
+
+    @property
+    def cache_key(self) -> str:
+        return self.path
+
+    def __reduce__(self):
+        # pickles as its path: a Dask worker re-opens the store from the shared file system
+        return (type(self), (self.path,))
+
     def _init_guard(self, local: bool, root: str) -> None:
         self._local = local
         self._root = root

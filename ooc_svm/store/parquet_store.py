@@ -119,18 +119,6 @@ class ParquetStore(ShardGuard):
             ) from None
         self.meta = StoreMeta.from_dict(doc, where=self.path)
 
-    @property
-    def n_shards(self) -> int:
-        return self.meta.n_shards
-
-    @property
-    def cache_key(self) -> str:
-        return self.path
-
-    def __reduce__(self):
-        # pickles as its path: a Dask worker re-opens the store from the shared file system
-        return (ParquetStore, (self.path,))
-
     def read_shard(self, i: int, verify: bool = False) -> Shard:
         """Read, decode and validate shard ``i``; ``verify``: always re-check the checksum."""
         shard, ident = self._read(i)

@@ -7,7 +7,7 @@ for stdin) a :class:`TextStore`, which the engine reads shard by shard like any 
 How it works (memory bounded by one text block per shard being read, never by the file):
 
 1. A first pass streams the file in blocks of ``shard_mb`` MB cut at line ends (the
-   decompression and block reader of :mod:`ooc_svm.store.ingest`), parses each block with
+   decompression and block reader of :mod:`ooc_svm.store.ingest_input`), parses each block with
    the ingest parser (:mod:`ooc_svm.store.svmlight`) and keeps only the shard table: byte
    offsets, rows, non-zeros, first line — plus the label values (at most
    :data:`~ooc_svm.store.format.MAX_DISCRETE_LABELS` kept), the widest column and whether
@@ -47,6 +47,15 @@ from .format import (
     hashing_info,
     infer_label_kind,
 )
+from .ingest_input import (
+    IngestError,
+    _BufferPool,
+    _check_input,
+    _open_stream,
+    _read_blocks,
+    _read_into,
+)
+from .ingest_parse import _fallback_error, _status_error
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +68,6 @@ class _TextShard:
     offset: int  # byte offset of the shard's text in the decompressed input
     size: int  # bytes of complete lines
     line0: int  # lines before it
-
-
-def _ingest():
-    from . import ingest
-
-    return ingest
 
 
 class TextStore:
@@ -116,8 +119,7 @@ class TextStore:
         else:
             self.file = self.path
             self.name = self.path
-        ing = _ingest()
-        self._input = ing._check_input(self.file)
+        self._input = _check_input(self.file)
         self._input.name = self.name
         if _scan is None:
             _scan = self._scan(n_features)
@@ -174,9 +176,8 @@ class TextStore:
 
     def _scan(self, n_features: int | None) -> tuple:
         """First pass: the shard table, labels, width, qid state (see the module docstring)."""
-        ing = _ingest()
         stop = threading.Event()
-        pool = ing._BufferPool()
+        pool = _BufferPool()
         col_limit = MAX_FEATURES
         qid_state = -1
         labels: set[float] | None = set()
@@ -186,9 +187,9 @@ class TextStore:
         max_col = -1
         line0 = 0
         kind = "plain"
-        stream, _raw, kind, close = ing._open_stream(self._input, self.file)
+        stream, _raw, kind, close = _open_stream(self._input, self.file)
         close()
-        for blk in ing._read_blocks(0, self._input, self.file, self.shard_bytes, stop, pool):
+        for blk in _read_blocks(0, self._input, self.file, self.shard_bytes, stop, pool):
             ts = _TextShard(blk.offset, blk.n, line0)
             shard, info = self._parse_block(blk.buf, blk.n, ts, qid_state, col_limit)
             qid_state = int(info[sv.I_QID_STATE]) if qid_state == -1 else qid_state
@@ -210,7 +211,7 @@ class TextStore:
                 if len(labels) > MAX_DISCRETE_LABELS:
                     labels = None
         if rows == 0:
-            raise ing.IngestError(
+            raise IngestError(
                 f"{self.name}: no data rows (the input is empty or holds only comments and "
                 "blank lines)"
             )
@@ -239,12 +240,11 @@ class TextStore:
             padded=True,
         )  # fmt: skip
         indptr, indices, data, labels, qids, fb, _skips, info = res
-        ing = _ingest()
         if int(info[sv.I_STATUS]):
-            where = ing._status_error(
+            where = _status_error(
                 info, buf, ts.offset, self.name, ts.line0 + 1, self.zero_based, None
             )
-            raise ing.IngestError(
+            raise IngestError(
                 f"{where}; fix the line (or ingest the file with --skip-invalid and score the "
                 "store)"
             )
@@ -252,8 +252,8 @@ class TextStore:
         if info[sv.I_FALLBACK]:
             bad = sv.resolve_fallbacks(buf, fb, info[sv.I_FALLBACK], data, labels)
             if bad:
-                what = ing._fallback_error(buf, bad[0], self.zero_based, None)
-                raise ing.IngestError(f"{self.name}: line {ts.line0 + 1 + bad[0][1]:,}: {what}")
+                what = _fallback_error(buf, bad[0], self.zero_based, None)
+                raise IngestError(f"{self.name}: line {ts.line0 + 1 + bad[0][1]:,}: {what}")
         has_qid = int(info[sv.I_QID_STATE]) == 1
         indptr, indices, data = indptr[: r + 1].copy(), indices[:z].copy(), data[:z].copy()
         if self.hash_bits is not None:
@@ -279,7 +279,7 @@ class TextStore:
             return
         if self._stream is None or self._pos > offset:
             self._close_stream()
-            stream, _raw, _kind, close = _ingest()._open_stream(self._input, self.file)
+            stream, _raw, _kind, close = _open_stream(self._input, self.file)
             self._stream, self._close, self._pos = stream, close, 0
         stream = self._stream
         assert stream is not None  # opened above
@@ -294,7 +294,7 @@ class TextStore:
 
     def _read_exactly(self, stream, buf: np.ndarray, size: int) -> None:
         """Fill buf[:size] from the stream; the stream ending first means the file changed."""
-        if max(_ingest()._read_into(stream, buf.data, 0, size), default=0) < size:
+        if max(_read_into(stream, buf.data, 0, size), default=0) < size:
             raise StoreError(f"{self.name}: the file is shorter than when it was first read")
 
     def _close_stream(self) -> None:

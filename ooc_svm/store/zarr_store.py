@@ -158,18 +158,6 @@ class ZarrStore(ShardGuard):
             attrs = {}
         self.meta = StoreMeta.from_dict(attrs.get(META_KEY), where=self.path)
 
-    @property
-    def n_shards(self) -> int:
-        return self.meta.n_shards
-
-    @property
-    def cache_key(self) -> str:
-        return self.path
-
-    def __reduce__(self):
-        # pickles as its path: a Dask worker re-opens the store from the shared file system
-        return (ZarrStore, (self.path,))
-
     def read_shard(self, i: int, verify: bool = False) -> Shard:
         """Read, decode and validate shard ``i`` (writable arrays); ``verify``: always
         re-check the checksum, even when this store object checked these files before."""

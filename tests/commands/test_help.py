@@ -18,10 +18,10 @@ import scipy.sparse as sp
 from conftest import run_ooc
 
 from ooc_svm.cli import COMMANDS, main
-from ooc_svm.commands.train import COMMON_JSON_KEYS
+from ooc_svm.commands.train_summary import COMMON_JSON_KEYS
 from ooc_svm.store import csr_to_shards, write_store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLVERS = ("perf", "smo", "active-set", "irwls")
 
 

@@ -691,7 +691,7 @@ def test_predict_on_a_full_disk_leaves_nothing(tmp_path, out):
     import subprocess
     import sys
 
-    from tests.test_hostile_input import _try_mount_tmpfs
+    from test_hostile_input import _try_mount_tmpfs
 
     mnt = tmp_path / "small"
     if not _try_mount_tmpfs(mnt, size="256k"):

@@ -19,7 +19,8 @@ from ooc_svm.engine import LocalEngine
 from ooc_svm.evaluation import evaluate_model
 from ooc_svm.metrics import kendall_tau, ndcg_at_k, pairwise_accuracy
 from ooc_svm.model import Model, load_model
-from ooc_svm.scoring import predict_to_file, shard_batches
+from ooc_svm.scoring import predict_to_file
+from ooc_svm.shard_scores import shard_batches
 
 
 def _data(seed=0, n=500, d=20, labels=(-1.0, 1.0)):

@@ -203,7 +203,8 @@ def test_runs_reduce_into_the_fixed_tree():
     import itertools
 
     from ooc_svm.engine.base import StreamingTreeReduce, tree_reduce
-    from ooc_svm.engine.dask_engine import _join_task, tree_join, tree_nodes
+    from ooc_svm.engine.dask_tree import tree_join, tree_nodes
+    from ooc_svm.engine.dask_worker import _join_task
 
     def red(a, b):
         return f"({a}+{b})"

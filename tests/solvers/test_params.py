@@ -28,7 +28,7 @@ from ooc_svm.engine import LocalEngine
 from ooc_svm.solvers import SOLVER_MODULES, SolverError, get_solver
 from ooc_svm.store import open_store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLVERS = list(SOLVER_MODULES)
 
 

@@ -370,7 +370,7 @@ def test_readme_class_weights_block(tmp_path):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = text.index("## Class weights")
     block = re.compile(r"```sh\n(.*?)```", re.S).search(text, start)
     assert block is not None

@@ -148,12 +148,12 @@ def test_value_only_python_can_decide(tmp_path):
     turns out beyond float32 range: an error naming the line, or skipped."""
     from decimal import Decimal, localcontext
 
-    from ooc_svm.store import svmlight as sv
+    from ooc_svm.store.svmlight_numbers import parse_float
 
     with localcontext() as ctx:
         ctx.prec = 200
         big = str((Decimal(1e39) + Decimal(float(np.nextafter(1e39, 2e39)))) / 2)
-    assert sv.parse_float(big, True)[0] == 4
+    assert parse_float(big, True)[0] == 4
     (tmp_path / "h.svm").write_text(f"-1 1:1\n1 1:{big}\n-1 1:2\n{big} 2:1\n")
     with pytest.raises(IngestError, match=r"h\.svm: line 2 .*float32 range"):
         ingest(str(tmp_path / "h.svm"), str(tmp_path / "h.zarr"))

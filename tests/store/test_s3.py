@@ -401,7 +401,7 @@ def test_readme_object_storage_block_runs_as_written(tmp_path):
     port after the line that starts it in the background."""
     import re
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = text.index("## Data on object storage")
     m = re.compile(r"```sh\n(.*?)```", re.S).search(text, start)
     assert m is not None

@@ -47,7 +47,7 @@ def _store(path, X, y, shard_rows):
 
 
 def _liblinear(X, y, C, bias=1.0):
-    """P* of LIBLINEAR -s 3 -B bias (LinearSVC, hinge, dual CD), as tests/test_perf.py does."""
+    """P* of LIBLINEAR -s 3 -B bias (LinearSVC, hinge, dual CD), as test_perf.py does."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = LinearSVC(

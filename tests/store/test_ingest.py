@@ -25,8 +25,8 @@ from conftest import dataset, ooc_cmd
 
 from ooc_svm.cli import main
 from ooc_svm.store import open_store
-from ooc_svm.store import svmlight as sv
 from ooc_svm.store.ingest import IngestError, ingest, ingest_with_stats
+from ooc_svm.store.svmlight_numbers import parse_float
 
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
@@ -240,7 +240,7 @@ def test_float_parsing_is_exact_on_random_strings():
     for s in cases:
         ref = float(s)
         for f32 in (False, True):
-            st, v = sv.parse_float(s, f32)
+            st, v = parse_float(s, f32)
             if st == 4:  # left to Python's float by design
                 n_fallback += 1
                 continue
@@ -263,14 +263,14 @@ def test_float_parsing_is_exact_on_random_strings():
     "bad", ["", ".", "-", "e5", "1e", "1e+", "1.2.3", "0x10", "1_000", "abc", "1,5", "--1"]
 )
 def test_parse_float_rejects(bad):
-    assert sv.parse_float(bad)[0] == 1
+    assert parse_float(bad)[0] == 1
 
 
 @pytest.mark.parametrize(
     "word,status", [("nan", 2), ("NaN", 2), ("-inf", 3), ("Infinity", 3), ("1e400", 3)]
 )
 def test_parse_float_special(word, status):
-    assert sv.parse_float(word)[0] == status
+    assert parse_float(word)[0] == status
 
 
 def _halfway(x: float) -> str:
@@ -287,7 +287,7 @@ def test_fallback_values_are_converted(tmp_path):
     """Numbers the kernel leaves to Python (halfway cases with many digits), in values and
     labels, more of them in one block than the kernel's first fallback table holds."""
     halves = [_halfway(x) for x in (0.1, 0.3, 1.7, 123.456, 2.5e-3)]
-    assert all(sv.parse_float(h)[0] == 4 for h in halves)
+    assert all(parse_float(h)[0] == 4 for h in halves)
     lines = [
         f"{halves[i % 5]} 1:{halves[(i + 1) % 5]} 3:{halves[(i + 2) % 5]} 4:0.5" for i in range(800)
     ]

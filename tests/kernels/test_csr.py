@@ -7,19 +7,15 @@ import pytest
 import scipy.sparse as sp
 
 from ooc_svm.kernels.csr import (
-    csr_matmat,
     csr_matvec,
     csr_matvec_rows,
     csr_rmatvec_add,
-    csr_rmatvec_masked_add,
     csr_rmatvec_rows_add,
-    csr_row_sqnorms,
     csr_rows_dot,
     csr_take_rows,
     dot_work,
     hinge_violated,
-    hinge_violated_weighted,
-    sparse_dot_sorted,
+    merge_dot,
     u32,
 )
 
@@ -68,18 +64,12 @@ def test_matvec(X):
     np.testing.assert_array_equal(out, out2)
 
 
-def test_matvec_rows_and_matmat(X):
+def test_matvec_rows(X):
     rng = np.random.default_rng(2)
     w = rng.normal(size=X.shape[1])
     rows = np.array([5, 0, 3, 299, 5], dtype=np.int64)
     out = csr_matvec_rows(*_arr(X), rows, w, -1.0, np.empty(rows.size))
     np.testing.assert_allclose(out, X[rows].astype(np.float64) @ w - 1.0, rtol=1e-12, atol=1e-12)
-    W = np.ascontiguousarray(rng.normal(size=(X.shape[1], 3)))
-    b = np.array([0.0, 1.0, -2.0])
-    out = csr_matmat(*_arr(X), W, b, np.empty((X.shape[0], 3)))
-    np.testing.assert_allclose(out, X.astype(np.float64) @ W + b, rtol=1e-12, atol=1e-12)
-    full = csr_matvec(*_arr(X), W[:, 1].copy(), 1.0, np.empty(X.shape[0]))
-    np.testing.assert_array_equal(out[:, 1], full)
 
 
 def test_rmatvec_variants(X):
@@ -89,11 +79,6 @@ def test_rmatvec_variants(X):
     Xd = X.astype(np.float64)
     out = csr_rmatvec_add(*_arr(X), v, np.ones(d))
     np.testing.assert_allclose(out, 1.0 + Xd.T @ v, rtol=1e-12, atol=1e-12)
-    mask = rng.random(X.shape[0]) < 0.3
-    out = np.zeros(d)
-    cnt = csr_rmatvec_masked_add(*_arr(X), v, mask, out)
-    assert cnt == mask.sum()
-    np.testing.assert_allclose(out, Xd[mask].T @ v[mask], rtol=1e-12, atol=1e-12)
     rows = np.array([7, 7, 1, 250], dtype=np.int64)
     vr = np.array([1.0, 2.0, -0.5, 0.0])
     out = csr_rmatvec_rows_add(*_arr(X), rows, vr, np.zeros(d))
@@ -121,32 +106,6 @@ def test_hinge_violated(X, bias_value, w_bias):
     # margins computed exactly like csr_matvec
     mv = csr_matvec(*_arr(X), w, 0.0, np.empty(n))
     np.testing.assert_array_equal(m, y * (mv + w_bias * bias_value))
-    # weighted version with unit costs equals the plain one; with costs, scipy reference
-    g2 = np.zeros(d)
-    csum, h2, gb2, c2 = hinge_violated_weighted(
-        *_arr(X), y, np.ones(n), w, bias_value, w_bias, g2, np.empty(n)
-    )
-    assert (csum, c2) == (float(cnt), cnt)
-    np.testing.assert_allclose(g2, g, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(h2, hinge, rtol=1e-12)
-    cost = rng.random(n) * (rng.random(n) < 0.8)
-    g3 = np.zeros(d)
-    csum, h3, gb3, c3 = hinge_violated_weighted(
-        *_arr(X), y, cost, w, bias_value, w_bias, g3, np.empty(n)
-    )
-    sel = viol & (cost != 0)
-    assert c3 == sel.sum()
-    np.testing.assert_allclose(csum, cost[sel].sum(), rtol=1e-12)
-    np.testing.assert_allclose(h3, (cost * np.maximum(0, 1 - m_ref)).sum(), rtol=1e-12)
-    np.testing.assert_allclose(g3, Xd[sel].T @ (cost[sel] * y[sel]), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(gb3, (cost[sel] * y[sel]).sum() * bias_value, atol=1e-12)
-
-
-def test_row_sqnorms(X):
-    out = csr_row_sqnorms(X.indptr, X.data, np.empty(X.shape[0]))
-    ref = np.asarray(X.astype(np.float64).multiply(X.astype(np.float64)).sum(axis=1)).ravel()
-    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
-    assert out[3] == 0.0
 
 
 def test_take_rows(X):
@@ -176,7 +135,7 @@ def test_rows_dot(dense):
     i, j = 17, 5
     a0, a1 = A.indptr[i], A.indptr[i + 1]
     b0, b1 = B.indptr[j], B.indptr[j + 1]
-    s = sparse_dot_sorted(A.indices[a0:a1], A.data[a0:a1], B.indices[b0:b1], B.data[b0:b1])
+    s = merge_dot(A.indices, A.data, a0, a1, B.indices, B.data, b0, b1)
     assert s == out[3, j]
 
 
@@ -186,5 +145,5 @@ def test_rows_dot_self_gram():
     K = csr_rows_dot(*_arr(A), rows, *_arr(A), np.empty((30, 30)), dot_work(80))
     np.testing.assert_allclose(K, K.T, rtol=0, atol=0)
     np.testing.assert_allclose(
-        np.diag(K), csr_row_sqnorms(A.indptr, A.data, np.empty(30)), rtol=1e-12
+        np.diag(K), np.asarray(A.astype(np.float64).power(2).sum(axis=1)).ravel(), rtol=1e-12
     )

@@ -1,7 +1,7 @@
 """``--solver perf --variant svmperf`` (SVMperf 3.00's loop plus the dual-gap certificate).
 
 The guarantee is the one of every perf variant, checked against LIBLINEAR's optimum as
-``tests/test_perf.py`` does: P(w) ≤ P* + C·n·ε with the solver's lower bound ≤ P*. The
+``tests/solvers/test_perf.py`` does: P(w) ≤ P* + C·n·ε with the solver's lower bound ≤ P*. The
 iteration fidelity against the SVMperf binary is measured by
 ``scripts/bench_svmperf_fidelity.py`` (it needs the binary); here the structure is checked:
 full and partial rounds, fewer iterations than ``paper``, S within its budget, the same S for

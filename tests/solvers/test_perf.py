@@ -508,7 +508,7 @@ def test_conf_file_matches_defaults():
     import tomllib
     from pathlib import Path
 
-    conf = Path(__file__).resolve().parents[1] / "conf" / "perf.toml"
+    conf = Path(__file__).resolve().parents[2] / "conf" / "perf.toml"
     with open(conf, "rb") as f:
         doc = tomllib.load(f)
     for k, v in doc.items():

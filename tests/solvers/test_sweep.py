@@ -315,7 +315,7 @@ def test_readme_choosing_c_runs_as_written(data_path, tmp_path):
     import shlex
     import sys
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = text.index("## Choosing C")
     m = re.compile(r"```sh\n(.*?)```", re.S).search(text, start)
     assert m is not None

@@ -235,7 +235,7 @@ def test_auto_cache_not_filled_by_batched_scoring(store, tmp_path):
     none of them may be cached the first time (the 10M-row scale test store's predict held
     5 GB, the whole decoded store, when the first batch marked the store as seen)."""
     import ooc_svm.api as api
-    from ooc_svm.scoring import iter_scored
+    from ooc_svm.shard_scores import iter_scored
 
     st, _, _ = store
     model = api.train(st, "perf", max_iter=2, shard_cache_mb=0).model

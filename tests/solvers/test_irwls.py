@@ -348,7 +348,7 @@ def test_conf_file_matches_defaults():
 
     from ooc_svm.solvers import irwls
 
-    with open(Path(__file__).resolve().parents[1] / "conf" / "irwls.toml", "rb") as f:
+    with open(Path(__file__).resolve().parents[2] / "conf" / "irwls.toml", "rb") as f:
         conf = tomllib.load(f)
     # parameters whose default is None (gamma, class_weight) cannot be written in TOML
     assert set(conf) == {k for k, v in irwls.DEFAULTS.items() if v is not None}

@@ -1,0 +1,244 @@
+"""Starting or reaching the cluster of the Dask engine, and closing it.
+
+:class:`DaskConnection` (a base of :class:`~ooc_svm.engine.dask_engine.DaskEngine`) starts a
+``distributed.LocalCluster`` of threads or processes (workers forked from a fork server that
+imported Dask and this package once: :func:`_fork_server_config`) or connects to an existing
+scheduler by address or scheduler file; an unreachable scheduler raises
+:class:`~ooc_svm.engine.base.EngineError` after ``connect_timeout`` seconds. ``close`` closes
+the client first, then gives the workers time to exit by themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from .._util import cpu_count
+from .base import EngineError
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+log = logging.getLogger(__name__)
+
+
+class DaskConnection:
+    """The client of a Dask cluster: a local cluster this engine starts, or an existing
+    scheduler (``scheduler`` is ``threads``, ``processes``, an address or a scheduler file)."""
+
+    scheduler: str
+    _address: str
+    _cluster: Any
+    _client: Client | None
+
+    def _connect(self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs):
+        s = self.scheduler
+        if s in ("threads", "processes"):
+            self._start_local_cluster(
+                n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs
+            )
+            return
+        from distributed import Client
+
+        address = self._scheduler_address(s)
+        t0 = time.monotonic()
+        try:
+            self._client = Client(address, timeout=timeout)
+        except Exception as e:
+            raise EngineError(
+                f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
+                f"({type(e).__name__}: {str(e)[:200]}); check the address and that the "
+                "scheduler is running, or use --scheduler local"
+            ) from None
+        self._address = address
+        log.debug("connected to %s in %.2fs", address, time.monotonic() - t0)
+
+    @staticmethod
+    def _scheduler_address(s: str) -> str:
+        """The scheduler address of a ``--scheduler`` value (an address or a scheduler file)."""
+        if s.endswith(".json"):
+            if not os.path.exists(s):
+                raise EngineError(
+                    f"scheduler file {s} does not exist; start a scheduler with "
+                    f"`dask scheduler --scheduler-file {s}` or pass its tcp:// address"
+                )
+            try:
+                with open(s) as f:
+                    return json.load(f)["address"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise EngineError(f"scheduler file {s} is unreadable ({e!r})") from None
+        if "://" not in s:
+            raise EngineError(
+                f"unknown scheduler {s!r}: use local, threads, processes, a scheduler "
+                "address tcp://HOST:PORT or a scheduler file *.json"
+            )
+        return s
+
+    def _start_local_cluster(
+        self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs
+    ) -> None:
+        """A ``distributed.LocalCluster`` of threads or processes, and its client."""
+        from distributed import Client, LocalCluster
+
+        s = self.scheduler
+        procs = s == "processes"
+        cores = cpu_count()
+        kw = dict(
+            processes=procs,
+            n_workers=n_workers or (cores if procs else 1),
+            threads_per_worker=threads_per_worker or (1 if procs else cores),
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+        if memory_limit is not None:
+            kw["memory_limit"] = memory_limit
+        kw.update(cluster_kwargs)
+        try:
+            import dask
+
+            # Our placement keeps shard j (its cache and state) on one worker; stealing
+            # would move tasks away from their data for little gain on equal shards.
+            # The AMM stays off: its ReduceReplicas would drop the copies of a pass's
+            # broadcast that workers fetched, only for them to be fetched again.
+            # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also turns
+            # off glibc's dynamic mmap threshold: every decoded shard array then comes
+            # from fresh pages (page faults ~2x the decode CPU, measured). Our workers
+            # allocate shard-sized arrays over and over, so they keep glibc's defaults.
+            env = {
+                k: v
+                for k, v in (
+                    dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
+                ).items()
+                if k != "MALLOC_TRIM_THRESHOLD_"
+            }
+            if os.environ.get("MALLOC_TRIM_THRESHOLD_") == "65536":  # left by a nanny
+                os.environ.pop("MALLOC_TRIM_THRESHOLD_")
+            cfg = {
+                "distributed.scheduler.work-stealing": False,
+                "distributed.scheduler.active-memory-manager.start": False,
+                "distributed.nanny.pre-spawn-environ": env,
+            }
+            if procs:
+                cfg.update(_fork_server_config())
+            with (
+                dask.config.set(cfg),
+                warnings.catch_warnings(),
+            ):
+                # the scheduler's HTTP endpoint falls back to a free port: not our concern
+                warnings.filterwarnings("ignore", message="Port .* is already in use")
+                t0 = time.monotonic()
+                self._cluster = LocalCluster(**kw)
+            # the workers are on this machine: the broadcast goes to a worker and the
+            # result comes back directly, not through the scheduler (one hop, not two)
+            self._client = Client(self._cluster, timeout=timeout, direct_to_workers=True)
+            self._address = str(self._cluster.scheduler_address)
+            log.debug(  # -vv: a normal run prints no cluster lines
+                "Dask: local cluster (%s) of %d worker(s) x %d thread(s) ready in %.1f s",
+                s,
+                kw["n_workers"],
+                kw["threads_per_worker"],
+                time.monotonic() - t0,
+            )
+        except Exception as e:
+            self.close()
+            raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
+
+    @property
+    def client(self):
+        return self._client
+
+    def _connected(self) -> Client:
+        """The client; an :class:`EngineError` once the engine is closed."""
+        if self._client is None:
+            raise EngineError("the Dask engine is closed")
+        return self._client
+
+    def close(self, timeout: float = 20.0) -> None:
+        """Disconnect; a local cluster this engine started is shut down.
+
+        The client goes first (nothing is left waiting on the cluster), then the workers are
+        asked to stop and given up to ``0.8 * timeout`` seconds to exit before their nannies
+        kill them (Dask's default, 4 s, is short on a loaded machine: the kill is what
+        prints "Worker process ... was killed by signal 9"), then the scheduler.
+        """
+        client, cluster = self._client, self._cluster
+        self._client = self._cluster = None
+        t0 = time.monotonic()
+        if client is not None:
+            try:
+                client.close(timeout=timeout)
+            except Exception:  # pragma: no cover
+                pass
+        if cluster is not None:
+            try:
+                cluster.sync(_stop_workers, cluster, timeout)
+            except Exception as e:  # pragma: no cover
+                log.debug("stopping the local workers: %r", e)
+            try:
+                cluster.close(timeout=timeout)
+            except Exception:  # pragma: no cover
+                pass
+            log.debug("Dask: local cluster closed in %.1f s", time.monotonic() - t0)
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+async def _stop_workers(cluster, timeout: float) -> None:
+    """Close the nannies (and their worker processes) of a local cluster, waiting up to
+    ``0.8 * timeout`` seconds for each worker to exit by itself."""
+    import asyncio
+
+    nannies = [w for w in list(getattr(cluster, "workers", {}).values()) if hasattr(w, "kill")]
+    if nannies:
+        await asyncio.gather(
+            *(w.close(timeout=timeout, reason="ooc-svm-done") for w in nannies),
+            return_exceptions=True,
+        )
+
+
+#: what the fork server of a local cluster imports once, before it forks the workers
+_FORK_PRELOAD = (
+    "distributed",
+    "ooc_svm.engine.dask_engine",
+    "ooc_svm.store",
+    "ooc_svm.kernels.csr",
+)
+
+
+def _fork_server_config() -> dict[str, str]:
+    """Start the workers of a ``processes`` cluster from a fork server that imported Dask,
+    the store readers and the kernels' module once (``_FORK_PRELOAD``).
+
+    Dask's default, ``spawn``, starts every worker as a new interpreter that imports all of
+    that itself (and ends with a full interpreter shutdown): N times the CPU, which on a
+    loaded machine made a 2-worker cluster take 15 s to its first pass and 2 s to close.
+    Dask's own fork server preload imports every optional package Dask knows (pandas...)
+    in this process first; ours replaces it. A user's explicit
+    ``distributed.worker.multiprocessing-method`` setting (other than the default
+    ``spawn``) is kept.
+    """
+    import multiprocessing
+
+    import dask
+
+    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") != "spawn":
+        return {}
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover
+        return {}
+    try:
+        import distributed.utils as du
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(_FORK_PRELOAD))
+        du._forkserver_preload_set = True  # keep ours (else Dask sets and imports its own)
+    except Exception:  # pragma: no cover - keep Dask's default
+        return {}
+    return {"distributed.worker.multiprocessing-method": "forkserver"}

@@ -1,0 +1,307 @@
+"""Model files read without trusting them: bounded reads and complete validation.
+
+``model.json`` and ``arrays.npz`` (no pickle) are checked before any kernel sees them:
+regular files only, sizes declared in the zip checked against the file and against what
+``model.json`` implies (a zip bomb is refused unread), each array's header, dtypes, shapes,
+index ranges, finite values and the class list. :class:`ModelError` is the one error;
+:func:`ooc_svm.model.load_model` builds the model from what these checks return, and the
+solver checkpoints (:mod:`ooc_svm.checkpoint`) read their arrays with :func:`read_npy_member`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import zipfile
+
+
+class ModelError(Exception):
+    """A model file cannot be read."""
+
+
+# --------------------------------------------------------------------------------------------
+# loading: bounded reads, complete validation
+# --------------------------------------------------------------------------------------------
+
+#: arrays a model may hold (``arrays.npz`` members, without ``.npy``)
+_ARRAY_NAMES = ("coef", "intercept", "sv_indptr", "sv_indices", "sv_data", "dual_coef", "support")
+#: largest model.json read (bytes)
+MAX_META_BYTES = 64 << 20
+#: largest declared (uncompressed) size of all arrays together (bytes)
+MAX_ARRAY_BYTES = 16 << 30
+#: largest polynomial degree accepted (the kernel loops ``degree`` times per value)
+MAX_DEGREE = 1000
+_KERNELS = ("linear", "poly", "rbf", "sigmoid")
+
+
+def _regular_file(path: str, what: str) -> int:
+    """Size of ``path`` if it is a regular file (symlinks followed); ModelError otherwise."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ModelError(f"{os.path.dirname(path)}: not an ooc-svm model (no {what})") from None
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read {what} ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelError(f"{path}: {what} is not a regular file; refusing to read it")
+    return int(st.st_size)
+
+
+def _size_bounds(m: dict) -> dict[str, int]:
+    """Largest plausible byte size of each array member, from model.json (16-byte items)."""
+    nf, k, n_sv = m["n_features"], len(m["classes"]), m["n_sv"]
+    hdr = 4096
+    return {
+        "coef": 16 * k * nf + hdr,
+        "intercept": 16 * k * k + hdr,
+        "sv_indptr": 16 * (n_sv + 1) + hdr,
+        "sv_indices": 16 * n_sv * nf + hdr,
+        "sv_data": 16 * n_sv * nf + hdr,
+        "dual_coef": 16 * k * n_sv + hdr,
+        "support": 16 * n_sv + hdr,
+    }
+
+
+def _read_arrays(where: str, path: str, bounds: dict[str, int]) -> dict[str, np.ndarray]:
+    """Read ``arrays.npz`` without trusting it: only known members, declared sizes checked
+    against the file, against what model.json implies (``bounds``) and against each array's
+    header before anything is decompressed (a zip bomb is refused unread)."""
+    import zipfile
+
+    size = _regular_file(path, "arrays.npz")
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise ModelError(f"{where}: arrays.npz is not a valid npz file ({e})") from None
+    arrays: dict[str, np.ndarray] = {}
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > 2 * len(_ARRAY_NAMES):
+            raise ModelError(f"{where}: arrays.npz has {len(infos)} members; not a model")
+        total = 0
+        for info in infos:
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if name not in _ARRAY_NAMES:
+                raise ModelError(f"{where}: arrays.npz has an unknown member {info.filename!r}")
+            if name in arrays:
+                raise ModelError(f"{where}: arrays.npz has {name!r} twice")
+            if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+                raise ModelError(f"{where}: arrays.npz member {name!r} has inconsistent sizes")
+            if (
+                info.compress_size > size
+                or info.file_size > 1100 * info.compress_size + 4096
+                or info.file_size > bounds[name]
+            ):
+                raise ModelError(
+                    f"{where}: arrays.npz member {name!r} declares {info.file_size} bytes from "
+                    f"{info.compress_size} compressed, more than model.json allows (a zip bomb?); "
+                    "refusing to read it"
+                )
+            total += info.file_size
+            if total > MAX_ARRAY_BYTES:
+                raise ModelError(
+                    f"{where}: arrays.npz declares more than {MAX_ARRAY_BYTES >> 30} GiB of "
+                    "arrays; refusing to read it"
+                )
+            arrays[name] = read_npy_member(where, zf, info, name)
+    return arrays
+
+
+def read_npy_member(
+    where: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str
+) -> np.ndarray:
+    """One array of an open ``.npz`` (:class:`zipfile.ZipFile` ``zf``, member ``info``) read
+    without trusting it: real numbers only (never a pickle), the shape its header declares
+    checked against the bytes stored before anything is read, the member's CRC checked.
+    Raises :class:`ModelError` (``where``: what to name in the message)."""
+    import zipfile
+
+    fmt = np.lib.format
+    try:
+        with zf.open(info) as f:
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+            if dtype.hasobject or dtype.kind not in "biuf" or dtype.fields is not None:
+                raise _fail(where, repr(name), f"has dtype {dtype}; expected real numbers")
+            count = int(np.prod(shape, dtype=object)) if shape else 1
+            if count * dtype.itemsize > info.file_size:
+                raise ModelError(
+                    f"{where}: field {name!r} declares shape {tuple(shape)}, more than the "
+                    f"{info.file_size} bytes stored"
+                )
+            data = f.read(count * dtype.itemsize)
+            if len(data) != count * dtype.itemsize:
+                raise ModelError(f"{where}: field {name!r} is truncated")
+            f.read(1)  # to the member's end: its CRC is checked there
+            a = np.frombuffer(data, dtype=dtype)
+            a = a.reshape(shape, order="F" if fortran else "C")
+            return np.array(a, dtype=dtype.newbyteorder("=") if dtype.kind != "b" else dtype)
+    except ModelError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError) as e:
+        raise ModelError(f"{where}: unreadable field {name!r} in arrays.npz ({e})") from None
+
+
+def _fail(where: str, field_: str, why: str) -> ModelError:
+    return ModelError(f"{where}: invalid model: {field_} {why}")
+
+
+def _meta_number(where: str, meta: dict, key: str, kind: type, default=None):
+    v = meta.get(key, default)
+    ok = isinstance(v, (int, float) if kind is float else int) and not isinstance(v, bool)
+    if not ok:
+        raise _fail(where, key, f"must be {'a number' if kind is float else 'an integer'}")
+    v = kind(v)
+    if kind is float and not np.isfinite(v):
+        raise _fail(where, key, "must be finite")
+    return v
+
+
+def _real_array(where: str, arrays: dict, name: str, ndim: tuple[int, ...]) -> np.ndarray:
+    if name not in arrays:
+        raise _fail(where, name, "is missing from arrays.npz")
+    a = arrays[name]
+    if a.dtype.kind not in "iuf" or a.ndim not in ndim:
+        raise _fail(where, name, f"must be a {'/'.join(map(str, ndim))}-D real array")
+    a = a.astype(np.float64)
+    if not np.all(np.isfinite(a)):
+        raise _fail(where, name, "has non-finite values")
+    return a
+
+
+def _int_array(where: str, arrays: dict, name: str) -> np.ndarray:
+    if name not in arrays:
+        raise _fail(where, name, "is missing from arrays.npz")
+    a = arrays[name]
+    if a.dtype.kind not in "iu" or a.ndim != 1:
+        raise _fail(where, name, "must be a 1-D integer array")
+    if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise _fail(where, name, "has values out of range")
+    return a.astype(np.int64)
+
+
+def _check_meta(where: str, meta: dict) -> dict:
+    """Types and ranges of model.json; returns the normalised fields."""
+    out: dict[str, Any] = {}
+    kind = meta.get("kind")
+    if kind not in ("linear", "kernel", "ovo"):
+        raise _fail(where, "kind", f"must be 'linear', 'kernel' or 'ovo', not {kind!r}")
+    out["kind"] = kind
+    nf = _meta_number(where, meta, "n_features", int)
+    if not (1 <= nf <= (1 << 31)):
+        raise _fail(where, "n_features", f"{nf} is out of range")
+    out["n_features"] = nf
+    classes = meta.get("classes")
+    if not isinstance(classes, list) or not all(
+        isinstance(c, (int, float)) and not isinstance(c, bool) for c in classes
+    ):
+        raise _fail(where, "classes", "must be a list of numbers")
+    classes = [float(c) for c in classes]
+    if len(classes) < 2 or not np.all(np.isfinite(classes)) or len(set(classes)) != len(classes):
+        raise _fail(where, "classes", "must hold at least two distinct finite values")
+    out["classes"] = classes
+    scalar = meta.get("intercept_is_scalar", True)
+    if not isinstance(scalar, bool):
+        raise _fail(where, "intercept_is_scalar", "must be true or false")
+    out["scalar"] = scalar
+    kernel = meta.get("kernel", "linear")
+    if kernel not in _KERNELS:
+        raise _fail(where, "kernel", f"must be one of {', '.join(_KERNELS)}, not {kernel!r}")
+    out["kernel"] = kernel
+    out["gamma"] = _meta_number(where, meta, "gamma", float, 0.0)
+    if out["gamma"] < 0:
+        raise _fail(where, "gamma", "must not be negative")
+    out["degree"] = _meta_number(where, meta, "degree", int, 3)
+    if not (0 <= out["degree"] <= MAX_DEGREE):
+        raise _fail(where, "degree", f"must be between 0 and {MAX_DEGREE}")
+    out["coef0"] = _meta_number(where, meta, "coef0", float, 0.0)
+    info = meta.get("info", {})
+    if not isinstance(info, dict):
+        raise _fail(where, "info", "must be a JSON object")
+    out["info"] = info
+    loss = info.get("loss")
+    if kind == "ovo" and scalar:
+        raise _fail(where, "intercept_is_scalar", "must be false for a one-vs-one model")
+    if scalar and len(classes) != 2 and loss != "ordinal":
+        raise _fail(
+            where, "classes", f"has {len(classes)} values but the model is binary (one intercept)"
+        )
+    if not scalar and loss in ("roc", "ordinal"):
+        raise _fail(where, "intercept_is_scalar", f"must be true for a {loss} ranking model")
+    n_sv = meta.get("n_support_vectors", 0)
+    if not isinstance(n_sv, int) or isinstance(n_sv, bool) or n_sv < 0:
+        raise _fail(where, "n_support_vectors", "must be a non-negative integer")
+    out["n_sv"] = n_sv
+    return out
+
+
+def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
+    """Shapes, dtypes, index ranges and finiteness of the arrays against model.json."""
+    import scipy.sparse as sp
+
+    nf, k = m["n_features"], len(m["classes"])
+    ovo = m["kind"] == "ovo"
+    n_out = 1 if m["scalar"] else (k * (k - 1) // 2 if ovo else k)
+    out: dict[str, Any] = {}
+    b = _real_array(where, arrays, "intercept", (1,))
+    if b.shape[0] != n_out:
+        raise _fail(where, "intercept", f"has {b.shape[0]} values; expected {n_out}")
+    out["intercept"] = float(b[0]) if m["scalar"] else b
+    if m["kind"] == "linear":
+        coef = _real_array(where, arrays, "coef", (1,) if m["scalar"] else (2,))
+        want = (nf,) if m["scalar"] else (k, nf)
+        if coef.shape != want:
+            raise _fail(where, "coef", f"has shape {coef.shape}; expected {want} (n_features)")
+        out["coef"] = coef
+        kept = ("sv_indptr", "sv_indices", "sv_data", "dual_coef", "support")
+        if not any(a in arrays for a in kept):
+            out["sv"], out["dual_coef"], out["support"] = None, None, None
+            return out
+        # a linear model may keep its SVs and yα (dual solvers, for warm starts): check them
+    elif "coef" in arrays:
+        raise _fail(where, "coef", "is present in a kernel model")
+    n_sv = m["n_sv"]
+    have_sv = any(a in arrays for a in ("sv_indptr", "sv_indices", "sv_data"))
+    if not have_sv:
+        if n_sv != 0:
+            raise _fail(where, "sv_indptr", "is missing from arrays.npz")
+        out["sv"] = None
+    else:
+        indptr = _int_array(where, arrays, "sv_indptr")
+        indices = _int_array(where, arrays, "sv_indices")
+        data = _real_array(where, arrays, "sv_data", (1,))
+        if indptr.shape[0] != n_sv + 1:
+            raise _fail(
+                where, "sv_indptr", f"has {indptr.shape[0]} entries; expected n_SV + 1 = {n_sv + 1}"
+            )
+        if indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != indices.shape[0]:
+            raise _fail(where, "sv_indptr", "must rise monotonically from 0 to nnz")
+        if data.shape[0] != indices.shape[0]:
+            n_ix = indices.shape[0]
+            raise _fail(where, "sv_data", f"has {data.shape[0]} values for {n_ix} indices")
+        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= nf):
+            raise _fail(where, "sv_indices", f"must lie in 0 <= index < n_features = {nf}")
+        out["sv"] = sp.csr_matrix((data, indices.astype(np.int32), indptr), shape=(n_sv, nf))
+    dc = _real_array(where, arrays, "dual_coef", (1,) if m["scalar"] else (2,))
+    want = (n_sv,) if m["scalar"] else ((k - 1) if ovo else k, n_sv)
+    if dc.shape != want:
+        raise _fail(where, "dual_coef", f"has shape {dc.shape}; expected {want} (n_SV)")
+    out["dual_coef"] = dc
+    out["support"] = None
+    if "support" in arrays:
+        sup = _int_array(where, arrays, "support")
+        if sup.shape[0] != n_sv or (sup.size and int(sup.min()) < 0):
+            raise _fail(where, "support", f"must hold {n_sv} non-negative row indices")
+        out["support"] = sup
+    return out
