@@ -26,6 +26,8 @@ from .store import open_store
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpointer
+    from .model import Model
+    from .store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,7 @@ def solver_params(solver: str, params: dict[str, Any] | None = None) -> SolverPa
 
 
 def train(
-    store,
+    store: Store | str,
     solver: str = "perf",
     *,
     engine: Engine | None = None,
@@ -141,7 +143,7 @@ def train(
     return result
 
 
-def remember_hashing(model, meta) -> None:
+def remember_hashing(model: Model, meta: Any) -> None:
     """A model trained on a hashed store records the hashing (``info["hashing"]``), so that
     ``predict``/``evaluate`` hash text input alike and refuse a store hashed otherwise."""
     if getattr(meta, "hashing", None):
@@ -236,8 +238,8 @@ def _check_probability(store, multiclass: str | None, folds: int) -> None:
 
 
 def fit_probability(
-    model,
-    store,
+    model: Model,
+    store: Store,
     folds: int,
     solver: str,
     engine: Engine,
@@ -352,11 +354,11 @@ def sweep_metric(kind: str, has_qid: bool, metric: str | None) -> str:
 
 
 def train_sweep(
-    store,
+    store: Store | str,
     solver: str = "perf",
     C: str | float | Sequence[float] = (0.01, 0.1, 1.0, 10.0),
     *,
-    validation=None,
+    validation: Store | str | None = None,
     folds: int | None = None,
     metric: str | None = None,
     engine: Engine | None = None,

@@ -27,12 +27,15 @@ import re
 import shutil
 import stat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._util import json_default
 from .model import ModelError
+
+if TYPE_CHECKING:
+    from .store.base import Store
 
 CHECKPOINT_FORMAT = "ooc-svm-checkpoint"
 
@@ -44,7 +47,7 @@ _IDENTITY_KEYS = ("n_rows", "n_features", "nnz", "shards_sha256")
 _NOT_PROBLEM = frozenset({"checkpoint_seconds"})
 
 
-def store_identity(store) -> dict[str, Any]:
+def store_identity(store: Store) -> dict[str, Any]:
     """What identifies a store's contents: resolved path, n_rows, n_features, nnz, and the
     SHA-256 of its shard checksums (a rewritten store at the same path differs)."""
     meta = store.meta
@@ -126,8 +129,8 @@ class Checkpointer:
         params: dict | None = None,
         keep: int = 1,
         resume: bool = False,
-        store=None,
-    ):
+        store: Store | None = None,
+    ) -> None:
         self.directory = os.path.abspath(directory)
         self.name = str(directory)  # as the user gave it (messages)
         self.resume = resume

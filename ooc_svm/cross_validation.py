@@ -27,6 +27,8 @@ from .probability import sigmoid_train
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from .engine.base import Engine
+    from .store.base import Store
     from .store.format import StoreMeta
 
 
@@ -104,13 +106,13 @@ class CVScores:
 
 
 def cross_val_decision_values(
-    store,
+    store: Store,
     k: int = 5,
     seed: int = 0,
     *,
     train: Callable[..., Any],
     solver: str = "perf",
-    engine=None,
+    engine: Engine | None = None,
     **params: Any,
 ) -> CVScores:
     """Decision values of every row from a model trained on the other shard folds.

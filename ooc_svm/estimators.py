@@ -194,8 +194,14 @@ class LinearSVC(_OocSVMBase):
     """
 
     def __init__(
-        self, C=1.0, solver="perf", tol=None, max_iter=None, random_state=None, solver_params=None
-    ):
+        self,
+        C: float = 1.0,
+        solver: str = "perf",
+        tol: float | None = None,
+        max_iter: int | None = None,
+        random_state: int | None = None,
+        solver_params: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(C, solver, tol, max_iter, random_state, solver_params)
 
     def _solver_params(self, n_features, X=None):
@@ -222,17 +228,17 @@ class SVC(_OocSVMBase):
 
     def __init__(
         self,
-        C=1.0,
-        kernel="rbf",
-        gamma="scale",
-        degree=3,
-        coef0=0.0,
-        solver="smo",
-        tol=None,
-        max_iter=None,
-        random_state=None,
-        solver_params=None,
-    ):
+        C: float = 1.0,
+        kernel: str = "rbf",
+        gamma: float | str = "scale",
+        degree: int = 3,
+        coef0: float = 0.0,
+        solver: str = "smo",
+        tol: float | None = None,
+        max_iter: int | None = None,
+        random_state: int | None = None,
+        solver_params: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(C, solver, tol, max_iter, random_state, solver_params)
         self.kernel = kernel
         self.gamma = gamma
@@ -271,13 +277,19 @@ class OrdinalSVM(BaseEstimator):
     pairwise accuracy. With two ranks this is the ROC-area SVM.
     """
 
-    def __init__(self, C=1.0, tol=None, max_iter=None, solver_params=None):
+    def __init__(
+        self,
+        C: float = 1.0,
+        tol: float | None = None,
+        max_iter: int | None = None,
+        solver_params: dict[str, Any] | None = None,
+    ) -> None:
         self.C = C
         self.tol = tol
         self.max_iter = max_iter
         self.solver_params = solver_params
 
-    def fit(self, X, y=None, qid=None):
+    def fit(self, X: Any, y: Any = None, qid: Any = None) -> OrdinalSVM:
         p: dict[str, Any] = {"C": float(self.C)}
         if self.tol is not None:
             p["eps"] = float(self.tol)
@@ -306,7 +318,7 @@ class OrdinalSVM(BaseEstimator):
         self.objective_ = result.objective
         return self
 
-    def predict(self, X):
+    def predict(self, X: Any) -> np.ndarray:
         """Ranking scores w·x (higher ranks score higher); ``X`` may be a store (streamed)."""
         check_is_fitted(self, "model_")
         if _is_store(X):
@@ -316,7 +328,7 @@ class OrdinalSVM(BaseEstimator):
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         return np.asarray(sp.csr_matrix(X) @ self.coef_).ravel()
 
-    def score(self, X, y, qid=None):
+    def score(self, X: Any, y: Any, qid: Any = None) -> float:
         """Pairwise accuracy: the fraction of pairs (within queries) ordered correctly."""
         from .metrics import pairwise_accuracy
 

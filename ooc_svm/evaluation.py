@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,10 @@ from .model import Model
 from .ovo import ovo_labels
 from .scoring import check_compatible, is_ranking_model
 from .shard_scores import OvoBroadcast, make_broadcast, score_shard
+
+if TYPE_CHECKING:
+    from .engine.base import Engine
+    from .store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +94,8 @@ def _mode(model: Model, kind: str) -> tuple[str, tuple]:
 
 def evaluate_model(
     model: Model,
-    store,
-    engine,
+    store: Store,
+    engine: Engine,
     k: int = 10,
     plot: str | None = None,
     *,
@@ -166,7 +170,7 @@ def _binary_metrics(
 
 def evaluate_store(
     model: Model,
-    store,
+    store: Store,
     k: int = 10,
     plot: str | None = None,
     scheduler: str | None = None,

@@ -34,6 +34,8 @@ from .kernels.parallel import kernel_scores_csc_par, thread_share
 
 if TYPE_CHECKING:  # a type only: the expansion sits below the model that it scores
     from .model import Model
+    from .store.base import Store
+    from .store.format import Shard
 
 # --------------------------------------------------------------------------------------------
 # expansions
@@ -63,7 +65,15 @@ class Expansion:
     svt_feats: np.ndarray | None = None
 
     @classmethod
-    def from_csr(cls, kp: KernelParams, n_features: int, indptr, indices, data, coef) -> Expansion:
+    def from_csr(
+        cls,
+        kp: KernelParams,
+        n_features: int,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        data: np.ndarray,
+        coef: Any,
+    ) -> Expansion:
         """Kernel expansion from SV rows in CSR form and their coefficients yᵢαᵢ.
 
         When ``n_features`` is large against the SVs' non-zeros, the transposed SVs are kept
@@ -106,7 +116,13 @@ class Expansion:
         """1 for a binary expansion, the number of classes for a one-vs-rest one."""
         return int(self.coef.shape[0]) if self.coef is not None and self.coef.ndim == 2 else 1
 
-    def scores(self, indptr, indices_u32, data, out=None) -> np.ndarray:
+    def scores(
+        self,
+        indptr: np.ndarray,
+        indices_u32: np.ndarray,
+        data: np.ndarray,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Σ_j coef_j K(sv_j, x_i) for the rows of a CSR block (no intercept)."""
         n = indptr.shape[0] - 1
         if self.coef is not None and self.coef.ndim == 2:
@@ -261,7 +277,7 @@ def scoring_broadcast(model: Model) -> ScoringBroadcast:
     return ScoringBroadcast(exp, float(model.intercept_))
 
 
-def score_shard(shard, bc: ScoringBroadcast) -> np.ndarray:
+def score_shard(shard: Shard, bc: ScoringBroadcast) -> np.ndarray:
     """f(x) for every row of one shard (float64, in row order): (n,), or (n, n_classes) for a
     one-vs-rest kernel model."""
     ip = np.asarray(shard.indptr, dtype=np.int64)
@@ -285,7 +301,7 @@ def _score_fn(shard, bc):
 
 
 def kernel_scores_pass(
-    store,
+    store: Store,
     engine: Engine,
     model: Model,
     post: Callable[[Any, np.ndarray], Any] | None = None,

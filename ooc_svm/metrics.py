@@ -25,6 +25,7 @@ All O(n log n) or better, from sorted scores; no pair is enumerated.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,7 +38,13 @@ from .kernels.perf import count_pairs, rank_loss
 
 
 def primal_objective(
-    X, y, coef, intercept: float, C: float, bias: float = 1.0, positive: float | None = None
+    X: Any,
+    y: np.ndarray,
+    coef: np.ndarray,
+    intercept: float,
+    C: float,
+    bias: float = 1.0,
+    positive: float | None = None,
 ) -> float:
     """½‖w‖² + ½w_b² + C Σ max(0, 1 − yᵢ(w·xᵢ + b)), b = intercept = w_b·bias.
 
@@ -78,7 +85,9 @@ def _rank_setup(y, s, qid):
     return r, levels.shape[0], order, starts
 
 
-def pairwise_objective(X, y, coef, C: float, qid=None) -> tuple[float, int]:
+def pairwise_objective(
+    X: Any, y: np.ndarray, coef: np.ndarray, C: float, qid: np.ndarray | None = None
+) -> tuple[float, int]:
     """OP4: ½‖w‖² + C Σ_{(i,j)∈P} max(0, 1 − w·(xᵢ − xⱼ)); returns (objective, m = |P|)."""
     X = sp.csr_matrix(X)
     w = np.asarray(coef, dtype=np.float64).ravel()
@@ -99,7 +108,9 @@ def duality_gap(primal: float, dual_objective: float) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def confusion(y_true, y_pred, positive: float = 1.0) -> tuple[int, int, int, int]:
+def confusion(
+    y_true: np.ndarray, y_pred: np.ndarray, positive: float = 1.0
+) -> tuple[int, int, int, int]:
     """(tp, fp, tn, fn) with ``positive`` the positive label."""
     t = np.asarray(y_true) == positive
     p = np.asarray(y_pred) == positive
@@ -110,7 +121,7 @@ def confusion(y_true, y_pred, positive: float = 1.0) -> tuple[int, int, int, int
     return tp, fp, tn, fn
 
 
-def accuracy(y_true, y_pred) -> float:
+def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     """Fraction of equal labels."""
     y_true = np.asarray(y_true)
     return float(np.mean(y_true == np.asarray(y_pred))) if y_true.size else float("nan")
@@ -120,19 +131,19 @@ def _div(a: float, b: float) -> float:
     return float(a / b) if b else 0.0
 
 
-def precision(y_true, y_pred, positive: float = 1.0) -> float:
+def precision(y_true: np.ndarray, y_pred: np.ndarray, positive: float = 1.0) -> float:
     """tp / (tp + fp) (0 when nothing is predicted positive, like sklearn's zero_division=0)."""
     tp, fp, _, _ = confusion(y_true, y_pred, positive)
     return _div(tp, tp + fp)
 
 
-def recall(y_true, y_pred, positive: float = 1.0) -> float:
+def recall(y_true: np.ndarray, y_pred: np.ndarray, positive: float = 1.0) -> float:
     """tp / (tp + fn)."""
     tp, _, _, fn = confusion(y_true, y_pred, positive)
     return _div(tp, tp + fn)
 
 
-def f1(y_true, y_pred, positive: float = 1.0) -> float:
+def f1(y_true: np.ndarray, y_pred: np.ndarray, positive: float = 1.0) -> float:
     """2 tp / (2 tp + fp + fn)."""
     tp, fp, _, fn = confusion(y_true, y_pred, positive)
     return _div(2 * tp, 2 * tp + fp + fn)
@@ -149,7 +160,7 @@ def counts_metrics(tp: int, fp: int, tn: int, fn: int) -> dict:
     }
 
 
-def roc_auc(y_true, scores, positive: float = 1.0) -> float:
+def roc_auc(y_true: np.ndarray, scores: np.ndarray, positive: float = 1.0) -> float:
     """Area under the ROC curve (ties ½); NaN when one class is absent."""
     t = np.asarray(y_true) == positive
     s = np.asarray(scores, dtype=np.float64)
@@ -170,7 +181,7 @@ def roc_auc(y_true, scores, positive: float = 1.0) -> float:
     return float(u / (n_pos * n_neg))
 
 
-def prbep(y_true, scores, positive: float = 1.0) -> float:
+def prbep(y_true: np.ndarray, scores: np.ndarray, positive: float = 1.0) -> float:
     """Precision/recall break-even point: precision (= recall) among the ``n_pos`` best scores.
 
     Ties at the cut are resolved in favour of neither class: the tied block contributes its
@@ -200,7 +211,7 @@ def prbep(y_true, scores, positive: float = 1.0) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def pairwise_accuracy(y, scores, qid=None) -> float:
+def pairwise_accuracy(y: np.ndarray, scores: np.ndarray, qid: np.ndarray | None = None) -> float:
     """Fraction of pairs (yᵢ > yⱼ, same query) ordered correctly (sᵢ > sⱼ), ties ½."""
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(scores, dtype=np.float64)
@@ -240,7 +251,7 @@ def _pairs_correct(y: np.ndarray, s: np.ndarray) -> tuple[float, int]:
     return good, total
 
 
-def kendall_tau(y, scores, qid=None) -> float:
+def kendall_tau(y: np.ndarray, scores: np.ndarray, qid: np.ndarray | None = None) -> float:
     """Kendall's τ-b between labels and scores (with qids: mean over queries where defined)."""
     from scipy.stats import kendalltau
 
@@ -280,7 +291,9 @@ def _dcg_ties(gains: np.ndarray, s: np.ndarray, k: int) -> float:
     return float(total)
 
 
-def ndcg_at_k(y, scores, qid=None, k: int = 10) -> float:
+def ndcg_at_k(
+    y: np.ndarray, scores: np.ndarray, qid: np.ndarray | None = None, k: int = 10
+) -> float:
     """Mean NDCG@k over queries (one query when ``qid`` is None); gains 2^y − 1."""
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(scores, dtype=np.float64)
@@ -301,7 +314,9 @@ def ndcg_at_k(y, scores, qid=None, k: int = 10) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def binary_metrics(y_true, scores, positive: float, negative: float) -> dict:
+def binary_metrics(
+    y_true: np.ndarray, scores: np.ndarray, positive: float, negative: float
+) -> dict:
     """All binary metrics from labels and decision values (prediction: score > 0)."""
     y_true = np.asarray(y_true)
     s = np.asarray(scores, dtype=np.float64)
@@ -314,7 +329,9 @@ def binary_metrics(y_true, scores, positive: float, negative: float) -> dict:
     return out
 
 
-def ranking_metrics(y, scores, qid=None, k: int = 10) -> dict:
+def ranking_metrics(
+    y: np.ndarray, scores: np.ndarray, qid: np.ndarray | None = None, k: int = 10
+) -> dict:
     """pairwise_accuracy, kendall_tau and (with qids) ndcg@k."""
     out = {
         "n": int(np.asarray(y).shape[0]),

@@ -28,6 +28,7 @@ from .ovo import ovo_decision_function, ovo_labels, ovo_n_support, ovo_predict
 
 if TYPE_CHECKING:  # scipy is imported where it is used: a linear model never needs it
     import scipy.sparse as sp
+    from numpy.typing import ArrayLike
 
 MODEL_FORMAT = "ooc-svm-model"
 MODEL_VERSION = 1
@@ -89,14 +90,14 @@ class Model:
     probability_method: str | None = None
 
     # -- probabilities --------------------------------------------------------------------
-    def set_probability(self, probA, probB) -> None:
+    def set_probability(self, probA: ArrayLike, probB: ArrayLike) -> None:
         """Attach fitted sigmoid parameters (from :func:`ooc_svm.cross_validation.fit_platt`,
         or LIBSVM's ``probA``/``probB``); the method follows the kind of model."""
         self.probA_, self.probB_, self.probability_method = check_probability(
             self, probA, probB, probability_method_for(self)
         )
 
-    def predict_proba(self, X) -> np.ndarray:
+    def predict_proba(self, X: Any) -> np.ndarray:
         """Probabilities from the model's Platt sigmoid (``train --probability``).
 
         ``X`` as for :meth:`decision_function` (a store included: streamed). Binary models:
@@ -109,7 +110,7 @@ class Model:
         return probabilities(self, self.decision_function(X))
 
     # -- prediction -----------------------------------------------------------------------
-    def decision_function(self, X) -> np.ndarray:
+    def decision_function(self, X: Any) -> np.ndarray:
         """Scores ``f(x)`` (positive → ``classes[1]``); shape (n,) or (n, n_classes) for OvR.
 
         ``X`` is a scipy / numpy matrix, or a store (path or opened store): then the store is
@@ -133,7 +134,7 @@ class Model:
         )
         return K @ np.asarray(self.dual_coef_, dtype=np.float64).T + self.intercept_
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: Any) -> np.ndarray:
         """Predicted labels in the original label values (``X`` as for
         :meth:`decision_function`, a store included)."""
         if self.kind == "ovo" and not _is_store(X):
@@ -353,7 +354,9 @@ def _n_sigmoids(model: Model, method: str) -> int:
     return {"platt": 1, "ovr-normalised": k, "ovo-coupling": k * (k - 1) // 2}[method]
 
 
-def check_probability(model: Model, probA, probB, method, where: str = "model") -> tuple:
+def check_probability(
+    model: Model, probA: Any, probB: Any, method: Any, where: str = "model"
+) -> tuple:
     """Validate sigmoid parameters against the model; returns ``(A, B, method)`` as float64
     arrays and str, or raises a one-line :class:`ModelError` naming ``where``."""
     if method not in PROBABILITY_METHODS:
@@ -420,7 +423,7 @@ def require_probability(model: Model, name: str = "the model") -> None:
         )
 
 
-def probabilities(model: Model, dec) -> np.ndarray:
+def probabilities(model: Model, dec: np.ndarray) -> np.ndarray:
     """Probabilities from decision values of ``model`` (see :meth:`Model.predict_proba`)."""
     from . import probability as pr
 

@@ -132,7 +132,7 @@ def _as_decision_values(dec_values) -> np.ndarray:
     return f
 
 
-def sigmoid_train(dec_values, labels) -> tuple[float, float]:
+def sigmoid_train(dec_values: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
     """Fit Platt's sigmoid ``P(y=1|f) = 1 / (1 + exp(A·f + B))`` (LIBSVM's ``sigmoid_train``).
 
     Parameters
@@ -171,7 +171,9 @@ def sigmoid_train(dec_values, labels) -> tuple[float, float]:
     return float(A), float(B)
 
 
-def sigmoid_predict(dec_values, A: float | np.ndarray, B: float | np.ndarray) -> np.ndarray:
+def sigmoid_predict(
+    dec_values: np.ndarray, A: float | np.ndarray, B: float | np.ndarray
+) -> np.ndarray:
     """``P(y=1|f) = 1 / (1 + exp(A·f + B))`` evaluated without overflow (LIBSVM's form).
 
     Parameters
@@ -196,7 +198,7 @@ def sigmoid_predict(dec_values, A: float | np.ndarray, B: float | np.ndarray) ->
 # ---------------------------------------------------------------------------------------------
 # multiclass
 # ---------------------------------------------------------------------------------------------
-def multiclass_probability(r) -> np.ndarray:
+def multiclass_probability(r: np.ndarray) -> np.ndarray:
     """Couple pairwise probabilities into class probabilities (Wu, Lin & Weng 2004, method 2).
 
     A transcription of LIBSVM's ``multiclass_probability``: minimise
@@ -253,7 +255,7 @@ def multiclass_probability(r) -> np.ndarray:
     return p
 
 
-def ovo_probability(dec_values, probA, probB) -> np.ndarray:
+def ovo_probability(dec_values: np.ndarray, probA: np.ndarray, probB: np.ndarray) -> np.ndarray:
     """Class probabilities of one-vs-one models, exactly as LIBSVM's ``svm_predict_probability``.
 
     Parameters
@@ -286,7 +288,7 @@ def ovo_probability(dec_values, probA, probB) -> np.ndarray:
     return out
 
 
-def ovr_probability(dec_values, probA, probB) -> np.ndarray:
+def ovr_probability(dec_values: np.ndarray, probA: np.ndarray, probB: np.ndarray) -> np.ndarray:
     """Class probabilities of one-vs-rest models: per-class sigmoids, normalised to sum 1.
 
     Parameters
@@ -356,7 +358,7 @@ class Calibration:
         return "\n".join(lines)
 
 
-def calibration(y, p, bins: int = 10) -> Calibration:
+def calibration(y: np.ndarray, p: np.ndarray, bins: int = 10) -> Calibration:
     """Brier score, log loss and a reliability curve with ``bins`` equal-width bins.
 
     Parameters

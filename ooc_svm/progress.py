@@ -27,7 +27,7 @@ import math
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
 _SOLVER_LABELS: dict[str, dict[str, str]] = {"smo": {"objective": "dual"}}
 
 
-def progress_mode(args: Any = None, stream=None) -> str:
+def progress_mode(args: Any = None, stream: TextIO | None = None) -> str:
     """``"off"`` with ``-q``, ``"log"`` with ``-v`` or when stderr is not a terminal, else
     ``"bar"``."""
     if getattr(args, "quiet", False):
@@ -179,7 +179,7 @@ class TrainProgress:
         *,
         n_classes: int | None = None,
         fused: bool = False,
-        stream=None,
+        stream: TextIO | None = None,
     ) -> None:
         self.solver = solver
         self.target_name, self.target = target
@@ -336,7 +336,7 @@ class Meter:
         *,
         total: float | None = None,
         unit: str = "rows",
-        stream=None,
+        stream: TextIO | None = None,
     ) -> None:
         self.desc = desc
         self.mode = mode

@@ -9,11 +9,14 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
 from ._util import json_text
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 class HistoryWriter:
@@ -22,7 +25,7 @@ class HistoryWriter:
     Used as a solver callback: ``HistoryWriter(path)(record)``.
     """
 
-    def __init__(self, path: str, header: dict | None = None):
+    def __init__(self, path: str, header: dict | None = None) -> None:
         self.path = path
         from ._util import OutputError, make_output_parent
 
@@ -263,7 +266,7 @@ def _draw_lines(axes, col: int, xkey: str, pn: _Panels) -> None:
             pn.floors[(1, col)] = min(pn.floors.get((1, col), np.inf), floor)
 
 
-def history_figure(path: str):
+def history_figure(path: str) -> Figure:
     """Build the convergence figure of a history file (matplotlib Figure, Agg backend).
 
     Layout: two rows — the certified gap (perf: primal − lower bound; dual solvers: primal
@@ -399,7 +402,7 @@ def roc_figure(
     positive: np.ndarray,
     model: str | None = None,
     store: str | None = None,
-):
+) -> Figure:
     """ROC and precision–recall curves of binary scores (``positive`` is a boolean array);
     returns the matplotlib Figure (Agg backend).
 
@@ -482,7 +485,7 @@ def read_sweep(path: str) -> dict | None:
     return None
 
 
-def sweep_figure(doc: dict):
+def sweep_figure(doc: dict) -> Figure:
     """Validation metric (top) and training objective (bottom) against C, log x; the best C
     marked. ``doc``: a sweep document (:func:`read_sweep`)."""
     plt = _pyplot()

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .model import Model, ModelError
 from .shard_scores import is_ovr, iter_scored
+
+if TYPE_CHECKING:
+    from .engine.base import Engine
+    from .store.base import Store
+    from .store.format import StoreMeta
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +61,7 @@ def _fmt_labels(values) -> str:
 
 def check_compatible(
     model: Model,
-    meta,
+    meta: StoreMeta,
     model_name: str,
     store_name: str,
     *,
@@ -109,7 +114,7 @@ WIDER_SHARE = 0.10
 
 
 def check_width(
-    model: Model, meta, model_name: str, store_name: str, *, allow_wider: bool = False
+    model: Model, meta: StoreMeta, model_name: str, store_name: str, *, allow_wider: bool = False
 ) -> None:
     """Refuse a store hashed unlike the model, or (unless ``allow_wider``) much wider than
     the model: more than :data:`WIDER_SHARE` more columns (another feature space, such as an
@@ -283,8 +288,8 @@ def output_format(path: str, fmt: str | None) -> str:
 
 def predict_to_file(
     model: Model,
-    store,
-    engine,
+    store: Store,
+    engine: Engine,
     out: str,
     fmt: str | None = None,
     max_rows: int = 1_000_000,
@@ -341,7 +346,7 @@ def predict_to_file(
 
 def predict_store(
     model: Model,
-    store,
+    store: Store,
     out: str,
     fmt: str | None = None,
     max_rows: int = 1_000_000,

@@ -10,7 +10,12 @@ store whose task or labels do not fit the model is refused (see ``ooc-svm predic
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._util import json_text
+
+if TYPE_CHECKING:
+    import argparse
 
 EXAMPLES = """\
 examples:
@@ -46,7 +51,7 @@ def _description() -> str:
     )
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
     from ._common import add_model_and_input, add_scheduler
 
@@ -75,7 +80,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..evaluation import evaluate_store
     from ..model import load_model
     from ._common import open_scored_input

@@ -3,10 +3,15 @@ LIBLINEAR's ``predict``, LIBSVM's ``svm-predict`` or SVMlight's ``svm_classify``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._util import json_text
 
+if TYPE_CHECKING:
+    import argparse
 
-def add_parser(sub) -> None:
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
 
     p = sub.add_parser(
@@ -37,7 +42,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
 
     from ..interop import export_model
     from ..model import load_model

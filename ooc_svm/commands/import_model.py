@@ -3,13 +3,18 @@ into an ooc-svm model directory (``import`` is a Python keyword, hence the modul
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._util import json_text
+
+if TYPE_CHECKING:
+    import argparse
 
 #: the command's name on the command line
 COMMAND = "import"
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
 
     p = sub.add_parser(
@@ -49,7 +54,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     import os
 
     from ..interop import import_model

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._util import json_text
 
+if TYPE_CHECKING:
+    import argparse
 
-def add_parser(sub) -> None:
+    from ..store.base import Store
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
 
     p = sub.add_parser(
@@ -24,7 +31,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def store_summary(store) -> dict:
+def store_summary(store: Store) -> dict:
     m = store.meta
     return {
         "path": store.path,
@@ -51,7 +58,7 @@ def _hashing_line(h) -> str:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..interop.describe import is_model_dir, print_model_info
     from ..store import open_store
     from ..store.format import label_kind_note

@@ -9,7 +9,7 @@ from typing import Any
 from .._util import json_text
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
 
     p = sub.add_parser(
@@ -133,7 +133,7 @@ def _install_signal_handlers() -> dict:
     return old
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     import gc
     import signal
 

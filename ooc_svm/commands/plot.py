@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def add_parser(sub) -> None:
+if TYPE_CHECKING:
+    import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
 
     p = sub.add_parser(
@@ -29,7 +34,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         from ..reports import plot_history, plot_sweep, read_sweep
 

@@ -28,6 +28,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
 
 DESCRIPTION = """\
 Score a store (or an SVMlight/LIBSVM text file, as svm-predict users have them) with a model and
@@ -53,7 +57,7 @@ examples:
   ooc-svm predict model test.zarr -o scores.txt --json"""
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
     from ._common import add_model_and_input, add_scheduler
 
@@ -110,7 +114,7 @@ def _quiet_stdout() -> None:
         pass
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from .._util import is_special_output, json_text
     from ..model import load_model
     from ..progress import Meter, progress_mode

@@ -9,7 +9,7 @@ from typing import Any
 from .._util import json_text
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
 
     p = sub.add_parser(
@@ -106,7 +106,7 @@ def _return_freed_memory() -> None:
         pass
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
 
     from ..progress import Meter, progress_mode
     from ..synth import SynthError, synth

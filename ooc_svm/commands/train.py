@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from .._util import json_text
 from .train_flags import (
@@ -17,6 +18,9 @@ from .train_summary import (
     json_summary,
     run_sweep,
 )
+
+if TYPE_CHECKING:
+    import argparse
 
 DESCRIPTION = """\
 Train a linear or kernel SVM on a store (made by `ooc-svm ingest` or `ooc-svm synth`) and
@@ -51,7 +55,7 @@ summary line on stdout (none with -q) or, with --json, one JSON object (printed 
 -q, since it was asked for; its keys are listed in docs/CLI.md)."""
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # the solver packages' parameters only: no numba, no solver algorithm (``train --help``)
     from ..api import solver_catalogue, solver_names
     from . import HelpFormatter
@@ -92,7 +96,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run, _param_names=sorted({n for c in classes.values() for n in c.names()}))
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..api import SolverError, get_solver, train
     from ..progress import TrainProgress, progress_mode, stop_target
     from ..store import open_store

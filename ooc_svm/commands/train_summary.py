@@ -4,7 +4,15 @@ several values of C (``--C 0.01,0.1,1``: run, JSON document, table).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .._util import json_text
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..api import SolverParams, SweepOutcome
+    from ..store.base import Store
 
 #: keys of ``train --json`` for every solver (null where a solver has no such quantity);
 #: solver-specific extras follow them (docs/CLI.md lists both)
@@ -47,7 +55,9 @@ def _plain(v):
     return v
 
 
-def json_summary(result, solver: str, typed, store, output: str, store_path: str) -> dict:
+def json_summary(
+    result: Any, solver: str, typed: Any, store: Store, output: str, store_path: str
+) -> dict:
     """The ``train --json`` object: :data:`COMMON_JSON_KEYS` first, then the solver's extras."""
     extra = {_RENAMED.get(k, k): _plain(v) for k, v in result.to_json_dict(solver).items()}
     meta = store.meta
@@ -89,7 +99,7 @@ def json_summary(result, solver: str, typed, store, output: str, store_path: str
 SWEEP_COLUMNS = ("objective", "passes", "seconds", "iterations", "converged", "warm_start")
 
 
-def run_sweep(args, typed) -> int:
+def run_sweep(args: argparse.Namespace, typed: SolverParams) -> int:
     """``train --C 0.01,0.1,1,10 --validation STORE`` (or ``--folds K``)."""
     from ..api import SolverError, train_sweep
     from ..store import open_store
@@ -142,7 +152,7 @@ def _fmt_metric(rows, C, key) -> str:
     return "n/a" if v is None else f"{v:.4f}"
 
 
-def sweep_document(out, args) -> dict:
+def sweep_document(out: SweepOutcome, args: argparse.Namespace) -> dict:
     """The table as one JSON document (what ``--sweep-table FILE.json`` holds)."""
     return {
         "sweep": True,
@@ -152,7 +162,7 @@ def sweep_document(out, args) -> dict:
     }
 
 
-def format_sweep_table(out) -> str:
+def format_sweep_table(out: SweepOutcome) -> str:
     """The table as aligned text columns."""
     cols = ["C", out.metric, *SWEEP_COLUMNS]
     lines = [cols]
@@ -171,7 +181,7 @@ def format_sweep_table(out) -> str:
     return "\n".join("  ".join(x.rjust(w[i]) for i, x in enumerate(line)) for line in lines)
 
 
-def write_sweep_table(out, path: str, doc: dict) -> None:
+def write_sweep_table(out: SweepOutcome, path: str, doc: dict) -> None:
     """``--sweep-table``: CSV when the name ends in ``.csv``, else one JSON document."""
     import csv
 

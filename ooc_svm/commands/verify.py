@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from .._util import json_text
+
+if TYPE_CHECKING:
+    import argparse
 
 #: at most this many damaged shards are named (the count covers all)
 MAX_LISTED = 20
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
 
     p = sub.add_parser(
@@ -38,7 +42,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     import time
 
     from ..progress import Meter, progress_mode

@@ -96,7 +96,7 @@ class StreamingTreeReduce:
     and the Dask engine (a task tree) reduce identical partials bit for bit identically.
     """
 
-    def __init__(self, reduce: Callable[[Any, Any], Any]):
+    def __init__(self, reduce: Callable[[Any, Any], Any]) -> None:
         self.reduce = reduce
         self._stack: list[tuple[int, Any]] = []
         self.count = 0
@@ -129,7 +129,7 @@ class ShardStub:
 
     __slots__ = ("index", "row_start", "n_rows", "nnz", "name")
 
-    def __init__(self, index: int, row_start: int, n_rows: int, nnz: int, name: str = ""):
+    def __init__(self, index: int, row_start: int, n_rows: int, nnz: int, name: str = "") -> None:
         self.index = index
         self.row_start = row_start
         self.n_rows = n_rows
@@ -302,7 +302,7 @@ class WorkerScratch:
     workers too, e.g. with ``engine.map_state``).
     """
 
-    def __init__(self, kind: str, key: str | None = None):
+    def __init__(self, kind: str, key: str | None = None) -> None:
         self.kind = kind
         self.key = key or uuid.uuid4().hex
         self._entries: dict[Any, Any] = {}

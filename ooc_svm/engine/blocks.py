@@ -79,14 +79,14 @@ class Blocked:
         fn: Callable[[Any, Any], Any],
         reduce: Callable[[Any, Any], Any],
         block_nnz: int | None = None,
-    ):
+    ) -> None:
         self.fn = fn
         self.reduce = reduce
         #: None: :data:`BLOCK_NNZ` as it is when a pass runs
         self.block_nnz = block_nnz
         self.__name__ = getattr(fn, "__name__", "blocked")
 
-    def blocks(self, shard) -> list:
+    def blocks(self, shard: Shard) -> list:
         """The row blocks of ``shard`` (a shard without rows, e.g. a stub, is one block).
 
         Kept on the shard object, so a cached shard is split once, not on every pass."""

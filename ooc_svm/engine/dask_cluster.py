@@ -148,7 +148,7 @@ class DaskConnection:
             raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
 
     @property
-    def client(self):
+    def client(self) -> Client | None:
         return self._client
 
     def _connected(self) -> Client:

@@ -66,7 +66,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -92,11 +92,9 @@ from .dask_worker import (
 if TYPE_CHECKING:
     from distributed import Client
 
-log = logging.getLogger(__name__)
+    from ..store.base import Store
 
-# ------------------------------------------------------------------------------------------
-# client side
-# ------------------------------------------------------------------------------------------
+log = logging.getLogger(__name__)
 
 
 class _StateRef:
@@ -178,7 +176,7 @@ class DaskEngine(DaskConnection, Engine):
         prefetch: int | None = None,
         n_threads: int | None = None,
         **cluster_kwargs: Any,
-    ):
+    ) -> None:
         self.scheduler = str(scheduler)
         self._address = self.scheduler
         spec = parse_cache_mb(cache_mb if cache_mb is not None else 0)
@@ -506,7 +504,9 @@ class DaskEngine(DaskConnection, Engine):
             self.partial_passes += 1
 
     # -- state ----------------------------------------------------------------------------
-    def init_state(self, store, init: Callable[[Any, int], Any], shards=None) -> ShardState:
+    def init_state(
+        self, store: Store, init: Callable[[Any, int], Any], shards: Iterable[int] | None = None
+    ) -> ShardState:
         """Per-shard state computed on the workers by ``init(shard_info, shard_index)``.
 
         The state futures have their ``init`` call as lineage, so Dask recomputes them if a
@@ -533,7 +533,9 @@ class DaskEngine(DaskConnection, Engine):
             items.append(_StateRef(f))
         return ShardState(self, store.n_shards, items, ids)
 
-    def set_state(self, store, items: list[Any], shards=None) -> ShardState:
+    def set_state(
+        self, store: Store, items: list[Any], shards: Iterable[int] | None = None
+    ) -> ShardState:
         """Per-shard state from values on the client (e.g. a checkpoint), sent to workers."""
         return self._guarded(self._set_state, store, items, shards)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._util import auto_cache_bytes
 from .base import (
@@ -21,6 +21,9 @@ from .base import (
 )
 from .dask_tree import _node_value, tree_nodes
 from .reader import ShardCache, readonly, shard_reader
+
+if TYPE_CHECKING:
+    from ..store.base import Store
 
 # ------------------------------------------------------------------------------------------
 # worker side (module level: pickled by reference)
@@ -31,7 +34,7 @@ _W_STORES: dict[tuple[str, str], tuple[Any, Callable]] = {}
 _W_CACHE = ShardCache(0)
 
 
-def store_identity(store) -> str:
+def store_identity(store: Store) -> str:
     """Identity of a store's contents, independent of the path it was opened by.
 
     The shard table (names, sizes, checksums) and shape; the client sends it with every task

@@ -89,7 +89,7 @@ class LocalEngine(Engine):
         local_reads: int = 2,
         inline_nnz: int = 1_000_000,
         readahead: int | None = None,
-    ):
+    ) -> None:
         self.n_threads = int(n_threads or cpu_count())
         self.prefetch = max(0, int(prefetch))
         self.io_threads = int(io_threads or max(1, min(self.prefetch, 4)))

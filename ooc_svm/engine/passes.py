@@ -6,14 +6,17 @@ They are what the engine tests and ``scripts/bench_pass.py`` run, and small exam
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..kernels.csr import csr_matvec, hinge_violated, u32
 
+if TYPE_CHECKING:
+    from ..store.format import Shard
 
-def margins_pass(shard, bc) -> list[np.ndarray]:
+
+def margins_pass(shard: Shard, bc: Any) -> list[np.ndarray]:
     """Partial = [X·w + b] of the shard (reduce with ``concat_partials``); bc = (w, b)."""
     w, b = bc
     out = np.empty(shard.n_rows, dtype=np.float64)
@@ -21,7 +24,7 @@ def margins_pass(shard, bc) -> list[np.ndarray]:
     return [out]
 
 
-def hinge_pass(shard, bc) -> tuple[np.ndarray, float, float, float]:
+def hinge_pass(shard: Shard, bc: Any) -> tuple[np.ndarray, float, float, float]:
     """The cutting-plane oracle over a shard: (Σ_viol yᵢxᵢ, #viol, Σ hinge, Σ_viol yᵢ·bias).
 
     ``bc = (w, bias_value, w_bias)``; labels are used as given (expects ±1).
@@ -43,7 +46,7 @@ def hinge_pass(shard, bc) -> tuple[np.ndarray, float, float, float]:
     return g, float(cnt), float(hinge), float(gb)
 
 
-def hinge_state_pass(shard, bc, st) -> tuple[Any, np.ndarray]:
+def hinge_state_pass(shard: Shard, bc: Any, st: Any) -> tuple[Any, np.ndarray]:
     """Like :func:`hinge_pass` but keeps the shard's margins as per-shard state.
 
     Partial = (g, #viol, hinge, gb, Σ|m - previous m|); the new state is the margins.

@@ -20,11 +20,15 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..store.base import held_bytes
 from ..store.format import Shard
+
+if TYPE_CHECKING:
+    from ..store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +69,7 @@ def materialize(shard: Shard) -> Shard:
     )
 
 
-def shard_reader(store, fast: bool = True) -> Callable[[int], Shard]:
+def shard_reader(store: Store, fast: bool = True) -> Callable[[int], Shard]:
     """Function ``read(i) -> Shard`` (read-only arrays) for this store.
 
     Uses the store's own reader (``store.shard_reader(fast)``, validated shards). A store
@@ -83,7 +87,7 @@ def shard_reader(store, fast: bool = True) -> Callable[[int], Shard]:
     return lambda i: readonly(read(i))
 
 
-def shard_files(store, sid: int) -> list[str]:
+def shard_files(store: Store, sid: int) -> list[str]:
     """The local files of shard ``sid`` (a Zarr shard's folder, or its ``.parquet`` file) for
     read-ahead hints; ``[]`` for a remote store, a view's transform-only shard, or a layout
     not found on disk (the hint is then simply not given)."""
@@ -118,7 +122,7 @@ def read_ahead(files: list[str]) -> None:
 _TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def store_token(store) -> str:
+def store_token(store: Store) -> str:
     """Identity of a store's contents: path + shard table (changes on overwrite / append)."""
     try:
         return _TOKENS[store]
@@ -146,7 +150,7 @@ class ShardCache:
     (oldest first) to make room, entries of the store being read are kept. Thread-safe.
     """
 
-    def __init__(self, budget_bytes: int = 0):
+    def __init__(self, budget_bytes: int = 0) -> None:
         self.budget = int(max(0, budget_bytes))
         self.used = 0
         self.hits = 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numba import njit
@@ -369,8 +369,8 @@ def sq_norms(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.nd
 
 
 def kernel_matrix(
-    X,
-    Y,
+    X: Any,
+    Y: Any,
     kernel: str = "rbf",
     gamma: float | None = None,
     degree: int = 3,

@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from ..model import Model
+    from ..store.format import StoreMeta
 
 SOLVER_MODULES = {
     "perf": "ooc_svm.solvers.perf",
@@ -153,7 +156,7 @@ def check_finite(result: Result, solver: str, where: str = "") -> None:
             )
 
 
-def get_solver(name: str):
+def get_solver(name: str) -> ModuleType:
     """Import and return the solver module for ``--solver name``."""
     if name not in SOLVER_MODULES:
         raise SolverError(f"unknown solver {name!r}; choose one of {', '.join(SOLVER_MODULES)}")
@@ -199,7 +202,7 @@ def lazy_exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
     return __getattr__
 
 
-def binary_classes(meta) -> tuple[float, float]:
+def binary_classes(meta: StoreMeta) -> tuple[float, float]:
     """(negative, positive) label values of a binary store: the smaller value is negative."""
     labels = meta.labels or []
     if meta.label_kind == "ordinal":

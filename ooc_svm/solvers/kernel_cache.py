@@ -41,7 +41,7 @@ class KernelCache:
         larger than the whole budget is returned but not stored.
     """
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max(0, int(max_bytes))
         self._d: OrderedDict[int, np.ndarray] = OrderedDict()
         self.nbytes = 0
@@ -171,7 +171,7 @@ class SlotCache:
     stats : int64 (4,)             hits, misses, evictions, clock
     """
 
-    def __init__(self, max_bytes: int, n_keys: int, length: int):
+    def __init__(self, max_bytes: int, n_keys: int, length: int) -> None:
         per = max(4 * int(length), 4)
         n_slots = max(2, int(max_bytes) // per)
         n_slots = max(2, min(n_slots, int(n_keys)))
@@ -193,7 +193,7 @@ class SlotCache:
             + self.last_used.nbytes
         )
 
-    def arrays(self):
+    def arrays(self) -> tuple[np.ndarray, ...]:
         """``(buf, slot_key, slot_of, slot_gen, last_used, stats)`` for numba functions."""
         return self.buf, self.slot_key, self.slot_of, self.slot_gen, self.last_used, self.stats
 

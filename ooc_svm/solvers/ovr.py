@@ -23,10 +23,11 @@ from .params import SolverParams, parse_class_weight
 if TYPE_CHECKING:
     from ..checkpoint import Checkpointer
     from ..engine import Engine
+    from ..store.base import Store
 
 
 def train_ovr(
-    store,
+    store: Store,
     mod: ModuleType,
     engine: Engine,
     params: SolverParams,

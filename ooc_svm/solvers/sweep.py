@@ -31,10 +31,20 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import Callback, Result, SolverError, binary_classes
 from .params import SolverParams
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import numpy as np
+
+    from ..engine.base import Engine
+    from ..model import Model
+    from ..store.base import Store
+    from ..store.format import StoreMeta
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +110,7 @@ def parse_c_values(values: str | float | Sequence[float]) -> list[float]:
     return sorted(out)
 
 
-def sweep_mode(mod, params: Any, meta) -> str:
+def sweep_mode(mod: ModuleType, params: Any, meta: StoreMeta) -> str:
     """How :func:`solve_sweep` trains the C values of ``mod`` on a store with ``meta``."""
     name = getattr(params, "SOLVER", "")
     if meta.label_kind == "multiclass":  # one-vs-rest per C (perf: all fused)
@@ -116,9 +126,9 @@ def sweep_mode(mod, params: Any, meta) -> str:
 
 
 def solve_sweep(
-    store,
-    engine,
-    mod,
+    store: Store,
+    engine: Engine,
+    mod: ModuleType,
     params: SolverParams,
     Cs: Sequence[float],
     *,
@@ -264,7 +274,9 @@ def _solve_warm(mod, name: str, store, engine, p, cb, prev, tmp: str, k: int) ->
     return warm_fn(store, engine, p, prev, callback=cb)
 
 
-def warm_start_from_model(model, C: float, n_rows: int):
+def warm_start_from_model(
+    model: Model, C: float, n_rows: int
+) -> tuple[np.ndarray, np.ndarray, Any, float]:
     """Starting point of a dual solver at ``C`` from a model of the same store trained at
     ``model.info["C"]``: ``(gids, coef, sv, intercept)`` with ``gids`` sorted global rows,
     ``coef`` = yᵢαᵢ·C/C_old (|coef| clipped to C), ``sv`` the CSR rows of the support vectors

@@ -32,7 +32,7 @@ import os
 import stat
 import threading
 from collections.abc import Callable, Hashable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from .format import (
     shard_checksum,
 )
 from .paths import get_fs, is_local, local_path, remote_errors
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 #: a JSON document describing one Zarr array is a few hundred bytes
 MAX_ARRAY_META_BYTES = 1 << 16
@@ -117,7 +120,12 @@ def file_id(st: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def read_file(
-    fs, root: str, rel: str, max_bytes: int, what: str, limit: str = "its declared size allows"
+    fs: AbstractFileSystem,
+    root: str,
+    rel: str,
+    max_bytes: int,
+    what: str,
+    limit: str = "its declared size allows",
 ) -> tuple[bytes, FileId]:
     """Bytes of ``root/rel`` (local or fsspec), refusing non-regular or too large files."""
     path = f"{root}/{rel}"
@@ -244,7 +252,7 @@ class BufferPool:
     free buffers are kept (oldest dropped first).
     """
 
-    def __init__(self, max_free_bytes: int):
+    def __init__(self, max_free_bytes: int) -> None:
         self.max_free_bytes = max(0, int(max_free_bytes))
         self.free_bytes = 0
         self.reused = 0
@@ -310,7 +318,7 @@ class _SizeMismatch(Exception):
     """A file's size differs from the size the shard table declares."""
 
 
-def load_meta_json(fs, root: str, rel: str, path: str) -> dict[str, Any]:
+def load_meta_json(fs: AbstractFileSystem, root: str, rel: str, path: str) -> dict[str, Any]:
     """Parse a store's metadata JSON (bounded size, regular file) into a dict."""
     limit = f"bytes ({MAX_META_BYTES >> 20} MiB, about 100,000 shards) store metadata is limited to"
     raw, _ = read_file(fs, root, rel, MAX_META_BYTES, path, limit)

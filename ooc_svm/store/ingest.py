@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ LABEL_KIND_CHOICES = ("auto", "binary", "ordinal", "multiclass", "real")
 # ------------------------------------------------------------------------------------------
 # Public API
 # ------------------------------------------------------------------------------------------
-def ingest(inputs: str | Sequence[str], store: str, **options) -> StoreMeta:
+def ingest(inputs: str | Sequence[str], store: str, **options: Any) -> StoreMeta:
     """Ingest SVMlight / LIBSVM text files into a store; returns the store's metadata.
 
     Parameters

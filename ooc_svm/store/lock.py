@@ -13,9 +13,12 @@ import logging
 import os
 import socket
 import threading
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from .format import StoreError
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +106,7 @@ class StoreLock(_Lock):
     """Exclusive writer lock of the local store directory ``root`` (use as a context manager
     or call :meth:`acquire` / :meth:`release`)."""
 
-    def __init__(self, root: str, display: str | None = None):
+    def __init__(self, root: str, display: str | None = None) -> None:
         self.root = root
         self.display = display or root
         self.path = os.path.join(root, LOCK_NAME)
@@ -145,7 +148,7 @@ class RemoteStoreLock(_Lock):
     """Exclusive writer lock ``root/.lock`` of a store on an object store (fsspec ``fs``),
     created with a conditional write (fails when it exists)."""
 
-    def __init__(self, fs, root: str, display: str | None = None):
+    def __init__(self, fs: AbstractFileSystem, root: str, display: str | None = None) -> None:
         self.fs = fs
         self.root = root
         self.display = display or root

@@ -36,7 +36,7 @@ def _codec(name: str) -> str:
 
 
 class ParquetShardWriter:
-    def __init__(self, path: str, compression: str = "zstd"):
+    def __init__(self, path: str, compression: str = "zstd") -> None:
         self.path = path
         self.compression = compression
         self.fs, self.root = get_fs(path)
@@ -71,7 +71,7 @@ class ParquetShardWriter:
         atomic_write_bytes(self.fs, f"{self.root}/{META_FILE}", meta.to_json().encode())
 
 
-def table_arrays(table, has_qid: bool) -> tuple:
+def table_arrays(table: pa.Table, has_qid: bool) -> tuple:
     """CSR arrays of one shard's Arrow table: (indptr int64, indices int32, data float32,
     y float64, qid int64 or None)."""
     idx = table.column("indices").combine_chunks()
@@ -106,7 +106,7 @@ class ParquetStore(ShardGuard):
 
     backend = "parquet"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = str(path)
         self._fs, root, local = store_fs(self.path)
         self._init_guard(local, root)

@@ -26,8 +26,12 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .format import StoreError
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 #: the extra that installs the file-system package of a protocol
 _EXTRAS = {"s3": "s3", "s3a": "s3"}
@@ -79,7 +83,7 @@ def _storage_options(protocol: str) -> dict:
     return {"config_kwargs": ck}
 
 
-def get_fs(path: str):
+def get_fs(path: str) -> tuple[AbstractFileSystem, str]:
     """Return ``(filesystem, root)`` for a path or URL.
 
     Raises
@@ -128,7 +132,7 @@ def temp_sibling(path: str, tag: str = "tmp") -> str:
     return f"{head}/{name}" if head else name
 
 
-def atomic_write_bytes(fs, path: str, payload: bytes) -> None:
+def atomic_write_bytes(fs: AbstractFileSystem, path: str, payload: bytes) -> None:
     """Write ``payload`` to ``path`` so readers see either the old or the new content.
 
     Local: write a temporary file, then rename it. Object stores (``fs.pipe_file``): one PUT
@@ -150,7 +154,7 @@ def atomic_write_bytes(fs, path: str, payload: bytes) -> None:
     fs.mv(tmp, path)
 
 
-def is_local_fs(fs) -> bool:
+def is_local_fs(fs: AbstractFileSystem) -> bool:
     """Whether an fsspec file system is the local one."""
     proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return proto in ("file", "local")
@@ -174,7 +178,9 @@ def _endpoint(fs) -> str:
     )
 
 
-def describe_remote_error(path: str, e: BaseException, fs=None) -> str | None:
+def describe_remote_error(
+    path: str, e: BaseException, fs: AbstractFileSystem | None = None
+) -> str | None:
     """A one-line explanation of an error of a remote file system, or None if not one."""
     name = type(e).__name__
     text = str(e).splitlines()[0] if str(e) else name
@@ -206,7 +212,7 @@ def describe_remote_error(path: str, e: BaseException, fs=None) -> str | None:
 
 
 @contextlib.contextmanager
-def remote_errors(path: str, fs=None) -> Iterator[None]:
+def remote_errors(path: str, fs: AbstractFileSystem | None = None) -> Iterator[None]:
     """Turn errors of a remote file system into one-line :class:`StoreError` messages.
 
     Local paths pass errors through unchanged (their messages already name the file).
@@ -230,7 +236,7 @@ def remote_errors(path: str, fs=None) -> Iterator[None]:
         raise StoreError(msg) from None
 
 
-def check_bucket(fs, path: str) -> None:
+def check_bucket(fs: AbstractFileSystem, path: str) -> None:
     """Raise a one-line :class:`StoreError` when the bucket of a remote ``path`` is missing."""
     bucket = _bucket(path)
     with remote_errors(path, fs):

@@ -454,7 +454,7 @@ def parse_block(
     max_skip_records: int = 8,
     padded: bool = False,
     out: tuple | None = None,
-):
+) -> tuple:
     """Parse complete lines of SVMlight text into CSR arrays (one numba call, no GIL).
 
     Parameters
@@ -534,7 +534,7 @@ def _padded_text(buf: np.ndarray, n: int, padded: bool) -> np.ndarray:
     return buf
 
 
-def alloc_outputs(max_rows: int, max_nnz: int):
+def alloc_outputs(max_rows: int, max_nnz: int) -> tuple[np.ndarray, ...]:
     """Output arrays for :func:`parse_block`: indptr, indices, data, labels, qids."""
     return (
         np.empty(max_rows + 1, np.int64),
@@ -554,7 +554,9 @@ def rfind_newline(buf, end):
     return -1
 
 
-def resolve_fallbacks(buf, fallback, n_fallback, data, labels):
+def resolve_fallbacks(
+    buf: np.ndarray, fallback: np.ndarray, n_fallback: int, data: np.ndarray, labels: np.ndarray
+) -> list[tuple[int, int, int, int, int]]:
     """Convert the numbers the kernel left undecided with Python's ``float``.
 
     Returns a list of ``(slot, line, code)`` for values that turn out infinite (code

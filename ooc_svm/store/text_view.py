@@ -32,6 +32,7 @@ import tempfile
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -56,6 +57,10 @@ from .ingest_input import (
     _read_into,
 )
 from .ingest_parse import _fallback_error, _status_error
+
+if TYPE_CHECKING:
+    from .parquet_store import ParquetStore
+    from .zarr_store import ZarrStore
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +104,7 @@ class TextStore:
         shard_mb: float = DEFAULT_SHARD_MB,
         _scan: tuple | None = None,
         hash_bits: int | None = None,
-    ):
+    ) -> None:
         self.path = str(path)
         self.zero_based = bool(zero_based)
         self.hash_bits = None if hash_bits is None else int(hash_bits)
@@ -368,7 +373,9 @@ def is_store_path(path: str) -> bool:
     return p != "-" and ("://" in p or os.path.isdir(p))
 
 
-def open_input(path: str, n_features: int | None = None, **options):
+def open_input(
+    path: str, n_features: int | None = None, **options: Any
+) -> ZarrStore | ParquetStore | TextStore:
     """A store for a store path, a :class:`TextStore` for a text file (or ``"-"``).
 
     Parameters

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 class LabelIsClass:
     """Shard transform: labels become 1.0 where ``y == positive``, 0.0 elsewhere (picklable)."""
 
-    def __init__(self, positive: float):
+    def __init__(self, positive: float) -> None:
         self.positive = float(positive)
 
     def __call__(self, s: Shard) -> Shard:
@@ -79,7 +79,7 @@ class BinaryView(_TransformView):
 
     _kind = "binary"
 
-    def __init__(self, base, positive: float):
+    def __init__(self, base: Store, positive: float) -> None:
         self.base = base
         self.positive = float(positive)
         self.transform = LabelIsClass(self.positive)
@@ -101,7 +101,7 @@ class KeepShards:
     (its rows get the subset's consecutive row ids); any other shard becomes an empty shard.
     """
 
-    def __init__(self, new_start: dict[int, int], next_start: dict[int, int]):
+    def __init__(self, new_start: dict[int, int], next_start: dict[int, int]) -> None:
         self.new_start = new_start  # base row_start of a kept shard -> its subset row_start
         self.next_start = next_start  # base row_start of a dropped shard -> subset row_start
 
@@ -186,7 +186,7 @@ class DropRowFold:
     """Shard transform of :class:`RowFoldView` (picklable): rows of fold ``fold`` removed,
     the others renumbered from ``new_start``."""
 
-    def __init__(self, k: int, seed: int, fold: int, new_start: dict[int, int]):
+    def __init__(self, k: int, seed: int, fold: int, new_start: dict[int, int]) -> None:
         self.k, self.seed, self.fold, self.new_start = int(k), int(seed), int(fold), new_start
 
     def __call__(self, s: Shard) -> Shard:
@@ -212,7 +212,7 @@ class RowFoldView(_TransformView):
 
     _kind = "rowfold"
 
-    def __init__(self, base: Store, k: int, seed: int, fold: int, fold_nnz) -> None:
+    def __init__(self, base: Store, k: int, seed: int, fold: int, fold_nnz: Iterable[int]) -> None:
         self.base = base
         self.k, self.seed, self.fold = int(k), int(seed), int(fold)
         self.fold_nnz = tuple(int(v) for v in fold_nnz)

@@ -6,6 +6,8 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +28,10 @@ from .format import (
 from .lock import RemoteStoreLock, StoreLock
 from .paths import check_bucket, get_fs, is_local, local_path, remote_errors, temp_sibling
 
+if TYPE_CHECKING:
+    from .parquet_store import ParquetStore
+    from .zarr_store import ZarrStore
+
 # the backends (zarr, pyarrow) are imported when a store of their kind is opened or written:
 # reading a Zarr store needs neither package, and a command that opens no store none at all
 
@@ -38,7 +44,7 @@ def backend_from_path(path: str) -> str:
     return "parquet" if p.endswith((".parquet", ".pq")) else "zarr"
 
 
-def open_store(path: str):
+def open_store(path: str) -> ZarrStore | ParquetStore:
     """Open an existing store (Zarr or Parquet, detected from its contents).
 
     Raises
@@ -116,7 +122,7 @@ class StoreWriter:
         label_kind: str | None = None,
         n_features: int | None = None,
         hash_bits: int | None = None,
-    ):
+    ) -> None:
         self.path = str(path).rstrip("/")
         self.fs, self.root = get_fs(self.path)
         self._lock: StoreLock | RemoteStoreLock | None = None
@@ -432,7 +438,7 @@ class StoreWriter:
             self.abort()
 
 
-def write_store(path: str, shards, **kwargs) -> StoreMeta:
+def write_store(path: str, shards: Iterable[Shard], **kwargs: Any) -> StoreMeta:
     """Write an iterable of :class:`Shard` as a new store (convenience for tests and synth)."""
     with StoreWriter(path, **kwargs) as w:
         for s in shards:
@@ -440,7 +446,9 @@ def write_store(path: str, shards, **kwargs) -> StoreMeta:
         return w.commit()
 
 
-def csr_to_shards(X, y, qid=None, shard_rows: int = 10_000):
+def csr_to_shards(
+    X: Any, y: np.ndarray, qid: np.ndarray | None = None, shard_rows: int = 10_000
+) -> Iterator[Shard]:
     """Split an in-memory scipy CSR matrix and labels into shards (for tests and the Python API)."""
     import scipy.sparse as sp
 

@@ -38,7 +38,7 @@ def _zarr_store(path: str, mode: str):
     return zarr.storage.FsspecStore.from_url(str(path), read_only=(mode == "r"))
 
 
-def compressors_for(name: str):
+def compressors_for(name: str) -> list | None:
     """Zarr v3 compressor list for a compression name."""
     from zarr.codecs import BloscCodec, ZstdCodec
 
@@ -54,7 +54,7 @@ def compressors_for(name: str):
 class ZarrShardWriter:
     """Writes shards into a Zarr group at ``path`` (which must already exist or be creatable)."""
 
-    def __init__(self, path: str, compression: str = "zstd"):
+    def __init__(self, path: str, compression: str = "zstd") -> None:
         self.path = path
         self.compression = compression
         import zarr
@@ -136,7 +136,7 @@ class ZarrStore(ShardGuard):
 
     backend = "zarr"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = str(path)
         self._fs, root, local = store_fs(self.path)
         self._init_guard(local, root)

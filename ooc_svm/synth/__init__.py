@@ -52,6 +52,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -160,7 +161,7 @@ def synth(
     block_rows: int | None = None,
     threads: int | None = None,
     progress: Callable[[int], None] | None = None,
-    **options,
+    **options: Any,
 ) -> dict:
     """Write a synthetic dataset to ``out`` (SVMlight text or a store), streaming.
 

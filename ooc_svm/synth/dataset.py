@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -139,7 +140,7 @@ class SynthModel:
         Score thresholds: one for binary labels, ``ranks - 1`` for ordinal labels.
     """
 
-    def __init__(self, spec: SynthSpec):
+    def __init__(self, spec: SynthSpec) -> None:
         spec.validate()
         self.spec = spec
         d = int(spec.features)
@@ -194,14 +195,14 @@ class SynthModel:
         )
         return np.uint64(k[0]), np.uint64(k[1])
 
-    def label_scores(self, key_labels, row0: int, score: np.ndarray):
+    def label_scores(self, key_labels: Any, row0: int, score: np.ndarray) -> tuple[Any, Any]:
         """Jittered scores and label uniforms of rows ``row0 ..`` (see :func:`_label_draws`)."""
         s_out = np.empty_like(score)
         u = np.empty((score.shape[0], 2))
         _label_draws(np.int64(row0), score, key_labels, self.sigma, s_out, u)
         return s_out, u
 
-    def rows(self, key: np.uint64, row0: int, n: int):
+    def rows(self, key: np.uint64, row0: int, n: int) -> tuple:
         """Raw rows ``row0 .. row0+n-1`` of a stream: (indptr, indices, data, score)."""
         s = self.spec
         return _gen_block(

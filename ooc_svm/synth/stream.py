@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -94,7 +95,7 @@ def synth_blocks(
     split: str = "train",
     block_rows: int | None = None,
     threads: int | None = None,
-    **options,
+    **options: Any,
 ) -> Iterator[Shard]:
     """Generate a synthetic dataset as consecutive blocks of rows, without touching disk.
 
@@ -129,7 +130,9 @@ def synth_blocks(
     )
 
 
-def synth_matrix(rows: int, features: int, nnz_per_row: float, seed: int, **kwargs):
+def synth_matrix(
+    rows: int, features: int, nnz_per_row: float, seed: int, **kwargs: Any
+) -> tuple[Any, np.ndarray, np.ndarray | None]:
     """The whole dataset in memory: ``(X, y, qid)`` with ``X`` a scipy CSR matrix (float32).
 
     For tests and small benchmarks; keyword arguments as :func:`synth_blocks`.

@@ -180,7 +180,7 @@ class ActiveFactor:
         Relative pivot below which an appended column counts as dependent.
     """
 
-    def __init__(self, capacity: int = 64, dep_tol: float = DEP_TOL):
+    def __init__(self, capacity: int = 64, dep_tol: float = DEP_TOL) -> None:
         cap = max(4, int(capacity))
         self.dep_tol = float(dep_tol)
         self.R = np.zeros((cap, cap))

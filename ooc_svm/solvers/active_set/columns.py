@@ -30,7 +30,7 @@ class KernelColumns:
 
     def __init__(
         self, rows: WorkingRows, y: np.ndarray, kp: KernelParams, n_features: int, capacity: int
-    ):
+    ) -> None:
         self.ip, self.ix, self.data = rows.csr()
         self.sq = rows.sq_norms()
         self.y = y
@@ -111,7 +111,7 @@ class KernelColumns:
         self.released[s] = False
         self.p += 1
 
-    def fill(self, keys: np.ndarray, alphas: np.ndarray, block: np.ndarray | None = None):
+    def fill(self, keys: np.ndarray, alphas: np.ndarray, block: np.ndarray | None = None) -> None:
         """Add several members at once (block = K(W, keys) when already computed)."""
         keys = np.asarray(keys, dtype=np.int64)
         if keys.size == 0:
@@ -227,7 +227,7 @@ class KernelColumns:
             self.Qt, keys, self.slot[keys], np.ascontiguousarray(v, np.float64), np.empty(keys.size)
         )
 
-    def compacted(self, rows: WorkingRows, kept: np.ndarray, mapping: np.ndarray):
+    def compacted(self, rows: WorkingRows, kept: np.ndarray, mapping: np.ndarray) -> KernelColumns:
         """The same columns restricted to the rows ``kept`` (keys renamed by ``mapping``)."""
         new = KernelColumns.__new__(KernelColumns)
         new.ip, new.ix, new.data = rows.csr()
@@ -271,7 +271,7 @@ class LinearColumns:
 
     def __init__(
         self, rows: WorkingRows, y: np.ndarray, w: np.ndarray, alpha: np.ndarray, n_features: int
-    ):
+    ) -> None:
         self.ip, self.ix, self.data = rows.csr()
         self.y = y
         self.n = rows.n
@@ -291,7 +291,7 @@ class LinearColumns:
     def add(self, key: int, alpha_key: float) -> None:
         pass
 
-    def fill(self, keys, alphas, block=None) -> None:
+    def fill(self, keys: np.ndarray, alphas: np.ndarray, block: np.ndarray | None = None) -> None:
         pass
 
     def col(self, key: int, rows: np.ndarray | None = None) -> np.ndarray:
@@ -385,7 +385,7 @@ class LinearColumns:
         yk = self.y[keys]
         return yk * (X @ (X.T @ (yk * v)))
 
-    def compacted(self, rows: WorkingRows, kept: np.ndarray, mapping: np.ndarray):
+    def compacted(self, rows: WorkingRows, kept: np.ndarray, mapping: np.ndarray) -> LinearColumns:
         new = LinearColumns.__new__(LinearColumns)
         new.ip, new.ix, new.data = rows.csr()
         new.y = rows.y

@@ -95,6 +95,8 @@ from .working_set import S_FREE, S_UPPER, S_ZERO, Counters, WorkingSet
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
+    from ...engine.base import Engine
+    from ...store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -522,8 +524,8 @@ def _status(alpha: np.ndarray, C) -> np.ndarray:
 
 @interruptible
 def solve(
-    store,
-    engine,
+    store: Store,
+    engine: Engine,
     params: Params,
     *,
     callback: Callback | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -74,7 +75,14 @@ def _dense_transposed(indptr, indices, data, n_features: int) -> np.ndarray:
 
 
 def expansion_add(
-    indptr, indices_u32, data, sq, exp_rows, kp: KernelParams, n_features: int, out: np.ndarray
+    indptr: np.ndarray,
+    indices_u32: np.ndarray,
+    data: np.ndarray,
+    sq: np.ndarray,
+    exp_rows: Any,
+    kp: KernelParams,
+    n_features: int,
+    out: np.ndarray,
 ) -> np.ndarray:
     """out += Σⱼ coefⱼ K(xᵢ, dⱼ) for the CSR rows x against the expansion ``exp_rows``."""
     d_ip, d_ix, d_data, d_sq, coef = exp_rows

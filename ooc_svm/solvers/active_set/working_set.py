@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -113,7 +114,7 @@ class WorkingSet:
         rows: WorkingRows,
         G: np.ndarray,
         status: np.ndarray,
-        columns,
+        columns: Any,
         factor: ActiveFactor,
         C: float,
         tol: float,
@@ -122,7 +123,7 @@ class WorkingSet:
         shrink_after: int | None = None,
         seed: int = 0,
         costs: tuple[float, float] | None = None,
-    ):
+    ) -> None:
         self.rows = rows
         self.y = rows.y
         self.alpha = rows.alpha

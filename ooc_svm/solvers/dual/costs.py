@@ -3,6 +3,8 @@ set of rows."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ...engine.base import Engine
@@ -14,6 +16,9 @@ from ...kernels.kernel_functions import (
 )
 from ..reduce import none_is_identity
 from .rows import WorkingRows
+
+if TYPE_CHECKING:
+    from ...store.base import Store
 
 
 def dual_objective(rows: WorkingRows, kp: KernelParams, n_features: int) -> float:
@@ -44,7 +49,7 @@ def _label_counts_reduce(p, q):
 
 
 def dual_class_costs(
-    store, engine: Engine, params, neg: float, pos: float
+    store: Store, engine: Engine, params: Any, neg: float, pos: float
 ) -> tuple[float, float] | None:
     """``(C_neg, C_pos)`` of ``--class-weight`` (None without): C times each class's weight
     (LIBSVM ``-wi``); ``balanced`` counts the labels in one streamed pass."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +21,10 @@ from ...model import Model
 from .kkt import kkt_violation_pass
 from .rows import WorkingRows, shard_rows
 from .state import apply_alpha_updates, init_alpha_state
+
+if TYPE_CHECKING:
+    from ...store.base import Store
+    from .. import Result
 
 
 def make_model(
@@ -82,7 +87,7 @@ def _collect_fn(shard, positive, st):
 
 
 def collect_support_vectors(
-    store, engine: Engine, state: ShardState, positive: float, fn: Callable | None = None
+    store: Store, engine: Engine, state: ShardState, positive: float, fn: Callable | None = None
 ) -> WorkingRows:
     """The rows with α > 0 (with α) from the per-shard state, in one streamed pass.
 
@@ -104,7 +109,7 @@ class DualFinish:
 
 
 def finish_dual(
-    store,
+    store: Store,
     engine: Engine,
     sv: WorkingRows,
     intercept: float,
@@ -172,7 +177,9 @@ def finish_dual(
     return DualFinish(model=model, kkt=kkt)
 
 
-def finish_run(run, sv: WorkingRows, intercept: float, info, check: bool = True) -> DualFinish:
+def finish_run(
+    run: Any, sv: WorkingRows, intercept: float, info: Any, check: bool = True
+) -> DualFinish:
     """:func:`finish_dual` of an active-set or irwls run (``run`` has ``store``, ``engine``,
     ``kp``, ``C``, ``costs``, ``tol``, ``neg`` and ``pos``), keeping the dual coefficients
     (a C sweep starts its next value from them)."""
@@ -185,7 +192,7 @@ def finish_run(run, sv: WorkingRows, intercept: float, info, check: bool = True)
 
 
 def dual_result(
-    run,
+    run: Any,
     model: Model,
     primal: float,
     dual: float,
@@ -194,7 +201,7 @@ def dual_result(
     stop_value: float,
     summary: dict,
     hit_max_iter: bool,
-):
+) -> Result:
     """The :class:`~ooc_svm.solvers.Result` of an active-set or irwls run (``run`` has
     ``converged``, ``engine``, ``passes0`` and ``history``); an unconverged run stopped at
     ``max_iter`` when ``hit_max_iter``, else it stalled."""

@@ -8,6 +8,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
 
 
 class CheckpointClock:
@@ -19,7 +23,7 @@ class CheckpointClock:
     state, so a resumed run is the same whichever iterations were saved.
     """
 
-    def __init__(self, seconds: float = 60.0, ratio: float = 10.0):
+    def __init__(self, seconds: float = 60.0, ratio: float = 10.0) -> None:
         self.seconds = float(seconds)
         self.ratio = float(ratio)
         self.last = time.perf_counter()
@@ -28,7 +32,7 @@ class CheckpointClock:
     def due(self) -> bool:
         return time.perf_counter() - self.last >= min(self.seconds, self.ratio * self.cost)
 
-    def maybe_save(self, checkpoint, write: Callable[[], None]) -> None:
+    def maybe_save(self, checkpoint: Checkpointer | None, write: Callable[[], None]) -> None:
         """Call ``write()`` when there is a ``checkpoint`` and a save is due; time it."""
         if checkpoint is None or not self.due():
             return

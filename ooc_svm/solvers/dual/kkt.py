@@ -3,6 +3,8 @@ intercept in one streamed pass (largest violation, LIBSVM's m(α) − M(α))."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ...engine.base import Engine, ShardState
@@ -10,6 +12,9 @@ from ...expansion import (
     Expansion,
 )
 from ..reduce import none_is_identity
+
+if TYPE_CHECKING:
+    from ...store.base import Store
 
 
 def _kkt_fn(shard, bc, st):
@@ -77,7 +82,7 @@ def _bound(C):
 
 
 def kkt_violation_pass(
-    store,
+    store: Store,
     engine: Engine,
     state: ShardState,
     expansion: Expansion,

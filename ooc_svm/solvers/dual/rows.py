@@ -3,7 +3,7 @@ fetched in one streamed pass over only the shards that hold them, and their chec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,9 @@ from .state import split_updates_by_shard
 
 if TYPE_CHECKING:  # imported where used: linear models never need scipy
     import scipy.sparse as sp
+
+    from ...store.base import Store
+    from ...store.format import Shard
 
 
 @dataclass
@@ -81,7 +84,7 @@ class WorkingRows:
             np.zeros(0),
         )
 
-    def take(self, idx) -> WorkingRows:
+    def take(self, idx: np.ndarray) -> WorkingRows:
         """The rows at local positions ``idx`` (a new, compact CSR)."""
         idx = np.asarray(idx)
         idx = np.flatnonzero(idx) if idx.dtype == bool else idx.astype(np.int64, copy=False)
@@ -121,7 +124,9 @@ class WorkingRows:
         )
 
 
-def shard_rows(shard, local_idx, positive: float, alpha=None) -> WorkingRows:
+def shard_rows(
+    shard: Shard, local_idx: np.ndarray, positive: float, alpha: np.ndarray | None = None
+) -> WorkingRows:
     """Rows ``local_idx`` of a shard as :class:`WorkingRows` (labels mapped to ±1)."""
     local_idx = np.asarray(local_idx, dtype=np.int64)
     y = np.where(shard.y[local_idx] == positive, 1.0, -1.0)
@@ -150,7 +155,7 @@ def _fetch_fn(shard, bc, st=None):
 
 
 def fetch_rows(
-    store, engine: Engine, gids, positive: float, state: ShardState | None = None
+    store: Store, engine: Engine, gids: np.ndarray, positive: float, state: ShardState | None = None
 ) -> WorkingRows:
     """Bring the global rows ``gids`` into memory (α from ``state`` when given, else 0).
 
@@ -185,6 +190,6 @@ def rows_to_arrays(rows: WorkingRows, prefix: str) -> dict[str, np.ndarray]:
     return {f"{prefix}{k}": getattr(rows, k) for k in ROW_ARRAYS}
 
 
-def rows_from_arrays(arrays, prefix: str) -> WorkingRows:
+def rows_from_arrays(arrays: Mapping[str, np.ndarray], prefix: str) -> WorkingRows:
     """The :class:`WorkingRows` that :func:`rows_to_arrays` saved under ``prefix``."""
     return WorkingRows(*(arrays[f"{prefix}{k}"] for k in ROW_ARRAYS))

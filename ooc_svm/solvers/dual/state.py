@@ -3,16 +3,22 @@ by global row, and its checkpoint form."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ...engine.base import Engine, ShardState
+
+if TYPE_CHECKING:
+    from ...checkpoint import CheckpointData
+    from ...store.base import Store
 
 
 def _zeros_for(info, _i):
     return np.zeros(int(info.n_rows), dtype=np.float64)
 
 
-def init_alpha_state(engine: Engine, store) -> ShardState:
+def init_alpha_state(engine: Engine, store: Store) -> ShardState:
     """Per-shard state: a zero float64 α array per shard."""
     return engine.init_state(store, _zeros_for)
 
@@ -27,7 +33,7 @@ def _apply_updates_fn(shard, bc, st):
     return None, st
 
 
-def split_updates_by_shard(store, gids: np.ndarray) -> list[int]:
+def split_updates_by_shard(store: Store, gids: np.ndarray) -> list[int]:
     """Shard ids that hold any of the (sorted) global rows ``gids``."""
     if len(gids) == 0:
         return []
@@ -36,7 +42,9 @@ def split_updates_by_shard(store, gids: np.ndarray) -> list[int]:
     return sorted(set(int(s) for s in np.unique(sids)))
 
 
-def apply_alpha_updates(store, engine: Engine, state: ShardState, gids, values) -> None:
+def apply_alpha_updates(
+    store: Store, engine: Engine, state: ShardState, gids: np.ndarray, values: np.ndarray
+) -> None:
     """Set α[gid] = value in the per-shard state (visits only the shards concerned)."""
     gids = np.asarray(gids, dtype=np.int64)
     values = np.asarray(values, dtype=np.float64)
@@ -55,7 +63,9 @@ def shard_states_to_save(engine: Engine, state: ShardState, names: tuple[str, st
     return [{n0: a} if b is None else {n0: a, n1: b} for a, b in engine.gather_state(state)]
 
 
-def resume_shard_states(checkpoint, store, engine: Engine, names: tuple[str, str]):
+def resume_shard_states(
+    checkpoint: Any, store: Store, engine: Engine, names: tuple[str, str]
+) -> tuple[CheckpointData, ShardState] | None:
     """``(data, state)`` of the checkpoint to resume from, or None without one: the saved
     per-shard ``(names[0], names[1])`` states, checked against the store's shards (one
     ``names[0]`` value per row) and handed to the engine."""

@@ -108,7 +108,7 @@ import functools
 import logging
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -157,6 +157,8 @@ from .working_set import irwls_working_set
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
+    from ...engine.base import Engine
+    from ...store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -513,8 +515,8 @@ class _Run:
 
 @interruptible
 def solve(
-    store,
-    engine,
+    store: Store,
+    engine: Engine,
     params: Params,
     *,
     callback: Callback | None = None,
@@ -547,7 +549,9 @@ def solve(
 
 
 @interruptible
-def solve_warm(store, engine, params: Params, init, *, callback: Callback | None = None) -> Result:
+def solve_warm(
+    store: Store, engine: Engine, params: Params, init: Any, *, callback: Callback | None = None
+) -> Result:
     """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
     store with its dual coefficients; β starts at its α scaled by C/C_old (:meth:`_Run.warm`)."""
     return _train(store, engine, params, callback, None, init)

@@ -47,6 +47,8 @@ from .params import DEFAULTS, DENSE_VECTORS, LOSSES, VARIANTS, Params
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
+    from ...engine.base import Engine
+    from ...store.base import Store
 
 #: names imported from a submodule on first use (the package itself stays light: ``train``
 #: reads ``Params`` and ``STOPPING_RULE`` to build its flags without loading numba);
@@ -131,8 +133,8 @@ SUPPORTS_CHECKPOINT = True
 
 
 def solve(
-    store,
-    engine,
+    store: Store,
+    engine: Engine,
     params: Params,
     *,
     callback: Callback | None = None,

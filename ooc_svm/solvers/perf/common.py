@@ -72,7 +72,7 @@ class _Progress:
 
 def perf_result(
     prog: _Progress,
-    ws,
+    ws: Any,
     model: Model,
     objective: float,
     iterations: int,
@@ -183,7 +183,9 @@ def emit_start(run: Any, objective: float, xi: float, **extra: Any) -> None:
     run.prog.emit({**rec, **extra})
 
 
-def iteration_done(run: Any, objective: float, xi: float, lower_bound, **extra: Any) -> bool:
+def iteration_done(
+    run: Any, objective: float, xi: float, lower_bound: float | None, **extra: Any
+) -> bool:
     """The history record of iteration ``run.it``; True when the run stops there: converged
     (``run.stop <= run.eps``, which sets ``run.converged``) or at ``max_iter``."""
     rec = {

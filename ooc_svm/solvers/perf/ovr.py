@@ -16,6 +16,8 @@ from .passes import pass_many, reduce_many
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
+    from ...engine.base import Engine
+    from ...store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +26,8 @@ SUPPORTS_OVR_CHECKPOINT = True
 
 
 def solve_ovr(
-    store,
-    engine,
+    store: Store,
+    engine: Engine,
     params: Params,
     classes: list[float],
     *,
@@ -79,7 +81,7 @@ def solve_ovr(
 
 
 def run_fused(
-    store, engine, steps: list, label: str, what: str, level: int = logging.INFO
+    store: Store, engine: Engine, steps: list, label: str, what: str, level: int = logging.INFO
 ) -> list[Result]:
     """Run problem generators (:func:`~.error._error_steps`) to the end, each round fusing
     the passes all unfinished problems need into one streamed pass (:func:`pass_many`).

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._util import mem_available_bytes
 from .. import SolverError, binary_classes
 from ..params import KERNELS, SolverParams, param, parse_class_weight
+
+if TYPE_CHECKING:
+    from ...store.format import StoreMeta
 
 #: dense float64 vectors over the features perf holds at once per problem (w, w_b, w_c,
 #: w_c − w_b, the two-column copy for the pass, the new cut and temporaries), all within
@@ -95,7 +99,7 @@ class Params(SolverParams):
     )
 
     @classmethod
-    def from_mapping(cls, params=None, **kw):
+    def from_mapping(cls, params: Mapping[str, Any] | None = None, **kw: Any) -> Params:
         given = {k: v for k, v in {**(params or {}), **kw}.items() if v is not None}
         if "C" in given and "c_perf" in given:
             raise SolverError(
@@ -154,19 +158,19 @@ class Params(SolverParams):
             )
         return mib
 
-    def validate(self, meta) -> None:
+    def validate(self, meta: StoreMeta) -> None:
         super().validate(meta)
         self.resolve_loss(meta)
         self.check_dense(meta)
 
-    def dense_vectors(self, meta) -> int:
+    def dense_vectors(self, meta: StoreMeta) -> int:
         """Dense vectors over the features this run holds at once (per problem)."""
         loss = self.loss or ("ordinal" if meta.label_kind == "ordinal" else "error")
         if self.variant == "accelerated" and loss == "error":
             return DENSE_VECTORS_ACCELERATED
         return DENSE_VECTORS
 
-    def check_dense(self, meta, copies: int = 1) -> None:
+    def check_dense(self, meta: StoreMeta, copies: int = 1) -> None:
         """Refuse up front a store whose dense vectors would not fit ``dense_limit_mb``.
 
         perf keeps about ``DENSE_VECTORS`` dense float64 vectors over the features (w, the
@@ -189,7 +193,7 @@ class Params(SolverParams):
                 "or raise --dense-limit-mb"
             )
 
-    def resolve_loss(self, meta) -> str:
+    def resolve_loss(self, meta: StoreMeta) -> str:
         """The loss for this store (default: error for binary, ordinal for rank labels)."""
         loss = self.loss
         if loss is None:

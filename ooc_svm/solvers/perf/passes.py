@@ -9,6 +9,7 @@ non-zeros.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from ...kernels.perf import (
     merge_sparse_rows,
     scores_two,
 )
+
+if TYPE_CHECKING:
+    from ...store.format import Shard
 
 #: stores with more columns than this (and than 2 × a shard's non-zeros) accumulate cutting
 #: planes per shard over the shard's distinct columns only
@@ -43,7 +47,7 @@ def _compact_min_dim() -> int:
 REMAP_MIN_DIM = 1 << 20
 
 
-def shard_columns(shard, ix: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def shard_columns(shard: Any, ix: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(the shard's distinct columns, sorted; each entry's position among them): built once
     per shard object and kept with it (``shard._perf_colmap``), so that a shard the engine
     caches between passes is not sorted again every pass. ``ix``: the shard's columns in
@@ -72,7 +76,7 @@ def shard_columns(shard, ix: np.ndarray | None = None) -> tuple[np.ndarray, np.n
     return cols, gidx
 
 
-def pass_column_counts(shard, bc):
+def pass_column_counts(shard: Shard, bc: Any) -> dict[str, Any]:
     """Non-zeros per column of a shard, as a compact accumulator ``("s", columns, (1, len)
     counts, dim)`` (``bc = (dim,)``): the counting pass of :func:`column_remap`."""
     (dim,) = bc
@@ -80,7 +84,7 @@ def pass_column_counts(shard, bc):
     return {"g": ("s", cols.astype(np.int64), counts[None, :].astype(np.float64), int(dim))}
 
 
-def column_remap(acc, dim: int) -> tuple[np.ndarray, np.ndarray]:
+def column_remap(acc: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """The remapped column space of a wide store from its column counts (the reduced
     :func:`pass_column_counts`): ``(gmap, cols)`` where ``gmap[j]`` (int32, length ``dim``)
     is column j's new id (-1: a column no row holds) and ``cols[k]`` the column of new id k.
@@ -106,7 +110,7 @@ def column_remap(acc, dim: int) -> tuple[np.ndarray, np.ndarray]:
     return gmap, cols
 
 
-def remapped_indices(shard, gmap: np.ndarray) -> np.ndarray:
+def remapped_indices(shard: Any, gmap: np.ndarray) -> np.ndarray:
     """The shard's column ids in the remapped space (uint32), computed once per shard object
     and kept with it (``shard._perf_remap``, keyed by the map's length and size)."""
     key = (gmap.shape[0], _map_key(gmap))
@@ -155,7 +159,7 @@ def _finish_accumulator(acc, cols, dim: int, with_bias: bool):
     return ("s", cols, vals, dim)
 
 
-def merge_acc(a, b):
+def merge_acc(a: Any, b: Any) -> Any:
     """Sum of two accumulators (dense arrays or compact tuples); densifies when it pays."""
     if a is None:
         return b
@@ -186,7 +190,7 @@ def merge_acc(a, b):
     return ("s", cols, vals, dim)
 
 
-def acc_cut(acc, p: int, upto: bool = False, n: float = 1.0):
+def acc_cut(acc: Any, p: int, upto: bool = False, n: float = 1.0) -> Any:
     """Row ``p`` (``upto``: rows 0..p summed) of an accumulator divided by ``n``, for
     :meth:`~.working_set.WorkingSet.add`: a dense float64 vector, or for a compact
     accumulator a sparse ``(columns, values)`` pair (its non-zeros only), never densified."""
@@ -199,7 +203,7 @@ def acc_cut(acc, p: int, upto: bool = False, n: float = 1.0):
     return cols[keep], v[keep]
 
 
-def acc_row(acc, p: int, upto: bool = False) -> np.ndarray:
+def acc_row(acc: Any, p: int, upto: bool = False) -> np.ndarray:
     """Dense float64 row ``p`` of an accumulator (``upto``: sum of rows 0..p, a prefix sum)."""
     if isinstance(acc, np.ndarray):
         return acc[: p + 1].sum(axis=0) if upto else acc[p].copy()
@@ -209,7 +213,7 @@ def acc_row(acc, p: int, upto: bool = False) -> np.ndarray:
     return out
 
 
-def reduce_cut(a, b):
+def reduce_cut(a: Any, b: Any) -> Any:
     """Reduce for the pass partials: dicts whose ``"g"`` entry is an accumulator."""
     if a is None:
         return b
@@ -226,7 +230,7 @@ def reduce_cut(a, b):
 # ------------------------------------------------------------------------------------------
 
 
-def pass_single(shard, bc):
+def pass_single(shard: Shard, bc: Any) -> dict[str, Any]:
     """Algorithm 1 lines 5–7 at one point w: count, hinge sum and Σ_{violated} yᵢx̃ᵢ.
 
     ``bc = (w, w_bias, bias, pos, dim[, (s_neg, s_pos)[, gmap]])``: with the optional
@@ -251,7 +255,7 @@ def pass_single(shard, bc):
     }
 
 
-def pass_segment(shard, bc):
+def pass_segment(shard: Shard, bc: Any) -> dict[str, Any]:
     """Accelerated pass: hinge sums along w_b + k(w_c − w_b) and cuts at grid points.
 
     ``bc = (w2, tb, tc, bias, pos, dim, kv, kg[, (s_neg, s_pos)[, gmap]])``: the optional
@@ -286,19 +290,19 @@ single_blocks = Blocked(pass_single, reduce_cut)
 segment_blocks = Blocked(pass_segment, reduce_cut)
 
 
-def pass_count_pos(shard, bc):
+def pass_count_pos(shard: Shard, bc: Any) -> dict[str, Any]:
     """Rows of the positive class ``bc = (pos,)`` in a shard (``--class-weight balanced``)."""
     (pos,) = bc
     return {"n_pos": np.array([float(np.count_nonzero(np.asarray(shard.y) == pos))])}
 
 
-def pass_labels(shard, bc):
+def pass_labels(shard: Shard, bc: Any) -> list[tuple[np.ndarray, ...]]:
     """Labels (and qids) of a shard, for the ranking losses."""
     q = shard.qid if shard.qid is not None else np.zeros(0, dtype=np.int64)
     return [(np.asarray(shard.y, dtype=np.float64).copy(), np.asarray(q, dtype=np.int64).copy())]
 
 
-def pass_scores(shard, bc):
+def pass_scores(shard: Shard, bc: Any) -> list[tuple[np.ndarray, ...]]:
     """w·xᵢ for every row (one point) or (w_b·xᵢ, w_c·xᵢ) (two points)."""
     w2, two = bc
     n = shard.n_rows
@@ -312,7 +316,7 @@ def pass_scores(shard, bc):
     return [(ob, oc)]
 
 
-def pass_accumulate(shard, bc, st):
+def pass_accumulate(shard: Shard, bc: Any, st: Any) -> tuple[dict, Any]:
     """Σᵢ coefᵢ xᵢ with the per-row coefficients kept as per-shard state."""
     (dim,) = bc
     acc, gidx, _, cols = _new_accumulator(shard, dim, 1, False)
@@ -320,13 +324,13 @@ def pass_accumulate(shard, bc, st):
     return {"g": _finish_accumulator(acc, cols, dim, False)}, st
 
 
-def pass_many(shard, bc):
+def pass_many(shard: Shard, bc: Any) -> list:
     """Several problems' passes over one shard read once: ``bc`` is a list of
     ``(pass function, broadcast)``; returns the list of their partials."""
     return [fn(shard, b) for fn, b in bc]
 
 
-def reduce_many(a, b):
+def reduce_many(a: Any, b: Any) -> Any:
     """Reduce of :func:`pass_many` partials, problem by problem."""
     if a is None:
         return b

@@ -5,6 +5,7 @@ histogram threshold, deterministic tie-breaking)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,6 +16,9 @@ from ...kernels.perf_selective import (
     threshold_rows,
 )
 from .passes import _finish_accumulator, _new_accumulator, reduce_cut
+
+if TYPE_CHECKING:
+    from ...store.format import Shard
 
 #: step lengths on the segment w_b + k(w_c − w_b) at which a pass measures P and a plane
 GRID = np.array([0.0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0])
@@ -67,7 +71,14 @@ def segment_keys(mb: np.ndarray, mc: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return key, np.abs(1.0 - mc)
 
 
-def closest_rows(indptr, mb, mc, cand, row_start: int, budget: int) -> np.ndarray:
+def closest_rows(
+    indptr: np.ndarray,
+    mb: np.ndarray,
+    mc: np.ndarray,
+    cand: np.ndarray,
+    row_start: int,
+    budget: int,
+) -> np.ndarray:
     """The rows of ``cand`` with the smallest (``key``, ``key2``, :func:`_tie`) that fit
     ``budget`` bytes, in that order."""
     cand = np.ascontiguousarray(cand, dtype=np.int64)
@@ -77,7 +88,16 @@ def closest_rows(indptr, mb, mc, cand, row_start: int, budget: int) -> np.ndarra
     return chosen[: int(select_prefix(indptr, chosen, ROW_BYTES, NZ_BYTES, budget))]
 
 
-def select_rows(indptr, indices, data, ys, mb, mc, row_start: int, budget: int) -> dict:
+def select_rows(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    ys: np.ndarray,
+    mb: np.ndarray,
+    mc: np.ndarray,
+    row_start: int,
+    budget: int,
+) -> dict:
     """The rows with the smallest (``key``, ``key2``, :func:`_tie`) that fit ``budget``
     bytes, as a selection dict (CSR slices in that order, labels ±1, keys)."""
     n = mb.shape[0]
@@ -92,7 +112,7 @@ def selection_bytes(sel: dict) -> int:
     return ROW_BYTES * sel["key"].shape[0] + NZ_BYTES * sel["indices"].shape[0]
 
 
-def pass_select(shard, bc):
+def pass_select(shard: Shard, bc: Any) -> dict[str, Any]:
     """One streamed pass on the segment w_b + k(w_c − w_b): hinge sums and cutting planes at
     the grid ``kg`` (as the accelerated pass), plus the shard's candidate rows for the
     selection and a histogram of its bytes by segment key (:func:`segment_keys`).
@@ -146,7 +166,18 @@ def pass_select(shard, bc):
     }
 
 
-def take_rows(indptr, indices, data, y, pos, mb, mc, row_start, rows, budget) -> dict:
+def take_rows(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    y: np.ndarray,
+    pos: float,
+    mb: np.ndarray,
+    mc: np.ndarray,
+    row_start: int,
+    rows: np.ndarray,
+    budget: int,
+) -> dict:
     """The listed rows of a shard as an (unsorted) selection dict."""
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     key, key2 = segment_keys(mb[rows], mc[rows])
@@ -185,7 +216,7 @@ def shard_quota(n_rows: int, nnz: int, budget: int, store_bytes: int) -> int:
     return int(min(budget, math.floor(SHARE * budget * own / max(1, store_bytes))))
 
 
-def reduce_select(a, b):
+def reduce_select(a: Any, b: Any) -> Any:
     """Reduce of :func:`pass_select` partials: planes and histograms summed, the shards'
     candidate lists concatenated (in shard order; merged once, by the driver). Every shard
     returns at most its quota, so all partials alive at once hold at most ``SHARE`` times

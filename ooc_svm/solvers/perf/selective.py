@@ -91,6 +91,7 @@ import logging
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -123,6 +124,11 @@ from .selection import (
     threshold_from_hist,
 )
 from .working_set import WorkingSet, _qp_atol, check_qp
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
+    from ...engine.base import Engine
+    from ...store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +274,18 @@ class _Inner:
         return self.gS / n, float(viol) / n
 
 
-def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, Cp: float):
+def segment(
+    inner: _Inner,
+    ws: WorkingSet,
+    gwb: Any,
+    gwc: Any,
+    wb: Any,
+    wc: Any,
+    mb: np.ndarray,
+    mc: np.ndarray,
+    C: float,
+    Cp: float,
+) -> tuple[Any, Any, Any, Any]:
     """Minimise F = max(P̃, M) on wb + k(wc − wb) (:func:`segment_min`), M the working set's
     model ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (``gwb``, ``gwc``: the gⱼ·wb, gⱼ·wc);
     returns (k, F(k), wc − wb, mc − mb)."""
@@ -284,7 +301,21 @@ def segment(inner: _Inner, ws: WorkingSet, gwb, gwc, wb, wc, mb, mc, C: float, C
     return k, f, dw, dm
 
 
-def segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, steps):
+def segment_min_threaded(
+    pool: ThreadPoolExecutor,
+    a0: float,
+    a1: float,
+    a2: float,
+    L0: float,
+    L1: float,
+    C: float,
+    Cp: float,
+    mb: np.ndarray,
+    dm: Any,
+    u: Any,
+    v: Any,
+    steps: int,
+) -> tuple[float, float]:
     """:func:`~ooc_svm.kernels.perf_selective.segment_min` with its sweeps of every row
     (the bracketing evaluations, the first ``LINE_POOL_STEPS`` halvings and the narrowing)
     on the threads of ``pool``, over chunks of ``LINE_CHUNK`` rows summed in chunk order
@@ -483,12 +514,12 @@ class _Run:
 
 
 def solve_selective(
-    store,
-    engine,
+    store: Store,
+    engine: Engine,
     params: Params | dict,
     *,
     callback: Callback | None = None,
-    checkpoint=None,
+    checkpoint: Checkpointer | None = None,
 ) -> Result:
     """Train a linear SVM (OP2) with the selective cutting-plane variant (module docstring).
 

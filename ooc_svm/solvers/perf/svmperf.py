@@ -61,7 +61,7 @@ import functools
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numba import njit
@@ -76,6 +76,12 @@ from .params import Params
 from .passes import _finish_accumulator, _new_accumulator, acc_row, merge_acc
 from .qp import smo_simplex_qp
 from .working_set import WorkingSet, _qp_atol, check_qp
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
+    from ...engine.base import Engine
+    from ...store.base import Store
+    from ...store.format import Shard
 
 log = logging.getLogger(__name__)
 
@@ -261,14 +267,14 @@ def assemble(part: dict) -> dict:
 # ------------------------------------------------------------------------------------------
 
 
-def init_stats(info, _i: int, inv_n: float) -> np.ndarray:
+def init_stats(info: Any, _i: int, inv_n: float) -> np.ndarray:
     """Per-shard state: (2, rows) mean = 1/n and variance 0 of each row's score."""
     st = np.zeros((2, int(info.n_rows)))
     st[0] = inv_n
     return st
 
 
-def pass_full(shard, bc, st):
+def pass_full(shard: Shard, bc: Any, st: Any) -> tuple[dict, Any]:
     """One full round on a shard (see :func:`full_round`); S's statistics from the driver
     (``bc`` rows, mean, var) are written back first. Returns (partial, state)."""
     wd, tb, bias, pos, dim, inv_n, rows, mean, var, budget = bc
@@ -303,7 +309,7 @@ def pass_full(shard, bc, st):
 
 
 @none_is_identity
-def reduce_full(a, b):
+def reduce_full(a: Any, b: Any) -> dict[str, Any]:
     """Reduce of :func:`pass_full` partials (cut, counts, S)."""
     return {
         "g": merge_acc(a["g"], b["g"]),
@@ -402,12 +408,12 @@ class _Run:
 
 
 def solve_svmperf(
-    store,
-    engine,
+    store: Store,
+    engine: Engine,
     params: Params | dict,
     *,
     callback: Callback | None = None,
-    checkpoint=None,
+    checkpoint: Checkpointer | None = None,
 ) -> Result:
     """Train a linear SVM (OP2) with SVMperf 3.00's loop and the dual-gap certificate.
 

@@ -26,7 +26,7 @@ class WorkingSet:
     aggregation: w and the dual value are unchanged, the dual stays a lower bound).
     """
 
-    def __init__(self, dim: int, limit_bytes: float):
+    def __init__(self, dim: int, limit_bytes: float) -> None:
         self.dim = int(dim)
         self.limit = float(limit_bytes)
         self.vecs: list[Any] = []
@@ -86,7 +86,7 @@ class WorkingSet:
                 )
         return v, size
 
-    def add(self, g, r: float, bound: bool = True) -> None:
+    def add(self, g: Any, r: float, bound: bool = True) -> None:
         """Add plane (g, r); g is a dense float64 vector of length ``dim`` or a sparse
         ``(sorted columns, float64 values)`` pair (then no dense vector is formed).
         ``bound``: then keep the set within ``limit`` (:meth:`_bound`)."""

@@ -33,7 +33,7 @@ the support vectors (kernel models need them), O(n_features) vectors and the ker
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import Callback, Result
 from .params import DEFAULTS, Params
@@ -42,6 +42,8 @@ __all__ = ["DEFAULTS", "STOPPING_RULE", "SUPPORTS_CHECKPOINT", "Params", "solve"
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
+    from ...engine.base import Engine
+    from ...store.base import Store
 
 #: ``--checkpoint`` works for wss2: in memory (state saved between chunks and every
 #: ``--checkpoint-seconds``) and out of core (saved after every outer iteration).
@@ -54,8 +56,8 @@ STOPPING_RULE = (
 
 
 def solve(
-    store,
-    engine,
+    store: Store,
+    engine: Engine,
     params: Params,
     *,
     callback: Callback | None = None,
@@ -73,7 +75,9 @@ def solve(
     return _solve(store, engine, params, callback, checkpoint)
 
 
-def solve_warm(store, engine, params: Params, init, *, callback: Callback | None = None) -> Result:
+def solve_warm(
+    store: Store, engine: Engine, params: Params, init: Any, *, callback: Callback | None = None
+) -> Result:
     """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
     store with its dual coefficients (trained at ``init.info["C"]``). wss2 in memory starts
     from its α scaled into the box (α·C/C_old, yᵀα = 0 kept) and computes the gradient from
