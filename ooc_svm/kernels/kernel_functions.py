@@ -239,15 +239,11 @@ def kernel_block(
     out,
 ):
     """out[i, j] = K(a_i, b_j) (dense, shape (n_a, n_b)); returns ``out``."""
-    na = a_indptr.shape[0] - 1
-    nb = b_indptr.shape[0] - 1
-    for i in range(na):
-        scatter_row(a_indptr, a_indices, a_data, i, work)
-        sqi = a_sq[i]
-        for j in range(nb):
-            d = gather_dot(b_indptr, b_indices, b_data, j, work)
-            out[i, j] = kernel_from_dot(code, d, sqi, b_sq[j], gamma, degree, coef0)
-        clear_row(a_indptr, a_indices, i, work)
+    for i in range(a_indptr.shape[0] - 1):
+        kernel_row(
+            a_indptr, a_indices, a_data, a_sq, i, b_indptr, b_indices, b_data, b_sq,
+            code, gamma, degree, coef0, work, out[i],
+        )  # fmt: skip
     return out
 
 
@@ -313,10 +309,23 @@ def kernel_scores_csc(
     ``svt_indptr`` has n_features_sv + 1 entries (features beyond it have no SV entries);
     ``acc`` is a float64 scratch vector of length n_sv.
     """
-    na = a_indptr.shape[0] - 1
+    kernel_scores_csc_rows(
+        a_indptr, a_indices, a_data, a_sq, svt_indptr, svt_indices, svt_data, sv_sq, coef,
+        code, gamma, degree, coef0, 0, a_indptr.shape[0] - 1, acc, out,
+    )  # fmt: skip
+    return out
+
+
+@njit(cache=True, nogil=True)
+def kernel_scores_csc_rows(
+    a_indptr, a_indices, a_data, a_sq, svt_indptr, svt_indices, svt_data, sv_sq, coef,
+    code, gamma, degree, coef0, r0, r1, acc, out,
+):  # fmt: skip
+    """:func:`kernel_scores_csc` for the rows ``r0 .. r1 - 1`` of ``a`` (``acc``: scratch of
+    length n_sv); the serial kernel and every chunk of the parallel one."""
     nsv = sv_sq.shape[0]
     nft = svt_indptr.shape[0] - 1
-    for i in range(na):
+    for i in range(r0, r1):
         for j in range(nsv):
             acc[j] = 0.0
         for k in range(a_indptr[i], a_indptr[i + 1]):
@@ -330,7 +339,6 @@ def kernel_scores_csc(
         for j in range(nsv):
             s += coef[j] * kernel_from_dot(code, acc[j], sqi, sv_sq[j], gamma, degree, coef0)
         out[i] = s
-    return out
 
 
 @njit(cache=True, nogil=True)

@@ -33,10 +33,12 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .csr import merge_dot as merge_span_dot
 from .kernel_functions import (
     clear_row,
     gather_dot,
     kernel_from_dot,
+    kernel_scores_csc_rows,
     scatter_row,
 )
 
@@ -101,23 +103,11 @@ def merge_dot(a_indptr, a_indices, a_data, i, b_indptr, b_indices, b_data, j):
     :func:`~.kernel_functions.gather_dot` of b_j against a scattered a_i, bit for bit (a
     product of two float32 values is exact in float64; the terms gather adds beyond the
     common features are zeros)."""
-    p = a_indptr[i]
-    pe = a_indptr[i + 1]
-    q = b_indptr[j]
-    qe = b_indptr[j + 1]
-    s = 0.0
-    while p < pe and q < qe:
-        ca = a_indices[p]
-        cb = b_indices[q]
-        if ca == cb:
-            s += np.float64(b_data[q]) * np.float64(a_data[p])
-            p += 1
-            q += 1
-        elif ca < cb:
-            p += 1
-        else:
-            q += 1
-    return s
+    # (a product of two numbers is the same in either order: csr.merge_dot's a·b is b·a)
+    return merge_span_dot(
+        a_indices, a_data, a_indptr[i], a_indptr[i + 1],
+        b_indices, b_data, b_indptr[j], b_indptr[j + 1],
+    )  # fmt: skip
 
 
 @njit(cache=True, nogil=True)
@@ -234,23 +224,10 @@ def _scores_csc_chunk(
     a_indptr, a_indices, a_data, a_sq, svt_indptr, svt_indices, svt_data, sv_sq, coef,
     code, gamma, degree, coef0, r0, r1, out,
 ):  # fmt: skip
-    nsv = sv_sq.shape[0]
-    nft = svt_indptr.shape[0] - 1
-    acc = np.empty(nsv)
-    for i in range(r0, r1):
-        for j in range(nsv):
-            acc[j] = 0.0
-        for k in range(a_indptr[i], a_indptr[i + 1]):
-            f = a_indices[k]
-            if f < nft:
-                v = float(a_data[k])
-                for q in range(svt_indptr[f], svt_indptr[f + 1]):
-                    acc[svt_indices[q]] += v * svt_data[q]
-        sqi = a_sq[i]
-        s = 0.0
-        for j in range(nsv):
-            s += coef[j] * kernel_from_dot(code, acc[j], sqi, sv_sq[j], gamma, degree, coef0)
-        out[i] = s
+    kernel_scores_csc_rows(
+        a_indptr, a_indices, a_data, a_sq, svt_indptr, svt_indices, svt_data, sv_sq, coef,
+        code, gamma, degree, coef0, r0, r1, np.empty(sv_sq.shape[0]), out,
+    )  # fmt: skip
 
 
 @njit(parallel=True, cache=True, nogil=True)

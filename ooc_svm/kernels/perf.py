@@ -121,6 +121,21 @@ def _violated_range(mb, d, kg):
     return 0, 0
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _add_violated_row(indptr, gidx, data, i, yi, bias, bias_slot, lo, hi, ng, D, cnt):
+    """Row i (label ``yi``), violated on the grid points ``[lo, hi)``, into the difference
+    arrays of the cutting planes: added to ``D[lo]`` / ``cnt[lo]``, subtracted at ``hi``."""
+    cnt[lo] += 1
+    for k in range(indptr[i], indptr[i + 1]):
+        D[lo, gidx[k]] += yi * data[k]
+    D[lo, bias_slot] += yi * bias
+    if hi < ng:
+        cnt[hi] -= 1
+        for k in range(indptr[i], indptr[i + 1]):
+            D[hi, gidx[k]] -= yi * data[k]
+        D[hi, bias_slot] -= yi * bias
+
+
 @njit(cache=True, nogil=True)
 def cut_segment(
     indptr, indices, gidx, data, y, pos, w2, tb, tc, kv, kg, hv, D, cnt, bias, bias_slot
@@ -155,17 +170,8 @@ def cut_segment(
             if m < 1.0:
                 hv[q] += 1.0 - m
         lo, hi = _violated_range(mb, d, kg)
-        if lo >= hi:
-            continue
-        cnt[lo] += 1
-        for k in range(indptr[i], indptr[i + 1]):
-            D[lo, gidx[k]] += yi * data[k]
-        D[lo, bias_slot] += yi * bias
-        if hi < ng:
-            cnt[hi] -= 1
-            for k in range(indptr[i], indptr[i + 1]):
-                D[hi, gidx[k]] -= yi * data[k]
-            D[hi, bias_slot] -= yi * bias
+        if lo < hi:
+            _add_violated_row(indptr, gidx, data, i, yi, bias, bias_slot, lo, hi, ng, D, cnt)
 
 
 @njit(cache=True, nogil=True)
@@ -217,6 +223,55 @@ def _fen_prefix(tree, i):
 
 
 @njit(cache=True, nogil=True)
+def _rank_sweep(order, s, r, starts, n_ranks, cplus, cminus, write):
+    """The two Fenwick-tree sweeps of :func:`rank_cut` (``write``: store c⁺ and c⁻) and of
+    :func:`rank_loss` (not stored)."""
+    tree = np.zeros(n_ranks + 1, dtype=np.int64)
+    n_groups = starts.shape[0] - 1
+    viol = 0
+    loss = 0.0
+    for gi in range(n_groups):
+        a = starts[gi]
+        b = starts[gi + 1]
+        if b - a < 2:
+            if write:
+                for t in range(a, b):
+                    cplus[order[t]] = 0
+                    cminus[order[t]] = 0
+            continue
+        # c⁺: sweep by decreasing score; items with s > sᵢ − 1 have been added
+        tree[:] = 0
+        p = a
+        for t in range(a, b):
+            i = order[t]
+            thr = s[i] - 1.0
+            while p < b and s[order[p]] > thr:
+                _fen_add(tree, r[order[p]], 1)
+                p += 1
+            c = _fen_prefix(tree, r[i])
+            if write:
+                cplus[i] = c
+            viol += c
+            loss += c * (1.0 - s[i])
+        # c⁻: sweep by increasing score; items with s − 1 < sⱼ have been added (the same
+        # floating-point predicate as above, so Σc⁺ = Σc⁻ exactly)
+        tree[:] = 0
+        p = b - 1
+        added = 0
+        for t in range(b - 1, a - 1, -1):
+            j = order[t]
+            while p >= a and s[order[p]] - 1.0 < s[j]:
+                _fen_add(tree, r[order[p]], 1)
+                added += 1
+                p -= 1
+            c = added - _fen_prefix(tree, r[j] + 1)
+            if write:
+                cminus[j] = c
+            loss += c * s[j]
+    return viol, loss
+
+
+@njit(cache=True, nogil=True)
 def rank_cut(order, s, r, starts, n_ranks, cplus, cminus):
     """Most violated constraint of OP5 (Joachims 2006, Algorithm 2) for given scores.
 
@@ -238,82 +293,14 @@ def rank_cut(order, s, r, starts, n_ranks, cplus, cminus):
     -------
     (violated_pairs, loss) : Σ c⁺ᵢ and Σ_{(i,j)∈P} max(0, 1 − sᵢ + sⱼ).
     """
-    tree = np.zeros(n_ranks + 1, dtype=np.int64)
-    n_groups = starts.shape[0] - 1
-    viol = 0
-    loss = 0.0
-    for gi in range(n_groups):
-        a = starts[gi]
-        b = starts[gi + 1]
-        if b - a < 2:
-            for t in range(a, b):
-                cplus[order[t]] = 0
-                cminus[order[t]] = 0
-            continue
-        # c⁺: sweep by decreasing score; items with s > sᵢ − 1 have been added
-        tree[:] = 0
-        p = a
-        for t in range(a, b):
-            i = order[t]
-            thr = s[i] - 1.0
-            while p < b and s[order[p]] > thr:
-                _fen_add(tree, r[order[p]], 1)
-                p += 1
-            c = _fen_prefix(tree, r[i])
-            cplus[i] = c
-            viol += c
-            loss += c * (1.0 - s[i])
-        # c⁻: sweep by increasing score; items with s − 1 < sⱼ have been added (the same
-        # floating-point predicate as above, so Σc⁺ = Σc⁻ exactly)
-        tree[:] = 0
-        p = b - 1
-        added = 0
-        for t in range(b - 1, a - 1, -1):
-            j = order[t]
-            while p >= a and s[order[p]] - 1.0 < s[j]:
-                _fen_add(tree, r[order[p]], 1)
-                added += 1
-                p -= 1
-            c = added - _fen_prefix(tree, r[j] + 1)
-            cminus[j] = c
-            loss += c * s[j]
-    return viol, loss
+    return _rank_sweep(order, s, r, starts, n_ranks, cplus, cminus, True)
 
 
 @njit(cache=True, nogil=True)
 def rank_loss(order, s, r, starts, n_ranks):
     """Σ_{(i,j)∈P} max(0, 1 − sᵢ + sⱼ) and the number of violated pairs (see :func:`rank_cut`)."""
-    tree = np.zeros(n_ranks + 1, dtype=np.int64)
-    n_groups = starts.shape[0] - 1
-    viol = 0
-    loss = 0.0
-    for gi in range(n_groups):
-        a = starts[gi]
-        b = starts[gi + 1]
-        if b - a < 2:
-            continue
-        tree[:] = 0
-        p = a
-        for t in range(a, b):
-            i = order[t]
-            thr = s[i] - 1.0
-            while p < b and s[order[p]] > thr:
-                _fen_add(tree, r[order[p]], 1)
-                p += 1
-            c = _fen_prefix(tree, r[i])
-            viol += c
-            loss += c * (1.0 - s[i])
-        tree[:] = 0
-        p = b - 1
-        added = 0
-        for t in range(b - 1, a - 1, -1):
-            j = order[t]
-            while p >= a and s[order[p]] - 1.0 < s[j]:
-                _fen_add(tree, r[order[p]], 1)
-                added += 1
-                p -= 1
-            loss += (added - _fen_prefix(tree, r[j] + 1)) * s[j]
-    return viol, loss
+    none = np.zeros(0, dtype=np.int64)
+    return _rank_sweep(order, s, r, starts, n_ranks, none, none, False)
 
 
 @njit(cache=True, nogil=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .perf import _violated_range, row_dot2
+from .perf import _add_violated_row, _count_less_eq, _violated_range, row_dot2
 
 
 @njit(cache=True, nogil=True)
@@ -105,17 +105,8 @@ def cut_segment_margins(
             if m < 1.0:
                 hv[q] += 1.0 - m
         lo, hi = _violated_range(mb, d, kg)
-        if lo >= hi:
-            continue
-        cnt[lo] += 1
-        for k in range(indptr[i], indptr[i + 1]):
-            D[lo, gidx[k]] += yi * data[k]
-        D[lo, bias_slot] += yi * bias
-        if hi < ng:
-            cnt[hi] -= 1
-            for k in range(indptr[i], indptr[i + 1]):
-                D[hi, gidx[k]] -= yi * data[k]
-            D[hi, bias_slot] -= yi * bias
+        if lo < hi:
+            _add_violated_row(indptr, gidx, data, i, yi, bias, bias_slot, lo, hi, ng, D, cnt)
 
 
 @njit(cache=True, nogil=True)
@@ -273,15 +264,7 @@ def _segment_key(mb, mc):
 @njit(cache=True, nogil=True, inline="always")
 def _bucket(edges, x):
     """Number of ``edges`` (increasing) at or below ``x``."""
-    lo = 0
-    hi = edges.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if edges[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return _count_less_eq(edges, x)
 
 
 @njit(cache=True, nogil=True)
