@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import njit
 
+from .sparse_cut import sparse_sparse_dot
+
 if TYPE_CHECKING:  # imported where used: the linear paths never need scipy
     import scipy.sparse as sp
 
@@ -131,23 +133,8 @@ def row_sq_norms(indptr, indices, data, out):
 @njit(cache=True, nogil=True)
 def sparse_dot(a_indptr, a_indices, a_data, i, b_indptr, b_indices, b_data, j):
     """x_i·z_j by merging two sorted sparse rows (no workspace needed)."""
-    p = a_indptr[i]
-    pe = a_indptr[i + 1]
-    q = b_indptr[j]
-    qe = b_indptr[j + 1]
-    s = 0.0
-    while p < pe and q < qe:
-        ca = a_indices[p]
-        cb = b_indices[q]
-        if ca == cb:
-            s += float(a_data[p]) * float(b_data[q])
-            p += 1
-            q += 1
-        elif ca < cb:
-            p += 1
-        else:
-            q += 1
-    return s
+    p, pe, q, qe = a_indptr[i], a_indptr[i + 1], b_indptr[j], b_indptr[j + 1]
+    return sparse_sparse_dot(a_indices[p:pe], a_data[p:pe], b_indices[q:qe], b_data[q:qe])
 
 
 @njit(cache=True, nogil=True)

@@ -124,17 +124,16 @@ def ingest_with_stats(
     inputs, store
         As in :func:`ingest`.
     format : {"zarr", "parquet"}, optional
-        Store backend (default from the suffix of ``store``; with ``append`` the existing
-        store's).
+        Store backend (default from ``store``'s suffix; with ``append`` the store's).
     zero_based : bool
         Indices in the text start at 0 (default: at 1; column j = feature j + 1).
     shard_rows : int, optional
         At most this many rows per shard.
     shard_mb : float, optional
         At most this many MB of decoded CSR per shard (8 bytes per non-zero, 16 or 24 per
-        row). Default 64 when ``shard_rows`` is not given; both limits apply when both are.
+        row); default 64 without ``shard_rows``; both limits apply when both are given.
     append, overwrite : bool
-        Add rows to an existing store / replace an existing store.
+        Add rows to / replace an existing store.
     compression : {"zstd", "lz4", "none"}, optional
         Shard compression (default zstd; with ``append`` the store's).
     label_kind : {"auto", "binary", "ordinal", "multiclass", "real"}
@@ -143,27 +142,23 @@ def ingest_with_stats(
     n_features : int, optional
         Declared width; an index beyond it is an error.
     hash_bits : int, optional
-        Hash the features into 2^hash_bits columns (signed MurmurHash3 of the feature
-        number, as scikit-learn's ``FeatureHasher``; :mod:`ooc_svm.kernels.hashing`); entries
-        of a row that meet on one column are summed and counted as collisions in the
-        metadata (``meta.hashing``). Not with ``n_features``.
+        Hash the features into 2^hash_bits columns (signed MurmurHash3, as scikit-learn's
+        ``FeatureHasher``; :mod:`ooc_svm.kernels.hashing`); entries of a row that meet on
+        one column are summed, counted as collisions in ``meta.hashing``. Not with n_features.
     skip_invalid : bool
-        Skip invalid lines instead of failing; ``stats.skipped`` counts them and
-        ``stats.skip_report()`` names the first few (:func:`ingest` logs it as a warning).
+        Skip invalid lines (``stats.skipped``; ``stats.skip_report()`` names the first few).
     block_mb : float
         Text block size handed to the parser.
-    threads : int, optional
-        Parser threads (default: usable CPUs, at most 4).
-    writer_threads : int, optional
-        Threads compressing and writing shards (default: 2, or 1 with one parser thread).
+    threads, writer_threads : int, optional
+        Parser threads (default: usable CPUs, at most 4); threads compressing and writing
+        shards (default: 2, or 1 with one parser thread).
     progress : callable, optional
         Called with the number of input bytes consumed since the last call.
     """
     t0 = time.perf_counter()
     paths = _input_paths(inputs)
-    job = _make_job(
-        label_kind, shard_rows, shard_mb, n_features, block_mb, threads, zero_based, skip_invalid
-    )
+    job = _make_job(label_kind, shard_rows, shard_mb, n_features, block_mb, threads,
+                    zero_based, skip_invalid)  # fmt: skip
     job.progress = progress
     job.hash_bits = _check_hash_bits(hash_bits, n_features)
     store = os.fspath(store)
@@ -171,16 +166,12 @@ def ingest_with_stats(
     if append and (format is not None or compression is not None):
         _check_append_options(store, format, compression)
     stats = IngestStats(inputs=[i.source for i in infos], hash_bits=job.hash_bits)
-    with StoreWriter(
-        store,
-        backend=format or backend_from_path(store),
-        compression=compression,
-        overwrite=overwrite,
-        append=append,
+    writer = StoreWriter(
+        store, backend=format or backend_from_path(store), compression=compression,
+        overwrite=overwrite, append=append, n_features=n_features, hash_bits=job.hash_bits,
         label_kind=None if label_kind == "auto" else label_kind,
-        n_features=n_features,
-        hash_bits=job.hash_bits,
-    ) as writer:
+    )  # fmt: skip
+    with writer:
         _write_shards(writer, paths, infos, job, stats, writer_threads)
         writer.collisions = stats.collisions
         meta = writer.commit(sources=stats.inputs)

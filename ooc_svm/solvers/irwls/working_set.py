@@ -491,6 +491,22 @@ def irwls_working_set(
     best = (beta.copy(), float(b), pb.dual(beta), pb.violation(u, beta))
     if best[3] <= inner_tol:
         return SubproblemResult(beta, float(b), 0, True, best[3])
+    opts = (to_upper, corrections, switch_after, nonmonotone)
+    solved, best, it, line_searches = _irwls_iterations(pb, beta, b, u, best, max_inner, opts)
+    if solved is not None:
+        return solved
+    if best[3] <= inner_tol or not polish:
+        return SubproblemResult(best[0], best[1], it, best[3] <= inner_tol, best[3], line_searches)
+    return pb.polish(best, it, line_searches)
+
+
+def _irwls_iterations(pb: _Problem, beta: np.ndarray, b: float, u: np.ndarray, best: tuple,
+                      max_inner: int, opts: tuple) -> tuple:  # fmt: skip
+    """The IRWLS iterations of :func:`irwls_working_set` from the feasible (β, b): returns
+    (a solved :class:`SubproblemResult` or None, the best dual-feasible point, iterations,
+    line searches)."""
+    to_upper, corrections, switch_after, nonmonotone = opts
+    inner_tol = pb.inner_tol
     # 1 = S₁ (solved for), 2 = S₂ (β = 0), 3 = S₃ (β = C)
     sets = np.where(beta <= 0.0, 2, np.where(beta >= pb.Cv, 3, 1))
     p_hist = [pb.primal(beta, b, u)]
@@ -527,9 +543,8 @@ def irwls_working_set(
             if dv <= best[2] + 1e-12 * abs(best[2]):  # (rounding: flat duals of singular K)
                 best = (bf, float(b), dv, viol)
                 if viol <= inner_tol:
-                    return SubproblemResult(bf, float(b), it, True, viol, line_searches)
+                    done = SubproblemResult(bf, float(b), it, True, viol, line_searches)
+                    return done, best, it, line_searches
             elif viol <= inner_tol:
                 break  # solved, but an earlier point was lower: finish from that one
-    if best[3] <= inner_tol or not polish:
-        return SubproblemResult(best[0], best[1], it, best[3] <= inner_tol, best[3], line_searches)
-    return pb.polish(best, it, line_searches)
+    return None, best, it, line_searches
