@@ -56,21 +56,28 @@ def test_cold_pass_reads_every_shard_ahead(store, monkeypatch):
     w = np.random.default_rng(1).normal(size=X.shape[1])
     hinted: list[str] = []
     lock = threading.Lock()
-    real = local_mod.read_ahead
 
-    def record(files):
-        with lock:
-            hinted.extend(files)
-        real(files)
+    def recording(eng):
+        # hints are recorded when the pass issues them: the read-ahead thread may still be
+        # behind when the pass ends, and closing the engine cancels what it has not started
+        real_submit = eng._ra.submit
 
-    monkeypatch.setattr(local_mod, "read_ahead", record)
+        def submit(fn, *args, **kw):
+            if fn is local_mod.read_ahead:
+                with lock:
+                    hinted.extend(args[0])
+            return real_submit(fn, *args, **kw)
+
+        monkeypatch.setattr(eng._ra, "submit", submit)
+        return eng
+
     with LocalEngine(n_threads=2, prefetch=1, cache_mb=0, inline_nnz=0, readahead=3) as eng:
-        r1 = eng.map_reduce(st, _sum_margins, w)
+        r1 = recording(eng).map_reduce(st, _sum_margins, w)
     want = {f for i in range(st.n_shards) for f in shard_files(st, i)}
     assert set(hinted) == want and len(hinted) == len(want)  # each file once per pass
     with LocalEngine(n_threads=1, prefetch=0, cache_mb=0, inline_nnz=0, readahead=0) as eng:
         n0 = len(hinted)
-        r0 = eng.map_reduce(st, _sum_margins, w)
+        r0 = recording(eng).map_reduce(st, _sum_margins, w)
         assert len(hinted) == n0  # readahead=0: no hints
     np.testing.assert_array_equal(r1, r0)  # same fold, same bits
     np.testing.assert_allclose(r1[0], (X.astype(np.float64) @ w).sum(), rtol=1e-9)
