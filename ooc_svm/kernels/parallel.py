@@ -255,18 +255,25 @@ def kernel_scores_csc_par(
 
 
 @njit(cache=True, nogil=True)
+def dense_row_dots(indptr, indices, data, i, Dt, buf):
+    """buf[:] = x_i · Dt (row i of CSR rows, Dt dense, n_features × m)."""
+    m = Dt.shape[1]
+    for j in range(m):
+        buf[j] = 0.0
+    for k in range(indptr[i], indptr[i + 1]):
+        v = float(data[k])
+        row = Dt[indices[k]]
+        for j in range(m):
+            buf[j] += v * row[j]
+
+
+@njit(cache=True, nogil=True)
 def _dense_exp_chunk(indptr, indices, data, sq, Dt, dsq, coef, code, gamma, degree, coef0, r0, r1,
                      out):  # fmt: skip
     m = Dt.shape[1]
     buf = np.empty(m)
     for i in range(r0, r1):
-        for j in range(m):
-            buf[j] = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            v = float(data[k])
-            row = Dt[indices[k]]
-            for j in range(m):
-                buf[j] += v * row[j]
+        dense_row_dots(indptr, indices, data, i, Dt, buf)
         sqi = sq[i]
         s = 0.0
         for j in range(m):

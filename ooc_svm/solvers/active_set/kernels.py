@@ -10,7 +10,7 @@ from numba import njit
 
 from ...expansion import Expansion
 from ...kernels.kernel_functions import KernelParams, kernel_from_dot
-from ...kernels.parallel import dense_expansion_add_par, thread_share
+from ...kernels.parallel import dense_expansion_add_par, dense_row_dots, thread_share
 
 log = logging.getLogger(__name__)
 
@@ -19,26 +19,13 @@ log = logging.getLogger(__name__)
 # numba helpers
 # ------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _row_dots(indptr, indices, data, i, Dt, buf):
-    """buf[:] = x_i · Dt (row i of CSR rows, Dt dense, n_features × m)."""
-    m = Dt.shape[1]
-    for j in range(m):
-        buf[j] = 0.0
-    for k in range(indptr[i], indptr[i + 1]):
-        v = float(data[k])
-        row = Dt[indices[k]]
-        for j in range(m):
-            buf[j] += v * row[j]
-
-
-@njit(cache=True, nogil=True)
 def dense_kernel_block(indptr, indices, data, sq, Dt, dsq, code, gamma, degree, coef0, out):
     """out[i, j] = K(xᵢ, dⱼ) for CSR rows x and dense columns Dt (n_features, m)."""
     n = indptr.shape[0] - 1
     m = Dt.shape[1]
     for i in range(n):
         buf = out[i]
-        _row_dots(indptr, indices, data, i, Dt, buf)
+        dense_row_dots(indptr, indices, data, i, Dt, buf)
         sqi = sq[i]
         for j in range(m):
             buf[j] = kernel_from_dot(code, buf[j], sqi, dsq[j], gamma, degree, coef0)
