@@ -25,6 +25,18 @@ from pathlib import Path
 KEEP = 3
 
 
+#: :func:`sources_key` of this process, computed once
+_SOURCES: dict[Path, str] = {}
+
+
+def sources_key(root: Path) -> str:
+    """A digest of the name, mtime and size of every ``.py`` file under ``root`` (once per
+    process)."""
+    if root not in _SOURCES:
+        _SOURCES[root] = _sources_key(root)
+    return _SOURCES[root]
+
+
 def _sources_key(root: Path) -> str:
     h = hashlib.blake2b(digest_size=8)
     for p in sorted(root.rglob("*.py")):
@@ -58,7 +70,7 @@ def configure() -> str | None:
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ooc-svm" / "numba"
     install = base / hashlib.blake2b(str(root).encode(), digest_size=6).hexdigest()
     try:
-        current = install / _sources_key(root)
+        current = install / sources_key(root)
         current.mkdir(parents=True, exist_ok=True)
         os.utime(current)  # most recently used: kept by _prune
         probe = current / f".probe-{os.getpid()}"
