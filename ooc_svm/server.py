@@ -16,8 +16,8 @@ killed it). The server itself never runs a command and never starts a thread of 
 each fork starts from the same clean state; numpy's BLAS and pyarrow's allocator threads are
 fork-safe (both re-initialise in the child).
 
-Between commands, every few seconds of idleness, kernels that commands compiled and numba
-cached since are loaded too. After ``--idle`` seconds without a command the server exits;
+Kernels that commands compiled and numba cached since the start are loaded before the next
+fork (or within seconds when idle). After ``--idle`` seconds without a command the server exits;
 SIGTERM (``ooc-svm server stop``) ends it at once. Its log (one line per command) is
 ``<socket>.log``.
 """
@@ -102,6 +102,20 @@ def load_cached_kernels() -> int:
     return loaded
 
 
+def _cache_stamp() -> int:
+    """Latest change of numba's cache folders (a kernel cached, an index rewritten)."""
+    top = os.environ.get("NUMBA_CACHE_DIR")
+    if not top:
+        return 0
+    stamp = 0
+    for d, _, _ in os.walk(top):
+        try:
+            stamp = max(stamp, os.stat(d).st_mtime_ns)
+        except OSError:
+            pass
+    return stamp
+
+
 def _listen(path: Path) -> socket.socket:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
@@ -141,6 +155,7 @@ def serve(path: Path, idle_s: float) -> int:
     pidfile.write_text(json.dumps({"pid": os.getpid(), "started": time.time(), "idle_s": idle_s}))
     log.info("listening on %s (pid %d)", path, os.getpid())
     last = time.monotonic()
+    stamp = _cache_stamp()
     try:
         while True:
             sock.settimeout(min(_POLL_S, max(0.1, idle_s - (time.monotonic() - last))))
@@ -150,10 +165,13 @@ def serve(path: Path, idle_s: float) -> int:
                 if time.monotonic() - last >= idle_s:
                     log.info("idle for %.0f s: exiting", idle_s)
                     break
-                load_cached_kernels()
                 continue
             except InterruptedError:  # pragma: no cover - PEP 475 retries
                 continue
+            finally:  # kernels commands compiled since: every later fork has them
+                if (now := _cache_stamp()) != stamp:
+                    stamp = now
+                    log.info("%d newly cached kernels loaded", load_cached_kernels())
             last = time.monotonic()
             if os.fork() == 0:
                 sock.close()
@@ -212,13 +230,14 @@ def _supervise(conn: socket.socket, path: Path) -> None:
             end = {"signal": os.WTERMSIG(wstatus)}
         else:
             end = {"exit": os.waitstatus_to_exitcode(wstatus)}
-        server_link.send_message(conn, end)
         with open(path.with_suffix(".log"), "a") as f:
             f.write(
                 f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {pid} {json.dumps(end)} "
-                f"wall {wall:.3f} s CPU {usage.ru_utime + usage.ru_stime:.3f} s: "
+                f"wall {wall:.3f} s CPU {usage.ru_utime + usage.ru_stime:.3f} s "
+                f"RSS {usage.ru_maxrss / 1024:.0f} MiB: "
                 f"{json.dumps(request['argv'])}\n"
             )
+        server_link.send_message(conn, end)  # after the log line: it is there at the exit
         status = 0
     except Exception:  # the client falls back or reports a missing status
         traceback.print_exc()

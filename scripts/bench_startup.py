@@ -95,13 +95,41 @@ def prepare(name: str, src: str, work: str) -> tuple[str, str]:
 ENV: dict[str, str] | None = None
 
 
+#: ``XDG_RUNTIME_DIR`` of the warm server of ``--server`` (None: no server)
+SERVER_RUN: str | None = None
+#: a command line starting with this runs through the warm server
+VIA_SERVER = "@server"
+
+
+def _served_usage() -> tuple[float, float]:
+    """(CPU s, peak RSS MiB) of the last command the warm server ran (its log line)."""
+    import glob
+    import re
+
+    logs = glob.glob(os.path.join(SERVER_RUN or "", "ooc-svm", "*.log"))
+    lines = [ln for f in logs for ln in open(f) if " CPU " in ln]
+    m = re.search(r"CPU ([\d.]+) s RSS ([\d.]+) MiB", lines[-1])
+    assert m, lines[-1]
+    return float(m.group(1)), float(m.group(2))
+
+
 def wall(cmd: list[str]) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MiB) of one whole process, CPU = user + system time of the
     process and its threads (less sensitive than wall time to other load on a shared
-    machine). Its output is discarded; a failure stops the bench."""
+    machine). Its output is discarded; a failure stops the bench.
+
+    A command given as ``[VIA_SERVER, *cmd]`` runs ``cmd`` with the warm server's
+    ``XDG_RUNTIME_DIR``: its CPU time is the client's plus the command process's (the
+    server's log), its peak RSS the command process's (a fork counts the pages it shares
+    with the server)."""
+    served = cmd[0] == VIA_SERVER
+    env = ENV
+    if served:
+        cmd = cmd[1:]
+        env = {**(ENV if ENV is not None else os.environ), "XDG_RUNTIME_DIR": str(SERVER_RUN)}
     with tempfile.TemporaryFile() as err:
         t = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=ENV)
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         _, status, ru = os.wait4(p.pid, 0)
         dt = time.perf_counter() - t
         p.returncode = rc = os.waitstatus_to_exitcode(status)
@@ -109,6 +137,9 @@ def wall(cmd: list[str]) -> tuple[float, float, float]:
             err.seek(0)
             msg = err.read().decode(errors="replace")
             raise SystemExit(f"bench_startup: {' '.join(cmd)} failed ({rc}): {msg}")
+    if served:
+        cpu, rss = _served_usage()
+        return dt, ru.ru_utime + ru.ru_stime + cpu, rss
     return dt, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0
 
 
@@ -204,12 +235,17 @@ def main() -> int:
     ap.add_argument("--ll-eps", default=None, help="LIBLINEAR -e (default: its own, 0.1)")
     ap.add_argument("--no-warm", action="store_true", help="no untimed first run (big stores)")
     ap.add_argument(
+        "--server",
+        action="store_true",
+        help="also time ooc-svm through a warm server (`ooc-svm server start`), rows 'served'",
+    )
+    ap.add_argument(
         "--keep-env",
         action="store_true",
         help="run the commands with this environment as it is (PYTHONDONTWRITEBYTECODE kept)",
     )
     a = ap.parse_args()
-    global ENV
+    global ENV, SERVER_RUN
     if not a.keep_env:
         ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     ll = os.environ.get("LIBLINEAR_TRAIN")
@@ -231,6 +267,11 @@ def main() -> int:
         f"{'LL CPU':>7}{'ratio':>7}{'RSS MiB':>8}{'LL RSS':>7}{'dP':>7}   load"
     )
     ratios = []
+    if a.server:
+        SERVER_RUN = os.path.join(os.path.abspath(a.dir), "run")
+        os.makedirs(SERVER_RUN, exist_ok=True)
+        env = {**(ENV if ENV is not None else os.environ), "XDG_RUNTIME_DIR": SERVER_RUN}
+        subprocess.run([*ooc, "server", "start", "--idle-minutes", "60"], env=env, check=True)
     jobs = [(n, *prepare(n, os.path.join(src_dir, DATASETS[n]), a.dir)) for n in
             [d for d in a.datasets.split(",") if d]]  # fmt: skip
     for st in a.store or []:
@@ -243,23 +284,30 @@ def main() -> int:
         for variant in [v for v in a.variants.split(",") if v]:
             model = os.path.join(a.dir, f"{name}.{variant}.model")
             flags = ["--C", a.C, "--eps", a.eps, "--bias", "1", "--variant", variant]
+            train = [*ooc, "train", "--solver", "perf", *flags, store]
             cmds = {
-                "ooc": [*ooc, "train", "--solver", "perf", *flags, store, "-o", model]
-                + ["--overwrite", "-q"],
+                "ooc": [*train, "-o", model, "--overwrite", "-q"],
                 "ll": ll_cmd,
             }
+            if SERVER_RUN:
+                cmds["served"] = [VIA_SERVER, *train, "-o", model + ".served", "--overwrite"]
+                cmds["served"].append("-q")
             t, c, m = compare(cmds, a.repeat, warm=not a.no_warm)
-            mo, ml = statistics.median(t["ooc"]), statistics.median(t["ll"])
-            co, cl = statistics.median(c["ooc"]), statistics.median(c["ll"])
-            ro, rl = max(m["ooc"]), max(m["ll"])
-            ratios.append(mo / ml)
+            ml, cl, rl = statistics.median(t["ll"]), statistics.median(c["ll"]), max(m["ll"])
             dp = in_child("objective_gap", store, model, ll_model, a.C, a.eps)
-            print(
-                f"{name:<10}{variant:<12}{mo:>8.2f}{ml:>8.2f}{mo / ml:>7.2f}{co:>7.2f}{cl:>7.2f}"
-                f"{co / cl:>7.2f}{ro:>8.0f}{rl:>7.0f}{dp:>7.2f}   {load()}"
-                f"   (walls {_fmt(t['ooc'])} / {_fmt(t['ll'])})",
-                flush=True,
-            )
+            for k in [k for k in cmds if k != "ll"]:
+                mo, co, ro = statistics.median(t[k]), statistics.median(c[k]), max(m[k])
+                ratios.append(mo / ml)
+                label = variant if k == "ooc" else f"{variant}/served"
+                print(
+                    f"{name:<10}{label:<12}{mo:>8.2f}{ml:>8.2f}{mo / ml:>7.2f}{co:>7.2f}"
+                    f"{cl:>7.2f}{co / cl:>7.2f}{ro:>8.0f}{rl:>7.0f}{dp:>7.2f}   {load()}"
+                    f"   (walls {_fmt(t[k])} / {_fmt(t['ll'])})",
+                    flush=True,
+                )
+    if SERVER_RUN:
+        env = {**(ENV if ENV is not None else os.environ), "XDG_RUNTIME_DIR": SERVER_RUN}
+        subprocess.run([*ooc, "server", "stop"], env=env)
     helps = {"ooc-svm --help": [*ooc, "--help"], "ooc-svm train --help": [*ooc, "train", "--help"]}
     th, ch, _ = compare(helps, a.repeat)
     for k in helps:
