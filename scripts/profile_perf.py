@@ -105,6 +105,8 @@ def patch(rec: Recorder, engine, threads: int) -> None:
     inner.__init__ = rec.wrap_section("selective: rows in memory (set-up)", inner.__init__)
     inner.margins = rec.wrap_section("selective: margin sweeps", inner.margins, nt)
     inner.cut = rec.wrap_section("selective: cut update", inner.cut, nt)
+    if hasattr(inner, "flip"):  # the cut's sweep, fused with the best point's update
+        inner.flip = rec.wrap_section("selective: cut update", inner.flip, nt)
     inner.value = rec.wrap_section("selective: P~ value", inner.value)
     sel.segment = rec.wrap_section("selective: line search (segment_min)", sel.segment, nt)
 

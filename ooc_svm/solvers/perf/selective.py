@@ -91,6 +91,7 @@ import logging
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -100,12 +101,13 @@ from ...engine.blocks import Blocked
 from ...kernels.csr import u32
 from ...kernels.perf import accumulate_rows, matvec, vdot
 from ...kernels.perf_selective import (
+    bins_eval,
     flip_cut,
-    hinge_slope,
     narrow,
+    segment_bin_sums,
     segment_bisect,
-    segment_eval_sums,
     signed_margins,
+    step_flip,
     violated_at,
 )
 from .. import Callback, Result, SolverError, binary_classes
@@ -221,14 +223,15 @@ class _Inner:
 
     def plane(self, coef: np.ndarray) -> np.ndarray:
         """Σ_{i∈S} coefᵢ x̃ᵢ as a dense vector of length d + 1 (group by group on the pool,
-        summed in group order, when the per-group vectors fit ``PLANE_PARTS_BYTES``)."""
+        the groups' vectors summed in group order column block by column block on the pool,
+        when the per-group vectors fit ``PLANE_PARTS_BYTES``)."""
         if not self.plane_parts or len(self.parts) == 1:
             g, tot = self._plane(coef, 0, len(self.chunks))
         else:
             parts = list(self.pool.map(lambda ab: self._plane(coef, *ab), self.parts))
-            g, tot = parts[0]
-            for gj, tj in parts[1:]:
-                g += gj
+            g = sum_in_order(self.pool, [p[0] for p in parts])
+            tot = 0.0
+            for _, tj in parts:
                 tot += tj
         g[self.d] += tot * self.bias
         return g
@@ -260,11 +263,32 @@ class _Inner:
         hinge = float(np.maximum(0.0, 1.0 - m).sum())
         return 0.5 * float(vdot(w, w)) + C * (self.linear(w) + hinge)
 
-    def cut(self, m: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    def flip(self, mb: np.ndarray, dm: np.ndarray, k: float, t: float, move: bool) -> tuple:
+        """After a line search, on the pool (chunks of ``LINE_CHUNK`` rows): the cut point's
+        margins mb + t·dm give the next cut's coefficients (:meth:`cut`) and, when ``move``,
+        the best point's margins mb += k·dm in place. Returns (coef, flips, violated)."""
+        coef = np.empty(mb.shape[0])
+        c, ys = self.c, self.ysx
+
+        def run(ab: tuple[int, int]) -> tuple[int, int]:
+            a, b = ab
+            return step_flip(mb[a:b], dm[a:b], k, t, move, c[a:b], ys[a:b], coef[a:b])
+
+        flips = viol = 0
+        for f, v in self.pool.map(run, line_chunks(mb.shape[0])):
+            flips += int(f)
+            viol += int(v)
+        return coef, flips, viol
+
+    def cut(self, m: np.ndarray | None, n: int, flipped: tuple | None = None):
         """The plane whose S-coefficients are [mᵢ < 1] (and the other rows' c⁰ when the
-        aggregated row is violated, else 0): (g, r) normalised by n."""
-        coef = np.empty(m.shape[0])
-        flips, viol = flip_cut(m, self.c, self.ysx, coef)  # one sweep; updates self.c
+        aggregated row is violated, else 0): (g, r) normalised by n. ``flipped``: what
+        :meth:`flip` returned for the margins m (then ``m`` is not read)."""
+        if flipped is None:
+            coef = np.empty(m.shape[0])  # type: ignore[union-attr]
+            flips, viol = flip_cut(m, self.c, self.ysx, coef)  # one sweep; updates self.c
+        else:
+            coef, flips, viol = flipped
         if flips:
             self.gS += self.plane(coef)  # the rows of S only (coef's last entry: ignored)
         if not self.agg:
@@ -272,6 +296,27 @@ class _Inner:
         if self.c[-1]:
             return (self.G + self.gS) / n, (self.R + float(viol - 1)) / n
         return self.gS / n, float(viol) / n
+
+
+def line_chunks(n: int) -> list[tuple[int, int]]:
+    """Row ranges of ``LINE_CHUNK`` rows: the tasks of the line search and of the inner
+    loop's update (a split that depends on n only, never on the number of threads)."""
+    return [(a, min(n, a + LINE_CHUNK)) for a in range(0, max(n, 1), LINE_CHUNK)]
+
+
+def sum_in_order(pool: ThreadPoolExecutor, vecs: list[np.ndarray]) -> np.ndarray:
+    """Σ of equal-length vectors, added in list order (same bits as a plain loop), column
+    block by column block on the pool; the first vector is overwritten and returned."""
+    out = vecs[0]
+    n = out.shape[0]
+
+    def add(a: int) -> None:
+        b = min(n, a + SUM_BLOCK)
+        for v in vecs[1:]:
+            out[a:b] += v[a:b]
+
+    list(pool.map(add, range(0, n, SUM_BLOCK)))
+    return out
 
 
 def segment(
@@ -290,12 +335,12 @@ def segment(
     model ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (``gwb``, ``gwc``: the gⱼ·wb, gⱼ·wc);
     returns (k, F(k), wc − wb, mc − mb)."""
     dw = wc - wb
-    dm = mc - mb
+    dm = np.empty_like(mb)
     L1 = 0.0 if inner.agg else float(vdot(dw, inner.G))
     k, f = segment_min_threaded(
         inner.pool,
         float(vdot(wb, wb)), float(vdot(wb, dw)), float(vdot(dw, dw)),
-        inner.linear(wb), L1, C, Cp, mb, dm,
+        inner.linear(wb), L1, C, Cp, mb, mc, dm,
         np.asarray(ws.r) - gwb, gwc - gwb, LINE_STEPS,
     )  # fmt: skip
     return k, f, dw, dm
@@ -311,62 +356,66 @@ def segment_min_threaded(
     C: float,
     Cp: float,
     mb: np.ndarray,
-    dm: Any,
+    mc: np.ndarray,
+    dm: np.ndarray,
     u: Any,
     v: Any,
     steps: int,
 ) -> tuple[float, float]:
-    """:func:`~ooc_svm.kernels.perf_selective.segment_min` with its sweeps of every row
-    (the bracketing evaluations, the first ``LINE_POOL_STEPS`` halvings and the narrowing)
-    on the threads of ``pool``, over chunks of ``LINE_CHUNK`` rows summed in chunk order
-    (same bits for any number of threads); the other halvings then run on the few rows
-    narrowed to the bracket."""
+    """The minimiser k ≥ 0 of F of :func:`~ooc_svm.kernels.perf_selective.segment_min`
+    (``dm`` = ``mc`` − ``mb``, written here), with its sweeps of every row on the threads of
+    ``pool`` (chunks of ``LINE_CHUNK`` rows, summed in chunk order: same bits for any number
+    of threads).
+
+    Instead of one sweep per bisection step: one sweep bins every row's hinge by where on
+    the grid ``LINE_GRID`` (0, 0 < k ≤ 1 finely, doublings to 2⁶⁰) it changes sign
+    (:func:`~ooc_svm.kernels.perf_selective.segment_bins`), which gives F and F'(k⁺) at
+    every grid point (:func:`~ooc_svm.kernels.perf_selective.bins_eval`); the bracket is the
+    first grid interval where F' turns non-negative; a second sweep keeps the rows whose
+    hinge changes sign in it (the others become a linear term). While they are more than
+    ``LINE_FEW``, the same is done on them with ``LINE_BINS`` equal bins of the bracket
+    (at most ``LINE_ROUNDS`` rounds); the last halvings, to the precision of ``steps``
+    halvings of the doubling bracket, run on the few rows left
+    (:func:`~ooc_svm.kernels.perf_selective.segment_bisect`)."""
     n = mb.shape[0]
-    bounds = [(a, min(n, a + LINE_CHUNK)) for a in range(0, max(n, 1), LINE_CHUNK)]
-
-    def ev(k: float):
-        h = hs = 0.0
-        for hj, sj in pool.map(lambda ab: hinge_slope(mb[ab[0] : ab[1]], dm[ab[0] : ab[1]], k),
-                               bounds):  # fmt: skip
-            h += hj
-            hs += sj
-        return segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v)
-
-    f0, s0 = ev(0.0)
-    if s0 >= 0.0:
-        return 0.0, f0
-    lo, hi = 0.0, 1.0
-    fh, sh = ev(hi)
-    grow = 0
-    while sh < 0.0 and grow < 60:
-        lo = hi
-        hi *= 2.0
-        fh, sh = ev(hi)
-        grow += 1
-    fl, _ = ev(lo)
-    # the first halvings sweep every row on the pool too, so that the rows narrowed to the
-    # bracket (whose later halvings run on one thread) are few
-    pre = min(LINE_POOL_STEPS, steps) if n >= LINE_CHUNK else 0
-    for _ in range(pre):
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        fm, sm = ev(mid)
-        if sm < 0.0:
-            lo, fl = mid, fm
-        else:
-            hi, fh = mid, fm
-    steps -= pre
-    parts = list(pool.map(lambda ab: narrow(mb[ab[0] : ab[1]], dm[ab[0] : ab[1]], lo, hi),
-                          bounds))  # fmt: skip
+    bounds = line_chunks(n)
+    cmb = [mb[a:b] for a, b in bounds]
+    cdm = [dm[a:b] for a, b in bounds]
+    cmc = [mc[a:b] for a, b in bounds]
+    grid = LINE_GRID
     h0 = h1 = 0.0
-    for _, _, a, b in parts:
-        h0 += a
-        h1 += b
-    cmb = np.concatenate([p[0] for p in parts])
-    cdm = np.concatenate([p[1] for p in parts])
-    return segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, cmb, cdm, u, v, h0, h1,
-                          steps)  # fmt: skip
+    lo = hi = fl = fh = 0.0
+    for rnd in range(LINE_ROUNDS):
+        G = grid.shape[0]
+        ends = cmc if rnd == 0 else [np.zeros(0)] * len(cmb)  # round 0 also writes dm
+        parts = pool.map(segment_bin_sums, cmb, ends, cdm, repeat(grid))
+        bins = np.zeros((5, G + 1))
+        for b in parts:
+            bins += b
+        F, S = np.empty(G), np.empty(G)
+        bins_eval(grid, bins, h0, h1, a0, a1, a2, L0, L1, C, Cp, u, v, F, S)
+        up = np.flatnonzero(S >= 0.0)
+        j = int(up[0]) if up.shape[0] else G - 1
+        if j == 0:
+            return float(grid[0]), float(F[0])
+        lo, hi, fl, fh = float(grid[j - 1]), float(grid[j]), float(F[j - 1]), float(F[j])
+        few = int(bins[4, j]) <= LINE_FEW
+        nar = list(pool.map(narrow, cmb, cdm, repeat(lo), repeat(hi)))
+        cmb = [x[0] for x in nar]
+        cdm = [x[1] for x in nar]
+        for x in nar:
+            h0 += x[2]
+            h1 += x[3]
+        if few:
+            break
+        grid = np.linspace(lo, hi, LINE_BINS + 1)
+    # halvings left: the bracket down to 2^-steps of the doubling bracket holding it
+    w0 = 1.0 if hi <= 1.0 else 0.5 * hi
+    left = min(steps, max(0, steps + math.ceil(math.log2(max(hi - lo, 1e-300) / w0))))
+    rows_b = np.concatenate(cmb) if cmb else np.zeros(0)
+    rows_d = np.concatenate(cdm) if cdm else np.zeros(0)
+    return segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, rows_b, rows_d, u, v,
+                          h0, h1, left)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------
@@ -380,13 +429,31 @@ PART_NNZ = 1 << 20
 #: per-group planes of the cut updates while they take at most this many bytes in all
 #: (very wide stores: one plane, one thread)
 PLANE_PARTS_BYTES = 64 << 20
-#: rows per chunk of the threaded line search
+#: rows per chunk of the threaded line search and of the inner loop's update
 LINE_CHUNK = 1 << 16
-#: bisection steps of the inner line search
+#: bisection steps of the inner line search (its precision: 2^-LINE_STEPS of the doubling
+#: bracket [0, 1], [1, 2], [2, 4], ... that holds the minimiser)
 LINE_STEPS = 32
-#: of which the first this many sweep every row on the pool (stores of at least LINE_CHUNK
-#: rows in memory), before the rows are narrowed to the bracket for the rest on one thread
-LINE_POOL_STEPS = 5
+#: the line search's first grid: 0, fine steps in (0, 1] (256 equal ones and quarter
+#: octaves down to 2^-20), quarter octaves to 64, then doublings to 2^60
+LINE_GRID = np.unique(
+    np.concatenate(
+        [
+            np.linspace(0.0, 1.0, 257),
+            2.0 ** (-np.arange(1, 81) / 4.0),
+            2.0 ** (np.arange(1, 25) / 4.0),
+            2.0 ** np.arange(7, 61, dtype=np.float64),
+        ]
+    )
+)
+#: equal bins of the bracket in the line search's later rounds
+LINE_BINS = 256
+#: at most this many rounds of binning (sweeps of the rows still in the bracket)
+LINE_ROUNDS = 3
+#: rows left in the bracket below which the last halvings run on one thread
+LINE_FEW = 4096
+#: columns per task when the groups' planes are summed on the pool
+SUM_BLOCK = 1 << 13
 #: the selection takes this share of ``inner_mb``; the pass's candidate lists and their
 #: merge the rest (module docstring, "Memory")
 SELECTION_SHARE = 0.75
@@ -491,17 +558,19 @@ class _Run:
                 break
             gwc = matvec(ws.Q, ws.alpha)  # gⱼ·wc from the Gram matrix
             k, f, dw, dm = segment(inner, ws, gwb, gwc, wb, wc, mb, inner.margins(wc), C, Cp)
-            k = k if f < Fb else 0.0
-            m_k = mb + (k + mu * (1.0 - k)) * dm
-            if f < Fb:
-                wb, mb, Fb, gwb = wb + k * dw, mb + k * dm, f, gwb + k * (gwc - gwb)
+            move = f < Fb
+            k = k if move else 0.0
+            # the next cut at the margins mb + (k + mu(1 - k))·dm, and mb += k·dm: one sweep
+            flipped = inner.flip(mb, dm, k, k + mu * (1.0 - k), move)
+            if move:
+                wb, Fb, gwb = wb + k * dw, f, gwb + k * (gwc - gwb)
             if inner.whole and Fb - self.D <= eps * Cp:
                 # every row in memory: P~ = P, so F(w) = P(w) is exact and certifies
                 self.w_b, self.P_b, self.xi_b = wb, Fb, float(np.maximum(0.0, 1 - mb).sum()) / n
                 break
             if Fb - self.D <= share * eps * Cp:
                 break
-            g, r = inner.cut(m_k, n)
+            g, r = inner.cut(None, n, flipped)
             ws.add(g, r)
             gwb = np.append(gwb, float(vdot(g, wb)))
             keep = np.asarray(ws.inactive) < int(self.params.max_inactive)
