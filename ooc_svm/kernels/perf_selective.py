@@ -16,6 +16,8 @@ of value ``bias`` accumulated at ``bias_slot``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -295,11 +297,41 @@ def threshold_rows(indptr, mb, mc, tau, per_row, per_nz, edges, hist, out_rows):
     return k, used
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _first_at(c, d, grid, nu, g0, step, t, pos):
+    """The first j with c − grid[j]·d ≤ 0 (``pos``: d > 0) or ≥ 0 (d < 0), len(grid) if
+    none: guessed from the sign change t = c/d (``grid[:nu + 1]`` equal steps of ``step``
+    from ``g0``, then doublings), then moved to the exact rule's answer (the rule is
+    monotone in j, so the result is exact whatever the guess)."""
+    G = grid.shape[0]
+    if not t > g0:
+        j = 0
+    elif t <= grid[nu]:
+        j = int(math.ceil((t - g0) / step))
+        j = min(max(j, 0), nu)
+    else:
+        j = nu
+        while j < G and grid[j] < t:
+            j += 1
+    if pos:
+        while j > 0 and c - grid[j - 1] * d <= 0.0:
+            j -= 1
+        while j < G and not c - grid[j] * d <= 0.0:
+            j += 1
+    else:
+        while j > 0 and c - grid[j - 1] * d >= 0.0:
+            j -= 1
+        while j < G and not c - grid[j] * d >= 0.0:
+            j += 1
+    return j
+
+
 @njit(cache=True, nogil=True)
-def segment_bins(mb, mc, dm, grid, bins):
+def segment_bins(mb, mc, dm, grid, nu, bins):
     """One sweep of the threaded line search over a chunk of rows: ``dm`` = ``mc`` − ``mb``
-    (when ``mc`` is empty: ``dm`` is given), and every row's hinge
-    1 − mbᵢ − k·dmᵢ binned by where on the increasing ``grid`` (G points) it changes sign.
+    (when ``mc`` is empty: ``dm`` is given), and every row's hinge 1 − mbᵢ − k·dmᵢ binned
+    by where on the increasing ``grid`` (G points: ``nu`` equal steps, then any points) it
+    changes sign.
 
     ``bins`` (5, G + 1), added to: for a row with dmᵢ > 0, active (hinge > 0) at the grid
     points before J = the first point where it is ≤ 0, ``bins[0, J] += 1 − mbᵢ``,
@@ -309,7 +341,8 @@ def segment_bins(mb, mc, dm, grid, bins):
     (grid[J − 1], grid[J]]. :func:`bins_eval` turns the summed bins into F and F'(k⁺) at
     every grid point."""
     n = mb.shape[0]
-    G = grid.shape[0]
+    g0 = grid[0]
+    step = (grid[nu] - g0) / nu
     if mc.shape[0] == n:
         for i in range(n):
             dm[i] = mc[i] - mb[i]
@@ -317,29 +350,15 @@ def segment_bins(mb, mc, dm, grid, bins):
         c = 1.0 - mb[i]
         d = dm[i]
         if d > 0.0:
-            lo = 0
-            hi = G
-            while lo < hi:  # first j with c - grid[j] * d <= 0
-                mid = (lo + hi) >> 1
-                if c - grid[mid] * d <= 0.0:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            bins[0, lo] += c
-            bins[1, lo] += d
-            bins[4, lo] += 1.0
+            j = _first_at(c, d, grid, nu, g0, step, c / d, True)
+            bins[0, j] += c
+            bins[1, j] += d
+            bins[4, j] += 1.0
         elif d < 0.0:
-            lo = 0
-            hi = G
-            while lo < hi:  # first j with c - grid[j] * d >= 0
-                mid = (lo + hi) >> 1
-                if c - grid[mid] * d >= 0.0:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            bins[2, lo] += c
-            bins[3, lo] += d
-            bins[4, lo] += 1.0
+            j = _first_at(c, d, grid, nu, g0, step, c / d, False)
+            bins[2, j] += c
+            bins[3, j] += d
+            bins[4, j] += 1.0
         elif c > 0.0:
             bins[2, 0] += c
 
@@ -393,9 +412,9 @@ def step_flip(mb, dm, k, t, move, c, ys, coef):
 
 
 @njit(cache=True, nogil=True)
-def segment_bin_sums(mb, mc, dm, grid):
+def segment_bin_sums(mb, mc, dm, grid, nu):
     """:func:`segment_bins` of a chunk of rows into new bins (a task of the threaded line
     search; the chunks' bins are summed in chunk order)."""
     bins = np.zeros((5, grid.shape[0] + 1))
-    segment_bins(mb, mc, dm, grid, bins)
+    segment_bins(mb, mc, dm, grid, nu, bins)
     return bins

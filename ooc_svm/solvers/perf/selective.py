@@ -368,7 +368,7 @@ def segment_min_threaded(
     of threads).
 
     Instead of one sweep per bisection step: one sweep bins every row's hinge by where on
-    the grid ``LINE_GRID`` (0, 0 < k ≤ 1 finely, doublings to 2⁶⁰) it changes sign
+    the grid ``LINE_GRID`` (``LINE_BINS`` equal steps on [0, 1], doublings to 2⁶⁰) it changes sign
     (:func:`~ooc_svm.kernels.perf_selective.segment_bins`), which gives F and F'(k⁺) at
     every grid point (:func:`~ooc_svm.kernels.perf_selective.bins_eval`); the bracket is the
     first grid interval where F' turns non-negative; a second sweep keeps the rows whose
@@ -388,7 +388,7 @@ def segment_min_threaded(
     for rnd in range(LINE_ROUNDS):
         G = grid.shape[0]
         ends = cmc if rnd == 0 else [np.zeros(0)] * len(cmb)  # round 0 also writes dm
-        parts = pool.map(segment_bin_sums, cmb, ends, cdm, repeat(grid))
+        parts = pool.map(segment_bin_sums, cmb, ends, cdm, repeat(grid), repeat(LINE_BINS))
         bins = np.zeros((5, G + 1))
         for b in parts:
             bins += b
@@ -406,7 +406,7 @@ def segment_min_threaded(
         for x in nar:
             h0 += x[2]
             h1 += x[3]
-        if few:
+        if few or hi - lo <= 1e-12 * max(1.0, hi):
             break
         grid = np.linspace(lo, hi, LINE_BINS + 1)
     # halvings left: the bracket down to 2^-steps of the doubling bracket holding it
@@ -434,20 +434,10 @@ LINE_CHUNK = 1 << 16
 #: bisection steps of the inner line search (its precision: 2^-LINE_STEPS of the doubling
 #: bracket [0, 1], [1, 2], [2, 4], ... that holds the minimiser)
 LINE_STEPS = 32
-#: the line search's first grid: 0, fine steps in (0, 1] (256 equal ones and quarter
-#: octaves down to 2^-20), quarter octaves to 64, then doublings to 2^60
-LINE_GRID = np.unique(
-    np.concatenate(
-        [
-            np.linspace(0.0, 1.0, 257),
-            2.0 ** (-np.arange(1, 81) / 4.0),
-            2.0 ** (np.arange(1, 25) / 4.0),
-            2.0 ** np.arange(7, 61, dtype=np.float64),
-        ]
-    )
-)
-#: equal bins of the bracket in the line search's later rounds
-LINE_BINS = 256
+#: the line search's first grid: ``LINE_BINS`` equal steps on [0, 1], then doublings to 2^60
+LINE_GRID = np.concatenate([np.linspace(0.0, 1.0, 1025), 2.0 ** np.arange(1, 61, dtype=np.float64)])
+#: equal bins of [0, 1] in the line search's first round, of the bracket in the later ones
+LINE_BINS = 1024
 #: at most this many rounds of binning (sweeps of the rows still in the bracket)
 LINE_ROUNDS = 3
 #: rows left in the bracket below which the last halvings run on one thread
