@@ -195,8 +195,20 @@ class _Inner:
                 a, acc = j + 1, 0
         if a < len(self.chunks) or not self.parts:
             self.parts.append((a, len(self.chunks)))
-        # per-group planes (summed in group order) while they take at most PLANE_PARTS_BYTES
-        self.plane_parts = len(self.parts) * 8 * (d + 1) <= PLANE_PARTS_BYTES
+        # the cut updates' groups: of at least PLANE_COLS dense planes' worth of non-zeros
+        # each (a group's plane is zeroed and summed whatever its flips), so fewer than the
+        # sweeps' groups on narrow stores; per-group planes (summed in group order) while
+        # they take at most PLANE_PARTS_BYTES
+        self.plane_groups = []
+        a = acc = 0
+        for j, (ip, _, _) in enumerate(self.chunks):
+            acc += int(ip[-1])
+            if acc >= max(PART_NNZ, PLANE_COLS * (d + 1)):
+                self.plane_groups.append((a, j + 1))
+                a, acc = j + 1, 0
+        if a < len(self.chunks) or not self.plane_groups:
+            self.plane_groups.append((a, len(self.chunks)))
+        self.plane_parts = len(self.plane_groups) * 8 * (d + 1) <= PLANE_PARTS_BYTES
         # the S rows' coefficients in the pass's plane at kg[q], by the pass's own rule, so
         # that G, R hold exactly the other rows' part of that plane
         viol = violated_at(cat("mb"), cat("mc"), kg, q, np.empty(n))
@@ -225,10 +237,10 @@ class _Inner:
         """Σ_{i∈S} coefᵢ x̃ᵢ as a dense vector of length d + 1 (group by group on the pool,
         the groups' vectors summed in group order column block by column block on the pool,
         when the per-group vectors fit ``PLANE_PARTS_BYTES``)."""
-        if not self.plane_parts or len(self.parts) == 1:
+        if not self.plane_parts or len(self.plane_groups) == 1:
             g, tot = self._plane(coef, 0, len(self.chunks))
         else:
-            parts = list(self.pool.map(lambda ab: self._plane(coef, *ab), self.parts))
+            parts = list(self.pool.map(lambda ab: self._plane(coef, *ab), self.plane_groups))
             g = sum_in_order(self.pool, [p[0] for p in parts])
             tot = 0.0
             for _, tj in parts:
@@ -426,6 +438,9 @@ def segment_min_threaded(
 #: the rows in memory form groups of about this many non-zeros: the inner margin sweeps and
 #: cut updates run group by group on every thread
 PART_NNZ = 1 << 20
+#: a group of the cut updates holds at least this many times d + 1 non-zeros (and
+#: ``PART_NNZ``): its plane's zeroing and summing stay small beside its rows
+PLANE_COLS = 64
 #: per-group planes of the cut updates while they take at most this many bytes in all
 #: (very wide stores: one plane, one thread)
 PLANE_PARTS_BYTES = 64 << 20
