@@ -211,7 +211,11 @@ class _Inner:
         self.plane_parts = len(self.plane_groups) * 8 * (d + 1) <= PLANE_PARTS_BYTES
         # the S rows' coefficients in the pass's plane at kg[q], by the pass's own rule, so
         # that G, R hold exactly the other rows' part of that plane
-        viol = violated_at(cat("mb"), cat("mc"), kg, q, np.empty(n))
+        viol = np.empty(n)
+        mb, mc, rng = cat("mb"), cat("mc"), line_chunks(n)
+        list(pool.map(violated_at, [mb[a:b] for a, b in rng], [mc[a:b] for a, b in rng],
+                      repeat(kg), repeat(q), [viol[a:b] for a, b in rng]))  # fmt: skip
+        del mb, mc
         self.gS = self.plane(viol * self.ys)
         self.G = G_p - self.gS
         self.R = float(cnt_p) - float(np.count_nonzero(viol))
