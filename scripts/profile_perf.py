@@ -89,9 +89,11 @@ def patch(rec: Recorder, engine, threads: int) -> None:
 
     def run(store, fn, broadcast, reduce, state, shards, read):
         t = time.perf_counter()
+        fold = rec.wrap_section("pass: fold (main thread)", reduce)
+        if getattr(reduce, "consuming", None) is not None:  # the fold's in-place reduction
+            fold.consuming = rec.wrap_section("pass: fold (main thread)", reduce.consuming)
         try:
-            return orig_run(store, rec.wrap_worker("compute", fn), broadcast,
-                            rec.wrap_section("pass: fold (main thread)", reduce), state,
+            return orig_run(store, rec.wrap_worker("compute", fn), broadcast, fold, state,
                             shards, read)  # fmt: skip
         finally:
             rec.passes.append((t, time.perf_counter()))
