@@ -52,15 +52,17 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   Away from w_p, P̃ can fall below the working set's own model
   M(w) = ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (also ≤ P), so the inner loop is OCAS
   (Franc & Sonnenburg, ICML 2008) on F = max(P̃, M): solve OP3 over the working set, exact
-  line search of F between the best inner point and the QP solution (F is convex: bisection
-  on its right derivative, one sweep of the in-memory margins per step, numba), new plane at
+  line search of F between the best inner point and the QP solution (F is convex: its right
+  derivative's sign change is bracketed by binning every row's hinge on a grid, two sweeps
+  of the in-memory margins on every thread, then bisection on the few rows left), new plane at
   k* + μ(1 − k*). It stops when F(best) − D ≤ ``inner_share``·ε·C_perf (or after
   ``max_inner`` planes); the next pass runs on the segment from w_b to the best inner point.
   Cost per inner plane: one sweep of the selected rows for the margins (every thread of the
   engine, groups of ``PART_NNZ`` non-zeros), the plane's S-part updated by the rows that
-  change sides only (SVMperf's incremental cut; per group on every thread), the gⱼ·w of the
-  line search from the Gram matrix (gⱼ·w_c = (Qα)ⱼ) instead of |W| dot products over the
-  features (its sweeps of every row on every thread, ``LINE_CHUNK`` rows a task), and the
+  change sides only (SVMperf's incremental cut; per group on every thread; which rows flip
+  and the best point's margins in one sweep on every thread), the gⱼ·w of the line search
+  from the Gram matrix (gⱼ·w_c = (Qα)ⱼ) instead of |W| dot products over the features (its
+  sweeps of every row on every thread, ``LINE_CHUNK`` rows a task), and the
   working-set QP, timed by the accelerated variant's stall stop
   (:func:`~ooc_svm.solvers.perf.check_qp`).
 - *Every row in memory*: then P̃ = P exactly, F(best) is the exact objective and the inner
