@@ -7,7 +7,11 @@
   byte budget.
 - :func:`signed_margins` — yᵢ(w·x̃ᵢ) over the in-memory rows (the inner iterations' oracle).
 - :func:`segment_min` — the minimiser of the inner loop's objective F = max(P̃, M) on a
-  segment, by bisection on its right derivative (one sweep of the rows per evaluation).
+  segment, by bisection on its right derivative (one sweep of the rows per evaluation);
+  :func:`segment_bins` / :func:`bins_eval` — the same F and F'(k⁺) at every point of a grid
+  from one sweep (the threaded line search,
+  :func:`~ooc_svm.solvers.perf.selective.segment_min_threaded`); :func:`step_flip` — the
+  inner loop's cut coefficients and margin update in one sweep.
 
 Conventions as in :mod:`ooc_svm.kernels.perf`: ``indices`` is the uint32 view of the stored
 int32 column indices, ``gidx`` the accumulation positions, the bias an extra constant feature
@@ -134,13 +138,6 @@ def _segment_eval(k, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, h0=0.0, h1=0.0):
     h += h0 - k * h1
     hs -= h1
     return segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v)
-
-
-@njit(cache=True, nogil=True)
-def hinge_slope(mb, dm, k):
-    """(Σᵢ max(0, 1 − mbᵢ − k·dmᵢ), its right derivative in k) over these rows (a chunk of
-    the rows in memory: the threaded line search sums the chunks in their order)."""
-    return _hinge_slope(mb, dm, k)
 
 
 @njit(cache=True, nogil=True)
