@@ -89,9 +89,11 @@ def patch(rec: Recorder, engine, threads: int) -> None:
 
     def run(store, fn, broadcast, reduce, state, shards, read):
         t = time.perf_counter()
+        fold = rec.wrap_section("pass: fold (main thread)", reduce)
+        if getattr(reduce, "consuming", None) is not None:  # the fold's in-place reduction
+            fold.consuming = rec.wrap_section("pass: fold (main thread)", reduce.consuming)
         try:
-            return orig_run(store, rec.wrap_worker("compute", fn), broadcast,
-                            rec.wrap_section("pass: fold (main thread)", reduce), state,
+            return orig_run(store, rec.wrap_worker("compute", fn), broadcast, fold, state,
                             shards, read)  # fmt: skip
         finally:
             rec.passes.append((t, time.perf_counter()))
@@ -105,6 +107,8 @@ def patch(rec: Recorder, engine, threads: int) -> None:
     inner.__init__ = rec.wrap_section("selective: rows in memory (set-up)", inner.__init__)
     inner.margins = rec.wrap_section("selective: margin sweeps", inner.margins, nt)
     inner.cut = rec.wrap_section("selective: cut update", inner.cut, nt)
+    if hasattr(inner, "flip"):  # the cut's sweep, fused with the best point's update
+        inner.flip = rec.wrap_section("selective: cut update", inner.flip, nt)
     inner.value = rec.wrap_section("selective: P~ value", inner.value)
     sel.segment = rec.wrap_section("selective: line search (segment_min)", sel.segment, nt)
 

@@ -94,10 +94,14 @@ class StreamingTreeReduce:
     :meth:`result` joins the remaining subtrees right to left, which is exactly where the
     level-by-level pairing of :func:`tree_reduce` puts them. So the local engine (streaming)
     and the Dask engine (a task tree) reduce identical partials bit for bit identically.
+
+    The partials pushed are the fold's own (fresh results of pass functions, used once), so
+    a ``reduce`` with a ``consuming`` attribute — the same reduction that may write into
+    its first argument, same bits — is called through that instead.
     """
 
     def __init__(self, reduce: Callable[[Any, Any], Any]) -> None:
-        self.reduce = reduce
+        self.reduce = getattr(reduce, "consuming", None) or reduce
         self._stack: list[tuple[int, Any]] = []
         self.count = 0
 

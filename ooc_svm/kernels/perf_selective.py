@@ -7,7 +7,11 @@
   byte budget.
 - :func:`signed_margins` — yᵢ(w·x̃ᵢ) over the in-memory rows (the inner iterations' oracle).
 - :func:`segment_min` — the minimiser of the inner loop's objective F = max(P̃, M) on a
-  segment, by bisection on its right derivative (one sweep of the rows per evaluation).
+  segment, by bisection on its right derivative (one sweep of the rows per evaluation);
+  :func:`segment_bins` / :func:`bins_eval` — the same F and F'(k⁺) at every point of a grid
+  from one sweep (the threaded line search,
+  :func:`~ooc_svm.solvers.perf.selective.segment_min_threaded`); :func:`step_flip` — the
+  inner loop's cut coefficients and margin update in one sweep.
 
 Conventions as in :mod:`ooc_svm.kernels.perf`: ``indices`` is the uint32 view of the stored
 int32 column indices, ``gidx`` the accumulation positions, the bias an extra constant feature
@@ -15,6 +19,8 @@ of value ``bias`` accumulated at ``bias_slot``.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit
@@ -132,13 +138,6 @@ def _segment_eval(k, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v, h0=0.0, h1=0.0):
     h += h0 - k * h1
     hs -= h1
     return segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v)
-
-
-@njit(cache=True, nogil=True)
-def hinge_slope(mb, dm, k):
-    """(Σᵢ max(0, 1 − mbᵢ − k·dmᵢ), its right derivative in k) over these rows (a chunk of
-    the rows in memory: the threaded line search sums the chunks in their order)."""
-    return _hinge_slope(mb, dm, k)
 
 
 @njit(cache=True, nogil=True)
@@ -293,3 +292,126 @@ def threshold_rows(indptr, mb, mc, tau, per_row, per_nz, edges, hist, out_rows):
             k += 1
             used += b
     return k, used
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _first_at(c, d, grid, nu, g0, step, t, pos):
+    """The first j with c − grid[j]·d ≤ 0 (``pos``: d > 0) or ≥ 0 (d < 0), len(grid) if
+    none: guessed from the sign change t = c/d (``grid[:nu + 1]`` equal steps of ``step``
+    from ``g0``, then doublings), then moved to the exact rule's answer (the rule is
+    monotone in j, so the result is exact whatever the guess)."""
+    G = grid.shape[0]
+    if not t > g0:
+        j = 0
+    elif t <= grid[nu]:
+        j = int(math.ceil((t - g0) / step))
+        j = min(max(j, 0), nu)
+    else:
+        j = nu
+        while j < G and grid[j] < t:
+            j += 1
+    if pos:
+        while j > 0 and c - grid[j - 1] * d <= 0.0:
+            j -= 1
+        while j < G and not c - grid[j] * d <= 0.0:
+            j += 1
+    else:
+        while j > 0 and c - grid[j - 1] * d >= 0.0:
+            j -= 1
+        while j < G and not c - grid[j] * d >= 0.0:
+            j += 1
+    return j
+
+
+@njit(cache=True, nogil=True)
+def segment_bins(mb, mc, dm, grid, nu, bins):
+    """One sweep of the threaded line search over a chunk of rows: ``dm`` = ``mc`` − ``mb``
+    (when ``mc`` is empty: ``dm`` is given), and every row's hinge 1 − mbᵢ − k·dmᵢ binned
+    by where on the increasing ``grid`` (G points: ``nu`` equal steps, then any points) it
+    changes sign.
+
+    ``bins`` (5, G + 1), added to: for a row with dmᵢ > 0, active (hinge > 0) at the grid
+    points before J = the first point where it is ≤ 0, ``bins[0, J] += 1 − mbᵢ``,
+    ``bins[1, J] += dmᵢ``; for dmᵢ ≤ 0, active from J = the first point where it is ≥ 0
+    (> 0 when dmᵢ = 0; the right derivative's rule of :func:`_hinge_slope`), ``bins[2, J]``
+    and ``bins[3, J]`` likewise; ``bins[4, J] += 1`` for the rows whose sign changes in
+    (grid[J − 1], grid[J]]. :func:`bins_eval` turns the summed bins into F and F'(k⁺) at
+    every grid point."""
+    n = mb.shape[0]
+    g0 = grid[0]
+    step = (grid[nu] - g0) / nu
+    if mc.shape[0] == n:
+        for i in range(n):
+            dm[i] = mc[i] - mb[i]
+    for i in range(n):
+        c = 1.0 - mb[i]
+        d = dm[i]
+        if d > 0.0:
+            j = _first_at(c, d, grid, nu, g0, step, c / d, True)
+            bins[0, j] += c
+            bins[1, j] += d
+            bins[4, j] += 1.0
+        elif d < 0.0:
+            j = _first_at(c, d, grid, nu, g0, step, c / d, False)
+            bins[2, j] += c
+            bins[3, j] += d
+            bins[4, j] += 1.0
+        elif c > 0.0:
+            bins[2, 0] += c
+
+
+@njit(cache=True, nogil=True)
+def bins_eval(grid, bins, h0, h1, a0, a1, a2, L0, L1, C, Cp, u, v, F, S):
+    """F(k) and F'(k⁺) of :func:`segment_min` at every ``grid`` point from the summed
+    :func:`segment_bins` and the linear part h0 − k·h1 of rows active on the whole grid."""
+    G = grid.shape[0]
+    # suffix sums (dm > 0 rows active at j: J > j) and prefix sums (dm <= 0 rows: J <= j),
+    # each of terms of one sign for the slope: no cancellation
+    sc = np.zeros(G + 1)
+    sd = np.zeros(G + 1)
+    for j in range(G - 1, -1, -1):
+        sc[j] = sc[j + 1] + bins[0, j + 1]
+        sd[j] = sd[j + 1] + bins[1, j + 1]
+    nc = 0.0
+    nd = 0.0
+    for j in range(G):
+        nc += bins[2, j]
+        nd += bins[3, j]
+        pc = sc[j]
+        pd = sd[j]
+        k = grid[j]
+        h = (pc + nc) - k * (pd + nd) + (h0 - k * h1)
+        hs = -(pd + nd) - h1
+        F[j], S[j] = segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v)
+
+
+@njit(cache=True, nogil=True)
+def step_flip(mb, dm, k, t, move, c, ys, coef):
+    """The inner loop's update after a line search, on a chunk of rows: the cut point's
+    margins m = mb + t·dm give the cut by :func:`flip_cut`'s rule (``coef``, ``c``), and
+    when ``move`` the best point moves: mb += k·dm (in place). Returns (flips, violated)."""
+    nf = 0
+    nv = 0
+    for i in range(mb.shape[0]):
+        m = mb[i] + t * dm[i]
+        vi = m < 1.0
+        if vi:
+            nv += 1
+        if vi != c[i]:
+            coef[i] = ys[i] if vi else -ys[i]
+            c[i] = vi
+            nf += 1
+        else:
+            coef[i] = 0.0
+        if move:
+            mb[i] = mb[i] + k * dm[i]
+    return nf, nv
+
+
+@njit(cache=True, nogil=True)
+def segment_bin_sums(mb, mc, dm, grid, nu):
+    """:func:`segment_bins` of a chunk of rows into new bins (a task of the threaded line
+    search; the chunks' bins are summed in chunk order)."""
+    bins = np.zeros((5, grid.shape[0] + 1))
+    segment_bins(mb, mc, dm, grid, nu, bins)
+    return bins

@@ -86,6 +86,37 @@ def test_streaming_tree_equals_tree_reduce():
         assert f.result() == tree_reduce(list(parts), join), n
 
 
+def test_streaming_fold_of_perf_partials_adds_in_place_with_the_same_bits():
+    """The local fold adds perf's dense plane accumulators into its own partials (no new
+    array) with the bits of ``a + b`` in the same tree; ``tree_reduce`` (the Dask task
+    tree) leaves its inputs as they were."""
+    from ooc_svm.engine import StreamingTreeReduce, tree_reduce
+    from ooc_svm.solvers.perf.passes import reduce_cut
+
+    def parts():
+        r = np.random.default_rng(3)
+        return [{"g": r.random((4, 50)), "cnt": r.random(4), "hinge": r.random(4)}
+                for _ in range(7)]  # fmt: skip
+
+    ref = tree_reduce(parts(), lambda a, b: {k: a[k] + b[k] for k in a})
+    given = parts()
+    copies = [{k: v.copy() for k, v in p.items()} for p in given]
+    tree = tree_reduce(given, reduce_cut)
+    for p, c in zip(given, copies, strict=True):
+        for k in p:
+            np.testing.assert_array_equal(p[k], c[k])
+    fold = StreamingTreeReduce(reduce_cut)
+    own = parts()
+    first = own[0]["g"]
+    for p in own:
+        fold.push(p)
+    got = fold.result()
+    assert got["g"] is first  # added into the first partial's array
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+        np.testing.assert_array_equal(tree[k], ref[k])
+
+
 def _fail_on_3(shard, bc, st):
     if shard.row_start == 3 * 700:
         raise ValueError("boom")

@@ -50,6 +50,7 @@ def test_same_model_bytes_for_one_two_three_threads(tmp_path, make_store, monkey
     monkeypatch.setattr(blocks, "BLOCK_NNZ", 4000)
     # selective: the rows in memory in several groups, the line search in several chunks
     monkeypatch.setattr(ps, "PART_NNZ", 5000)
+    monkeypatch.setattr(ps, "PLANE_COLS", 1)
     monkeypatch.setattr(ps, "LINE_CHUNK", 500)
     X, y = _data()
     st = make_store(X, y, shard_rows=2500)  # 3 shards of ~40k non-zeros: ~10 blocks each

@@ -302,6 +302,49 @@ def test_segment_line_search_is_exact():
         assert f == pytest.approx(_segment_F(np.array([k]), *args)[0], rel=1e-12)
 
 
+def test_threaded_line_search_is_exact_and_the_same_for_any_threads(monkeypatch):
+    """The line search of the inner loop (rows binned on a grid on the pool, rounds of
+    narrowing, the last halvings on the few rows left) finds the minimum of F as the
+    one-thread bisection does, with the same bits for 1, 2 and 3 threads, and writes dm."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ooc_svm.kernels.perf_selective import segment_min
+
+    monkeypatch.setattr(ps, "LINE_CHUNK", 37)  # several chunks
+    monkeypatch.setattr(ps, "LINE_FEW", 20)  # several rounds of binning
+    rng = np.random.default_rng(11)
+    pools = [ThreadPoolExecutor(t) for t in (1, 2, 3)]
+    try:
+        for trial in range(60):
+            m = 200 + 7 * trial
+            mb = rng.normal(1.0, 1.0, size=m)
+            dm = rng.normal(0.0, 1.0, size=m) * 10.0 ** rng.uniform(-3, 2)
+            dm[:10] = 0.0
+            mc = mb + dm
+            dm = mc - mb
+            a0, a1, a2 = 3.0, rng.normal(), abs(rng.normal()) + 0.1
+            L0, L1, C, Cp = rng.normal(), rng.normal(), 0.3, 0.3 * m
+            nw = trial % 4
+            u, v = rng.normal(0.5, 1.0, size=nw), rng.normal(0.0, 1.0, size=nw)
+            got = []
+            for pool in pools:
+                out = np.empty(m)
+                got.append(ps.segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, mc,
+                                                   out, u, v, ps.LINE_STEPS))  # fmt: skip
+                np.testing.assert_array_equal(out, dm)
+            assert got[0] == got[1] == got[2]
+            k, f = got[0]
+            args = (a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
+            ks = np.linspace(0, max(4.0, 2 * k), 40001)
+            assert k >= 0.0
+            assert f <= _segment_F(ks, *args).min() + 1e-7 * abs(f)
+            assert f == pytest.approx(_segment_F(np.array([k]), *args)[0], rel=1e-12)
+            assert f <= segment_min(*args, ps.LINE_STEPS)[1] + 1e-9 * abs(f)
+    finally:
+        for pool in pools:
+            pool.shutdown()
+
+
 def _segment_F(t, a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v):
     """F at every step length of the array ``t`` (the reference of segment_min)."""
     t = t[:, None]

@@ -225,6 +225,31 @@ def reduce_cut(a: Any, b: Any) -> Any:
     return out
 
 
+def reduce_cut_consuming(a: Any, b: Any) -> Any:
+    """:func:`reduce_cut` for a fold that owns its partials (``a`` is not used again):
+    two dense accumulators of one shape are added into ``a``'s, element by element as
+    ``a + b`` (same bits) without a new array. The engines use it only where the partials
+    are their own (:class:`~ooc_svm.engine.base.StreamingTreeReduce`), never on results a
+    task graph may hand to a retried task."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    out = {}
+    for k, v in a.items():
+        u = b[k]
+        if (k == "g" and isinstance(v, np.ndarray) and isinstance(u, np.ndarray)
+                and v.shape == u.shape and v.dtype == u.dtype and v.flags.writeable):  # fmt: skip
+            out[k] = np.add(v, u, out=v)
+        else:
+            out[k] = merge_acc(v, u) if k == "g" else v + u
+    return out
+
+
+#: what a fold that owns its partials may call instead (``StreamingTreeReduce``)
+reduce_cut.consuming = reduce_cut_consuming  # type: ignore[attr-defined]
+
+
 # ------------------------------------------------------------------------------------------
 # pass functions (module level: the Dask engine pickles them)
 # ------------------------------------------------------------------------------------------

@@ -52,15 +52,17 @@ while the rest streams). Applied to the cutting-plane method it rests on one fac
   Away from w_p, P̃ can fall below the working set's own model
   M(w) = ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (also ≤ P), so the inner loop is OCAS
   (Franc & Sonnenburg, ICML 2008) on F = max(P̃, M): solve OP3 over the working set, exact
-  line search of F between the best inner point and the QP solution (F is convex: bisection
-  on its right derivative, one sweep of the in-memory margins per step, numba), new plane at
+  line search of F between the best inner point and the QP solution (F is convex: its right
+  derivative's sign change is bracketed by binning every row's hinge on a grid, two sweeps
+  of the in-memory margins on every thread, then bisection on the few rows left), new plane at
   k* + μ(1 − k*). It stops when F(best) − D ≤ ``inner_share``·ε·C_perf (or after
   ``max_inner`` planes); the next pass runs on the segment from w_b to the best inner point.
   Cost per inner plane: one sweep of the selected rows for the margins (every thread of the
   engine, groups of ``PART_NNZ`` non-zeros), the plane's S-part updated by the rows that
-  change sides only (SVMperf's incremental cut; per group on every thread), the gⱼ·w of the
-  line search from the Gram matrix (gⱼ·w_c = (Qα)ⱼ) instead of |W| dot products over the
-  features (its sweeps of every row on every thread, ``LINE_CHUNK`` rows a task), and the
+  change sides only (SVMperf's incremental cut; per group on every thread; which rows flip
+  and the best point's margins in one sweep on every thread), the gⱼ·w of the line search
+  from the Gram matrix (gⱼ·w_c = (Qα)ⱼ) instead of |W| dot products over the features (its
+  sweeps of every row on every thread, ``LINE_CHUNK`` rows a task), and the
   working-set QP, timed by the accelerated variant's stall stop
   (:func:`~ooc_svm.solvers.perf.check_qp`).
 - *Every row in memory*: then P̃ = P exactly, F(best) is the exact objective and the inner
@@ -91,6 +93,7 @@ import logging
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -100,12 +103,13 @@ from ...engine.blocks import Blocked
 from ...kernels.csr import u32
 from ...kernels.perf import accumulate_rows, matvec, vdot
 from ...kernels.perf_selective import (
+    bins_eval,
     flip_cut,
-    hinge_slope,
     narrow,
+    segment_bin_sums,
     segment_bisect,
-    segment_eval_sums,
     signed_margins,
+    step_flip,
     violated_at,
 )
 from .. import Callback, Result, SolverError, binary_classes
@@ -193,11 +197,27 @@ class _Inner:
                 a, acc = j + 1, 0
         if a < len(self.chunks) or not self.parts:
             self.parts.append((a, len(self.chunks)))
-        # per-group planes (summed in group order) while they take at most PLANE_PARTS_BYTES
-        self.plane_parts = len(self.parts) * 8 * (d + 1) <= PLANE_PARTS_BYTES
+        # the cut updates' groups: of at least PLANE_COLS dense planes' worth of non-zeros
+        # each (a group's plane is zeroed and summed whatever its flips), so fewer than the
+        # sweeps' groups on narrow stores; per-group planes (summed in group order) while
+        # they take at most PLANE_PARTS_BYTES
+        self.plane_groups = []
+        a = acc = 0
+        for j, (ip, _, _) in enumerate(self.chunks):
+            acc += int(ip[-1])
+            if acc >= max(PART_NNZ, PLANE_COLS * (d + 1)):
+                self.plane_groups.append((a, j + 1))
+                a, acc = j + 1, 0
+        if a < len(self.chunks) or not self.plane_groups:
+            self.plane_groups.append((a, len(self.chunks)))
+        self.plane_parts = len(self.plane_groups) * 8 * (d + 1) <= PLANE_PARTS_BYTES
         # the S rows' coefficients in the pass's plane at kg[q], by the pass's own rule, so
         # that G, R hold exactly the other rows' part of that plane
-        viol = violated_at(cat("mb"), cat("mc"), kg, q, np.empty(n))
+        viol = np.empty(n)
+        mb, mc, rng = cat("mb"), cat("mc"), line_chunks(n)
+        list(pool.map(violated_at, [mb[a:b] for a, b in rng], [mc[a:b] for a, b in rng],
+                      repeat(kg), repeat(q), [viol[a:b] for a, b in rng]))  # fmt: skip
+        del mb, mc
         self.gS = self.plane(viol * self.ys)
         self.G = G_p - self.gS
         self.R = float(cnt_p) - float(np.count_nonzero(viol))
@@ -221,14 +241,15 @@ class _Inner:
 
     def plane(self, coef: np.ndarray) -> np.ndarray:
         """Σ_{i∈S} coefᵢ x̃ᵢ as a dense vector of length d + 1 (group by group on the pool,
-        summed in group order, when the per-group vectors fit ``PLANE_PARTS_BYTES``)."""
-        if not self.plane_parts or len(self.parts) == 1:
+        the groups' vectors summed in group order column block by column block on the pool,
+        when the per-group vectors fit ``PLANE_PARTS_BYTES``)."""
+        if not self.plane_parts or len(self.plane_groups) == 1:
             g, tot = self._plane(coef, 0, len(self.chunks))
         else:
-            parts = list(self.pool.map(lambda ab: self._plane(coef, *ab), self.parts))
-            g, tot = parts[0]
-            for gj, tj in parts[1:]:
-                g += gj
+            parts = list(self.pool.map(lambda ab: self._plane(coef, *ab), self.plane_groups))
+            g = sum_in_order(self.pool, [p[0] for p in parts])
+            tot = 0.0
+            for _, tj in parts:
                 tot += tj
         g[self.d] += tot * self.bias
         return g
@@ -260,11 +281,32 @@ class _Inner:
         hinge = float(np.maximum(0.0, 1.0 - m).sum())
         return 0.5 * float(vdot(w, w)) + C * (self.linear(w) + hinge)
 
-    def cut(self, m: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    def flip(self, mb: np.ndarray, dm: np.ndarray, k: float, t: float, move: bool) -> tuple:
+        """After a line search, on the pool (chunks of ``LINE_CHUNK`` rows): the cut point's
+        margins mb + t·dm give the next cut's coefficients (:meth:`cut`) and, when ``move``,
+        the best point's margins mb += k·dm in place. Returns (coef, flips, violated)."""
+        coef = np.empty(mb.shape[0])
+        c, ys = self.c, self.ysx
+
+        def run(ab: tuple[int, int]) -> tuple[int, int]:
+            a, b = ab
+            return step_flip(mb[a:b], dm[a:b], k, t, move, c[a:b], ys[a:b], coef[a:b])
+
+        flips = viol = 0
+        for f, v in self.pool.map(run, line_chunks(mb.shape[0])):
+            flips += int(f)
+            viol += int(v)
+        return coef, flips, viol
+
+    def cut(self, m: np.ndarray | None, n: int, flipped: tuple | None = None):
         """The plane whose S-coefficients are [mᵢ < 1] (and the other rows' c⁰ when the
-        aggregated row is violated, else 0): (g, r) normalised by n."""
-        coef = np.empty(m.shape[0])
-        flips, viol = flip_cut(m, self.c, self.ysx, coef)  # one sweep; updates self.c
+        aggregated row is violated, else 0): (g, r) normalised by n. ``flipped``: what
+        :meth:`flip` returned for the margins m (then ``m`` is not read)."""
+        if flipped is None:
+            coef = np.empty(m.shape[0])  # type: ignore[union-attr]
+            flips, viol = flip_cut(m, self.c, self.ysx, coef)  # one sweep; updates self.c
+        else:
+            coef, flips, viol = flipped
         if flips:
             self.gS += self.plane(coef)  # the rows of S only (coef's last entry: ignored)
         if not self.agg:
@@ -272,6 +314,27 @@ class _Inner:
         if self.c[-1]:
             return (self.G + self.gS) / n, (self.R + float(viol - 1)) / n
         return self.gS / n, float(viol) / n
+
+
+def line_chunks(n: int) -> list[tuple[int, int]]:
+    """Row ranges of ``LINE_CHUNK`` rows: the tasks of the line search and of the inner
+    loop's update (a split that depends on n only, never on the number of threads)."""
+    return [(a, min(n, a + LINE_CHUNK)) for a in range(0, max(n, 1), LINE_CHUNK)]
+
+
+def sum_in_order(pool: ThreadPoolExecutor, vecs: list[np.ndarray]) -> np.ndarray:
+    """Σ of equal-length vectors, added in list order (same bits as a plain loop), column
+    block by column block on the pool; the first vector is overwritten and returned."""
+    out = vecs[0]
+    n = out.shape[0]
+
+    def add(a: int) -> None:
+        b = min(n, a + SUM_BLOCK)
+        for v in vecs[1:]:
+            out[a:b] += v[a:b]
+
+    list(pool.map(add, range(0, n, SUM_BLOCK)))
+    return out
 
 
 def segment(
@@ -290,12 +353,12 @@ def segment(
     model ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (``gwb``, ``gwc``: the gⱼ·wb, gⱼ·wc);
     returns (k, F(k), wc − wb, mc − mb)."""
     dw = wc - wb
-    dm = mc - mb
+    dm = np.empty_like(mb)
     L1 = 0.0 if inner.agg else float(vdot(dw, inner.G))
     k, f = segment_min_threaded(
         inner.pool,
         float(vdot(wb, wb)), float(vdot(wb, dw)), float(vdot(dw, dw)),
-        inner.linear(wb), L1, C, Cp, mb, dm,
+        inner.linear(wb), L1, C, Cp, mb, mc, dm,
         np.asarray(ws.r) - gwb, gwc - gwb, LINE_STEPS,
     )  # fmt: skip
     return k, f, dw, dm
@@ -311,62 +374,66 @@ def segment_min_threaded(
     C: float,
     Cp: float,
     mb: np.ndarray,
-    dm: Any,
+    mc: np.ndarray,
+    dm: np.ndarray,
     u: Any,
     v: Any,
     steps: int,
 ) -> tuple[float, float]:
-    """:func:`~ooc_svm.kernels.perf_selective.segment_min` with its sweeps of every row
-    (the bracketing evaluations, the first ``LINE_POOL_STEPS`` halvings and the narrowing)
-    on the threads of ``pool``, over chunks of ``LINE_CHUNK`` rows summed in chunk order
-    (same bits for any number of threads); the other halvings then run on the few rows
-    narrowed to the bracket."""
+    """The minimiser k ≥ 0 of F of :func:`~ooc_svm.kernels.perf_selective.segment_min`
+    (``dm`` = ``mc`` − ``mb``, written here), with its sweeps of every row on the threads of
+    ``pool`` (chunks of ``LINE_CHUNK`` rows, summed in chunk order: same bits for any number
+    of threads).
+
+    Instead of one sweep per bisection step: one sweep bins every row's hinge by where on
+    the grid ``LINE_GRID`` (``LINE_BINS`` equal steps on [0, 1], doublings to 2⁶⁰) it changes sign
+    (:func:`~ooc_svm.kernels.perf_selective.segment_bins`), which gives F and F'(k⁺) at
+    every grid point (:func:`~ooc_svm.kernels.perf_selective.bins_eval`); the bracket is the
+    first grid interval where F' turns non-negative; a second sweep keeps the rows whose
+    hinge changes sign in it (the others become a linear term). While they are more than
+    ``LINE_FEW``, the same is done on them with ``LINE_BINS`` equal bins of the bracket
+    (at most ``LINE_ROUNDS`` rounds); the last halvings, to the precision of ``steps``
+    halvings of the doubling bracket, run on the few rows left
+    (:func:`~ooc_svm.kernels.perf_selective.segment_bisect`)."""
     n = mb.shape[0]
-    bounds = [(a, min(n, a + LINE_CHUNK)) for a in range(0, max(n, 1), LINE_CHUNK)]
-
-    def ev(k: float):
-        h = hs = 0.0
-        for hj, sj in pool.map(lambda ab: hinge_slope(mb[ab[0] : ab[1]], dm[ab[0] : ab[1]], k),
-                               bounds):  # fmt: skip
-            h += hj
-            hs += sj
-        return segment_eval_sums(k, a0, a1, a2, L0, L1, C, Cp, h, hs, u, v)
-
-    f0, s0 = ev(0.0)
-    if s0 >= 0.0:
-        return 0.0, f0
-    lo, hi = 0.0, 1.0
-    fh, sh = ev(hi)
-    grow = 0
-    while sh < 0.0 and grow < 60:
-        lo = hi
-        hi *= 2.0
-        fh, sh = ev(hi)
-        grow += 1
-    fl, _ = ev(lo)
-    # the first halvings sweep every row on the pool too, so that the rows narrowed to the
-    # bracket (whose later halvings run on one thread) are few
-    pre = min(LINE_POOL_STEPS, steps) if n >= LINE_CHUNK else 0
-    for _ in range(pre):
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        fm, sm = ev(mid)
-        if sm < 0.0:
-            lo, fl = mid, fm
-        else:
-            hi, fh = mid, fm
-    steps -= pre
-    parts = list(pool.map(lambda ab: narrow(mb[ab[0] : ab[1]], dm[ab[0] : ab[1]], lo, hi),
-                          bounds))  # fmt: skip
+    bounds = line_chunks(n)
+    cmb = [mb[a:b] for a, b in bounds]
+    cdm = [dm[a:b] for a, b in bounds]
+    cmc = [mc[a:b] for a, b in bounds]
+    grid = LINE_GRID
     h0 = h1 = 0.0
-    for _, _, a, b in parts:
-        h0 += a
-        h1 += b
-    cmb = np.concatenate([p[0] for p in parts])
-    cdm = np.concatenate([p[1] for p in parts])
-    return segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, cmb, cdm, u, v, h0, h1,
-                          steps)  # fmt: skip
+    lo = hi = fl = fh = 0.0
+    for rnd in range(LINE_ROUNDS):
+        G = grid.shape[0]
+        ends = cmc if rnd == 0 else [np.zeros(0)] * len(cmb)  # round 0 also writes dm
+        parts = pool.map(segment_bin_sums, cmb, ends, cdm, repeat(grid), repeat(LINE_BINS))
+        bins = np.zeros((5, G + 1))
+        for b in parts:
+            bins += b
+        F, S = np.empty(G), np.empty(G)
+        bins_eval(grid, bins, h0, h1, a0, a1, a2, L0, L1, C, Cp, u, v, F, S)
+        up = np.flatnonzero(S >= 0.0)
+        j = int(up[0]) if up.shape[0] else G - 1
+        if j == 0:
+            return float(grid[0]), float(F[0])
+        lo, hi, fl, fh = float(grid[j - 1]), float(grid[j]), float(F[j - 1]), float(F[j])
+        few = int(bins[4, j]) <= LINE_FEW
+        nar = list(pool.map(narrow, cmb, cdm, repeat(lo), repeat(hi)))
+        cmb = [x[0] for x in nar]
+        cdm = [x[1] for x in nar]
+        for x in nar:
+            h0 += x[2]
+            h1 += x[3]
+        if few or hi - lo <= 1e-12 * max(1.0, hi):
+            break
+        grid = np.linspace(lo, hi, LINE_BINS + 1)
+    # halvings left: the bracket down to 2^-steps of the doubling bracket holding it
+    w0 = 1.0 if hi <= 1.0 else 0.5 * hi
+    left = min(steps, max(0, steps + math.ceil(math.log2(max(hi - lo, 1e-300) / w0))))
+    rows_b = np.concatenate(cmb) if cmb else np.zeros(0)
+    rows_d = np.concatenate(cdm) if cdm else np.zeros(0)
+    return segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, rows_b, rows_d, u, v,
+                          h0, h1, left)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------
@@ -377,16 +444,27 @@ def segment_min_threaded(
 #: the rows in memory form groups of about this many non-zeros: the inner margin sweeps and
 #: cut updates run group by group on every thread
 PART_NNZ = 1 << 20
+#: a group of the cut updates holds at least this many times d + 1 non-zeros (and
+#: ``PART_NNZ``): its plane's zeroing and summing stay small beside its rows
+PLANE_COLS = 64
 #: per-group planes of the cut updates while they take at most this many bytes in all
 #: (very wide stores: one plane, one thread)
 PLANE_PARTS_BYTES = 64 << 20
-#: rows per chunk of the threaded line search
+#: rows per chunk of the threaded line search and of the inner loop's update
 LINE_CHUNK = 1 << 16
-#: bisection steps of the inner line search
+#: bisection steps of the inner line search (its precision: 2^-LINE_STEPS of the doubling
+#: bracket [0, 1], [1, 2], [2, 4], ... that holds the minimiser)
 LINE_STEPS = 32
-#: of which the first this many sweep every row on the pool (stores of at least LINE_CHUNK
-#: rows in memory), before the rows are narrowed to the bracket for the rest on one thread
-LINE_POOL_STEPS = 5
+#: the line search's first grid: ``LINE_BINS`` equal steps on [0, 1], then doublings to 2^60
+LINE_GRID = np.concatenate([np.linspace(0.0, 1.0, 1025), 2.0 ** np.arange(1, 61, dtype=np.float64)])
+#: equal bins of [0, 1] in the line search's first round, of the bracket in the later ones
+LINE_BINS = 1024
+#: at most this many rounds of binning (sweeps of the rows still in the bracket)
+LINE_ROUNDS = 3
+#: rows left in the bracket below which the last halvings run on one thread
+LINE_FEW = 4096
+#: columns per task when the groups' planes are summed on the pool
+SUM_BLOCK = 1 << 13
 #: the selection takes this share of ``inner_mb``; the pass's candidate lists and their
 #: merge the rest (module docstring, "Memory")
 SELECTION_SHARE = 0.75
@@ -491,17 +569,19 @@ class _Run:
                 break
             gwc = matvec(ws.Q, ws.alpha)  # gⱼ·wc from the Gram matrix
             k, f, dw, dm = segment(inner, ws, gwb, gwc, wb, wc, mb, inner.margins(wc), C, Cp)
-            k = k if f < Fb else 0.0
-            m_k = mb + (k + mu * (1.0 - k)) * dm
-            if f < Fb:
-                wb, mb, Fb, gwb = wb + k * dw, mb + k * dm, f, gwb + k * (gwc - gwb)
+            move = f < Fb
+            k = k if move else 0.0
+            # the next cut at the margins mb + (k + mu(1 - k))·dm, and mb += k·dm: one sweep
+            flipped = inner.flip(mb, dm, k, k + mu * (1.0 - k), move)
+            if move:
+                wb, Fb, gwb = wb + k * dw, f, gwb + k * (gwc - gwb)
             if inner.whole and Fb - self.D <= eps * Cp:
                 # every row in memory: P~ = P, so F(w) = P(w) is exact and certifies
                 self.w_b, self.P_b, self.xi_b = wb, Fb, float(np.maximum(0.0, 1 - mb).sum()) / n
                 break
             if Fb - self.D <= share * eps * Cp:
                 break
-            g, r = inner.cut(m_k, n)
+            g, r = inner.cut(None, n, flipped)
             ws.add(g, r)
             gwb = np.append(gwb, float(vdot(g, wb)))
             keep = np.asarray(ws.inactive) < int(self.params.max_inactive)
