@@ -138,6 +138,41 @@ def test_smo_scans_on_threads_equal_serial_loops():
             np.testing.assert_array_equal(G2, ref_G)
 
 
+def test_dense_sv_block_scores_equal_sparse_bit_for_bit(monkeypatch):
+    """Expansions of dense, narrow SVs (ijcnn1: 22 features) score rows on a dense SV block
+    (the KKT pass, predict): the same scores to the bit as the sparse (CSC) kernel, explicit
+    zeros and features the SVs lack included, with 1 and 2 threads; not pickled."""
+    import pickle
+
+    from ooc_svm import expansion as E
+    from ooc_svm.kernels.kernel_functions import KernelParams
+
+    rng = np.random.default_rng(2)
+    sv = _random_csr(rng, 700, 22, 13)
+    sv.data[::7] = 0.0  # explicit zeros, as ijcnn1 has
+    rows = _random_csr(rng, 3000, 22, 9)
+    kp = KernelParams.from_params({"kernel": "rbf", "gamma": 0.7}, 22)
+    coef = rng.normal(size=700)
+    ip, ix, data = csr_parts(rows)
+    sip, six, sdata = csr_parts(sv)
+
+    def make():
+        return E.Expansion.from_csr(kp, 22, sip, six.view(np.int32), sdata, coef)
+
+    for n in THREADS:
+        with _threads(n):
+            dense = make()
+            got = dense.scores(ip, ix, data)
+            assert "_Dt" in dense.__dict__
+            assert "_Dt" not in pickle.loads(pickle.dumps(dense)).__dict__
+            with monkeypatch.context() as mp:
+                mp.setattr(E, "DENSE_SV_MAX", 0)
+                sparse = make()
+                ref = sparse.scores(ip, ix, data)
+                assert "_Dt" not in sparse.__dict__
+            np.testing.assert_array_equal(got, ref)
+
+
 # --------------------------------------------------------------------------------------------
 # the solvers against LIBSVM, 1 and 2 threads
 # --------------------------------------------------------------------------------------------
