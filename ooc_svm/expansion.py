@@ -16,6 +16,7 @@ scoring (:mod:`ooc_svm.shard_scores`: predict, evaluate, the estimators).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -218,8 +219,9 @@ class Expansion:
 COMPACT_MIN_FEATURES = 1 << 16
 #: SV expansions whose transposed SVs (features × n_sv) have at most this many entries and at
 #: least this density are scored on a dense block (:meth:`Expansion._dense_svs`)
-DENSE_SV_MAX = 8_000_000
+DENSE_SV_MAX = 2_000_000  # 16 MB
 DENSE_SV_MIN_DENSITY = 0.25
+_DENSE_LOCK = threading.Lock()
 
 
 def _max_col(indices) -> int:
