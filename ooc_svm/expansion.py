@@ -16,6 +16,7 @@ scoring (:mod:`ooc_svm.shard_scores`: predict, evaluate, the estimators).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from .kernels.kernel_functions import (
     linear_scores,
     row_sq_norms,
 )
-from .kernels.parallel import kernel_scores_csc_par, thread_share
+from .kernels.parallel import dense_expansion_add_par, kernel_scores_csc_par, thread_share
 
 if TYPE_CHECKING:  # a type only: the expansion sits below the model that it scores
     from .model import Model
@@ -138,9 +139,45 @@ class Expansion:
             out[:] = 0.0
             return out
         sq = row_sq_norms(indptr, indices_u32, data, np.empty(n, dtype=np.float64))
+        Dt = self._dense_svs(indices_u32)
+        if Dt is not None:
+            out[:] = 0.0
+            with thread_share():
+                return dense_expansion_add_par(
+                    indptr, indices_u32, data, sq, Dt, self.sv_sq, self.coef, *self.kp.args(), out
+                )
         rows = (*self._compact(indptr, indices_u32, data), sq)
         with thread_share():
             return kernel_scores_csc_par(*rows, *self._svs(), self.coef, *self.kp.args(), out)
+
+    def _dense_svs(self, indices_u32) -> np.ndarray | None:
+        """The SVs as a dense (features, n_sv) block when they are dense and small enough
+        (:data:`DENSE_SV_MIN_DENSITY`, :data:`DENSE_SV_MAX`; e.g. ijcnn1's 22 features):
+        every row's dot products then run over contiguous SV values, with the sums of the
+        sparse kernel in the same order (a feature an SV lacks adds an exact 0), so the
+        scores are the same to the bit. Built on first use, not pickled."""
+        if self.svt_feats is not None or self.svt_indptr is None or self.sv_sq is None:
+            return None
+        nft = self.svt_indptr.shape[0] - 1
+        nsv = self.sv_sq.shape[0]
+        nnz = int(self.svt_indptr[-1])
+        if nft * nsv > DENSE_SV_MAX or nnz < DENSE_SV_MIN_DENSITY * nft * nsv:
+            return None
+        if indices_u32.size and int(indices_u32.max()) >= nft:
+            return None  # a row has a feature no SV has (the sparse kernel skips it)
+        Dt = self.__dict__.get("_Dt")
+        if Dt is None:
+            import scipy.sparse as sp
+
+            T = sp.csr_matrix((self.svt_data, self.svt_indices, self.svt_indptr), shape=(nft, nsv))
+            Dt = np.ascontiguousarray(T.toarray(), dtype=np.float64)
+            self.__dict__["_Dt"] = Dt
+        return Dt
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_Dt", None)  # rebuilt where it is used
+        return state
 
     def _scores_multi(self, indptr, indices_u32, data, n: int) -> np.ndarray:
         coef = np.ascontiguousarray(self.coef)
@@ -180,6 +217,11 @@ class Expansion:
 #: an expansion is kept over the features its SVs use (``svt_feats``) when the store has
 #: more than this many features and more than twice the SVs' non-zeros
 COMPACT_MIN_FEATURES = 1 << 16
+#: SV expansions whose transposed SVs (features × n_sv) have at most this many entries and at
+#: least this density are scored on a dense block (:meth:`Expansion._dense_svs`)
+DENSE_SV_MAX = 2_000_000  # 16 MB
+DENSE_SV_MIN_DENSITY = 0.25
+_DENSE_LOCK = threading.Lock()
 
 
 def _max_col(indices) -> int:

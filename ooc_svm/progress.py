@@ -37,6 +37,7 @@ LOG_EVERY = 5.0
 #: what the solvers' records hold, in the order a line shows them: (record key, label)
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("iteration", "iter"),
+    ("smo_iterations", "steps"),
     ("passes", "passes"),
     ("objective", "obj"),
     ("dual_objective", "dual"),
@@ -44,6 +45,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("working_set", "|W|"),
     ("n_sv", "SVs"),
     ("changed", "changed"),
+    ("cache_hit_rate", "cache hits"),
 )
 #: per-solver corrections of what a record key means (smo's ``objective`` is its dual value)
 _SOLVER_LABELS: dict[str, dict[str, str]] = {"smo": {"objective": "dual"}}

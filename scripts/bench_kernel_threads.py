@@ -19,7 +19,11 @@ ratio ≤ 0.6×.
 Usage::
 
     python scripts/bench_kernel_threads.py [--rounds 3] [--data a9a,ijcnn1]
-        [--solvers smo,active-set,irwls] [--rows N]
+        [--solvers smo,active-set,irwls] [--rows N] [--baseline /work/main/.venv/bin/ooc-svm]
+
+``--baseline EXE`` adds every solver run by another ``ooc-svm`` (e.g. the main branch's) to the
+same interleaved rounds, as ``SOLVER@base``, with the per-round wall and CPU ratios of this
+checkout's runs to it.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ def main() -> int:
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--cache-mb", type=float, default=256.0)
     ap.add_argument("--cores", default="1,2", help="core counts to compare (taskset 0..n-1)")
+    ap.add_argument("--baseline", default="", help="another ooc-svm executable to compare")
     args = ap.parse_args()
 
     import numpy as np
@@ -98,6 +103,8 @@ def main() -> int:
     exe = str(Path(sys.executable).with_name("ooc-svm"))
     cores = [int(c) for c in args.cores.split(",")]
     solvers = args.solvers.split(",")
+    if args.baseline:
+        solvers += [f"{s}@base" for s in solvers]
     tmp = tempfile.mkdtemp(prefix="bench-kthreads-")
     # both programs wait the same way between parallel regions (ooc-svm's default: passive;
     # GNU OpenMP's own default, spinning, costs LIBSVM dearly on a loaded machine)
@@ -142,7 +149,9 @@ def main() -> int:
                         ]  # fmt: skip
                     else:
                         cmd = pin + [
-                            exe, "train", "--solver", s, store, "-o", os.path.join(tmp, "m"),
+                            args.baseline if s.endswith("@base") else exe,
+                            "train", "--solver", s.removesuffix("@base"), store,
+                            "-o", os.path.join(tmp, "m"),
                             "--kernel", "rbf", "--gamma", str(gamma), "--C", str(args.C),
                             "--tol", str(args.tol), "--cache-mb", str(args.cache_mb), "--overwrite",
                         ]  # fmt: skip
@@ -185,6 +194,22 @@ def main() -> int:
                     ]
                     line += " | " + ", ".join(f"{q:5.2f}x" for q in ratios)
                 print(line, flush=True)
+            for s in solvers:
+                if s.endswith("@base"):
+                    continue
+                b = f"{s}@base"
+                if b not in solvers:
+                    continue
+                for c in cores:
+                    rw = statistics.median(
+                        x["wall"] / z["wall"]
+                        for x, z in zip(times[(s, c)], times[(b, c)], strict=True)
+                    )
+                    rc = statistics.median(
+                        x["cpu"] / z["cpu"]
+                        for x, z in zip(times[(s, c)], times[(b, c)], strict=True)
+                    )
+                    print(f"  {s} / {b} at {c} core(s): wall {rw:5.2f}x  cpu {rc:5.2f}x")
             if objs.get("libsvm-omp") is not None:
                 print(f"  LIBSVM obj = {objs['libsvm-omp']:.6f}")
     finally:

@@ -103,6 +103,76 @@ def ref_block_row(b, bsq, i, kp, width):
     return out[0]
 
 
+def test_smo_scans_on_threads_equal_serial_loops():
+    """smo's WSS2 scans and gradient update on all threads (issue 23): the same rows, values
+    and gradients as one serial loop, ties included (the serial loops keep the last row of a
+    tie; many tied and ±0 values here), with 1 and 2 threads."""
+    from ooc_svm.solvers.smo import kernels as sk
+
+    rng = np.random.default_rng(1)
+    m = 40_000  # above the scans' parallel threshold
+    y = np.where(rng.random(m) < 0.4, 1.0, -1.0)
+    alpha = np.where(rng.random(m) < 0.4, 1.0, 0.0)
+    alpha[rng.random(m) < 0.1] = 0.5
+    C = np.ones(m)
+    G = np.round(rng.normal(size=m), 1)  # many ties
+    G[rng.random(m) < 0.05] = -0.0
+    QD = np.ones(m)
+    qi = np.round(rng.normal(size=m), 1).astype(np.float32)
+    qj = rng.normal(size=m).astype(np.float32)
+    active = rng.permutation(m).astype(np.int64)
+    n_active = m - 1234
+    ref_up = sk._up_chunk(active, 0, n_active, y, alpha, G, C)
+    i = int(ref_up[1])
+    ref_low = sk._low_chunk(active, 0, n_active, y, alpha, G, QD, C, i, qi, ref_up[0])
+    ref_G = G.copy()
+    sk._update_chunk(active, 0, n_active, ref_G, qi, qj, 0.3, -0.7)
+    for n in THREADS:
+        with _threads(n):
+            up = sk._up_par(active, n_active, y, alpha, G, C)
+            assert up == ref_up and str(up[0]) == str(ref_up[0]), (n, up, ref_up)
+            low = sk._low_par(active, n_active, y, alpha, G, QD, C, i, qi, up[0])
+            assert low == ref_low and str(low[2]) == str(ref_low[2]), (n, low, ref_low)
+            G2 = G.copy()
+            sk._update_par(active, n_active, G2, qi, qj, 0.3, -0.7)
+            np.testing.assert_array_equal(G2, ref_G)
+
+
+def test_dense_sv_block_scores_equal_sparse_bit_for_bit(monkeypatch):
+    """Expansions of dense, narrow SVs (ijcnn1: 22 features) score rows on a dense SV block
+    (the KKT pass, predict): the same scores to the bit as the sparse (CSC) kernel, explicit
+    zeros and features the SVs lack included, with 1 and 2 threads; not pickled."""
+    import pickle
+
+    from ooc_svm import expansion as E
+    from ooc_svm.kernels.kernel_functions import KernelParams
+
+    rng = np.random.default_rng(2)
+    sv = _random_csr(rng, 700, 22, 13)
+    sv.data[::7] = 0.0  # explicit zeros, as ijcnn1 has
+    rows = _random_csr(rng, 3000, 22, 9)
+    kp = KernelParams.from_params({"kernel": "rbf", "gamma": 0.7}, 22)
+    coef = rng.normal(size=700)
+    ip, ix, data = csr_parts(rows)
+    sip, six, sdata = csr_parts(sv)
+
+    def make():
+        return E.Expansion.from_csr(kp, 22, sip, six.view(np.int32), sdata, coef)
+
+    for n in THREADS:
+        with _threads(n):
+            dense = make()
+            got = dense.scores(ip, ix, data)
+            assert "_Dt" in dense.__dict__
+            assert "_Dt" not in pickle.loads(pickle.dumps(dense)).__dict__
+            with monkeypatch.context() as mp:
+                mp.setattr(E, "DENSE_SV_MAX", 0)
+                sparse = make()
+                ref = sparse.scores(ip, ix, data)
+                assert "_Dt" not in sparse.__dict__
+            np.testing.assert_array_equal(got, ref)
+
+
 # --------------------------------------------------------------------------------------------
 # the solvers against LIBSVM, 1 and 2 threads
 # --------------------------------------------------------------------------------------------

@@ -112,8 +112,18 @@ def _solve_wss2_decomposition(
         else:
             fixed = make_expansion(kp, nf, d.F, d.F.y * d.F.alpha)
         p_lin = -1.0 + d.W.y * fixed.scores(*d.W.csr())
+        outer, n_w = d.outer, d.W.n
         it, d.G, cs, d.status = _run_wss2(
-            d.W, p_lin, kp, C, tol, p.cache_mb, max(1, max_iter - d.total_it), p.shrinking, nf
+            d.W,
+            p_lin,
+            kp,
+            C,
+            tol,
+            p.cache_mb,
+            max(1, max_iter - d.total_it),
+            p.shrinking,
+            nf,
+            progress=lambda rec, o=outer, w=n_w: report({"iteration": o, "working_set": w, **rec}),
         )
         d.total_it += it
         for k in d.cache_stats:

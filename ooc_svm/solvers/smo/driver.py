@@ -204,6 +204,9 @@ def _solve_wss2(
             checkpoint=checkpoint,
             report=report,
             checkpoint_seconds=float(p.checkpoint_seconds),
+            progress=lambda rec: report(
+                {"iteration": rec["chunk"], "working_set": W.n, "passes": 1, **rec}
+            ),
         )
         rho, m_up, m_low = _rho_and_gap(W.y, W.alpha, G, Cv)
         dual = float(0.5 * np.dot(W.alpha, G + p_lin))
@@ -215,6 +218,7 @@ def _solve_wss2(
                 "violation": float(m_up - m_low),
                 "working_set": W.n,
                 "smo_iterations": it,
+                "cache_hit_rate": cs["hits"] / max(1, cs["hits"] + cs["misses"]),
                 "objective": dual,
                 "pass_seconds": time.perf_counter() - t1,
                 "passes": 1,

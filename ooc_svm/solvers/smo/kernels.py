@@ -4,15 +4,20 @@ slices), Platt's takeStep / examineExample."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from ...kernels.kernel_functions import (
     kernel_from_dot,
 )
-from ...kernels.parallel import column_par
+from ...kernels.parallel import _n_chunks, column_par
 from ..kernel_cache import slot_acquire_prefix
 
 TAU = 1e-12
+#: work weights of a row in the selection scans and the gradient update, against a kernel
+#: entry's non-zeros (:func:`~ooc_svm.kernels.parallel._n_chunks` runs a scan in parallel
+#: chunks from ``PAR_MIN_WORK``: a few thousand active rows)
+SELECT_WORK = 2
+UPDATE_WORK = 1
 
 
 # ============================================================================================
@@ -56,54 +61,140 @@ def _column(i, need, order, X, kp, cache, work, with_y):
 # numba: WSS2 (Fan, Chen & Lin 2005 / LIBSVM Solver) on an in-memory set
 # ============================================================================================
 @njit(cache=True, nogil=True)
+def _up_chunk(active, t0, t1, y, alpha, G, C):
+    """(gmax, imax) of WSS2's first choice over active[t0:t1]: the last row with the largest
+    −y G in I_up (imax = −1 when there is none).
+
+    Written without a branch on the label or the bound (random labels made those branches
+    mispredict on most rows): −y G is −G or G exactly (y = ±1), so the values and the row
+    chosen are those of LIBSVM's two-branch loop."""
+    gmax = -np.inf
+    imax = -1
+    for t in range(t0, t1):
+        k = active[t]
+        yk = y[k]
+        a = alpha[k]
+        v = -(yk * G[k])
+        up = ((yk > 0) & (a < C[k])) | ((yk <= 0) & (a > 0))
+        if up & (v >= gmax):
+            gmax = v
+            imax = k
+    return gmax, imax
+
+
+@njit(cache=True, nogil=True)
+def _low_chunk(active, t0, t1, y, alpha, G, QD, C, i, qi, gmax):
+    """(jmin, obj_min, gmax2) of WSS2's second choice over active[t0:t1] (jmin = −1 when no
+    row qualifies): the last row with the smallest second-order decrease.
+
+    Branch-free in the label and the bound as :func:`_up_chunk`: for y = +1 the values are
+    G, gmax + G and QD_i + QD_k − 2 y_i Q_ik, for y = −1 −G, gmax − G and
+    QD_i + QD_k + 2 y_i Q_ik, each computed exactly as LIBSVM's two branches do."""
+    gmax2 = -np.inf
+    jmin = -1
+    obj_min = np.inf
+    yi = y[i]
+    qdi = QD[i]
+    for t in range(t0, t1):
+        k = active[t]
+        yk = y[k]
+        a = alpha[k]
+        v = yk * G[k]
+        low = ((yk > 0) & (a > 0)) | ((yk <= 0) & (a < C[k]))
+        if low & (v >= gmax2):
+            gmax2 = v
+        gd = gmax + v
+        qc = (qdi + QD[k]) - yk * (2.0 * yi * qi[k])
+        od = -(gd * gd) / (qc if qc > 0 else TAU)
+        if low & (gd > 0) & (od <= obj_min):
+            jmin = k
+            obj_min = od
+    return jmin, obj_min, gmax2
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _up_par(active, n_active, y, alpha, G, C):
+    """:func:`_up_chunk` over active[:n_active] on all threads: each chunk's (max, last row)
+    folded in chunk order with the serial loop's ``>=`` gives the serial loop's row and
+    value (the last row holding the largest value), for any number of threads."""
+    nc = _n_chunks(n_active, SELECT_WORK * n_active)
+    if nc == 1:
+        return _up_chunk(active, 0, n_active, y, alpha, G, C)
+    gm = np.empty(nc)
+    im = np.empty(nc, dtype=np.int64)
+    for c in prange(nc):
+        gm[c], im[c] = _up_chunk(
+            active, c * n_active // nc, (c + 1) * n_active // nc, y, alpha, G, C
+        )
+    gmax = -np.inf
+    imax = -1
+    for c in range(nc):
+        if im[c] >= 0 and gm[c] >= gmax:
+            gmax = gm[c]
+            imax = im[c]
+    return gmax, imax
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _low_par(active, n_active, y, alpha, G, QD, C, i, qi, gmax):
+    """:func:`_low_chunk` over active[:n_active] on all threads, folded in chunk order as
+    the serial loop (``<=`` for the decrease, ``>=`` for gmax2): the serial result."""
+    nc = _n_chunks(n_active, SELECT_WORK * n_active)
+    if nc == 1:
+        return _low_chunk(active, 0, n_active, y, alpha, G, QD, C, i, qi, gmax)
+    jm = np.empty(nc, dtype=np.int64)
+    om = np.empty(nc)
+    g2 = np.empty(nc)
+    for c in prange(nc):
+        jm[c], om[c], g2[c] = _low_chunk(
+            active, c * n_active // nc, (c + 1) * n_active // nc, y, alpha, G, QD, C, i, qi,
+            gmax,
+        )  # fmt: skip
+    jmin = -1
+    obj_min = np.inf
+    gmax2 = -np.inf
+    for c in range(nc):
+        if g2[c] >= gmax2:
+            gmax2 = g2[c]
+        if jm[c] >= 0 and om[c] <= obj_min:
+            jmin = jm[c]
+            obj_min = om[c]
+    return jmin, obj_min, gmax2
+
+
+@njit(cache=True, nogil=True)
+def _update_chunk(active, t0, t1, G, qi, qj, dai, daj):
+    for t in range(t0, t1):
+        k = active[t]
+        G[k] += qi[k] * dai + qj[k] * daj
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _update_par(active, n_active, G, qi, qj, dai, daj):
+    """G[k] += qi[k] dai + qj[k] daj over active[:n_active] on all threads (each entry by one
+    thread, as in the serial loop)."""
+    nc = _n_chunks(n_active, UPDATE_WORK * n_active)
+    if nc == 1:
+        _update_chunk(active, 0, n_active, G, qi, qj, dai, daj)
+        return
+    for c in prange(nc):
+        _update_chunk(active, c * n_active // nc, (c + 1) * n_active // nc, G, qi, qj, dai, daj)
+
+
+@njit(cache=True, nogil=True)
 def _select_wss2(active, n_active, X, kp, cache, work, alpha, G, QD, C):
     """WSS2: i = argmax_{I_up} −y G; j minimises the second-order decrease. Returns
-    (i, j, m − M) with j = −1 when no pair is found. ``C``: each row's upper bound."""
+    (i, j, m − M) with j = −1 when no pair is found. ``C``: each row's upper bound.
+
+    Both scans run on all threads (:func:`_up_par`, :func:`_low_par`) with the serial
+    loop's result for any number of threads."""
     y = X[4]
-    gmax = -np.inf
-    gmax2 = -np.inf
-    imax = -1
-    for t in range(n_active):
-        k = active[t]
-        if y[k] > 0:
-            if alpha[k] < C[k] and -G[k] >= gmax:
-                gmax = -G[k]
-                imax = k
-        else:
-            if alpha[k] > 0 and G[k] >= gmax:
-                gmax = G[k]
-                imax = k
+    gmax, imax = _up_par(active, n_active, y, alpha, G, C)
     if imax < 0:
         return -1, -1, 0.0
     i = imax
     qi = _column(i, n_active, active, X, kp, cache, work, True)
-    jmin = -1
-    obj_min = np.inf
-    yi = y[i]
-    for t in range(n_active):
-        k = active[t]
-        if y[k] > 0:
-            if alpha[k] > 0:
-                gd = gmax + G[k]
-                if G[k] >= gmax2:
-                    gmax2 = G[k]
-                if gd > 0:
-                    qc = QD[i] + QD[k] - 2.0 * yi * qi[k]
-                    od = -(gd * gd) / (qc if qc > 0 else TAU)
-                    if od <= obj_min:
-                        jmin = k
-                        obj_min = od
-        else:
-            if alpha[k] < C[k]:
-                gd = gmax - G[k]
-                if -G[k] >= gmax2:
-                    gmax2 = -G[k]
-                if gd > 0:
-                    qc = QD[i] + QD[k] + 2.0 * yi * qi[k]
-                    od = -(gd * gd) / (qc if qc > 0 else TAU)
-                    if od <= obj_min:
-                        jmin = k
-                        obj_min = od
+    jmin, obj_min, gmax2 = _low_par(active, n_active, y, alpha, G, QD, C, i, qi, gmax)
     return i, jmin, gmax + gmax2
 
 
@@ -371,9 +462,7 @@ def _wss2_steps(
         alpha[j] = aj
         dai = ai - ai_old
         daj = aj - aj_old
-        for t in range(n_active):
-            k = active[t]
-            G[k] += qi[k] * dai + qj[k] * daj
+        _update_par(active, n_active, G, qi, qj, dai, daj)
         ui = ai_old >= Ci
         uj = aj_old >= Cj
         if ui != (ai >= Ci):

@@ -15,6 +15,7 @@ from .common import _cache_for, _kernel_tuple, _x_tuple_compact
 from .kernels import (
     IST_DONE,
     IST_IT,
+    IST_N_ACTIVE,
     IST_STATUS,
     _diag,
     _wss2_fresh_state,
@@ -27,6 +28,10 @@ log = logging.getLogger(__name__)
 
 #: target seconds of one numba call of the wss2 loop (Ctrl-C and time checkpoints between)
 SLICE_SECONDS = 0.05
+#: seconds between two progress records inside a chunk (the commands show one line every
+#: ``$OOC_SVM_PROGRESS_SECONDS``, 5 s by default; these records keep that cadence on chunks
+#: that run for minutes, e.g. 300,000 rows under a small ``--cache-mb``)
+PROGRESS_SECONDS = 1.0
 
 
 class _Slicer:
@@ -114,8 +119,13 @@ class _Wss2Run:
         )
         self.last_save = time.perf_counter()
 
-    def run_chunk(self, sc, limit, shrinking, sl, checkpoint, checkpoint_seconds) -> None:
-        """The solve (or its rest) up to ``limit`` steps, in slices of ``sl.budget`` steps."""
+    def run_chunk(
+        self, sc, limit, shrinking, sl, checkpoint, checkpoint_seconds, progress=None
+    ) -> None:
+        """The solve (or its rest) up to ``limit`` steps, in slices of ``sl.budget`` steps;
+        ``progress(sc)`` is called between slices every :data:`PROGRESS_SECONDS` (it only
+        reads the state: the steps are the same with or without it)."""
+        last = time.perf_counter()
         if self.init:
             _init_grad_sliced(
                 self.X, self.kt, sc, self.work, self.W.alpha, self.G, self.G_bar, self.p_lin, self.C
@@ -126,6 +136,11 @@ class _Wss2Run:
         while not self.ist[IST_DONE]:
             _wss2_steps(*args, self.active, self.ist, self.fst, sl.budget)
             sl.adapt()
+            if progress is not None and not self.ist[IST_DONE]:
+                now = time.perf_counter()
+                if now - last >= PROGRESS_SECONDS:
+                    progress(sc)
+                    last = now
             if (
                 checkpoint is not None
                 and not self.ist[IST_DONE]
@@ -148,6 +163,7 @@ def _run_wss2(
     checkpoint=None,
     report=None,
     checkpoint_seconds: float = 60.0,
+    progress=None,
 ):
     """LIBSVM's solver on the rows of ``W`` (α updated in place).
 
@@ -159,9 +175,31 @@ def _run_wss2(
     shrinking order and counters) is checkpointed when ``checkpoint_seconds`` have passed
     since the last save; pausing does not change a step, so a resumed run ends with the
     model of an uninterrupted one.
+
+    ``progress`` (a callable taking one dict, or None) gets a record between slices every
+    :data:`PROGRESS_SECONDS` while a chunk runs: ``chunk`` (1, 2, ...), ``smo_iterations``
+    (steps so far), ``violation`` (m − M over the active rows at the last step: the rows
+    shrinking set aside are checked when the chunk ends), ``active_rows``,
+    ``cache_hit_rate`` (so far) and ``in_chunk`` = True.
     """
     r = _Wss2Run(W, p_lin, kp, C, tol, n_features)
     stats = {"hits": 0, "misses": 0, "evictions": 0}
+
+    def in_chunk(sc) -> None:
+        assert progress is not None  # only handed to run_chunk with a progress callable
+        hits = stats["hits"] + int(sc.stats[0])
+        misses = stats["misses"] + int(sc.stats[1])
+        progress(
+            {
+                "chunk": r.chunk + 1,
+                "smo_iterations": r.total + int(r.ist[IST_IT]),
+                "violation": float(r.fst[0]),
+                "active_rows": int(r.ist[IST_N_ACTIVE]),
+                "cache_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+                "in_chunk": True,
+            }
+        )
+
     if checkpoint is not None and checkpoint.resume:
         r.resume(checkpoint)
     step = int(every) if every and every > 0 else int(max_iter)
@@ -169,7 +207,15 @@ def _run_wss2(
     while True:
         sc = _cache_for(cache_mb, W.n)  # a fresh cache: shrinking restarts in every chunk
         limit = max(1, min(step, int(max_iter) - r.total))
-        r.run_chunk(sc, limit, shrinking, sl, checkpoint, checkpoint_seconds)
+        r.run_chunk(
+            sc,
+            limit,
+            shrinking,
+            sl,
+            checkpoint,
+            checkpoint_seconds,
+            None if progress is None else in_chunk,
+        )
         status, gap = int(r.ist[IST_STATUS]), float(r.fst[0])
         r.total += int(r.ist[IST_IT])
         r.chunk += 1
@@ -184,6 +230,7 @@ def _run_wss2(
                     "violation": gap,
                     "working_set": W.n,
                     "smo_iterations": r.total,
+                    "cache_hit_rate": _hit_rate(stats),
                     "objective": float(0.5 * np.dot(W.alpha, r.G + p_lin)),
                     "passes": 1,
                 }
@@ -192,3 +239,8 @@ def _run_wss2(
         if checkpoint is not None:
             r.save(checkpoint)
     return r.total, r.G, stats, status
+
+
+def _hit_rate(stats: dict) -> float:
+    n = stats["hits"] + stats["misses"]
+    return stats["hits"] / n if n else 0.0
