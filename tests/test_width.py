@@ -366,7 +366,11 @@ def test_perf_remapped_columns_same_guarantee_and_bytes_for_any_threads(tmp_path
     columns it holds, most frequent first: one counting pass more, w of the store's width
     with zeros on the unused columns, the objective of the plain path within the
     certificate, and the same model bytes for 1, 2 and 3 threads."""
+    import sys
+
     from sklearn.svm import LinearSVC
+
+    sys.path.insert(0, str(Path(__file__).parent / "solvers"))  # also when run on its own
     from test_perf import check_guarantee
 
     from ooc_svm.api import train
