@@ -397,3 +397,22 @@ def test_large_system_factor_on_threads_is_bit_identical_and_matches_the_serial_
     assert abs(outs[0][2] - b) <= 1e-10
     # not positive definite: reported, not factored
     assert not _schur_solve_par(-M, y1, r, 0.25)[0]
+
+
+def test_missing_columns_in_small_blocks_give_the_same_model(tmp_path, make_store, monkeypatch):
+    """Issue 23: the error pass computes a shard's missing kernel columns in blocks of at most
+    ``_BLOCK_BYTES`` (a 100k-row shard at q = 600 peaked at 1.2 GB); blocks of 3 columns give
+    the model of one block, bit for bit (the same sums in the same order)."""
+    from ooc_svm.solvers.irwls import passes
+
+    X, y = tiny_problem(4, n=120)
+    st = make_store(X, y, shard_rows=40, n_features=0)
+    kw = dict(C=3.0, gamma=0.5, working_set=30, seed=7, cache_mb=0.002)
+    a = train(st, "irwls", **kw)
+    monkeypatch.setattr(passes, "_BLOCK_BYTES", 3 * 8 * 40)
+    b = train(st, "irwls", **kw)
+    assert a.summary["cache_misses"] > 3 * a.iterations  # several blocks per shard and pass
+    assert a.iterations == b.iterations
+    np.testing.assert_array_equal(a.model.support_, b.model.support_)
+    np.testing.assert_array_equal(a.model.dual_coef_, b.model.dual_coef_)
+    assert a.model.intercept_ == b.model.intercept_
