@@ -366,3 +366,53 @@ def test_history_records_carry_seconds_and_passes(tmp_path, kernel, make_store):
     assert_history_timed(res)
     recs = res.history
     assert recs[-1]["seconds"] <= res.seconds
+
+
+def test_large_system_factor_on_threads_is_bit_identical_and_matches_the_serial_one(monkeypatch):
+    """Issue 23: the system (3) above ``_NUMBA_CHOL_MAX`` rows is factored by the numba
+    Cholesky on all threads (was LAPACK, whose spinning threads made a 600-row factor take
+    0.26 s on a loaded 2-core machine): the same bits for 1, 2 and 3 threads, and the values
+    of the serial Cholesky to rounding."""
+    import numba
+
+    from ooc_svm.solvers.irwls.working_set import _schur_solve, _schur_solve_par
+
+    rng = np.random.default_rng(3)
+    n = 301
+    A = rng.normal(size=(n, n))
+    M = A @ A.T / n + np.eye(n)
+    y1 = np.where(rng.normal(size=n) > 0, 1.0, -1.0)
+    r = rng.normal(size=n)
+    ok, beta, b = _schur_solve(M, y1, r, 0.25, np.zeros((n, n)))
+    assert ok
+    outs = []
+    for t in range(1, min(3, numba.config.NUMBA_NUM_THREADS) + 1):
+        monkeypatch.setenv("OOC_SVM_KERNEL_THREADS", str(t))  # thread_share's cap
+        outs.append(_schur_solve_par(M, y1, r, 0.25))
+    for ok_t, beta_t, b_t in outs:
+        assert ok_t
+        np.testing.assert_array_equal(beta_t, outs[0][1])
+        assert b_t == outs[0][2]
+    np.testing.assert_allclose(outs[0][1], beta, rtol=0, atol=1e-10)
+    assert abs(outs[0][2] - b) <= 1e-10
+    # not positive definite: reported, not factored
+    assert not _schur_solve_par(-M, y1, r, 0.25)[0]
+
+
+def test_missing_columns_in_small_blocks_give_the_same_model(tmp_path, make_store, monkeypatch):
+    """Issue 23: the error pass computes a shard's missing kernel columns in blocks of at most
+    ``_BLOCK_BYTES`` (a 100k-row shard at q = 600 peaked at 1.2 GB); blocks of 3 columns give
+    the model of one block, bit for bit (the same sums in the same order)."""
+    from ooc_svm.solvers.irwls import passes
+
+    X, y = tiny_problem(4, n=120)
+    st = make_store(X, y, shard_rows=40, n_features=0)
+    kw = dict(C=3.0, gamma=0.5, working_set=30, seed=7, cache_mb=0.002)
+    a = train(st, "irwls", **kw)
+    monkeypatch.setattr(passes, "_BLOCK_BYTES", 3 * 8 * 40)
+    b = train(st, "irwls", **kw)
+    assert a.summary["cache_misses"] > 3 * a.iterations  # several blocks per shard and pass
+    assert a.iterations == b.iterations
+    np.testing.assert_array_equal(a.model.support_, b.model.support_)
+    np.testing.assert_array_equal(a.model.dual_coef_, b.model.dual_coef_)
+    assert a.model.intercept_ == b.model.intercept_

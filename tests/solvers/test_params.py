@@ -213,7 +213,7 @@ def test_config_file_and_flags_override(work):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
-    assert s["strategy"] == "random" and s["working_set"] == 150
+    assert s["strategy"] == "random" and s["working_set"] == 600
     from ooc_svm.model import load_model
 
     assert load_model(str(work / "mc")).info["C"] == 2.0

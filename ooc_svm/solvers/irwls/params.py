@@ -29,7 +29,7 @@ class Params(KernelSolverParams):
     cache_mb: float = param(
         256.0, "kernel columns K(shard rows, x_j) of rows whose beta keeps changing, MiB", ge=0
     )
-    working_set: int = param(150, "q, rows per working set (chunk); one streamed pass each", ge=2)
+    working_set: int = param(600, "q, rows per working set (chunk); one streamed pass each", ge=2)
     strategy: str = param(
         "random",
         "working-set selection of section 3 (random is the paper's)",

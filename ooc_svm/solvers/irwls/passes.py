@@ -148,6 +148,10 @@ def _drop_caches_fn(stub, scratch: WorkerScratch, st=None):
     return None if st is None else (None, st)
 
 
+#: the missing kernel columns of one shard are computed in blocks of at most this many bytes
+_BLOCK_BYTES = 64 << 20
+
+
 def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
     """Σⱼ Δβⱼyⱼ K(xᵢ, xⱼ) for the shard's rows, with the columns from the shard's cache."""
     rows = bc.delta_rows
@@ -176,21 +180,32 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
 
     h0, m0 = cache.hits, cache.misses
     # the cached columns are summed where they lie (no stacked copy of all of them); the
-    # missing ones are computed in one parallel block
+    # missing ones are computed in parallel blocks of at most _BLOCK_BYTES, in the order of
+    # the changed rows, each block dropped once summed: memory does not grow with q × rows
     found: list = [cache.get(int(g)) for g in rows.gids]
     missing = [k for k, c in enumerate(found) if c is None]
-    if missing:
-        block = compute([rows.gids[k] for k in missing])
-        for t, k in enumerate(missing):
-            found[k] = block[t].copy()
-            cache.put(int(rows.gids[k]), found[k])
     hm[0] += cache.hits - h0
     hm[1] += cache.misses - m0
+    per_block = max(1, _BLOCK_BYTES // max(1, 8 * shard.n_rows))
+    keep = 8 * shard.n_rows <= cache.max_bytes
+    block: dict = {}
+    nxt = 0  # next entry of ``missing`` to compute
     out = np.zeros(shard.n_rows)
     assert bc.delta_coef is not None  # sent with delta_rows
     for k, c in enumerate(bc.delta_coef):
+        col = found[k]
+        if col is None:
+            if k not in block:  # the next block of missing columns (k is its first)
+                ks = missing[nxt : nxt + per_block]
+                nxt += len(ks)
+                vals = compute([rows.gids[j] for j in ks])
+                block = {j: vals[t] for t, j in enumerate(ks)}
+                if keep:
+                    for j in ks:
+                        cache.put(int(rows.gids[j]), block[j].copy())
+            col = block[k]
         if c != 0.0:  # column by column, in the order of the changed rows
-            _axpy(float(c), found[k], out)
+            _axpy(float(c), col, out)
     return out
 
 

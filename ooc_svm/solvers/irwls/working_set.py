@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
+from ...kernels.parallel import thread_share
 from ..dual import check_interrupt
 
 log = logging.getLogger(__name__)
@@ -242,6 +243,104 @@ def _schur_solve(M, y1, r, c, L):
     return True, beta, b
 
 
+_FM = {"reassoc", "contract", "nsz", "arcp"}
+#: rows of a block of the parallel Cholesky (its rows are factored side by side)
+_CHOL_BLOCK = 32
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def _chol_row(M, L, i, j0, j1):
+    """L[i, j] for j in [j0, j1) (j < i): rows j and L[i, :j0] are done."""
+    for j in range(j0, j1):
+        s = M[i, j]
+        for k in range(j):
+            s -= L[i, k] * L[j, k]
+        L[i, j] = s / L[j, j]
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def _chol_diag(M, L, i):
+    s = M[i, i]
+    for k in range(i):
+        s -= L[i, k] * L[i, k]
+    if not (s > 1e-300):
+        return False
+    L[i, i] = np.sqrt(s)
+    return True
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _cholesky_par(M, L):
+    """M = L Lᵀ (lower L) on all threads; False when M is not numerically positive definite.
+
+    Blocks of ``_CHOL_BLOCK`` rows: the part of a block's rows left of the block depends on
+    earlier blocks only, so those rows are factored side by side (``prange``); then the
+    block's triangle, row by row. Every entry is one thread's sum in a fixed order: the
+    factor does not depend on the number of threads.
+    """
+    n = M.shape[0]
+    for r0 in range(0, n, _CHOL_BLOCK):
+        r1 = min(n, r0 + _CHOL_BLOCK)
+        if r0 > 0:
+            for t in prange(r1 - r0):
+                _chol_row(M, L, r0 + t, 0, r0)
+        for i in range(r0, r1):
+            _chol_row(M, L, i, r0, i)
+            if not _chol_diag(M, L, i):
+                return False
+    return True
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def _schur_subst(L, y1, r, c):
+    """The solve of :func:`_schur_solve` from its Cholesky factor L: (ok, β₁, b)."""
+    n = L.shape[0]
+    beta = np.zeros(n)
+    zr = np.empty(n)
+    zy = np.empty(n)
+    for i in range(n):
+        sr = r[i]
+        sy = y1[i]
+        for k in range(i):
+            sr -= L[i, k] * zr[k]
+            sy -= L[i, k] * zy[k]
+        zr[i] = sr / L[i, i]
+        zy[i] = sy / L[i, i]
+    # backward, by columns of Lᵀ (rows of L: contiguous)
+    for i in range(n - 1, -1, -1):
+        zr[i] /= L[i, i]
+        zy[i] /= L[i, i]
+        a = zr[i]
+        b_ = zy[i]
+        for k in range(i):
+            zr[k] -= L[i, k] * a
+            zy[k] -= L[i, k] * b_
+    den = 0.0
+    num = 0.0
+    for i in range(n):
+        den += y1[i] * zy[i]
+        num += y1[i] * zr[i]
+    if not (den > 0.0):
+        return False, beta, 0.0
+    b = (num - c) / den
+    for i in range(n):
+        beta[i] = zr[i] - b * zy[i]
+        if not np.isfinite(beta[i]):
+            return False, beta, 0.0
+    return True, beta, b
+
+
+def _schur_solve_par(M, y1, r, c):
+    """:func:`_schur_solve` for large systems: the Cholesky factor on all threads."""
+    n = M.shape[0]
+    L = np.zeros((n, n))
+    with thread_share():
+        ok = _cholesky_par(M, L)
+    if not ok:
+        return False, np.zeros(n), 0.0
+    return _schur_subst(L, y1, r, c)
+
+
 @njit(cache=True, nogil=True)
 def _assemble(K, y, g_out, sets, inv_a, C, lam):
     """System (3) on S₁ with S₃ at C (Table 1 step 1): (S₁ indices, H₁₁ + D⁻¹, y₁, r, c).
@@ -282,8 +381,9 @@ def _assemble(K, y, g_out, sets, inv_a, C, lam):
 def _solve_free(M, y1, r, c):
     """Solve [[M, y₁], [y₁ᵀ, 0]] [β₁; b] = [r; c] with M = H₁₁ + D_a⁻¹.
 
-    Cholesky of M and the Schur complement for b (numba up to ``_NUMBA_CHOL_MAX`` rows,
-    LAPACK above); LU of the whole (|S₁|+1) system when the Cholesky factorisation fails.
+    Cholesky of M and the Schur complement for b (numba: serial up to ``_NUMBA_CHOL_MAX``
+    rows, on all threads above; LAPACK's own threads spin, and a threaded factor may depend
+    on their number); LU of the whole (|S₁|+1) system when the Cholesky factorisation fails.
     """
     import scipy.linalg as sla
 
@@ -293,16 +393,9 @@ def _solve_free(M, y1, r, c):
         if ok:
             return beta, float(b)
     else:
-        try:
-            cf = sla.cho_factor(M, lower=True, check_finite=False)
-            z_r = sla.cho_solve(cf, r, check_finite=False)
-            z_y = sla.cho_solve(cf, y1, check_finite=False)
-            den = float(y1 @ z_y)
-            if den > 0.0 and np.all(np.isfinite(z_r)):
-                b = (float(y1 @ z_r) - c) / den
-                return z_r - b * z_y, b
-        except (np.linalg.LinAlgError, ValueError):
-            pass
+        ok, beta, b = _schur_solve_par(M, y1, r, float(c))
+        if ok:
+            return beta, float(b)
     F = np.zeros((n + 1, n + 1))
     F[:n, :n] = M
     F[:n, n] = y1
