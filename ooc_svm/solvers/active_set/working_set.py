@@ -323,6 +323,11 @@ class WorkingSet:
                     # confirm optimality with exact gradients before handing back
                     self.flush_full()
                     if self.residual() > 1e-6 * (1.0 + float(np.abs(self.G).max())):
+                        if not repaired:
+                            # Step 1 cannot reach the reduced optimum with a factor that
+                            # lost accuracy (it would loop here): rebuild it first
+                            self.refactor()
+                            repaired = True
                         continue
                     i, v = self._argmin_rc()
                     if v < -tol_enter:
@@ -395,6 +400,9 @@ class WorkingSet:
                 # confirm optimality with exact gradients before handing back
                 self.flush_full()
                 if self.residual() > 1e-6 * (1.0 + float(np.abs(self.G).max())):
+                    if not st[sp.ST_REPAIRED]:
+                        self.refactor()  # a factor that lost accuracy (see run)
+                        st[sp.ST_REPAIRED] = 1
                     continue
                 i, v = self._argmin_rc()
                 if v < -tol_enter:
