@@ -175,10 +175,7 @@ def factor_append(F, fs, dep_tol, key, y, col, g, has_g):
     for i in range(nb):
         qb[i] = col[bkeys[i]]
     lvec = forward_solve(R, nb, qb, np.empty(nb))
-    ll = 0.0
-    for i in range(nb):
-        ll += lvec[i] * lvec[i]
-    d2 = qkk - ll
+    d2 = qkk - (np.dot(lvec, lvec) if nb > 0 else 0.0)
     if qkk > 0.0 and d2 > dep_tol * qkk:
         if nb + 1 > R.shape[0]:
             return -1
