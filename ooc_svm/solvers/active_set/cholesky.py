@@ -158,6 +158,224 @@ def factor_matvec(R, nb, Lam, nd, vb, vd, outb, outd):
         outd[c] = s
 
 
+#: layout of the factor's integer scalars as the numba kernels take them (``fs``)
+FS_NB, FS_ND, FS_UPDATES, FS_R2, FS_PROMOTIONS = range(5)
+
+
+@njit(cache=True, nogil=True)
+def factor_append(F, fs, dep_tol, key, y, col, g, has_g):
+    """:meth:`ActiveFactor.append` on the raw arrays ``F = (R, Lam, T, bkeys, by, dkeys, dy,
+    ddiag)`` and scalars ``fs``. Returns 1 (joined the basis), 0 (dependent), −1 (R is full:
+    grow the basis, call again) or −2 (Lam is full: grow the dependent part, call again)."""
+    R, Lam, T, bkeys, by, dkeys, dy, ddiag = F
+    nb = fs[FS_NB]
+    nd = fs[FS_ND]
+    qkk = col[key]
+    qb = np.empty(nb)
+    for i in range(nb):
+        qb[i] = col[bkeys[i]]
+    lvec = forward_solve(R, nb, qb, np.empty(nb))
+    d2 = qkk - (np.dot(lvec, lvec) if nb > 0 else 0.0)
+    if qkk > 0.0 and d2 > dep_tol * qkk:
+        if nb + 1 > R.shape[0]:
+            return -1
+        fs[FS_UPDATES] += 1
+        delta = np.sqrt(d2)
+        for i in range(nb):
+            R[i, nb] = lvec[i]
+        R[nb, nb] = delta
+        s0 = 0.0
+        s1 = 0.0
+        for i in range(nb):
+            s0 += lvec[i] * T[i, 0]
+            s1 += lvec[i] * T[i, 1]
+        T[nb, 0] = (y - s0) / delta
+        if has_g:
+            T[nb, 1] = (g - s1) / delta
+        else:
+            fs[FS_R2] = 0
+        for c in range(nd):
+            s = 0.0
+            for i in range(nb):
+                s += lvec[i] * Lam[i, c]
+            Lam[nb, c] = (col[dkeys[c]] - s) / delta
+        bkeys[nb] = key
+        by[nb] = y
+        fs[FS_NB] = nb + 1
+        return 1
+    if nd + 1 > Lam.shape[1]:
+        return -2
+    fs[FS_UPDATES] += 1
+    for i in range(nb):
+        Lam[i, nd] = lvec[i]
+    dkeys[nd] = key
+    dy[nd] = y
+    ddiag[nd] = qkk
+    fs[FS_ND] = nd + 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def factor_delete(F, fs, key):
+    """Remove member ``key`` (no promotions: see :func:`factor_promotable`). Returns 0 (a
+    dependent member), 1 (a basis member) or −1 (not a member)."""
+    R, Lam, T, bkeys, by, dkeys, dy, ddiag = F
+    nb = fs[FS_NB]
+    nd = fs[FS_ND]
+    fs[FS_UPDATES] += 1
+    for c in range(nd):
+        if dkeys[c] == key:
+            last = nd - 1
+            for c2 in range(c, last):
+                for i in range(Lam.shape[0]):
+                    Lam[i, c2] = Lam[i, c2 + 1]
+                dkeys[c2] = dkeys[c2 + 1]
+                dy[c2] = dy[c2 + 1]
+                ddiag[c2] = ddiag[c2 + 1]
+            for i in range(Lam.shape[0]):
+                Lam[i, last] = 0.0
+            fs[FS_ND] = last
+            return 0
+    p = -1
+    for i in range(nb):
+        if bkeys[i] == key:
+            p = i
+            break
+    if p < 0:
+        fs[FS_UPDATES] -= 1
+        return -1
+    delete_basis_row(R, nb, p, Lam, nd, T, 2)
+    for i in range(p, nb - 1):
+        bkeys[i] = bkeys[i + 1]
+        by[i] = by[i + 1]
+    fs[FS_NB] = nb - 1
+    T[nb - 1, 0] = 0.0
+    T[nb - 1, 1] = 0.0
+    for c in range(nd):
+        Lam[nb - 1, c] = 0.0
+    return 1
+
+
+@njit(cache=True, nogil=True)
+def factor_promotable(F, fs, dep_tol, out):
+    """Positions (ascending, in ``out``) of the dependent members whose residual pivot on the
+    current basis exceeds the dependence threshold; returns their number."""
+    Lam = F[1]
+    ddiag = F[7]
+    nb = fs[FS_NB]
+    nd = fs[FS_ND]
+    m = 0
+    for c in range(nd):
+        s = 0.0
+        for i in range(nb):
+            s += Lam[i, c] * Lam[i, c]
+        resid = ddiag[c] - s
+        if resid > dep_tol * max(ddiag[c], 1e-300):
+            out[m] = c
+            m += 1
+    return m
+
+
+@njit(cache=True, nogil=True)
+def factor_set_gradient(F, fs, g):
+    """r2 = L⁻¹ g_B from the gradient ``g`` (indexed by key)."""
+    R, T, bkeys = F[0], F[2], F[3]
+    nb = fs[FS_NB]
+    gb = np.empty(nb)
+    for i in range(nb):
+        gb[i] = g[bkeys[i]]
+    forward_solve(R, nb, gb, T[:nb, 1])
+    fs[FS_R2] = 1
+
+
+@njit(cache=True, nogil=True)
+def factor_advance(T, nb, t, beta):
+    """r2 ← (1 − t) r2 + tβ r1 (a finite step of length t)."""
+    a = 1.0 - t
+    b = t * beta
+    for i in range(nb):
+        T[i, 1] = T[i, 1] * a + b * T[i, 0]
+
+
+@njit(cache=True, nogil=True)
+def factor_direction(F, fs, g, d):
+    """:meth:`ActiveFactor.direction` into ``d`` (factor order, length ≥ n); returns
+    ``(finite, beta)``."""
+    R, Lam, T, bkeys, by, dkeys, dy, ddiag = F
+    if fs[FS_R2] == 0:
+        factor_set_gradient(F, fs, g)
+    nb = fs[FS_NB]
+    nd = fs[FS_ND]
+    u = np.empty(nb)
+    if nd == 0:
+        s12 = 0.0
+        s11 = 0.0
+        for i in range(nb):
+            s12 += T[i, 0] * T[i, 1]
+            s11 += T[i, 0] * T[i, 0]
+        beta = s12 / s11
+        for i in range(nb):
+            u[i] = beta * T[i, 0] - T[i, 1]
+        back_solve(R, nb, u, d[:nb])
+        return True, beta
+    a = np.empty(nd)
+    lr1 = np.empty(nd)
+    for c in range(nd):
+        s = 0.0
+        for i in range(nb):
+            s += Lam[i, c] * T[i, 0]
+        lr1[c] = s
+        a[c] = dy[c] - s
+    v = np.zeros(nd)
+    pick = -1
+    for c in range(nd):
+        if abs(a[c]) <= A_TOL * (1.0 + abs(lr1[c])):
+            pick = c
+            break
+    if pick >= 0:
+        v[pick] = 1.0
+    elif nd >= 2:
+        m = max(abs(a[0]), abs(a[1]))
+        v[0] = a[1] / m
+        v[1] = -a[0] / m
+    else:
+        # Case 1(a): one dependent index, y_s not in the range -> unique solution
+        s = 0.0
+        for i in range(nb):
+            s += Lam[i, 0] * T[i, 1]
+        beta = (g[dkeys[0]] - s) / a[0]
+        s = 0.0
+        for i in range(nb):
+            u[i] = beta * T[i, 0] - T[i, 1]
+            s += T[i, 0] * u[i]
+        dd = -s / a[0]
+        for i in range(nb):
+            u[i] = u[i] - Lam[i, 0] * dd
+        back_solve(R, nb, u, d[:nb])
+        d[nb] = dd
+        return True, beta
+    for i in range(nb):
+        s = 0.0
+        for c in range(nd):
+            s += Lam[i, c] * v[c]
+        u[i] = s
+    back_solve(R, nb, u, d[:nb])
+    gd = 0.0
+    for i in range(nb):
+        d[i] = -d[i]
+        gd += g[bkeys[i]] * d[i]
+    for c in range(nd):
+        gd += g[dkeys[c]] * v[c]
+    if gd > 0.0:
+        for i in range(nb):
+            d[i] = -d[i]
+        for c in range(nd):
+            v[c] = -v[c]
+    for c in range(nd):
+        d[nb + c] = v[c]
+    return False, np.nan
+
+
 # ------------------------------------------------------------------------------------------
 class ActiveFactor:
     """Cholesky factor of Q_ss for a changing free set, with singular (dependent) columns.
@@ -260,6 +478,23 @@ class ActiveFactor:
         self.bkeys[: self.nb] = mapping[self.bkeys[: self.nb]]
         self.dkeys[: self.nd] = mapping[self.dkeys[: self.nd]]
 
+    # -- the raw arrays and scalars the numba kernels take ------------------------------------
+    def arrays(self) -> tuple:
+        """``(R, Lam, T, bkeys, by, dkeys, dy, ddiag)`` (valid until the next growth)."""
+        return (self.R, self.Lam, self.T, self.bkeys, self.by, self.dkeys, self.dy, self.ddiag)
+
+    def scalars(self) -> np.ndarray:
+        """The integer scalars as an ``fs`` array (see :data:`FS_NB` …)."""
+        fs = np.zeros(5, dtype=np.int64)
+        fs[FS_NB], fs[FS_ND], fs[FS_UPDATES] = self.nb, self.nd, self.updates
+        fs[FS_R2], fs[FS_PROMOTIONS] = int(bool(self.r2_valid)), self.promotions
+        return fs
+
+    def set_scalars(self, fs: np.ndarray) -> None:
+        """Take the scalars back from an ``fs`` array the numba kernels updated."""
+        self.nb, self.nd, self.updates = int(fs[FS_NB]), int(fs[FS_ND]), int(fs[FS_UPDATES])
+        self.r2_valid, self.promotions = bool(fs[FS_R2]), int(fs[FS_PROMOTIONS])
+
     # -- updates ----------------------------------------------------------------------------
     def append(self, key: int, y: float, col: np.ndarray, g: float | None = None) -> bool:
         """Add member ``key`` with label ``y``, Q column ``col`` (indexed by key), gradient g.
@@ -267,40 +502,21 @@ class ActiveFactor:
         ``col[key]`` is the diagonal entry. Returns True if it joined the basis, False if
         its column is (numerically) dependent on the basis. O(n_s²).
         """
-        nb, nd = self.nb, self.nd
-        qkk = float(col[key])
-        qb = np.ascontiguousarray(col[self.bkeys[:nb]], dtype=np.float64)
-        lvec = forward_solve(self.R, nb, qb, np.empty(nb))
-        d2 = qkk - float(lvec @ lvec)
-        self.updates += 1
-        if qkk > 0.0 and d2 > self.dep_tol * qkk:
-            if nb + 1 > self.R.shape[0]:
+        col = np.asarray(col, dtype=np.float64)
+        fs = self.scalars()
+        while True:
+            r = factor_append(
+                self.arrays(), fs, self.dep_tol, int(key), float(y), col,
+                0.0 if g is None else float(g), g is not None,
+            )  # fmt: skip
+            if r == -1:
                 self._grow_basis()
-            delta = np.sqrt(d2)
-            R = self.R
-            R[:nb, nb] = lvec
-            R[nb, nb] = delta
-            T = self.T
-            T[nb, 0] = (y - float(lvec @ T[:nb, 0])) / delta
-            if g is None:
-                self.r2_valid = False
+            elif r == -2:
+                self._grow_dependent()
             else:
-                T[nb, 1] = (g - float(lvec @ T[:nb, 1])) / delta
-            if nd:
-                qd = np.asarray(col[self.dkeys[:nd]], dtype=np.float64)
-                self.Lam[nb, :nd] = (qd - lvec @ self.Lam[:nb, :nd]) / delta
-            self.bkeys[nb] = key
-            self.by[nb] = y
-            self.nb = nb + 1
-            return True
-        if nd + 1 > self.Lam.shape[1]:
-            self._grow_dependent()
-        self.Lam[:nb, nd] = lvec
-        self.dkeys[nd] = key
-        self.dy[nd] = y
-        self.ddiag[nd] = qkk
-        self.nd = nd + 1
-        return False
+                break
+        self.set_scalars(fs)
+        return r == 1
 
     def remove(
         self, key: int, col_fn: Callable[[int], np.ndarray], g: np.ndarray | None = None
@@ -311,37 +527,16 @@ class ActiveFactor:
         when a dependent member becomes independent and is re-appended to the basis (then
         ``g[k]``, the gradient indexed by key, keeps r2 current).
         """
-        self.updates += 1
-        nd = self.nd
-        where_d = np.nonzero(self.dkeys[:nd] == key)[0]
-        if where_d.size:
-            c = int(where_d[0])
-            last = nd - 1
-            if c != last:
-                self.Lam[:, c:last] = self.Lam[:, c + 1 : nd].copy()
-                for a in (self.dkeys, self.dy, self.ddiag):
-                    a[c:last] = a[c + 1 : nd].copy()
-            self.Lam[:, last] = 0.0
-            self.nd = last
-            return
-        where_b = np.nonzero(self.bkeys[: self.nb] == key)[0]
-        if not where_b.size:
+        fs = self.scalars()
+        r = factor_delete(self.arrays(), fs, int(key))
+        self.set_scalars(fs)
+        if r < 0:
             raise KeyError(f"key {key} is not in the factor")
-        p = int(where_b[0])
-        nb = self.nb
-        delete_basis_row(self.R, nb, p, self.Lam, nd, self.T, 2)
-        self.bkeys[p : nb - 1] = self.bkeys[p + 1 : nb].copy()
-        self.by[p : nb - 1] = self.by[p + 1 : nb].copy()
-        self.nb = nb - 1
-        self.T[nb - 1] = 0.0
-        self.Lam[nb - 1, :nd] = 0.0
         # a dependent column may have become independent of the smaller basis
-        if nd:
-            nbn = self.nb
-            lam = self.Lam[:nbn, :nd]
-            resid = self.ddiag[:nd] - np.einsum("ij,ij->j", lam, lam)
-            promote = np.nonzero(resid > self.dep_tol * np.maximum(self.ddiag[:nd], 1e-300))[0]
-            for c in promote[::-1]:
+        if r == 1 and self.nd:
+            promote = np.empty(self.nd, dtype=np.int64)
+            m = factor_promotable(self.arrays(), fs, self.dep_tol, promote)
+            for c in promote[:m][::-1]:
                 k = int(self.dkeys[c])
                 y = float(self.dy[c])
                 self.remove(k, col_fn)
@@ -352,17 +547,13 @@ class ActiveFactor:
 
     def set_gradient(self, g: np.ndarray) -> None:
         """Recompute r2 = L⁻¹ g_B from the gradient ``g`` (indexed by key). O(n_s²)."""
-        nb = self.nb
-        gb = np.ascontiguousarray(g[self.bkeys[:nb]], dtype=np.float64)
-        forward_solve(self.R, nb, gb, self.T[:nb, 1])
-        self.r2_valid = True
+        fs = self.scalars()
+        factor_set_gradient(self.arrays(), fs, np.asarray(g, dtype=np.float64))
+        self.set_scalars(fs)
 
     def advance(self, t: float, beta: float) -> None:
         """g ← g + t(βy − g) (a finite step of length t) applied to r2. O(n_s)."""
-        nb = self.nb
-        T = self.T
-        T[:nb, 1] *= 1.0 - t
-        T[:nb, 1] += (t * beta) * T[:nb, 0]
+        factor_advance(self.T, self.nb, float(t), float(beta))
 
     # -- the reduced problem ----------------------------------------------------------------
     def direction(self, g: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray, float]:
@@ -374,44 +565,11 @@ class ActiveFactor:
         ``finite`` is False and ``d`` is an infinite direction (Q_ss d = 0, y_sᵀd = 0)
         oriented so that gᵀd ≤ 0; ``beta`` is NaN.
         """
-        nb, nd = self.nb, self.nd
-        R = self.R
-        if not self.r2_valid:
-            self.set_gradient(g)
-        r1 = self.T[:nb, 0]
-        r2 = self.T[:nb, 1]
-        if nd == 0:
-            beta = float(r1 @ r2) / float(r1 @ r1)
-            db = back_solve(R, nb, beta * r1 - r2, np.empty(nb))
-            return True, db, np.zeros(0), beta
-        gd = np.asarray(g[self.dkeys[:nd]], dtype=np.float64)
-        lam = self.Lam[:nb, :nd]
-        lr1 = lam.T @ r1
-        a = self.dy[:nd] - lr1
-        small = np.abs(a) <= A_TOL * (1.0 + np.abs(lr1))
-        v = None
-        if small.any():
-            v = np.zeros(nd)
-            v[int(np.argmax(small))] = 1.0
-        elif nd >= 2:
-            v = np.zeros(nd)
-            m = max(abs(a[0]), abs(a[1]))
-            v[0] = a[1] / m
-            v[1] = -a[0] / m
-        if v is None:
-            # Case 1(a): one dependent index, y_s not in the range -> unique solution
-            lam0 = lam[:, 0]
-            beta = (float(gd[0]) - float(lam0 @ r2)) / float(a[0])
-            u = beta * r1 - r2
-            dd = -float(r1 @ u) / float(a[0])
-            db = back_solve(R, nb, u - lam0 * dd, np.empty(nb))
-            return True, db, np.array([dd]), beta
-        db = -back_solve(R, nb, lam @ v, np.empty(nb))
-        gb = g[self.bkeys[:nb]]
-        if float(gb @ db) + float(gd @ v) > 0.0:
-            db = -db
-            v = -v
-        return False, db, v, float("nan")
+        fs = self.scalars()
+        d = np.empty(self.nb + self.nd)
+        finite, beta = factor_direction(self.arrays(), fs, np.asarray(g, dtype=np.float64), d)
+        self.set_scalars(fs)
+        return bool(finite), d[: self.nb], d[self.nb :], float(beta)
 
     # -- accuracy ---------------------------------------------------------------------------
     def matvec(self, v: np.ndarray) -> np.ndarray:

@@ -7,11 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from ..dual import WorkingRows, check_interrupt, row_costs
+from . import sprint as sp
 from .cholesky import ActiveFactor
+from .columns import KernelColumns
 from .params import CHECK_EVERY, FULL_FLUSH_EVERY, REFACTOR_TOL
+from .sprint import ratio_test, take_step
 
 log = logging.getLogger(__name__)
 
@@ -19,49 +21,6 @@ log = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------------
 # the reduced problem over the working set (minor iterations)
 # ------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def ratio_test(d, a, C, eps):
-    """Largest t ≥ 0 with 0 ≤ a + t d ≤ C and the blocking index (−1: none, t = inf).
-
-    ``C`` holds each component's upper bound (class weights: C_{y_i}).
-    """
-    t_max = np.inf
-    j = -1
-    for k in range(d.shape[0]):
-        dk = d[k]
-        if dk > eps:
-            t = (C[k] - a[k]) / dk
-        elif dk < -eps:
-            t = -a[k] / dk
-        else:
-            continue
-        if t < 0.0:
-            t = 0.0
-        if t < t_max:
-            t_max = t
-            j = k
-    return t_max, j
-
-
-@njit(cache=True, nogil=True)
-def take_step(keys, d, t, C, finite, beta, alpha, G, y):
-    """α[keys] += t d (clipped to [0, C[keys]]); for a finite step G[keys] += t (β y − G).
-
-    ``C`` holds every working row's upper bound (class weights: C_{y_i}).
-    """
-    for k in range(keys.shape[0]):
-        i = keys[k]
-        v = alpha[i] + t * d[k]
-        if v < 0.0:
-            v = 0.0
-        elif v > C[i]:
-            v = C[i]
-        alpha[i] = v
-        if finite:
-            g = G[i]
-            G[i] = g + t * (beta * y[i] - g)
-
-
 S_ZERO, S_FREE, S_UPPER, S_OUT = 0, 1, 2, -1
 
 
@@ -321,7 +280,11 @@ class WorkingSet:
         """Active-set iterations until no working row has reduced cost < −tol_enter.
 
         Returns True when the reduced problem over W is optimal, False at ``max_iter``.
+        Kernel columns with sprint pricing run the compiled loop (:mod:`.sprint`); the
+        same iterations.
         """
+        if isinstance(self.cols, KernelColumns) and self.nonneg is None:
+            return self._run_compiled(max_iter, tol_enter)
         start = self.c.iterations
         start_bytes = self.nbytes()
         if self.factor.n:
@@ -360,6 +323,11 @@ class WorkingSet:
                     # confirm optimality with exact gradients before handing back
                     self.flush_full()
                     if self.residual() > 1e-6 * (1.0 + float(np.abs(self.G).max())):
+                        if not repaired:
+                            # Step 1 cannot reach the reduced optimum with a factor that
+                            # lost accuracy (it would loop here): rebuild it first
+                            self.refactor()
+                            repaired = True
                         continue
                     i, v = self._argmin_rc()
                     if v < -tol_enter:
@@ -387,6 +355,121 @@ class WorkingSet:
                 return True
             self._enter(i)
         return False
+
+    # -- the compiled minor loop (kernel columns, sprint pricing) ---------------------------
+    def _run_compiled(self, max_iter: int, tol_enter: float) -> bool:
+        """:meth:`run` with the iterations in :func:`.sprint.sprint_loop`; Python handles
+        the full flushes (probe, refactorisation), the final confirmation, array growth and
+        interrupts, as :meth:`run` does."""
+        start = self.c.iterations
+        start_bytes = self.nbytes()
+        if self.factor.n:
+            self.factor.set_gradient(self.G)
+        st = np.zeros(10, dtype=np.int64)
+        st[sp.ST_START], st[sp.ST_MAX_ITER] = start, max_iter
+        st[sp.ST_MEM_CHECK] = int(bool(self.max_bytes))
+        fl = np.zeros(7)
+        fl[sp.FL_C], fl[sp.FL_TOL_ENTER] = self.C, tol_enter
+        fl[sp.FL_DEP_TOL] = self.factor.dep_tol
+        fl[sp.FL_MEM_LIMIT] = max(self.max_bytes, 1.5 * start_bytes)
+        phase = sp.PH_TOP
+        while True:
+            check_interrupt()
+            code = self._sprint(phase, st, fl)
+            phase = sp.PH_TOP
+            if code == sp.R_POLL:
+                continue
+            if code == sp.R_MAXITER:
+                return False
+            if code == sp.R_FLUSH:
+                self.flush_full()
+                res = self.residual()
+                lost = res > max(1e-9, 1e-4 * self.tol) * (1.0 + float(np.abs(self.G).max()))
+                if not lost and self.factor.updates >= CHECK_EVERY:
+                    lost = self._probe() > REFACTOR_TOL
+                if lost and not st[sp.ST_REPAIRED]:
+                    # the updated factor has lost accuracy: rebuild it and re-solve (4)
+                    log.debug("active-set: refactorising (residual %.3g)", res)
+                    self.refactor()
+                    st[sp.ST_REPAIRED] = 1
+                    continue
+                st[sp.ST_REPAIRED] = 0
+                phase = sp.PH_PRICE
+                continue
+            if code == sp.R_CONFIRM:
+                # confirm optimality with exact gradients before handing back
+                self.flush_full()
+                if self.residual() > 1e-6 * (1.0 + float(np.abs(self.G).max())):
+                    if not st[sp.ST_REPAIRED]:
+                        self.refactor()  # a factor that lost accuracy (see run)
+                        st[sp.ST_REPAIRED] = 1
+                    continue
+                i, v = self._argmin_rc()
+                if v < -tol_enter:
+                    self._enter(i)
+                    continue
+                return True
+            if code == sp.R_OPTIMAL:
+                return True
+            if code == sp.R_MEMORY:
+                # §4.2: the working set outgrew --cache-mb (see run)
+                self.memory_full = True
+                self.c.memory_stops += 1
+                return True
+            if code == sp.R_CYCLING:
+                log.warning(
+                    "active-set: %d degenerate steps in a row; leaving the minor loop",
+                    self.c.iterations - self._last_move,
+                )
+                self.cycling = True
+                return True
+            if code == sp.R_GROW:
+                self._grow_for(int(st[sp.ST_PENDING]))
+                self._enter(int(st[sp.ST_PENDING]))
+                continue
+            raise AssertionError(f"sprint_loop returned {code}")
+
+    def _grow_for(self, key: int) -> None:
+        """Room for ``key`` to enter: a Q column slot, a factor row for every member."""
+        f, cols = self.factor, self.cols
+        while f.n + 1 > f.R.shape[0]:
+            f._grow_basis()
+        if f.nd + 1 > f.Lam.shape[1]:
+            f._grow_dependent()
+        if cols.slot[key] < 0 and cols.p == cols.Qt.shape[1]:
+            cols._grow(cols.p + 1)
+
+    def _sprint(self, phase: int, st: np.ndarray, fl: np.ndarray) -> int:
+        """One call of :func:`.sprint.sprint_loop` with this object's state packed into and
+        unpacked from the arrays it takes."""
+        f, cols, c = self.factor, self.cols, self.c
+        st[sp.ST_SINCE_FULL], st[sp.ST_ENTERED] = self._since_full, self._entered
+        st[sp.ST_LAST_MOVE], st[sp.ST_P], st[sp.ST_EVALS] = self._last_move, cols.p, 0
+        fl[sp.FL_BETA], fl[sp.FL_NBYTES] = self.beta, self.nbytes()
+        cnt = np.array([getattr(c, k) for k in sp.COUNTER_FIELDS], dtype=np.int64)
+        fs = f.scalars()
+        n, cap, dcap, qcap = self.rows.n, f.R.shape[0], f.Lam.shape[1], cols.Qt.shape[1]
+        work = (
+            np.empty(cap), np.empty(cap, dtype=np.int64), np.empty(cap), np.empty(cap),
+            np.empty(dcap, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(qcap),
+            cols.tmp,
+        )  # fmt: skip
+        has_dt = cols.Dt is not None
+        X = (
+            cols.ip, cols.ix, cols.data, cols.sq,
+            cols.Dt if has_dt else np.zeros((1, 1)), has_dt, cols.work,
+        )  # fmt: skip
+        K = (cols.Qt, cols.slot, cols.key, cols.aflush, cols.released)
+        S = (self.alpha, self.G, self.Gbase, self.y, self.Cv, self.status)
+        code = sp.sprint_loop(phase, f.arrays(), fs, K, X, cols.kp.args(), S, st, cnt, fl, work)
+        f.set_scalars(fs)
+        for k, v in zip(sp.COUNTER_FIELDS, cnt.tolist(), strict=True):
+            setattr(c, k, v)
+        self._since_full, self._entered = int(st[sp.ST_SINCE_FULL]), int(st[sp.ST_ENTERED])
+        self._last_move, cols.p = int(st[sp.ST_LAST_MOVE]), int(st[sp.ST_P])
+        cols.kernel_evals += int(st[sp.ST_EVALS])
+        self.beta, self.last_violation = float(fl[sp.FL_BETA]), float(fl[sp.FL_LAST_VIOLATION])
+        return int(code)
 
     def _argmin_rc(self) -> tuple[int, float]:
         st = self.status
