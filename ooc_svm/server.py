@@ -103,12 +103,15 @@ def load_cached_kernels() -> int:
 
 
 def _cache_stamp() -> int:
-    """Latest change of numba's cache folders (a kernel cached, an index rewritten)."""
+    """Latest change of numba's cache folders below ``NUMBA_CACHE_DIR`` (a kernel cached, an
+    index rewritten: numba writes both in the source package's sub-folder)."""
     top = os.environ.get("NUMBA_CACHE_DIR")
     if not top:
         return 0
     stamp = 0
     for d, _, _ in os.walk(top):
+        if d == top:  # every ooc-svm process touches it (ooc_svm._numba_cache): not a change
+            continue
         try:
             stamp = max(stamp, os.stat(d).st_mtime_ns)
         except OSError:
