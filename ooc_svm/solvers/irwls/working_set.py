@@ -187,9 +187,31 @@ def _smo_finish(K, y, beta, F, C, tol, max_steps):
 #: below this size the system (3) is factored by the numba Cholesky (LAPACK with its own
 #: threads was 70x slower at 150 rows on a busy 2-core machine; 0.18 ms here vs 3.8 ms)
 _NUMBA_CHOL_MAX = 256
+#: numba's fast-math flags of the Schur solves (reordered sums; no inf/nan assumptions)
+_FM = {"reassoc", "contract", "nsz", "arcp"}
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz", "arcp"})
+@njit(cache=True, nogil=True, fastmath=_FM)
+def _bias_and_beta(zr, zy, y1, c, beta):
+    """The end of both Schur solves: from zr = M⁻¹r and zy = M⁻¹y₁, the bias
+    b = (y₁ᵀzr − c) / y₁ᵀzy and β₁ = zr − b·zy written into ``beta``: (ok, β₁, b)."""
+    n = zr.shape[0]
+    den = 0.0
+    num = 0.0
+    for i in range(n):
+        den += y1[i] * zy[i]
+        num += y1[i] * zr[i]
+    if not (den > 0.0):
+        return False, beta, 0.0
+    b = (num - c) / den
+    for i in range(n):
+        beta[i] = zr[i] - b * zy[i]
+        if not np.isfinite(beta[i]):
+            return False, beta, 0.0
+    return True, beta, b
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
 def _schur_solve(M, y1, r, c, L):
     """Solve [[M, y₁], [y₁ᵀ, 0]] [β₁; b] = [r; c] with M = L Lᵀ (M positive definite).
 
@@ -228,22 +250,9 @@ def _schur_solve(M, y1, r, c, L):
             sy -= L[k, i] * zy[k]
         zr[i] = sr / L[i, i]
         zy[i] = sy / L[i, i]
-    den = 0.0
-    num = 0.0
-    for i in range(n):
-        den += y1[i] * zy[i]
-        num += y1[i] * zr[i]
-    if not (den > 0.0):
-        return False, beta, 0.0
-    b = (num - c) / den
-    for i in range(n):
-        beta[i] = zr[i] - b * zy[i]
-        if not np.isfinite(beta[i]):
-            return False, beta, 0.0
-    return True, beta, b
+    return _bias_and_beta(zr, zy, y1, c, beta)
 
 
-_FM = {"reassoc", "contract", "nsz", "arcp"}
 #: rows of a block of the parallel Cholesky (its rows are factored side by side)
 _CHOL_BLOCK = 32
 
@@ -315,19 +324,7 @@ def _schur_subst(L, y1, r, c):
         for k in range(i):
             zr[k] -= L[i, k] * a
             zy[k] -= L[i, k] * b_
-    den = 0.0
-    num = 0.0
-    for i in range(n):
-        den += y1[i] * zy[i]
-        num += y1[i] * zr[i]
-    if not (den > 0.0):
-        return False, beta, 0.0
-    b = (num - c) / den
-    for i in range(n):
-        beta[i] = zr[i] - b * zy[i]
-        if not np.isfinite(beta[i]):
-            return False, beta, 0.0
-    return True, beta, b
+    return _bias_and_beta(zr, zy, y1, c, beta)
 
 
 def _schur_solve_par(M, y1, r, c):
