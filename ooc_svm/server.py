@@ -41,7 +41,7 @@ from pathlib import Path
 
 from . import server_link
 
-log = logging.getLogger("ooc_svm.server")
+log = logging.getLogger(__name__)
 
 #: ooc-svm modules a server does not import (Dask starts threads; the others are optional)
 _SKIP = ("__main__", "server", "estimators", "interop", "dask", "plot", "reports")
@@ -203,7 +203,9 @@ def _supervise(conn: socket.socket, path: Path) -> None:
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client relays Ctrl-C to the command
+        # the command process has Python's Ctrl-C handler from its first instruction on (the
+        # client relays Ctrl-C to it as soon as it knows its pid)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
         uid = int.from_bytes(creds[4:8], sys.byteorder)
         if uid != os.getuid():
@@ -298,6 +300,9 @@ def _run_command(request: dict, fds: list[int]) -> None:
         from .cli import main
 
         status = main(list(request["argv"]))
+    except KeyboardInterrupt:  # before the command's own handling started
+        print("ooc-svm: interrupted", file=sys.stderr)
+        status = 130
     except SystemExit as e:
         status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, (int, type(None))):

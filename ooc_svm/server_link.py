@@ -131,36 +131,71 @@ def forward(argv: list[str]) -> int | None:
             os.fstat(fd)
     except OSError:  # a closed standard descriptor cannot be passed on
         return None
+    relay = _Relay()  # from the connection on: a Ctrl-C is never lost or half-handled
+    old = relay.install()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(HANDSHAKE_S)
         sock.connect(str(path))
         send_message(sock, _request(argv), [0, 1, 2])
         hello, _ = recv_message(sock)
-        pid = int(hello["pid"])
+        relay.started(int(hello["pid"]))  # signals that came meanwhile go to it now
     except (OSError, ValueError, KeyError, ConnectionError):
         sock.close()
+        relay.restore(old)
+        if relay.pending:  # interrupted before any command started: nothing ran
+            print("ooc-svm: interrupted", file=sys.stderr)
+            return 130
         return None  # no server, a stale socket, or a server that did not answer: run here
-    except KeyboardInterrupt:  # Ctrl-C before the command started: the server drops it
-        sock.close()
-        print("ooc-svm: interrupted", file=sys.stderr)
-        return 130
     sock.settimeout(None)
-    return _wait(sock, pid)
+    try:
+        return _wait(sock)
+    finally:
+        relay.restore(old)
 
 
-def _wait(sock: socket.socket, pid: int) -> int:
-    """Forward signals to the command's process ``pid`` until the server reports its end."""
+class _Relay:
+    """Signal handlers of the waiting ``ooc-svm`` process: SIGINT, SIGTERM, SIGHUP and
+    SIGQUIT go to the command's process; those that come before its pid is known are kept
+    and sent when it is."""
 
-    def relay(signum, frame) -> None:
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.pending: list[int] = []
+
+    def install(self) -> dict:
+        old = {}
+        for sig in self.SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                old[sig] = signal.signal(sig, self)
+        return old
+
+    def restore(self, old: dict) -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.pid is None:
+            self.pending.append(signum)
+        else:
+            self._send(signum)
+
+    def started(self, pid: int) -> None:
+        self.pid = pid
+        for signum in self.pending:
+            self._send(signum)
+
+    def _send(self, signum: int) -> None:
         try:
-            os.kill(pid, signum)
+            os.kill(int(self.pid or 0), signum)
         except ProcessLookupError:
             pass
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, relay)
+
+def _wait(sock: socket.socket) -> int:
+    """The command's exit status, when the server reports its end."""
     try:
         end, _ = recv_message(sock)
     except (OSError, ConnectionError, ValueError):

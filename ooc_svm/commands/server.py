@@ -76,7 +76,9 @@ def _start(path: Path, args: argparse.Namespace) -> int:
         return 0
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
-    cmd = [sys.executable, "-m", "ooc_svm.server", "--socket", str(path)]
+    # not ``-m``: the module runs under its own name (its logger's)
+    code = "import sys; from ooc_svm.server import main; sys.exit(main())"
+    cmd = [sys.executable, "-c", code, "--socket", str(path)]
     cmd += ["--idle", str(args.idle_minutes * 60)]
     with open(path.with_suffix(".log"), "a") as logf:
         proc = subprocess.Popen(
