@@ -90,6 +90,8 @@ def test_server_passes_stdin_and_relays_ctrl_c(tmp_path, env):
     p = subprocess.Popen(
         [EXE, "ingest", "-", "u.zarr"], cwd=tmp_path, env=env, stdin=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
+        # a suite run as a background job inherits SIGINT ignored (and so would ooc-svm)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     t0 = time.monotonic()
     while '"ingest", "-", "u.zarr"' not in _log(env) and time.monotonic() - t0 < 60:
