@@ -5,10 +5,15 @@ arguments, working directory, environment and standard streams, and the same res
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -124,3 +129,243 @@ def test_no_server_no_forwarding(tmp_path, monkeypatch):
     server_link.socket_path().write_text("")  # a stale file, not a socket
     assert server_link.forward(["train", "s.zarr", "-o", "m"]) is None
     assert server_link.forward(["server", "status"]) is None
+
+
+# ------------------------------------------------------------------------------------------
+# trust: a server is used only when it is provably this user's
+# ------------------------------------------------------------------------------------------
+
+ROOT = os.geteuid() == 0
+OTHER_UID = 65534  # nobody
+needs_root = pytest.mark.skipif(not ROOT, reason="a second uid needs root (setuid in a child)")
+
+
+@pytest.fixture
+def shared_tmp():
+    """A sticky world-writable folder like /tmp (pytest's tmp_path is private to us)."""
+    d = tempfile.mkdtemp(prefix="ooc-svm-test-")
+    os.chmod(d, 0o1777)
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _fake_server(sock_path: Path, folder_mode: int | None, uid: int | None):
+    """Fork a process (as ``uid`` when given) that listens at ``sock_path`` (creating its
+    folder with ``folder_mode`` when given) and records how many bytes clients send it.
+    Returns ``(pid, read_result)``; ``read_result()`` ends it and returns the byte count."""
+    ready_r, ready_w = os.pipe()
+    out_r, out_w = os.pipe()
+    stop_r, stop_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(ready_r)
+            os.close(out_r)
+            os.close(stop_w)
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            if folder_mode is not None:
+                sock_path.parent.mkdir(exist_ok=True)
+                os.chmod(sock_path.parent, folder_mode)
+            srv = socket.socket(socket.AF_UNIX)
+            srv.bind(str(sock_path))
+            os.chmod(sock_path, 0o777)
+            srv.listen(8)
+            os.write(ready_w, b"r")
+            got = 0
+            srv.setblocking(False)
+            conns = []
+            import select
+
+            while True:
+                r, _, _ = select.select([srv, stop_r, *conns], [], [], 60)
+                if stop_r in r or not r:
+                    break
+                if srv in r:
+                    conns.append(srv.accept()[0])
+                for c in [c for c in conns if c in r]:
+                    data = c.recv(1 << 16)
+                    got += len(data)
+                    if not data:
+                        conns.remove(c)
+            os.write(out_w, str(got).encode())
+        finally:
+            os._exit(0)
+    for fd in (ready_w, out_w, stop_r):
+        os.close(fd)
+    assert os.read(ready_r, 1) == b"r"
+    os.close(ready_r)
+
+    def result() -> int:
+        os.close(stop_w)
+        got = int(os.read(out_r, 64))
+        os.close(out_r)
+        os.waitpid(pid, 0)
+        return got
+
+    return pid, result
+
+
+def test_private_folder_checks(tmp_path):
+    from ooc_svm._util import make_private_folder, open_private_folder
+
+    good = tmp_path / "good"
+    os.close(make_private_folder(good))
+    assert stat.S_IMODE(good.stat().st_mode) == 0o700
+    os.close(open_private_folder(good))
+    with pytest.raises(FileNotFoundError):
+        open_private_folder(tmp_path / "none")
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    for mode in (0o777, 0o770, 0o707, 0o750, 0o701):  # any group or other bit
+        os.chmod(loose, mode)
+        with pytest.raises(PermissionError, match=f"mode {mode:04o}"):
+            open_private_folder(loose)
+    os.close(make_private_folder(loose))  # ours: made private
+    assert stat.S_IMODE(loose.stat().st_mode) == 0o700
+    link = tmp_path / "link"
+    link.symlink_to(good)  # a link to a good folder is still refused
+    for check in (open_private_folder, make_private_folder):
+        with pytest.raises(PermissionError, match="symbolic link"):
+            check(link)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(PermissionError):
+        open_private_folder(tmp_path / "file")
+    if ROOT:  # another user's folder: refused, and never changed
+        other = tmp_path / "other"
+        other.mkdir()
+        os.chmod(other, 0o777)
+        os.chown(other, OTHER_UID, OTHER_UID)
+        for check in (open_private_folder, make_private_folder):
+            with pytest.raises(PermissionError, match=f"owned by uid {OTHER_UID}"):
+                check(other)
+        assert stat.S_IMODE(other.stat().st_mode) == 0o777
+        assert other.stat().st_uid == OTHER_UID
+
+
+@pytest.mark.parametrize("case", ["world-writable", "group-writable", "symlink", "owner"])
+def test_client_sends_nothing_to_an_untrusted_folder(tmp_path, monkeypatch, capsys, case):
+    from ooc_svm import server_link
+
+    if case == "owner" and not ROOT:
+        pytest.skip("another user's folder needs root (chown)")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("OOC_SVM_SERVER", raising=False)
+    folder = tmp_path / "ooc-svm"
+    real = tmp_path / "real" if case == "symlink" else folder
+    real.mkdir(mode=0o700)
+    if case == "symlink":
+        folder.symlink_to(real)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(real / server_link.socket_path().name))
+    sock.listen(1)
+    sock.setblocking(False)
+    if case == "world-writable":
+        os.chmod(real, 0o777)
+    elif case == "group-writable":
+        os.chmod(real, 0o770)
+    elif case == "owner":
+        os.chown(real, OTHER_UID, OTHER_UID)
+    assert server_link.forward(["info", "s.zarr"]) is None  # runs here
+    assert server_link.forward(["-v", "info", "s.zarr"]) is None
+    assert "warm server not used" in capsys.readouterr().err  # one line under -v
+    with pytest.raises(BlockingIOError):
+        sock.accept()  # nobody connected: not a byte was sent
+    sock.close()
+
+
+@needs_root
+def test_client_checks_the_servers_uid(tmp_path, shared_tmp, monkeypatch):
+    """Folder and socket file are ours (root moved another user's socket in): only the
+    server's uid, read from the connection, tells; nothing may be sent."""
+    from ooc_svm import server_link
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("OOC_SVM_SERVER", raising=False)
+    target = server_link.socket_path()
+    target.parent.mkdir(mode=0o700)
+    theirs = shared_tmp / "theirs.sock"
+    _, result = _fake_server(theirs, None, OTHER_UID)
+    os.rename(theirs, target)
+    os.chown(target, 0, 0)
+    assert server_link.forward(["info", "s.zarr"]) is None
+    assert result() == 0
+
+
+@needs_root
+def test_squatted_socket_folder_gets_nothing(tmp_path, shared_tmp, make_store):
+    """Another user creates /tmp/ooc-svm-<uid> (0777) first and listens there under this
+    user's key: this user's commands run in their own process and send it nothing;
+    `server start` refuses the folder and leaves it as it is."""
+    from ooc_svm import server_link
+
+    rng = np.random.default_rng(0)
+    X = sp.random(50, 8, density=0.5, random_state=1, format="csr")
+    make_store(X, np.where(rng.standard_normal(50) > 0, 1, -1), name="s.zarr")
+    env = {**os.environ, "TMPDIR": str(shared_tmp), "SECRET": "victim-secret"}
+    for k in ("XDG_RUNTIME_DIR", "OOC_SVM_SERVER"):
+        env.pop(k, None)
+    folder = shared_tmp / f"ooc-svm-{os.getuid()}"
+    sock_path = folder / f"{server_link.server_key()}.sock"
+    _, result = _fake_server(sock_path, 0o777, OTHER_UID)
+    alone = _ooc(["info", "s.zarr"], tmp_path, {**env, "OOC_SVM_SERVER": "0"})
+    r = _ooc(["info", "s.zarr"], tmp_path, env, stdin=subprocess.DEVNULL)
+    assert (r.returncode, r.stdout, r.stderr) == (0, alone.stdout, alone.stderr)
+    v = _ooc(["-v", "info", "s.zarr"], tmp_path, env, stdin=subprocess.DEVNULL)
+    assert v.returncode == 0 and f"owned by uid {OTHER_UID}" in v.stderr
+    start = _ooc(["server", "start"], tmp_path, env, stdin=subprocess.DEVNULL)
+    assert start.returncode == 1 and f"owned by uid {OTHER_UID}" in start.stderr
+    status = _ooc(["server", "status"], tmp_path, env)
+    assert "not running" in status.stdout and "not this user's" in status.stdout
+    assert result() == 0  # the squatter received nothing
+    st = folder.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (OTHER_UID, 0o777)  # never changed
+
+
+def test_framing_two_messages_in_one_read():
+    from ooc_svm.server_link import recv_message, send_message
+
+    a, b = socket.socketpair()
+    with a, b:
+        send_message(a, {"pid": 12})
+        send_message(a, {"exit": 3})  # both are in b's buffer before the first read
+        a.sendall(b'\x00\x00\x00\x10{"exit')  # and a third, cut short
+        a.shutdown(socket.SHUT_WR)
+        assert recv_message(b) == ({"pid": 12}, [])
+        assert recv_message(b) == ({"exit": 3}, [])
+        with pytest.raises(ConnectionError, match="cut short"):
+            recv_message(b)
+        with pytest.raises(ConnectionError):
+            recv_message(b)
+    a, b = socket.socketpair()
+    with a, b:  # names that are not UTF-8 (surrogate escapes) pass unchanged
+        name = os.fsdecode(b"s\xff\xfe.zarr")
+        send_message(a, {"argv": ["info", name]})
+        assert recv_message(b)[0] == {"argv": ["info", name]}
+
+
+def test_stop_never_signals_a_stale_pid(tmp_path, env):
+    """A server killed with -9 leaves its socket and pid file; the pid is reused by another
+    process: `stop` and `status` must not take that process for the server."""
+    from ooc_svm import server_link
+
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        folder = Path(env["XDG_RUNTIME_DIR"]) / "ooc-svm"
+        folder.mkdir(mode=0o700)
+        path = folder / f"{server_link.server_key()}.sock"
+        dead = socket.socket(socket.AF_UNIX)
+        dead.bind(str(path))  # a socket nobody listens on any more
+        dead.close()
+        path.with_suffix(".pid").write_text(
+            json.dumps({"pid": sleeper.pid, "started": time.time(), "idle_s": 60})
+        )
+        for action in ("status", "stop"):
+            r = _ooc(["server", action], tmp_path, env)
+            assert r.returncode == 0 and "not running" in r.stdout, r
+        assert sleeper.poll() is None  # alive: never signalled
+    finally:
+        sleeper.kill()
+        sleeper.wait()
