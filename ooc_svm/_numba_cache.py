@@ -9,13 +9,14 @@ segmentation fault. Keying the whole cache by every source file's stamp makes an
 start from an empty cache (numba compiles again once, ~1 minute).
 
 The folder is ``$XDG_CACHE_HOME/ooc-svm/numba/<install>/<sources>`` (``~/.cache`` without
-``XDG_CACHE_HOME``); the 3 most recent ``<sources>`` folders of an install are kept. Where
-neither can be written, or there is no home folder at all (no ``HOME`` and a uid without a
-passwd entry, as in many containers), it is ``<temp>/ooc-svm-cache-<uid>/numba/...``: a
-folder private to the user (0700, owner checked: numba loads what it finds there), so
-kernels compile once per boot instead of once per process. A user's ``NUMBA_CACHE_DIR`` is
-left alone, and so is numba's default (``__pycache__`` beside the sources) when no folder
-can be written or numba was imported before ooc_svm.
+``XDG_CACHE_HOME``); the 3 most recent ``<sources>`` folders of an install are kept. Without
+``XDG_CACHE_HOME``, where ``~/.cache`` cannot be written or there is no home folder at all (no
+``HOME`` and a uid without a passwd entry, as in many containers), it is
+``<temp>/ooc-svm-cache-<uid>/ooc-svm/numba/...``: a folder private to the user (0700, owner
+checked: numba loads what it finds there), so kernels compile once per boot rather than in
+every process. A user's ``NUMBA_CACHE_DIR`` is left alone, and so is numba's default
+(``__pycache__`` beside the sources) when no folder can be written or numba was imported
+before ooc_svm.
 """
 
 from __future__ import annotations
@@ -65,26 +66,26 @@ def _prune(install: Path, current: Path) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _cache_bases() -> list[Path]:
-    """Folders to keep the cache under, first choice first: ``$XDG_CACHE_HOME`` or
-    ``~/.cache``, then a private folder in the temporary directory."""
-    bases = []
+def _cache_bases() -> list[tuple[Path, bool]]:
+    """Folders to keep the cache under, first choice first, each with whether it is a shared
+    place where only a private folder will do: ``$XDG_CACHE_HOME`` (the user's choice,
+    alone), else ``~/.cache`` and then a folder of this user in the temporary directory."""
     if os.environ.get("XDG_CACHE_HOME"):
-        bases.append(Path(os.environ["XDG_CACHE_HOME"]))
-    else:
-        try:
-            bases.append(Path.home() / ".cache")
-        except RuntimeError:  # no HOME and no passwd entry for this uid
-            pass
+        return [(Path(os.environ["XDG_CACHE_HOME"]), False)]
+    bases = []
+    try:
+        bases.append((Path.home() / ".cache", False))
+    except RuntimeError:  # no HOME and no passwd entry for this uid
+        pass
     import tempfile
 
-    bases.append(Path(tempfile.gettempdir()) / f"ooc-svm-cache-{os.getuid()}")
+    bases.append((Path(tempfile.gettempdir()) / f"ooc-svm-cache-{os.getuid()}", True))
     return bases
 
 
-def _usable(base: Path, last: bool) -> bool:
-    """Whether ``base`` may hold the cache; the temporary one only when private to us."""
-    if not last:
+def _usable(base: Path, shared: bool) -> bool:
+    """Whether ``base`` may hold the cache; in a shared place, only a private folder."""
+    if not shared:
         return True
     from ._util import make_private_folder
 
@@ -101,9 +102,8 @@ def configure() -> str | None:
     if os.environ.get("NUMBA_CACHE_DIR") or "numba" in sys.modules:
         return None
     root = Path(__file__).resolve().parent
-    bases = _cache_bases()
-    for i, base in enumerate(bases):
-        if not _usable(base, i == len(bases) - 1):
+    for base, shared in _cache_bases():
+        if not _usable(base, shared):
             continue
         install = (
             base
