@@ -59,6 +59,8 @@ _SKIP = ("__main__", "server", "estimators", "interop", "dask", "plot", "reports
 _EXTRA = ("zarr", "numcodecs", "pyarrow.parquet", "scipy.sparse")
 #: seconds between two looks for newly cached kernels while idle
 _POLL_S = 5.0
+#: signals that stop the server
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
 def warm_up() -> int:
@@ -176,8 +178,11 @@ def serve(path: Path, idle_s: float) -> int:
     gc.collect()
     gc.freeze()  # every fork shares these pages and never walks them
 
+    stopping = []
+
     def stop(signum, frame) -> None:
-        raise _Stop  # out of accept() at once (a flag would wait for its timeout)
+        stopping.append(signum)  # seen at the next turn, should the exception be lost
+        raise _Stop  # out of accept() at once (a flag alone would wait for its timeout)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -200,7 +205,7 @@ def serve(path: Path, idle_s: float) -> int:
     last = time.monotonic()
     stamp = _cache_stamp()
     try:
-        while True:
+        while not stopping:
             sock.settimeout(min(_POLL_S, max(0.1, idle_s - (time.monotonic() - last))))
             try:
                 conn, _ = sock.accept()
@@ -216,10 +221,17 @@ def serve(path: Path, idle_s: float) -> int:
                     stamp = now
                     log.info("%d newly cached kernels loaded", load_cached_kernels())
             last = time.monotonic()
-            if os.fork() == 0:
-                sock.close()
-                _supervise(conn, path)  # never returns
-            conn.close()
+            # no SIGTERM during fork(): raised in its after-fork hooks, it would be lost
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            try:
+                if os.fork() == 0:
+                    sock.close()
+                    _supervise(conn, path, mask)  # never returns
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending one: raised here
+                conn.close()
+        if stopping:  # its exception was lost (raised where Python ignores exceptions)
+            log.info("stopped by a signal")
     except _Stop:
         if os.getpid() != me:  # a signal in a fork before it set its own handlers
             os._exit(1)
@@ -243,9 +255,10 @@ def _log_line(path: Path, text: str) -> None:
         f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
 
 
-def _supervise(conn: socket.socket, path: Path) -> None:
+def _supervise(conn: socket.socket, path: Path, mask: set) -> None:
     """In the forked supervisor: take the request, fork the command process, start it on
-    the client's "go", report its end (or kill it when the client goes away first)."""
+    the client's "go", report its end (or kill it when the client goes away first).
+    ``mask``: the signal mask to restore once its own handlers are set."""
     status = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -253,6 +266,7 @@ def _supervise(conn: socket.socket, path: Path) -> None:
         # the command process has Python's Ctrl-C handler from its first instruction on (the
         # client relays Ctrl-C to it as soon as it knows its pid)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         _, uid = server_link.peer_ids(conn)
         if uid != os.getuid():
             return

@@ -71,6 +71,20 @@ def test_server_runs_commands_like_a_fresh_process(tmp_path, env, make_store):
     bad = _ooc(["train", "nope.zarr", "-o", "m"], work, env)
     assert bad.returncode == 1 and "nope.zarr: no such store" in bad.stderr
     assert '"exit": 1' in _log(env)
+    # names that are not UTF-8: the same bytes and status
+    odd = os.fsdecode(b"s\xff\xfe.zarr")
+    shutil.copytree(work / "s.zarr", work / odd)
+    n = _log(env).count(" started: ")
+    _same(["info", odd], work, env)
+    assert _log(env).count(" started: ") == n + 1  # the server ran it
+    # standard output closed before the command writes (`| head` that quit): as unserved
+    p = subprocess.Popen(
+        [EXE, "info", "s.zarr"], cwd=work, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    p.stdout.close()
+    assert (p.wait(timeout=300), p.stderr.read()) == (141, b"")  # cli._broken_pipe's
+    p.stderr.close()
     # the environment of the caller: OOC_SVM_SERVER=0 runs here, not in the server
     n = _log(env).count("pid ")
     _ooc(["info", "s.zarr"], work, {**env, "OOC_SVM_SERVER": "0"})
@@ -107,6 +121,36 @@ def test_server_passes_stdin_and_relays_ctrl_c(tmp_path, env):
     assert p.returncode == 130, err
     assert "interrupted" in err
     assert not (tmp_path / "u.zarr").exists()
+
+    # the client killed with SIGKILL: its command goes too, and leaves the caller's pipes
+    p = subprocess.Popen(
+        [EXE, "ingest", "-", "k.zarr"], cwd=tmp_path, env=env, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    pid = _served_pid(env, '"ingest", "-", "k.zarr"')
+    assert os.path.exists(f"/proc/{pid}")  # waiting for its input, which never comes
+    p.kill()
+    p.wait()
+    assert _gone(pid), f"the command {pid} outlived its client"
+    assert p.stdout.read() == b""  # end of file: no process holds the pipe any more
+    for f in (p.stdin, p.stdout, p.stderr):
+        f.close()
+    assert not (tmp_path / "k.zarr").exists()
+    assert "its caller went away: killed" in _log(env)
+
+    # stop: a pid file that names another process does not make it the server
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        pidfile = next((Path(env["XDG_RUNTIME_DIR"]) / "ooc-svm").glob("*.pid"))
+        real = json.loads(pidfile.read_text())["pid"]
+        pidfile.write_text(json.dumps({"pid": sleeper.pid, "started": 0, "idle_s": 60}))
+        assert f"pid {real}" in _ooc(["server", "status"], tmp_path, env).stdout
+        stop = _ooc(["server", "stop"], tmp_path, env)
+        assert stop.returncode == 0 and f"stopped (pid {real})" in stop.stdout, stop.stderr
+        assert _gone(real) and sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_server_key_follows_startup_environment(monkeypatch):
@@ -369,3 +413,73 @@ def test_stop_never_signals_a_stale_pid(tmp_path, env):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+# ------------------------------------------------------------------------------------------
+# served runs: the same bytes and statuses; a command ends with its client
+# ------------------------------------------------------------------------------------------
+
+
+def _served_pid(env, marker: str, deadline_s: float = 120) -> int:
+    """The pid of the command the server logged as started with ``marker`` in its argv."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        for line in _log(env).splitlines():
+            if marker in line and " started: " in line:
+                return int(line.split(" pid ")[1].split()[0])
+        time.sleep(0.05)
+    raise AssertionError(f"the server never started {marker}: {_log(env)}")
+
+
+def _gone(pid: int, deadline_s: float = 60) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        if not os.path.exists(f"/proc/{pid}"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _same(args, cwd, env) -> subprocess.CompletedProcess:
+    """Run ``ooc-svm ARGS`` (bytes allowed) unserved and served; assert the same status,
+    standard output and error bytes; the served run."""
+    runs = [
+        subprocess.run(
+            [os.fsencode(EXE), *map(os.fsencode, args)],
+            cwd=cwd,
+            env=e,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )  # fmt: skip
+        for e in ({**env, "OOC_SVM_SERVER": "0"}, env)
+    ]
+    alone, served = ((r.returncode, r.stdout, r.stderr) for r in runs)
+    assert served == alone, (args, alone, served)
+    return runs[1]
+
+
+@pytest.mark.slow
+def test_forty_concurrent_served_commands(tmp_path, env, make_store):
+    """40 short commands at once (successes, failures, JSON): 40 exact statuses and outputs."""
+    rng = np.random.default_rng(0)
+    X = sp.random(100, 10, density=0.3, random_state=1, format="csr")
+    make_store(X, np.where(rng.standard_normal(100) > 0, 1, -1), name="s.zarr")
+    assert _ooc(["server", "start", "--idle-minutes", "5"], tmp_path, env).returncode == 0
+    kinds = [["info", "s.zarr"], ["info", "nope.zarr"], ["info", "s.zarr", "--json"], ["--version"]]
+    ref = {tuple(c): _same(c, tmp_path, env) for c in kinds}
+    n = _log(env).count(" started: ")
+    cmds = [kinds[i % len(kinds)] for i in range(40)]
+    procs = [
+        (c, subprocess.Popen([EXE, *c], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        for c in cmds
+    ]  # fmt: skip
+    wrong = []
+    for c, p in procs:
+        out, err = p.communicate(timeout=600)
+        r = ref[tuple(c)]
+        if (p.returncode, out, err) != (r.returncode, r.stdout, r.stderr):
+            wrong.append((c, p.returncode, err))
+    assert not wrong, wrong
+    assert _log(env).count(" started: ") == n + 30  # --version runs in its own process
