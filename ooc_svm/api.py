@@ -26,7 +26,7 @@ from .store import open_store
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpointer
-    from .model import Model
+    from .model.model import Model
     from .store.base import Store
 
 log = logging.getLogger(__name__)

@@ -149,7 +149,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _known_errors():
     from .checkpoint import CheckpointError
     from .engine.base import EngineError
-    from .model import ModelError
+    from .model.model import ModelError
     from .solvers import SolverError
     from .store.format import StoreError
 

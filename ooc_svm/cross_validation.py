@@ -9,7 +9,7 @@ per row (the decision values) plus 1 byte per row (the label sign). A store with
 than folds (a9a ingests as one shard) gets folds of rows within its shards instead
 (:func:`~ooc_svm.store.views.row_folds`, seeded; the training view is a
 :class:`~ooc_svm.store.views.RowFoldView`), as LIBSVM's ``-b 1`` works on any data.
-:func:`fit_platt` fits the sigmoid(s) of :mod:`ooc_svm.probability` to them.
+:func:`fit_platt` fits the sigmoid(s) of :mod:`ooc_svm.model.probability` to them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .probability import sigmoid_train
+from .model.probability import sigmoid_train
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import metrics as M
-from .model import Model
-from .ovo import ovo_labels
+from .model.model import Model
+from .model.ovo import ovo_labels
+from .model.shard_scores import OvoBroadcast, make_broadcast, score_shard
 from .scoring import check_compatible, is_ranking_model
-from .shard_scores import OvoBroadcast, make_broadcast, score_shard
 
 if TYPE_CHECKING:
     from .engine.base import Engine

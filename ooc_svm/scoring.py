@@ -1,6 +1,6 @@
 """Model and store must match, and the ``predict`` output files (above the model).
 
-The decision values themselves are streamed by :mod:`ooc_svm.shard_scores` (below the model);
+The decision values themselves are streamed by :mod:`ooc_svm.model.shard_scores` (below the model);
 this module checks a store against a model before it is scored and writes what ``predict``
 prints.
 
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .model import Model, ModelError
-from .shard_scores import is_ovr, iter_scored
+from .model.model import Model, ModelError
+from .model.shard_scores import is_ovr, iter_scored
 
 if TYPE_CHECKING:
     from .engine.base import Engine
@@ -267,8 +267,8 @@ class _ParquetWriter:
 
 def probability_columns(model: Model, scores: np.ndarray) -> dict[str, np.ndarray]:
     """``probability`` (binary: P(y = classes[1] | x)) or one ``probability_<label>`` column
-    per class, from the model's sigmoid(s) (see :meth:`ooc_svm.model.Model.predict_proba`)."""
-    from .model import probabilities
+    per class, from the model's sigmoid(s) (see :meth:`ooc_svm.model.model.Model.predict_proba`)."""
+    from .model.model import probabilities
 
     P = probabilities(model, scores)
     if P.ndim == 1:
@@ -306,7 +306,7 @@ def predict_to_file(
     from ._util import open_output
 
     if probability:
-        from .model import require_probability
+        from .model.model import require_probability
 
         require_probability(model)
 

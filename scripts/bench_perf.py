@@ -417,7 +417,7 @@ def read_linear_model(kind: str, path: str, d: int) -> tuple:
     import numpy as np
 
     if kind == "ooc":
-        from ooc_svm.model import load_model
+        from ooc_svm.model.model import load_model
 
         m = load_model(path)
         return np.asarray(m.coef_, dtype=np.float64)[:d], float(m.intercept_), m.classes[1]

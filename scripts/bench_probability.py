@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ooc_svm
     from ooc_svm.cross_validation import cross_val_decision_values, fit_platt
-    from ooc_svm.probability import calibration, sigmoid_predict
+    from ooc_svm.model.probability import calibration, sigmoid_predict
 
     data = Path(args.data)
     train_txt = data / "a9a" / "a9a"

@@ -82,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation import evaluate_store
-    from ..model import load_model
+    from ..model.model import load_model
     from ._common import open_scored_input
     from ._startup import init_numba_target
 

@@ -116,7 +116,7 @@ def _quiet_stdout() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .._util import is_special_output, json_text
-    from ..model import load_model
+    from ..model.model import load_model
     from ..progress import Meter, progress_mode
     from ..scoring import check_compatible, predict_store
     from ._common import open_scored_input
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     model = load_model(args.model)
     if args.probability:
-        from ..model import require_probability
+        from ..model.model import require_probability
 
         require_probability(model, args.model)
     store = open_scored_input(args, model)  # a store, or SVMlight text

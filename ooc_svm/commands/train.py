@@ -191,7 +191,7 @@ def check_output(path: str, overwrite: bool) -> None:
     ``--overwrite``, and one that can never be a model directory (a file)."""
     import os
 
-    from ..model import ModelError
+    from ..model.model import ModelError
 
     if not os.path.lexists(path):
         parent = os.path.dirname(path)

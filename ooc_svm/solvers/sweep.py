@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..engine.base import Engine
-    from ..model import Model
+    from ..model.model import Model
     from ..store.base import Store
     from ..store.format import StoreMeta
 

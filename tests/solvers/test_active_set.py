@@ -24,7 +24,7 @@ from history_checks import assert_history_timed
 
 from ooc_svm.engine import LocalEngine
 from ooc_svm.kernels.kernel_functions import kernel_matrix
-from ooc_svm.model import Model, load_model
+from ooc_svm.model.model import Model, load_model
 from ooc_svm.solvers import SolverError, active_set
 from ooc_svm.solvers.active_set.cholesky import ActiveFactor
 from ooc_svm.solvers.active_set.working_set import WorkingSet

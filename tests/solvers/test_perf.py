@@ -22,7 +22,7 @@ from sklearn.svm import LinearSVC
 from ooc_svm.api import train
 from ooc_svm.engine import LocalEngine, make_engine
 from ooc_svm.metrics import pairwise_objective, primal_objective
-from ooc_svm.model import load_model
+from ooc_svm.model.model import load_model
 from ooc_svm.solvers import perf
 from ooc_svm.store import csr_to_shards, open_store, write_store
 

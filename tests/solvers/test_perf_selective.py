@@ -501,7 +501,7 @@ def test_train_api_and_cli(tmp_path, monkeypatch):
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["variant"] == "selective" and summary["passes"] == res.passes
     assert summary["objective"] == pytest.approx(res.objective, rel=1e-12)
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     m = load_model("m")
     p = primal_objective(X, y, m.coef_, m.intercept_, 2.0)

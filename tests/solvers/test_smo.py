@@ -21,7 +21,7 @@ from conftest import build_store, sklearn_kernel
 from conftest import load_svmlight_int32 as _load
 
 from ooc_svm.engine import LocalEngine
-from ooc_svm.model import load_model
+from ooc_svm.model.model import load_model
 from ooc_svm.solvers import SolverError, smo
 from ooc_svm.solvers.dual import kernel_scores_pass
 from ooc_svm.store import csr_to_shards, open_store, write_store

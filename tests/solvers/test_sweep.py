@@ -115,7 +115,7 @@ def test_warm_start_is_feasible_in_the_new_box():
     """α·C/C_old stays in [0, C] with yᵀα = 0 (the heavier class shrunk when it was not)."""
     import scipy.sparse as sp
 
-    from ooc_svm.model import Model
+    from ooc_svm.model.model import Model
 
     X = sp.csr_matrix(np.eye(4))
     m = Model(

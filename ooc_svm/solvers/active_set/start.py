@@ -8,7 +8,7 @@ import numpy as np
 from ...kernels.kernel_functions import (
     KernelParams,
 )
-from ...model import load_model
+from ...model.model import load_model
 from .. import SolverError
 from ..dual import (
     WorkingRows,

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...engine import concat_partials
 from ...kernels.perf import count_pairs, rank_cut, rank_loss, vdot
-from ...model import Model
+from ...model.model import Model
 from .. import Result, SolverError
 from ..params import class_weights
 from .common import (
