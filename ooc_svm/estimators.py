@@ -330,6 +330,6 @@ class OrdinalSVM(BaseEstimator):
 
     def score(self, X: Any, y: Any, qid: Any = None) -> float:
         """Pairwise accuracy: the fraction of pairs (within queries) ordered correctly."""
-        from .metrics import pairwise_accuracy
+        from .evaluation.metrics import pairwise_accuracy
 
         return float(pairwise_accuracy(np.asarray(y, dtype=np.float64), self.predict(X), qid))

@@ -140,7 +140,7 @@ def child_liblinear(cfg: dict) -> dict:
     import numpy as np
     from sklearn.svm import LinearSVC
 
-    from ooc_svm.metrics import primal_objective
+    from ooc_svm.evaluation.metrics import primal_objective
 
     if cfg.get("store"):
         X, y = _load_store_csr(cfg["store"])
@@ -174,7 +174,7 @@ def child_liblinear(cfg: dict) -> dict:
 def child_rank(cfg: dict) -> dict:
     from ooc_svm.api import train
     from ooc_svm.engine import LocalEngine
-    from ooc_svm.evaluation import evaluate_model
+    from ooc_svm.evaluation.evaluation import evaluate_model
     from ooc_svm.store import open_store
 
     tr = open_store(cfg["train"])

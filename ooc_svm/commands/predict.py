@@ -20,7 +20,7 @@ that are not the model's classes are refused, unless the store has one label val
 (unlabelled test data with a dummy label).
 
 Linear models are scored with the numba CSR kernels; kernel models (binary and one-vs-rest)
-with the streamed kernel expansion (see :mod:`ooc_svm.scoring`).
+with the streamed kernel expansion (see :mod:`ooc_svm.evaluation.scoring`).
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ def _quiet_stdout() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .._util import is_special_output, json_text
+    from ..evaluation.scoring import check_compatible, predict_store
     from ..model.model import load_model
     from ..progress import Meter, progress_mode
-    from ..scoring import check_compatible, predict_store
     from ._common import open_scored_input
     from ._startup import init_numba_target
 

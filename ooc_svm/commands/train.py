@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
     history = None
     if args.history:
-        from ..reports import HistoryWriter
+        from ..evaluation.reports import HistoryWriter
 
         history = HistoryWriter(
             args.history, header={"solver": args.solver, "store": args.store, "params": params}

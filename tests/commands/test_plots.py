@@ -13,7 +13,7 @@ from conftest import ooc_cmd
 
 pytest.importorskip("matplotlib")
 
-from ooc_svm.reports import (
+from ooc_svm.evaluation.reports import (
     GAP_FLOOR,
     HistoryError,
     HistoryWriter,
@@ -192,7 +192,7 @@ def test_plot_cli_errors_are_one_line(tmp_path):
 
 
 def test_roc_marks_prbep_and_names_model_and_store():
-    from ooc_svm.metrics import prbep
+    from ooc_svm.evaluation.metrics import prbep
 
     rng = np.random.default_rng(0)
     y = rng.random(800) < 0.3

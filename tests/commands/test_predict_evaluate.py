@@ -16,11 +16,11 @@ from sklearn import metrics as skm
 from ooc_svm.api import train
 from ooc_svm.cli import main
 from ooc_svm.engine import LocalEngine
-from ooc_svm.evaluation import evaluate_model
-from ooc_svm.metrics import kendall_tau, ndcg_at_k, pairwise_accuracy
+from ooc_svm.evaluation.evaluation import evaluate_model
+from ooc_svm.evaluation.metrics import kendall_tau, ndcg_at_k, pairwise_accuracy
+from ooc_svm.evaluation.scoring import predict_to_file
 from ooc_svm.model.model import Model, load_model
 from ooc_svm.model.shard_scores import shard_batches
-from ooc_svm.scoring import predict_to_file
 
 
 def _data(seed=0, n=500, d=20, labels=(-1.0, 1.0)):

@@ -2,8 +2,8 @@
 
 The CLI runs as a user would (``python -m ooc_svm``, relative paths in a temporary working
 directory) on a small store made of the first 4,000 rows of a9a (8 shards of 500 rows), and
-the sigmoid stored in the model is checked against :func:`ooc_svm.cross_validation.fit_platt` on
-the same shard folds called directly.
+the sigmoid stored in the model is checked against
+:func:`ooc_svm.evaluation.cross_validation.fit_platt` on the same shard folds called directly.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ooc_svm.api import train
-from ooc_svm.cross_validation import cross_val_decision_values, fit_platt
+from ooc_svm.evaluation.cross_validation import cross_val_decision_values, fit_platt
 
 ROWS, SHARD_ROWS, FOLDS, SEED = 4000, 500, 4, 3
 

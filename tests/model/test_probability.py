@@ -30,7 +30,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ooc_svm.cross_validation import cross_val_decision_values, fit_platt, fold_assignment
+from ooc_svm.evaluation.cross_validation import (
+    cross_val_decision_values,
+    fit_platt,
+    fold_assignment,
+)
 from ooc_svm.model.probability import (
     calibration,
     multiclass_probability,

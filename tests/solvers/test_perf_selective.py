@@ -22,7 +22,7 @@ from sklearn.datasets import load_svmlight_file
 from sklearn.svm import LinearSVC
 
 from ooc_svm.engine import LocalEngine, make_engine
-from ooc_svm.metrics import primal_objective
+from ooc_svm.evaluation.metrics import primal_objective
 from ooc_svm.solvers.perf import selection as psel
 from ooc_svm.solvers.perf import selective as ps
 from ooc_svm.store import csr_to_shards, open_store, write_store
