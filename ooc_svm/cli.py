@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     if argv is not None:
         return _main(list(argv))
-    from .server_link import forward
+    from .server.server_link import forward
 
     status = forward(sys.argv[1:])  # a warm server runs it (``ooc-svm server start``)
     if status is not None:
