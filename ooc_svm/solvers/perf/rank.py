@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from ...engine import concat_partials
-from ...kernels.perf import count_pairs, rank_cut, rank_loss, vdot
+from ...kernels.perf import rank_cut, vdot
+from ...kernels.ranking import count_pairs, rank_loss
 from ...model.model import Model
 from .. import Result, SolverError
 from ..params import class_weights
