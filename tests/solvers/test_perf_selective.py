@@ -185,7 +185,7 @@ def test_threshold_rows_and_histogram():
     give for the next pass (at k = 0, k = 1 or inside the segment) takes at least the budget
     on any next segment starting there — its keys are at most the distances to the margin at
     its start."""
-    from ooc_svm.kernels.perf_selective import threshold_rows
+    from ooc_svm.solvers.perf._numba.selective import threshold_rows
 
     rng = np.random.default_rng(8)
     n = 4000
@@ -281,7 +281,7 @@ def test_segment_line_search_is_exact():
     """The inner line search (bisection on the right derivative of F = max(P̃, M)) finds the
     minimum of F on k ≥ 0 to within round-off of a fine grid, including k = 0 and steps
     beyond 1, with and without working-set planes."""
-    from ooc_svm.kernels.perf_selective import segment_min
+    from ooc_svm.solvers.perf._numba.selective import segment_min
 
     rng = np.random.default_rng(5)
     for trial in range(30):
@@ -308,7 +308,7 @@ def test_threaded_line_search_is_exact_and_the_same_for_any_threads(monkeypatch)
     one-thread bisection does, with the same bits for 1, 2 and 3 threads, and writes dm."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ooc_svm.kernels.perf_selective import segment_min
+    from ooc_svm.solvers.perf._numba.selective import segment_min
 
     monkeypatch.setattr(ps, "LINE_CHUNK", 37)  # several chunks
     monkeypatch.setattr(ps, "LINE_FEW", 20)  # several rounds of binning
@@ -586,7 +586,7 @@ def test_inner_model_is_a_lower_bound_exact_at_the_pass_point_and_its_cuts_are_v
     r − w·g ≤ ξ(w) for all w."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ooc_svm.kernels.perf_selective import violated_at
+    from ooc_svm.solvers.perf._numba.selective import violated_at
 
     rng = np.random.default_rng(7)
     n, d, C, bias = 400, 30, 0.7, 1.0

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .ranking import rank_sweep
+from ....kernels.ranking import rank_sweep
 
 # ------------------------------------------------------------------------------------------
 # classification
