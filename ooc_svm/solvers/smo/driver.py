@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import Result, SolverError, binary_classes
+from .. import Callback, Result, SolverError, binary_classes
 from ..dual import (
     WorkingRows,
     apply_alpha_updates,
@@ -25,6 +26,11 @@ from .kernels import _rho_and_gap
 from .params import Params
 from .platt import _solve_platt
 from .wss2 import _run_wss2
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
+    from ...engine.base import Engine
+    from ...store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -250,3 +256,32 @@ def _solve_wss2(
     return _solve_wss2_decomposition(
         store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint
     )
+
+
+def solve(
+    store: Store,
+    engine: Engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
+    """Train with SMO; see the package docstring for the problem and the stopping rules.
+
+    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), wss2 saves its state
+    every ``checkpoint_every`` SMO steps and every ``checkpoint_seconds`` (in memory) or
+    after every outer iteration (out of core) and, when resuming, starts from the latest
+    checkpoint; a resumed run ends with exactly the model of an uninterrupted one.
+    """
+    return _solve(store, engine, params, callback, checkpoint)
+
+
+def solve_warm(
+    store: Store, engine: Engine, params: Params, init: Any, *, callback: Callback | None = None
+) -> Result:
+    """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
+    store with its dual coefficients (trained at ``init.info["C"]``). wss2 in memory starts
+    from its α scaled into the box (α·C/C_old, yᵀα = 0 kept) and computes the gradient from
+    it; the other paths start from α = 0. The model returned keeps its dual coefficients
+    (linear kernel included), so it can start the next value."""
+    return _solve(store, engine, params, callback, None, init=init, keep_dual=True)
