@@ -107,7 +107,7 @@ def test_smo_scans_on_threads_equal_serial_loops():
     """smo's WSS2 scans and gradient update on all threads (issue 23): the same rows, values
     and gradients as one serial loop, ties included (the serial loops keep the last row of a
     tie; many tied and ±0 values here), with 1 and 2 threads."""
-    from ooc_svm.solvers.smo import kernels as sk
+    from ooc_svm.solvers.smo._numba import wss2 as sk
 
     rng = np.random.default_rng(1)
     m = 40_000  # above the scans' parallel threshold

@@ -313,7 +313,7 @@ def test_progress_inside_a_chunk_same_model(tmp_path, make_store, monkeypatch, c
     import logging
 
     from ooc_svm.cli import main
-    from ooc_svm.solvers.smo import wss2
+    from ooc_svm.solvers.smo import working_set as wss2
 
     rng = np.random.default_rng(5)
     n, d = 1500, 10

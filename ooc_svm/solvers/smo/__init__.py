@@ -7,7 +7,7 @@ Problem (C-SVC dual, LIBSVM's sign convention)::
 f(x) = Σ_j y_j α_j K(x_j, x) + intercept (linear / rbf / poly / sigmoid kernels on sparse rows);
 ``intercept_`` is −b (Platt's u = w·x − b) or −ρ (LIBSVM).
 
-``--selection wss2`` (default; :mod:`.wss2`, :mod:`.decomposition`) — Fan, Chen & Lin 2005,
+``--selection wss2`` (default; :mod:`.working_set`, :mod:`.decomposition`) — Fan, Chen & Lin 2005,
     JMLR 6, section 3 (WSS 2, second order) with LIBSVM's gradient maintenance, shrinking and
     gradient reconstruction, in numba, on an in-memory working set W: the whole problem
     when it fits ``--working-mb`` / ``--working-rows``, else a decomposition with streamed
@@ -22,10 +22,10 @@ f(x) = Σ_j y_j α_j K(x_j, x) + intercept (linear / rbf / poly / sigmoid kernel
     confirm |violation| ≤ tol on every row, else examine-all passes continue.
 
 Layout: ``__init__`` (the card), ``params``, ``driver`` (``solve``, ``solve_warm``, the
-epilogue), ``wss2`` (LIBSVM on W, in ~0.05 s
+epilogue), ``working_set`` (wss2: LIBSVM on W, in ~0.05 s
 slices so Ctrl-C and ``--checkpoint-seconds`` act between any two steps without changing
 them), ``decomposition`` (out of core, checkpointed after every outer step), ``platt``,
-``kernels`` (numba), ``common`` (shard functions and tuples).
+``_numba`` (numba: ``wss2``, ``platt``), ``common`` (shard functions and tuples).
 
 Memory: α lives in per-shard engine state; the driver holds W (or Platt's non-bound rows),
 the support vectors (kernel models need them), O(n_features) vectors and the kernel cache

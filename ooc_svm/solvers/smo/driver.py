@@ -20,12 +20,12 @@ from ..dual import (
     init_alpha_state,
 )
 from ..params import as_params
+from ._numba.wss2 import _rho_and_gap
 from .common import _budget_rows, _class_costs, _kernel_params
 from .decomposition import _solve_wss2_decomposition
-from .kernels import _rho_and_gap
 from .params import Params
 from .platt import _solve_platt
-from .wss2 import _run_wss2
+from .working_set import _run_wss2
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
