@@ -242,7 +242,7 @@ def test_lost_factor_accuracy_is_detected_and_repaired(tmp_path, monkeypatch, ma
         return out
 
     monkeypatch.setattr(ActiveFactor, "append", drifting_append)
-    # the compiled minor loop (sprint.py) appends without ActiveFactor.append: the same drift
+    # the compiled minor loop (_numba/sprint.py) appends without ActiveFactor.append: the same drift
     # after each of its calls in which the 150th, 300th, … row entered
     orig_sprint = WorkingSet._sprint
 
