@@ -21,7 +21,8 @@ import ooc_svm
 from ooc_svm.api import train_sweep
 from ooc_svm.engine import LocalEngine
 from ooc_svm.solvers import SolverError, get_solver
-from ooc_svm.solvers.sweep import parse_c_values, solve_sweep, warm_start_from_model
+from ooc_svm.solvers.dual import warm_start_from_model
+from ooc_svm.solvers.sweep import parse_c_values, solve_sweep
 
 CS = [0.01, 0.1, 1.0, 10.0]
 

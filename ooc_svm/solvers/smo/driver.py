@@ -170,7 +170,7 @@ def _summary(p: Params, kp, kkt: dict, intercept: float, extra: dict) -> dict:
 
 def _warm_alpha(W: WorkingRows, init, C: float, Cv: np.ndarray) -> None:
     """α of ``W`` (all rows, by global row) from ``init`` scaled into the box [0, Cv]."""
-    from ..sweep import warm_start_from_model
+    from ..dual import warm_start_from_model
 
     gids, coef, _, _ = warm_start_from_model(init, C, W.n)
     rows = np.searchsorted(W.gids, gids)
@@ -183,7 +183,7 @@ def _solve_wss2(
 ):
     """wss2 in memory when the rows fit the budget, else the decomposition. ``costs``:
     (C_neg, C_pos) of class weights (in memory only), or None. ``init``: a model to start
-    from (in memory only; :func:`ooc_svm.solvers.sweep.warm_start_from_model`)."""
+    from (in memory only; :func:`ooc_svm.solvers.dual.warm.warm_start_from_model`)."""
     n = store.meta.n_rows
     nf = store.meta.n_features
     budget = _budget_rows(store, p)
