@@ -2,7 +2,7 @@
 
 numba checks a cached kernel against the stamp (mtime, size) of the file that defines it,
 not against the files of the kernels it calls. Our kernels call kernels of other modules
-(``solvers/smo/kernels.py`` calls ``kernels/parallel.py``), so after an update of the
+(``solvers/smo/_numba/wss2.py`` calls ``kernels/parallel.py``), so after an update of the
 callee only (``git pull`` in an editable install, a changed checkout), the caller was loaded
 from the cache linked to the old callee, and every ``--solver smo`` run ended in a
 segmentation fault. Keying the whole cache by every source file's stamp makes any change
@@ -87,7 +87,7 @@ def _usable(base: Path, shared: bool) -> bool:
     """Whether ``base`` may hold the cache; in a shared place, only a private folder."""
     if not shared:
         return True
-    from ._util import make_private_folder
+    from .server.server_link import make_private_folder
 
     try:
         os.close(make_private_folder(base))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import server_link
+from ..server import server_link
 
 if TYPE_CHECKING:
     import argparse
@@ -78,8 +78,6 @@ def _find(path: Path) -> tuple[dict | None, int | None]:
     PermissionError
         The socket's folder, the socket or the server is not this user's.
     """
-    from ..server import proc_start_time
-
     sock = server_link.connect_trusted(path, timeout=10.0)
     if sock is None:
         return None, None
@@ -95,12 +93,12 @@ def _find(path: Path) -> tuple[dict | None, int | None]:
     recorded = _pid_file(path)
     if recorded.get("pid") == pid:
         start = recorded.get("start_ticks")
-        if start is not None and start != proc_start_time(pid):
+        if start is not None and start != server_link.proc_start_time(pid):
             if pidfd is not None:
                 os.close(pidfd)
             return None, None  # it ended since: that pid is another process's now
         info.update(recorded)
-    if pidfd is None and proc_start_time(pid) is None:
+    if pidfd is None and server_link.proc_start_time(pid) is None:
         return None, None
     return info, pidfd
 
@@ -118,13 +116,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _start(path: Path, args: argparse.Namespace) -> int:
-    from .._util import make_private_folder
-
     if args.idle_minutes <= 0:
         print("ooc-svm server: error: --idle-minutes must be > 0", file=sys.stderr)
         return 1
     try:
-        os.close(make_private_folder(path.parent))  # never someone else's folder
+        os.close(server_link.make_private_folder(path.parent))  # never someone else's folder
         info, pidfd = _find(path)
     except PermissionError as e:
         print(f"ooc-svm server: error: {_refused(e)}", file=sys.stderr)
@@ -135,7 +131,7 @@ def _start(path: Path, args: argparse.Namespace) -> int:
         print(f"ooc-svm server: already running (pid {info['pid']}, {path})")
         return 0
     # not ``-m``: the module runs under its own name (its logger's)
-    code = "import sys; from ooc_svm.server import main; sys.exit(main())"
+    code = "import sys; from ooc_svm.server.server import main; sys.exit(main())"
     cmd = [sys.executable, "-c", code, "--socket", str(path)]
     cmd += ["--idle", str(args.idle_minutes * 60)]
     with open(path.with_suffix(".log"), "a") as logf:
@@ -204,11 +200,9 @@ def _stop(path: Path, args: argparse.Namespace) -> int:
 
 
 def _gone_within(pid: int, start: int | None, seconds: float) -> bool:
-    from ..server import proc_start_time
-
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
-        now = proc_start_time(pid)
+        now = server_link.proc_start_time(pid)
         if now is None or (start is not None and now != start):
             return True
         time.sleep(0.05)

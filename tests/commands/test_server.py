@@ -154,7 +154,7 @@ def test_server_passes_stdin_and_relays_ctrl_c(tmp_path, env):
 
 
 def test_server_key_follows_startup_environment(monkeypatch):
-    from ooc_svm import server_link
+    from ooc_svm.server import server_link
 
     base = server_link.server_key()
     monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
@@ -165,7 +165,7 @@ def test_server_key_follows_startup_environment(monkeypatch):
 
 
 def test_no_server_no_forwarding(tmp_path, monkeypatch):
-    from ooc_svm import server_link
+    from ooc_svm.server import server_link
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     assert server_link.forward(["train", "s.zarr", "-o", "m"]) is None  # no folder
@@ -253,7 +253,7 @@ def _fake_server(sock_path: Path, folder_mode: int | None, uid: int | None):
 
 
 def test_private_folder_checks(tmp_path):
-    from ooc_svm._util import make_private_folder, open_private_folder
+    from ooc_svm.server.server_link import make_private_folder, open_private_folder
 
     good = tmp_path / "good"
     os.close(make_private_folder(good))
@@ -291,7 +291,7 @@ def test_private_folder_checks(tmp_path):
 
 @pytest.mark.parametrize("case", ["world-writable", "group-writable", "symlink", "owner"])
 def test_client_sends_nothing_to_an_untrusted_folder(tmp_path, monkeypatch, capsys, case):
-    from ooc_svm import server_link
+    from ooc_svm.server import server_link
 
     if case == "owner" and not ROOT:
         pytest.skip("another user's folder needs root (chown)")
@@ -324,7 +324,7 @@ def test_client_sends_nothing_to_an_untrusted_folder(tmp_path, monkeypatch, caps
 def test_client_checks_the_servers_uid(tmp_path, shared_tmp, monkeypatch):
     """Folder and socket file are ours (root moved another user's socket in): only the
     server's uid, read from the connection, tells; nothing may be sent."""
-    from ooc_svm import server_link
+    from ooc_svm.server import server_link
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.delenv("OOC_SVM_SERVER", raising=False)
@@ -343,7 +343,7 @@ def test_squatted_socket_folder_gets_nothing(tmp_path, shared_tmp, make_store):
     """Another user creates /tmp/ooc-svm-<uid> (0777) first and listens there under this
     user's key: this user's commands run in their own process and send it nothing;
     `server start` refuses the folder and leaves it as it is."""
-    from ooc_svm import server_link
+    from ooc_svm.server import server_link
 
     rng = np.random.default_rng(0)
     X = sp.random(50, 8, density=0.5, random_state=1, format="csr")
@@ -369,7 +369,7 @@ def test_squatted_socket_folder_gets_nothing(tmp_path, shared_tmp, make_store):
 
 
 def test_framing_two_messages_in_one_read():
-    from ooc_svm.server_link import recv_message, send_message
+    from ooc_svm.server.server_link import recv_message, send_message
 
     a, b = socket.socketpair()
     with a, b:
@@ -393,7 +393,7 @@ def test_framing_two_messages_in_one_read():
 def test_stop_never_signals_a_stale_pid(tmp_path, env):
     """A server killed with -9 leaves its socket and pid file; the pid is reused by another
     process: `stop` and `status` must not take that process for the server."""
-    from ooc_svm import server_link
+    from ooc_svm.server import server_link
 
     sleeper = subprocess.Popen(["sleep", "120"])
     try:

@@ -65,7 +65,7 @@ _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 def warm_up() -> int:
     """Import what commands need and load every cached kernel; the number of kernels loaded."""
-    from .commands._startup import init_numba_target
+    from ..commands._startup import init_numba_target
 
     init_numba_target()
     import ooc_svm
@@ -134,9 +134,7 @@ def _cache_stamp() -> int:
 def _listen(path: Path) -> socket.socket:
     """A socket listening at ``path``, in a folder private to this user (made so, or
     refused with PermissionError when it is another user's or a symbolic link)."""
-    from ._util import make_private_folder
-
-    dfd = make_private_folder(path.parent)
+    dfd = server_link.make_private_folder(path.parent)
     try:
         tmp = f".{path.name}.{os.getpid()}"
         try:
@@ -151,18 +149,6 @@ def _listen(path: Path) -> socket.socket:
     finally:
         os.close(dfd)
     return sock
-
-
-def proc_start_time(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, ``/proc/PID/stat``), or None
-    where it cannot be read: with the pid, it names one process, never a later one that
-    reuses the pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        return int(data[data.rindex(b")") + 2 :].split()[19])  # field 22, after "comm"
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class _Stop(Exception):
@@ -195,7 +181,7 @@ def serve(path: Path, idle_s: float) -> int:
         json.dumps(
             {
                 "pid": me,
-                "start_ticks": proc_start_time(me),
+                "start_ticks": server_link.proc_start_time(me),
                 "started": time.time(),
                 "idle_s": idle_s,
             }
@@ -463,7 +449,7 @@ def _run_command(request: dict, fds: list[int], go: int) -> None:
                 resource.setrlimit(rid, (soft, hard))
         gc.enable()
         sys.argv = ["ooc-svm", *request["argv"]]
-        from .cli import main
+        from ..cli import main
 
         status = main(list(request["argv"]))
     except KeyboardInterrupt:  # before the command's own handling started
