@@ -78,7 +78,12 @@ def _find(path: Path) -> tuple[dict | None, int | None]:
     PermissionError
         The socket's folder, the socket or the server is not this user's.
     """
-    sock = server_link.connect_trusted(path, timeout=10.0)
+    try:
+        sock = server_link.connect_trusted(path, timeout=10.0)
+    except PermissionError:
+        raise
+    except OSError:  # no answer within the timeout (a server stopped with SIGSTOP, say)
+        return None, None
     if sock is None:
         return None, None
     try:
