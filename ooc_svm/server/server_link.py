@@ -264,7 +264,7 @@ def connect_trusted(path: Path, timeout: float) -> socket.socket | None:
         raise PermissionError("this system cannot tell a server's user (no SO_PEERCRED)")
     try:
         dfd = open_private_folder(path.parent)
-    except FileNotFoundError:  # no server was ever started: the common case, one open
+    except FileNotFoundError:  # no server was ever started
         return None
     try:
         try:
@@ -340,6 +340,8 @@ def forward(argv: list[str]) -> int | None:
         return None
     command = next((a for a in argv if not a.startswith("-")), None)
     if command is None or command in _LOCAL:
+        return None
+    if not os.path.lexists(socket_dir()):  # no server was ever started: the common case
         return None
     try:
         for fd in (0, 1, 2):
