@@ -483,3 +483,34 @@ def test_forty_concurrent_served_commands(tmp_path, env, make_store):
             wrong.append((c, p.returncode, err))
     assert not wrong, wrong
     assert _log(env).count(" started: ") == n + 30  # --version runs in its own process
+
+
+@pytest.mark.slow
+def test_served_train_dies_with_its_sigkilled_client(tmp_path, env, make_store):
+    """`timeout -s KILL`, `kill -9`, the OOM killer: a training whose client dies is killed
+    by the server, writes no model and leaves the caller's pipes (it used to run on)."""
+    rng = np.random.default_rng(0)
+    X = sp.random(200, 10, density=0.3, random_state=1, format="csr")
+    make_store(X, np.where(rng.standard_normal(200) > 0, 1, -1), name="s.zarr")
+    assert _ooc(["server", "start", "--idle-minutes", "5"], tmp_path, env).returncode == 0
+    silent = socket.socket()  # a "scheduler" that accepts and never answers: train waits
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        p = subprocess.Popen(
+            [EXE, "train", "s.zarr", "-o", "m", "--scheduler", address], cwd=tmp_path,
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        pid = _served_pid(env, '"train", "s.zarr", "-o", "m"')
+        p.kill()
+        p.wait()
+        assert _gone(pid), f"the training {pid} outlived its client"
+        assert p.stdout.read() == b"" and p.stderr.read() == b""  # pipes at end of file
+        for f in (p.stdout, p.stderr):
+            f.close()
+        ends = [line for line in _log(env).splitlines() if f"pid {pid} {{" in line]
+        assert ends and "its caller went away: killed" in ends[0], ends  # not its own end
+        assert not (tmp_path / "m").exists()
+    finally:
+        silent.close()
