@@ -192,8 +192,11 @@ def open_private_folder(path: str | os.PathLike) -> int:
 
 def make_private_folder(path: str | os.PathLike) -> int:
     """Create the folder ``path`` with mode 0700, or take it when it already is this user's;
-    a descriptor of it. A folder of this user that others can use is made 0700; a symbolic
-    link, a file, or a folder of another user is refused (never changed).
+    a descriptor of it. A folder of this user that others can use is made 0700, and what
+    others may have put in it meanwhile is removed (symbolic links, entries of other users,
+    files with other hard links: a pid file written through a planted link would overwrite
+    its target); a symbolic link, a file, or a folder of another user is refused (never
+    changed).
 
     Raises
     ------
@@ -212,9 +215,30 @@ def make_private_folder(path: str | os.PathLike) -> int:
     if problem and (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()):
         os.close(fd)
         raise PermissionError(f"{path}: {problem}")
-    if problem:  # ours, but open to others
+    if problem:  # ours, but open to others: closed, then cleared of what others put there
         os.fchmod(fd, 0o700)
+        _remove_foreign(fd)
     return fd
+
+
+def _remove_foreign(fd: int) -> None:
+    """Remove the entries of the folder open as ``fd`` that this user did not make: symbolic
+    links, entries owned by another uid, regular files with more than one link."""
+    import shutil
+
+    for name in os.listdir(fd):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        mode = st.st_mode
+        if not (
+            stat.S_ISLNK(mode)
+            or st.st_uid != os.getuid()
+            or (stat.S_ISREG(mode) and st.st_nlink > 1)
+        ):
+            continue
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(name, dir_fd=fd)
+        else:
+            os.unlink(name, dir_fd=fd)
 
 
 def proc_start_time(pid: int) -> int | None:

@@ -267,8 +267,14 @@ def test_private_folder_checks(tmp_path):
         os.chmod(loose, mode)
         with pytest.raises(PermissionError, match=f"mode {mode:04o}"):
             open_private_folder(loose)
-    os.close(make_private_folder(loose))  # ours: made private
+    (loose / "x.pid").symlink_to(tmp_path / "target")  # planted while it was open
+    (loose / "mine.log").write_text("kept")
+    if ROOT:
+        (loose / "theirs").mkdir()
+        os.chown(loose / "theirs", OTHER_UID, OTHER_UID)
+    os.close(make_private_folder(loose))  # ours: made private, and cleared of the rest
     assert stat.S_IMODE(loose.stat().st_mode) == 0o700
+    assert sorted(p.name for p in loose.iterdir()) == ["mine.log"]
     link = tmp_path / "link"
     link.symlink_to(good)  # a link to a good folder is still refused
     for check in (open_private_folder, make_private_folder):
