@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..._util import mem_available_bytes
+from ...memory_budget import current as memory_budget
 from .. import SolverError, binary_classes
 from ..params import KERNELS, SolverParams, param, parse_class_weight
 
@@ -23,8 +23,16 @@ DENSE_VECTORS = 10
 #: plus w_c while that copy is made (solvers/perf/error.py; docs/WIDTH.md)
 DENSE_VECTORS_ACCELERATED = 4
 
-#: ``--inner-mb auto``: this share of ``MemAvailable`` at the start of the training
+#: ``--inner-mb auto``: this share of the memory budget not claimed at the start of the
+#: training (:mod:`ooc_svm.memory_budget`)
 AUTO_INNER_SHARE = 0.25
+
+#: the share of the memory budget left unclaimed that ``dense_limit_mb`` may take at most
+#: (it bounds the working set of cutting planes, which rarely grows to it)
+DENSE_BUDGET_SHARE = 0.125
+
+#: ... but never below the dense vectors plus this many dense planes
+DENSE_FLOOR_PLANES = 16
 
 LOSSES = ("error", "roc", "ordinal")
 VARIANTS = ("paper", "accelerated", "selective", "svmperf")
@@ -36,6 +44,7 @@ class Params(SolverParams):
 
     SOLVER: ClassVar[str] = "perf"
     SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
+    BUDGET_SHARES: ClassVar[dict[str, float]] = {"dense_limit_mb": DENSE_BUDGET_SHARE}
 
     eps: float = param(
         0.001,
@@ -78,7 +87,8 @@ class Params(SolverParams):
         1024.0,
         "memory for the working set of cutting planes (float64 up to half of it, float32 "
         "beyond; sparse where smaller); perf's dense vectors over the features (10 per "
-        "problem, 8 bytes per feature each) must fit it too, else the store is refused",
+        "problem, 8 bytes per feature each) must fit it too, else the store is refused; at "
+        "most an eighth of the memory budget (--memory-mb)",
         gt=0,
     )
     line_points: int = param(32, "accelerated: line-search grid points in (0, 1]", ge=1)
@@ -89,9 +99,9 @@ class Params(SolverParams):
         "auto",
         "selective: MiB for the rows near the margin kept in memory between full passes (64 "
         "bytes per row + 8 per non-zero; their share of a pass's candidates is bounded by it "
-        "too), or auto (auto:SHARE): SHARE (0.25) of the memory available at the start, at "
-        "most what every row of the store needs (then one pass suffices); svmperf: MiB of the "
-        "rows kept for its partial rounds (auto: 256)",
+        "too), or auto (auto:SHARE): SHARE (0.25) of the memory budget (--memory-mb) at the "
+        "start, at most what every row of the store needs (then one pass suffices); svmperf: "
+        "MiB of the rows kept for its partial rounds (auto: 256)",
     )
     max_inner: int = param(2000, "selective: inner cutting planes between two full passes", ge=1)
     inner_share: float = param(
@@ -133,9 +143,9 @@ class Params(SolverParams):
 
     def inner_mib(self, whole_mib: float | None = None, auto_mib: float = 256.0) -> float:
         """``inner_mb`` in MiB: the number given, or for ``auto[:SHARE]`` SHARE
-        (:data:`AUTO_INNER_SHARE`) of ``MemAvailable`` now, at most ``whole_mib`` (what the
-        whole store needs); ``auto_mib`` when ``whole_mib`` is not given or the memory cannot
-        be read."""
+        (:data:`AUTO_INNER_SHARE`) of the memory budget not claimed yet
+        (:func:`ooc_svm.memory_budget.current`), at most ``whole_mib`` (what the whole store
+        needs); ``auto_mib`` when ``whole_mib`` is not given (at most the budget's share)."""
         v = str(self.inner_mb).strip().lower()
         if v == "auto" or v.startswith("auto:"):
             try:
@@ -144,10 +154,10 @@ class Params(SolverParams):
                 share = -1.0
             if not 0.0 < share <= 1.0:
                 raise SolverError(f"--inner-mb auto:SHARE needs 0 < SHARE <= 1 (got {v})")
-            avail = mem_available_bytes()
-            if whole_mib is None or not avail:
-                return float(auto_mib)
-            return float(min(share * avail / 2**20, whole_mib))
+            avail = memory_budget().share(share) / 2**20
+            if whole_mib is None:
+                return float(min(auto_mib, avail))
+            return float(min(avail, whole_mib))
         try:
             mib = float(v)
         except ValueError:
@@ -162,6 +172,19 @@ class Params(SolverParams):
         super().validate(meta)
         self.resolve_loss(meta)
         self.check_dense(meta)
+
+    def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
+        """perf's dense vectors over the features (:meth:`dense_vectors`)."""
+        return {"perf dense vectors": self.dense_vectors(meta) * 8 * (int(meta.n_features) + 1)}
+
+    def _budget_floor_mib(self, name: str, meta: StoreMeta) -> float:
+        # the dense vectors and a few dense planes: check_dense and the working set's needs
+        dim = int(meta.n_features) + 1
+        return (self.dense_vectors(meta) + DENSE_FLOOR_PLANES) * 8.0 * dim / 2**20
+
+    def _claim_bytes(self, name: str, mib: float, meta: StoreMeta) -> int:
+        # the dense vectors are inside --dense-limit-mb and claimed already
+        return max(0, int(mib * 2**20) - sum(self.memory_needs(meta).values()))
 
     def dense_vectors(self, meta: StoreMeta) -> int:
         """Dense vectors over the features this run holds at once (per problem)."""

@@ -1,0 +1,250 @@
+"""The memory budget: limits read from fake cgroup v1 / v2 trees, a real RLIMIT_AS, a real
+cgroup; the budget's shares and the refusal of a budget below a run's minimum."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ooc_svm import memory_budget as mb
+
+MiB = 2**20
+V1_MOUNTS = (
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+)
+V2_MOUNTS = "30 23 0:27 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    p = root / rel.lstrip("/")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def _v1_tree(root: Path, limit: int, usage: int, inactive: int, parent_limit: int) -> None:
+    base = "/sys/fs/cgroup/memory"
+    _write(root, f"{base}/memory.limit_in_bytes", "9223372036854771712\n")
+    _write(root, f"{base}/process_api/memory.limit_in_bytes", f"{parent_limit}\n")
+    _write(root, f"{base}/process_api/memory.usage_in_bytes", f"{usage}\n")
+    _write(root, f"{base}/process_api/memory.stat", f"cache 5\ntotal_inactive_file {inactive}\n")
+    d = f"{base}/process_api/job1"
+    _write(root, f"{d}/memory.limit_in_bytes", f"{limit}\n")
+    _write(root, f"{d}/memory.usage_in_bytes", f"{usage}\n")
+    _write(root, f"{d}/memory.memsw.limit_in_bytes", f"{limit // 2}\n")  # never read
+    _write(root, f"{d}/memory.stat", f"cache 7\ntotal_inactive_file {inactive}\n")
+
+
+def test_cgroup_v1_limit_of_its_own_memory_cgroup(tmp_path):
+    """The ``memory`` line of /proc/self/cgroup joined to the v1 mount: its limit, its usage
+    less the reclaimable page cache; memsw is not read."""
+    _v1_tree(tmp_path, 1500 * MiB, 300 * MiB, 100 * MiB, 8000 * MiB)
+    cg = "9:name=systemd:/\n4:memory:/process_api/job1\n1:cpu:/\n0::/\n"
+    lims = mb.cgroup_limits(str(tmp_path), cg, V1_MOUNTS)
+    assert [lim.name for lim in lims] == ["cgroup v1 memory.limit_in_bytes"]
+    (lim,) = lims
+    assert lim.limit == 1500 * MiB
+    assert lim.used == 200 * MiB
+    assert lim.where == "/sys/fs/cgroup/memory/process_api/job1"
+    b = mb.detect(
+        root=str(tmp_path),
+        proc_cgroup=cg,
+        mountinfo=V1_MOUNTS,
+        status={"VmRSS": 150 * MiB},
+        mem_available=20000 * MiB,
+        dask=False,
+    )
+    assert b.source == "cgroup v1 memory.limit_in_bytes"
+    assert b.bytes == 1500 * MiB - 200 * MiB - mb._reserve(1500 * MiB)
+    assert "from cgroup v1 memory.limit_in_bytes" in b.describe()
+    assert json.loads(json.dumps(b.as_dict()))["source"] == b.source
+
+
+def test_cgroup_v1_parent_limit_binds(tmp_path):
+    """An ancestor's lower limit binds the child (hierarchical accounting)."""
+    _v1_tree(tmp_path, 4000 * MiB, 0, 0, 1000 * MiB)
+    lims = mb.cgroup_limits(str(tmp_path), "4:memory:/process_api/job1\n", V1_MOUNTS)
+    assert lims[0].limit == 1000 * MiB
+    assert lims[0].where.endswith("/process_api")
+
+
+def test_cgroup_v1_namespaced_mount(tmp_path):
+    """Inside a container the mount's root is the container's own cgroup: the path of
+    /proc/self/cgroup is found at the mount point itself."""
+    mounts = "35 31 0:32 /docker/abc /sys/fs/cgroup/memory ro - cgroup cgroup rw,memory\n"
+    _write(tmp_path, "/sys/fs/cgroup/memory/memory.limit_in_bytes", f"{700 * MiB}\n")
+    lims = mb.cgroup_limits(str(tmp_path), "7:memory:/docker/abc\n", mounts)
+    assert [(lim.limit, lim.where) for lim in lims] == [(700 * MiB, "/sys/fs/cgroup/memory")]
+
+
+def test_cgroup_v1_unlimited_is_no_limit(tmp_path):
+    _v1_tree(tmp_path, 9223372036854771712, 0, 0, 9223372036854771712)
+    assert mb.cgroup_limits(str(tmp_path), "4:memory:/process_api/job1\n", V1_MOUNTS) == []
+
+
+def test_cgroup_v2_max_and_high(tmp_path):
+    """cgroup v2: memory.max and memory.high of the ``0::`` path; ``max`` means none."""
+    d = "/sys/fs/cgroup/user.slice/job.scope"
+    _write(tmp_path, "/sys/fs/cgroup/cgroup.controllers", "cpu memory\n")
+    _write(tmp_path, "/sys/fs/cgroup/user.slice/cgroup.controllers", "memory\n")
+    _write(tmp_path, "/sys/fs/cgroup/user.slice/memory.max", "max\n")
+    _write(tmp_path, f"{d}/cgroup.controllers", "memory\n")
+    _write(tmp_path, f"{d}/memory.max", f"{2048 * MiB}\n")
+    _write(tmp_path, f"{d}/memory.high", f"{1024 * MiB}\n")
+    _write(tmp_path, f"{d}/memory.current", f"{400 * MiB}\n")
+    _write(tmp_path, f"{d}/memory.stat", f"anon 1\ninactive_file {100 * MiB}\n")
+    cg = "0::/user.slice/job.scope\n"
+    lims = {lim.name: lim for lim in mb.cgroup_limits(str(tmp_path), cg, V2_MOUNTS)}
+    assert set(lims) == {"cgroup v2 memory.max", "cgroup v2 memory.high"}
+    assert lims["cgroup v2 memory.max"].limit == 2048 * MiB
+    assert lims["cgroup v2 memory.high"].used == 300 * MiB
+    b = mb.detect(
+        root=str(tmp_path), proc_cgroup=cg, mountinfo=V2_MOUNTS, status={}, dask=False,
+        mem_available=64000 * MiB,
+    )  # fmt: skip
+    assert b.source == "cgroup v2 memory.high"
+    assert b.bytes == 1024 * MiB - 300 * MiB - mb._reserve(1024 * MiB)
+
+
+def test_no_cgroup_limit_falls_back_to_mem_available(tmp_path):
+    b = mb.detect(
+        root=str(tmp_path), proc_cgroup="0::/\n", mountinfo="", status={"VmRSS": 10 * MiB},
+        mem_available=3000 * MiB, dask=False,
+    )  # fmt: skip
+    assert b.source == "MemAvailable"
+    assert b.bytes == 3000 * MiB - mb._reserve(3010 * MiB)
+
+
+def test_explicit_budget_and_its_errors(tmp_path, monkeypatch):
+    b = mb.detect(
+        800, root=str(tmp_path), proc_cgroup="", mountinfo="", status={"VmRSS": 100 * MiB},
+        mem_available=64000 * MiB, dask=False,
+    )  # fmt: skip
+    assert b.source == "--memory-mb"
+    assert b.bytes == 700 * MiB - mb._reserve(800 * MiB)
+    with pytest.raises(mb.MemoryBudgetError, match="expected MiB"):
+        mb.parse_memory_mb("lots")
+    monkeypatch.setenv(mb.ENV, "-3")
+    mb.set_explicit(None)
+    with pytest.raises(mb.MemoryBudgetError, match=r"\$OOC_SVM_MEMORY_MB"):
+        mb.explicit_mb()
+    monkeypatch.setenv(mb.ENV, "512")
+    assert mb.explicit_mb() == 512.0
+
+
+def test_require_refuses_below_the_minimum_and_shares_the_rest(tmp_path):
+    b = mb.detect(
+        1000, root=str(tmp_path), proc_cgroup="", mountinfo="", status={}, dask=False,
+        mem_available=64000 * MiB,
+    )  # fmt: skip
+    b.require("decoded shards in flight", 200 * MiB)
+    assert b.free == b.bytes - 200 * MiB
+    assert b.share(0.5) == b.free // 2
+    assert b.share(0.5, cap=MiB) == MiB
+    with pytest.raises(mb.MemoryBudgetError) as e:
+        b.require("dense vectors", 2000 * MiB, "perf on this store")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "2,200 MiB perf on this store needs at least" in msg
+    assert "--memory-mb" in msg
+    assert b.claims == {"decoded shards in flight": 200 * MiB}  # a refused claim is not kept
+    b.release("decoded shards in flight")
+    assert b.free == b.bytes
+
+
+def test_rlimit_as_in_a_real_process(tmp_path):
+    """A real RLIMIT_AS (set in a child before the detector runs) binds the budget."""
+    code = textwrap.dedent(
+        """
+        import json, resource
+        from ooc_svm import memory_budget as mb
+        st = mb.process_status()
+        lim = st["VmSize"] + 600 * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (lim, resource.RLIM_INFINITY))
+        b = mb.detect()
+        print(json.dumps({"source": b.source, "bytes": b.bytes, "lim": lim,
+                          "used": b.binding.used}))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != mb.ENV}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    got = json.loads(out.stdout)
+    assert got["source"] == "RLIMIT_AS"
+    # the headroom is what is left of the address space (~600 MiB), less the reserve
+    assert 400 * MiB < got["bytes"] <= 600 * MiB - mb._reserve(got["lim"])
+
+
+# ------------------------------------------------------------------------------------------
+# a real cgroup (root with cgroup v1 memory, or a writable cgroup v2 subtree)
+# ------------------------------------------------------------------------------------------
+
+
+def _make_cgroup(limit: int) -> tuple[str, str] | str:
+    """(folder, kind) of a new cgroup with ``limit``, or the reason none can be made."""
+    name = f"ooc-svm-test-{os.getpid()}"
+    v1 = "/sys/fs/cgroup/memory"
+    if os.path.isdir(v1):
+        d = os.path.join(v1, name)
+        try:
+            os.mkdir(d)
+            with open(os.path.join(d, "memory.limit_in_bytes"), "w") as f:
+                f.write(str(limit))
+            return d, "cgroup v1 memory.limit_in_bytes"
+        except OSError as e:
+            if os.path.isdir(d):
+                os.rmdir(d)
+            return f"cannot make a cgroup v1 memory group here ({e.strerror or e})"
+    if os.access("/sys/fs/cgroup/cgroup.subtree_control", os.W_OK):
+        d = os.path.join("/sys/fs/cgroup", name)
+        try:
+            os.mkdir(d)
+            with open(os.path.join(d, "memory.max"), "w") as f:
+                f.write(str(limit))
+            return d, "cgroup v2 memory.max"
+        except OSError as e:
+            if os.path.isdir(d):
+                os.rmdir(d)
+            return f"cannot make a cgroup v2 group here ({e.strerror or e})"
+    return "no cgroup v1 memory hierarchy and no writable cgroup v2 subtree (needs root)"
+
+
+def test_training_inside_a_real_cgroup_reports_it(tmp_path):
+    """A small training run inside a real 400 MiB cgroup: it converges and names the cgroup
+    as the source of its budget."""
+    from conftest import build_store
+
+    made = _make_cgroup(400 * MiB)
+    if isinstance(made, str):
+        pytest.skip(made)
+    cg, kind = made
+    try:
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((600, 5))
+        y = np.where(X[:, 0] + 0.3 * rng.standard_normal(600) > 0, 1.0, -1.0)
+        build_store(tmp_path / "s.zarr", X, y, shard_rows=200)
+        env = {k: v for k, v in os.environ.items() if k != mb.ENV}
+        cmd = [
+            sys.executable, "-m", "ooc_svm", "train", str(tmp_path / "s.zarr"),
+            "-o", str(tmp_path / "m"), "--json", "-q",
+        ]  # fmt: skip
+        proc = subprocess.run(
+            ["sh", "-c", 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"', "sh", cg, *cmd],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        summary = json.loads(proc.stdout)
+        assert summary["converged"] is True
+        assert summary["memory_budget"]["source"] == kind
+        assert summary["memory_budget"]["limit_mib"] == 400.0
+        assert 0 < summary["memory_budget"]["mib"] < 400
+    finally:
+        os.rmdir(cg)
