@@ -248,3 +248,93 @@ def test_training_inside_a_real_cgroup_reports_it(tmp_path):
         assert 0 < summary["memory_budget"]["mib"] < 400
     finally:
         os.rmdir(cg)
+
+
+# ------------------------------------------------------------------------------------------
+# the budget in a run
+# ------------------------------------------------------------------------------------------
+
+
+def _small_store(path, n=2000, d=20, shard_rows=250, seed=0):
+    from conftest import build_store
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = np.where(X[:, 0] + 0.5 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return build_store(path, X, y, shard_rows=shard_rows)
+
+
+def test_cli_refuses_a_budget_below_the_minimum_before_any_work(tmp_path, capsys):
+    from ooc_svm.cli import main
+
+    _small_store(tmp_path / "s.zarr")
+    rc = main(["train", str(tmp_path / "s.zarr"), "-o", str(tmp_path / "m"), "--memory-mb", "64"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1
+    assert len(err.splitlines()) == 1
+    assert "memory budget" in err and "from --memory-mb" in err and "needs at least" in err
+    assert "give --memory-mb" in err
+    assert not (tmp_path / "m").exists()
+    rc = main(["train", str(tmp_path / "s.zarr"), "-o", str(tmp_path / "m"), "--memory-mb", "-5"])
+    assert rc == 1
+    assert "--memory-mb: expected MiB (a number > 0)" in capsys.readouterr().err
+    mb.set_explicit(None)
+
+
+def test_json_reports_the_budget_and_its_source(tmp_path, capsys):
+    from ooc_svm.cli import main
+
+    _small_store(tmp_path / "s.zarr")
+    rc = main(
+        ["train", str(tmp_path / "s.zarr"), "-o", str(tmp_path / "m"), "--memory-mb", "900",
+         "--json"]
+    )  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["converged"]
+    assert out["memory_budget"]["source"] == "--memory-mb"
+    assert out["memory_budget"]["limit_mib"] == 900.0
+    assert out["memory_budget"]["claims_mib"]["decoded shards in flight"] > 0
+    mb.set_explicit(None)
+
+
+def test_kernel_cache_and_perf_planes_within_the_budget(tmp_path, monkeypatch):
+    """The automatic sizes of the solvers are lowered to their share of the budget left and
+    claimed; the shard cache then takes its share of what remains."""
+    from conftest import fake_memory_budget
+
+    from ooc_svm.solvers.perf.params import Params as PerfParams
+    from ooc_svm.solvers.smo.params import Params as SmoParams
+    from ooc_svm.store import open_store
+
+    meta = open_store(str(_small_store(tmp_path / "s.zarr").path)).meta
+    budget = fake_memory_budget(monkeypatch, 400 * MiB)
+    smo = SmoParams().fit_memory(meta, budget)
+    assert smo.cache_mb == pytest.approx(100.0)  # a quarter of 400
+    assert smo.working_mb == pytest.approx(75.0)  # a quarter of the 300 left
+    assert budget.free == pytest.approx(400 * MiB - 175 * MiB, abs=2)
+    budget.claims.clear()
+    perf = PerfParams().fit_memory(meta, budget)
+    assert perf.dense_limit_mb == pytest.approx(400 / 8, rel=1e-3)
+    assert PerfParams().fit_memory(meta, fake_memory_budget(monkeypatch, 64000 * MiB)) == (
+        PerfParams()
+    )  # room enough: the defaults stay
+
+
+def test_auto_variant_streams_a_store_larger_than_the_budget(tmp_path, monkeypatch):
+    """``--variant auto`` (the default) trains a store that fits with ``accelerated`` and one
+    larger than the cache's share of the budget with ``selective``: the same certificate,
+    P(w) <= P* + C n eps, so the two objectives agree within C n eps."""
+    from conftest import fake_memory_budget
+
+    from ooc_svm import api
+
+    st = _small_store(tmp_path / "s.zarr", n=3000, d=30)
+    n, eps = 3000, 1e-3
+    roomy = api.train(st, "perf", eps=eps, shard_cache_mb=0)
+    assert roomy.summary["variant"] == "accelerated"
+    decoded = 8 * st.meta.nnz + 16 * n
+    fake_memory_budget(monkeypatch, int(decoded))  # the cache may hold half of it at most
+    tight = api.train(st, "perf", eps=eps, shard_cache_mb=0)
+    assert tight.summary["variant"] == "selective"
+    assert tight.converged and roomy.converged
+    assert abs(tight.objective - roomy.objective) <= 1.0 * n * eps

@@ -94,6 +94,13 @@ class DaskConnection:
             dashboard_address=None,
             silence_logs=logging.ERROR,
         )
+        if procs and memory_limit is None and "memory_limit" not in cluster_kwargs:
+            # the worker processes share this process's memory budget (the container's
+            # limit, or --memory-mb): each gets its part, which its own budget honours
+            from ..memory_budget import current
+
+            workers = int(n_workers or (cores if procs else 1))
+            memory_limit = max(1, current().free // workers)
         if memory_limit is not None:
             kw["memory_limit"] = memory_limit
         kw.update(cluster_kwargs)

@@ -40,6 +40,11 @@ from .reader import ShardCache, read_ahead, shard_files, shard_reader, store_tok
 log = logging.getLogger(__name__)
 
 
+#: the share of the memory budget left (beyond the shard cache) the page cache of the shards
+#: read ahead may take, for a store that streams
+READAHEAD_SHARE = 0.25
+
+
 class LocalEngine(Engine):
     """Streamed passes in this process.
 
@@ -192,6 +197,23 @@ class LocalEngine(Engine):
                 )  # fmt: skip
         return hit
 
+    def _readahead_for(self, store, token: str) -> int:
+        """Shards whose files are read ahead: ``readahead``, fewer for a store that streams
+        (:meth:`_streams`) when their page cache, which a cgroup v1 limit counts, would take
+        more than :data:`READAHEAD_SHARE` of the memory budget left (at least one)."""
+        if not self._stream.get(token):
+            return self.readahead
+        from ..memory_budget import current
+
+        largest = max(
+            (sum(os.path.getsize(f) for f in shard_files(store, s) if os.path.isfile(f))
+             for s in range(store.n_shards)),
+            default=0,
+        )  # fmt: skip
+        room = READAHEAD_SHARE * max(0, current().free - self.cache.budget)
+        fit = int(room // largest) if largest else self.readahead
+        return max(1, min(self.readahead, fit)) if self.readahead else 0
+
     def _cached_share(self, store) -> float:
         """The share of the store's decoded bytes the shard cache can hold."""
         total = sum(_decoded_bytes(store, s) for s in range(store.n_shards))
@@ -313,7 +335,9 @@ class _ThreadedPass:
         self.max_reads = engine._max_reads(store, read)
         self.max_ahead = 2 * self.window + 2  # bound on partials waiting for an earlier shard
         self.hinted = 0  # shards [0, hinted) had their files read ahead
-        self.ahead = engine.readahead if read and shard_files(store, ids[0]) else 0
+        self.ahead = (
+            engine._readahead_for(store, token) if read and shard_files(store, ids[0]) else 0
+        )
         # a Blocked pass function: the row blocks of a shard run as separate tasks on all
         # compute threads and are reduced in the function's own fixed tree (same bits as
         # calling it on the whole shard)

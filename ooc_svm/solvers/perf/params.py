@@ -35,7 +35,7 @@ DENSE_BUDGET_SHARE = 0.125
 DENSE_FLOOR_PLANES = 16
 
 LOSSES = ("error", "roc", "ordinal")
-VARIANTS = ("paper", "accelerated", "selective", "svmperf")
+VARIANTS = ("auto", "paper", "accelerated", "selective", "svmperf")
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,16 @@ class Params(SolverParams):
         choices=LOSSES,
     )
     variant: str = param(
-        "accelerated",
-        "paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line search to the "
-        "best point, same single pass per iteration; selective = many inner cutting planes on "
-        "the rows near the margin kept in memory (--inner-mb), full passes only to refresh "
-        "them and certify (loss error; ooc_svm/solvers/perf/selective.py); svmperf = SVMperf "
-        "3.00's loop (loose QP, shrinking; loss error; solvers/perf/svmperf.py) plus the "
-        "dual-gap certificate",
+        "auto",
+        "auto = accelerated, or selective when the decoded store is larger than the share of "
+        "the memory budget (--memory-mb) the shard cache can have (binary, loss error, no class"
+        " weights or checkpoints): out of core, few full passes; both stop on the same "
+        "certificate. paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line "
+        "search to the best point, same single pass per iteration; selective = many inner "
+        "cutting planes on the rows near the margin kept in memory (--inner-mb), full passes "
+        "only to refresh them and certify (loss error; ooc_svm/solvers/perf/selective.py); "
+        "svmperf = SVMperf 3.00's loop (loose QP, shrinking; loss error; "
+        "solvers/perf/svmperf.py) plus the dual-gap certificate",
         choices=VARIANTS,
     )
     c_perf: float | None = param(
@@ -173,6 +176,28 @@ class Params(SolverParams):
         self.resolve_loss(meta)
         self.check_dense(meta)
 
+    def resolve_variant(self, meta: StoreMeta, checkpoint: bool = False) -> str:
+        """The variant to run: ``auto`` is ``selective`` when the store, decoded, is larger
+        than what the shard cache may take of the memory budget left (its passes would read
+        the store from disk every time; selective needs few of them) and selective can train
+        it (binary labels, loss error, no class weights, no checkpoint, its dense vectors
+        within ``dense_limit_mb``); ``accelerated`` otherwise. Other values as given."""
+        if self.variant != "auto":
+            return self.variant
+        from ..._util import AUTO_CACHE_SHARE
+
+        if (
+            checkpoint
+            or self.class_weight is not None
+            or meta.label_kind != "binary"
+            or self.resolve_loss(meta) != "error"
+            or DENSE_VECTORS * 8.0 * (int(meta.n_features) + 1) > self.dense_limit_mb * 2**20
+        ):
+            return "accelerated"
+        decoded = 8 * int(meta.nnz) + 16 * int(meta.n_rows)
+        room = memory_budget().share(AUTO_CACHE_SHARE)
+        return "selective" if decoded > room else "accelerated"
+
     def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
         """perf's dense vectors over the features (:meth:`dense_vectors`)."""
         return {"perf dense vectors": self.dense_vectors(meta) * 8 * (int(meta.n_features) + 1)}
@@ -189,7 +214,7 @@ class Params(SolverParams):
     def dense_vectors(self, meta: StoreMeta) -> int:
         """Dense vectors over the features this run holds at once (per problem)."""
         loss = self.loss or ("ordinal" if meta.label_kind == "ordinal" else "error")
-        if self.variant == "accelerated" and loss == "error":
+        if self.variant in ("accelerated", "auto") and loss == "error":
             return DENSE_VECTORS_ACCELERATED
         return DENSE_VECTORS
 
