@@ -175,6 +175,51 @@ def _fmt(row: dict, name: str, limited: bool, limit: str) -> str:
     )
 
 
+def profile(store_path: str, shards: int) -> None:
+    """Where a streamed pass's time goes, per shard and for the whole store: reading the files
+    from disk (page cache dropped first), decoding them (files in the page cache), and the
+    pass's kernel on the decoded shard (perf's hinge pass: X·w, Xᵀ·(violators)); one thread,
+    CPU and wall."""
+    import numpy as np
+
+    from ooc_svm.engine.passes import hinge_pass
+    from ooc_svm.engine.reader import shard_files
+    from ooc_svm.memory_budget import drop_cache_of
+    from ooc_svm.store import open_store
+
+    store = open_store(store_path)
+    ids = list(range(min(shards, store.n_shards)))
+    read = store.shard_reader(fast=True)
+    w = np.random.default_rng(0).standard_normal(store.meta.n_features + 1) * 1e-2
+    disk = dec = comp = 0.0
+    cdisk = cdec = ccomp = 0.0
+    nbytes = 0
+    for sid in ids:
+        files = shard_files(store, sid)
+        for f in files:
+            drop_cache_of(f)
+        t, c = time.perf_counter(), time.process_time()
+        for f in files:
+            with open(f, "rb") as fh:
+                nbytes += len(fh.read())
+        disk += time.perf_counter() - t
+        cdisk += time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
+        shard = read(sid)  # the files are in the page cache now: decoding only
+        dec += time.perf_counter() - t
+        cdec += time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
+        hinge_pass(shard, (w, 1.0, 1.0))
+        comp += time.perf_counter() - t
+        ccomp += time.process_time() - c
+    k = store.n_shards / len(ids)
+    print(f"profile of one pass ({len(ids)} of {store.n_shards} shards measured, x{k:.1f}):")
+    print(f"  read from disk : {disk * k:7.2f} s wall {cdisk * k:7.2f} s CPU "
+          f"({nbytes * k / 1e9:.2f} GB, {nbytes / max(disk, 1e-9) / 1e6:,.0f} MB/s)")  # fmt: skip
+    print(f"  decode (zstd)  : {dec * k:7.2f} s wall {cdec * k:7.2f} s CPU")
+    print(f"  hinge pass     : {comp * k:7.2f} s wall {ccomp * k:7.2f} s CPU")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("store")
@@ -191,7 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drop-caches", action="store_true", help="drop the page cache before runs")
     p.add_argument("--ooc-svm", default=os.path.join(os.path.dirname(sys.executable), "ooc-svm"))
     p.add_argument("--tmp", default=None, help="folder of the models written (default /tmp)")
+    p.add_argument(
+        "--profile", type=int, default=0, metavar="SHARDS",
+        help="only profile a pass (disk read, decode, kernel) over this many shards",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    if args.profile:
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        profile(args.store, args.profile)
+        return 0
     store_bytes = _store_bytes(args.store)
     limit = f"--memory-mb {args.memory_mb:g}" if args.memory_mb else f"cgroup {args.limit_mb:g}"
     print(f"store {args.store}: {store_bytes / 1e9:.2f} GB on disk; limit {limit}")

@@ -24,12 +24,15 @@ DENSE_VECTORS = 10
 DENSE_VECTORS_ACCELERATED = 4
 
 #: ``--inner-mb auto``: this share of the memory budget not claimed at the start of the
-#: training (:mod:`ooc_svm.memory_budget`)
-AUTO_INNER_SHARE = 0.25
+#: training (:mod:`ooc_svm.memory_budget`); the shard cache takes its share of the rest. Rows
+#: near the margin cut passes, a cached shard only a pass's reads of itself: on a 4M-row store
+#: under a 1,500 MB limit a quarter of the budget took 13 passes (11.9 reads of the store from
+#: disk), half of it fewer (docs/BENCHMARKS.md)
+AUTO_INNER_SHARE = 0.5
 
 #: the share of the memory budget left unclaimed that ``dense_limit_mb`` may take at most
 #: (it bounds the working set of cutting planes, which rarely grows to it)
-DENSE_BUDGET_SHARE = 0.125
+DENSE_BUDGET_SHARE = 0.0625
 
 #: ... but never below the dense vectors plus this many dense planes
 DENSE_FLOOR_PLANES = 16
@@ -91,7 +94,7 @@ class Params(SolverParams):
         "memory for the working set of cutting planes (float64 up to half of it, float32 "
         "beyond; sparse where smaller); perf's dense vectors over the features (10 per "
         "problem, 8 bytes per feature each) must fit it too, else the store is refused; at "
-        "most an eighth of the memory budget (--memory-mb)",
+        "most a sixteenth of the memory budget (--memory-mb)",
         gt=0,
     )
     line_points: int = param(32, "accelerated: line-search grid points in (0, 1]", ge=1)
@@ -102,7 +105,7 @@ class Params(SolverParams):
         "auto",
         "selective: MiB for the rows near the margin kept in memory between full passes (64 "
         "bytes per row + 8 per non-zero; their share of a pass's candidates is bounded by it "
-        "too), or auto (auto:SHARE): SHARE (0.25) of the memory budget (--memory-mb) at the "
+        "too), or auto (auto:SHARE): SHARE (0.5) of the memory budget (--memory-mb) at the "
         "start, at most what every row of the store needs (then one pass suffices); svmperf: "
         "MiB of the rows kept for its partial rounds (auto: 256)",
     )

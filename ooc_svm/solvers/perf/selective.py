@@ -77,7 +77,7 @@ keeps P(w_b) monotone when the proposal overshoots (rows outside S changed sides
 Memory: the selection — the candidates of a pass, kept as they are until the next pass —
 takes at most ``SELECTION_SHARE`` (3/4) of ``inner_mb`` as the quotas count it (64 bytes per
 row plus 8 per non-zero); the inner loop's per-row arrays (margins, ~40 bytes a row) fit the
-rest. ``--inner-mb auto`` (the default): a quarter of the process's memory budget at the
+rest. ``--inner-mb auto`` (the default): half of the process's memory budget left at the
 start (:mod:`ooc_svm.memory_budget`: the container's limit, ``--memory-mb``, ...), at most
 what holds every row (then one pass; the 1M store needs ~1.1 GiB). Besides the selection a
 pass holds what the accelerated pass holds: the decoded shards in flight and one dense plane
