@@ -176,10 +176,16 @@ class MemoryBudget:
                 hint = f"; or {fix}" if fix else ""
                 raise MemoryBudgetError(
                     f"{self.describe()} is below the {_ceil_mib(need):,} MiB {what} needs at "
-                    f"least ({parts} MiB): give --memory-mb {_ceil_mib(need + self.reserve):,} "
+                    f"least ({parts} MiB): give --memory-mb {_ceil_mib(self.limit_for(need)):,} "
                     f"or more (or raise the container's limit){hint}"
                 )
             self.claims = claims
+
+    def limit_for(self, need: int) -> int:
+        """The limit under which ``need`` bytes would fit: what is in use, the reserve and
+        the need."""
+        used = self.binding.used if self.binding is not None else self.rss
+        return used + self.reserve + int(need)
 
     def release(self, name: str) -> None:
         """Drop a claim (its owner is done)."""

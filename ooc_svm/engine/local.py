@@ -157,12 +157,13 @@ class LocalEngine(Engine):
         return result
 
     def memory_need(self, store) -> int:
-        """The decoded shards of a pass: ``n_threads + prefetch`` in flight plus the two the
-        store's reader keeps as free buffers, each counted at the largest shard's size."""
+        """The decoded shards of a pass: ``n_threads + prefetch`` in flight (at most every
+        shard) plus the two the store's reader keeps as free buffers, each counted at the
+        largest shard's size."""
         if not store.n_shards:
             return 0
         largest = max(_decoded_bytes(store, s) for s in range(store.n_shards))
-        return (self.n_threads + self.prefetch + 2) * largest
+        return (min(self.n_threads + self.prefetch, store.n_shards) + 2) * largest
 
     def _size_cache(self) -> None:
         """Size an automatic cache (once): its share of the memory budget not claimed."""
