@@ -344,3 +344,30 @@ def test_auto_variant_streams_a_store_larger_than_the_budget(tmp_path, monkeypat
     assert tight.summary["variant"] == "selective"
     assert tight.converged and roomy.converged
     assert abs(tight.objective - roomy.objective) <= 1.0 * n * eps
+
+
+def test_processes_scheduler_splits_the_budget_between_its_workers(monkeypatch):
+    """``--scheduler processes``: each worker's Dask memory limit is its part of the budget
+    (which the worker's own budget then honours); an explicit limit is kept."""
+    pytest.importorskip("distributed")
+    import distributed
+    from conftest import fake_memory_budget
+
+    from ooc_svm.engine.base import EngineError
+    from ooc_svm.engine.dask_cluster import DaskConnection
+
+    seen: list[dict] = []
+
+    def fake_cluster(**kw):
+        seen.append(kw)
+        raise RuntimeError("not started in this test")
+
+    monkeypatch.setattr(distributed, "LocalCluster", fake_cluster)
+    fake_memory_budget(monkeypatch, 1200 * MiB)
+    conn = DaskConnection()
+    conn.scheduler, conn._cluster, conn._client = "processes", None, None
+    for given in (None, "300MB"):
+        with pytest.raises(EngineError, match="not started in this test"):
+            conn._start_local_cluster(2, 1, 1.0, given, {})
+    assert seen[0]["memory_limit"] == 600 * MiB
+    assert seen[1]["memory_limit"] == "300MB"
