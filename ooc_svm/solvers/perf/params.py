@@ -187,7 +187,7 @@ class Params(SolverParams):
         within ``dense_limit_mb``); ``accelerated`` otherwise. Other values as given."""
         if self.variant != "auto":
             return self.variant
-        from ..._util import AUTO_CACHE_SHARE
+        from ..._util import AUTO_CACHE_CAP_MB, AUTO_CACHE_SHARE
 
         if (
             checkpoint
@@ -198,7 +198,7 @@ class Params(SolverParams):
         ):
             return "accelerated"
         decoded = 8 * int(meta.nnz) + 16 * int(meta.n_rows)
-        room = memory_budget().share(AUTO_CACHE_SHARE)
+        room = memory_budget().share(AUTO_CACHE_SHARE, cap=int(AUTO_CACHE_CAP_MB * 2**20))
         return "selective" if decoded > room else "accelerated"
 
     def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
