@@ -371,3 +371,22 @@ def test_processes_scheduler_splits_the_budget_between_its_workers(monkeypatch):
             conn._start_local_cluster(2, 1, 1.0, given, {})
     assert seen[0]["memory_limit"] == 600 * MiB
     assert seen[1]["memory_limit"] == "300MB"
+
+
+def test_ingest_sizes_within_the_budget(monkeypatch):
+    """ingest's shards and blocks are lowered to fit a small budget (a given size is kept);
+    a budget below one block per thread is refused before any input is read."""
+    from conftest import fake_memory_budget
+
+    from ooc_svm.store.ingest import DEFAULT_BLOCK_MB, DEFAULT_SHARD_MB, budget_sizes
+
+    assert budget_sizes(fake_memory_budget(monkeypatch, 64000 * MiB), 2) == (
+        DEFAULT_SHARD_MB,
+        DEFAULT_BLOCK_MB,
+    )
+    shard_mb, block_mb = budget_sizes(fake_memory_budget(monkeypatch, 120 * MiB), 2)
+    assert 1.0 <= shard_mb < DEFAULT_SHARD_MB and 1.0 <= block_mb < DEFAULT_BLOCK_MB
+    assert (6 * 2 * block_mb + 3 * shard_mb) <= 120
+    assert budget_sizes(fake_memory_budget(monkeypatch, 120 * MiB), 2, 50.0, 4.0) == (50.0, 4.0)
+    with pytest.raises(mb.MemoryBudgetError, match="ingest needs at least"):
+        budget_sizes(fake_memory_budget(monkeypatch, 4 * MiB), 2)
