@@ -441,8 +441,11 @@ def train_sweep(
     own_engine = engine is None
     if engine is None:
         engine = _make_engine(scheduler, shard_cache_mb)
+    budget = memory_budget.current()
+    claims = dict(budget.claims)  # the sweep's claims are released when it ends
     t0 = time.perf_counter()
     try:
+        typed = claim_memory(budget, store, engine, typed)
         if folds is not None:
             out = _sweep_folds(store, mod, typed, Cs, int(folds), key, engine, callback, warm_start)
         else:
@@ -450,6 +453,7 @@ def train_sweep(
                 store, mod, typed, Cs, validation, key, engine, callback, warm_start
             )
     finally:
+        budget.claims = claims
         if own_engine:
             engine.close()
     out.seconds = time.perf_counter() - t0
