@@ -213,7 +213,8 @@ class SolverParams:
 
         First the solver's :meth:`memory_needs` are claimed (a budget below them is refused
         before any work, :class:`~ooc_svm.memory_budget.MemoryBudgetError`); then every size
-        of :attr:`BUDGET_SHARES` is lowered to its share of what is left (logged), and
+        of :attr:`BUDGET_SHARES` is lowered to its share of what is left (``-vv`` logs it;
+        ``--json`` reports the claims), and
         claimed, so the sizes sized after it (the shard cache) share what remains.
         """
         for name, nbytes in self.memory_needs(meta).items():
@@ -226,7 +227,7 @@ class SolverParams:
                 floor = self._budget_floor_mib(name, meta)
                 cap = max(cap, floor)
                 if mib > cap:
-                    log.info(
+                    log.debug(
                         "%s %g lowered to %.0f MiB: its share of the %s",
                         flag_name(name), mib, cap, budget.describe(),
                     )  # fmt: skip
