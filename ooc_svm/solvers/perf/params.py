@@ -27,7 +27,7 @@ DENSE_VECTORS_ACCELERATED = 4
 #: training (:mod:`ooc_svm.memory_budget`); the shard cache takes its share of the rest. Rows
 #: near the margin cut passes, a cached shard only a pass's reads of itself: on a 4M-row store
 #: under a 1,500 MB limit a quarter of the budget took 13 passes (11.9 reads of the store from
-#: disk), half of it fewer (docs/BENCHMARKS.md)
+#: disk), half of it 10 passes (8.4 reads; docs/BENCHMARKS.md)
 AUTO_INNER_SHARE = 0.5
 
 #: the share of the memory budget left unclaimed that ``dense_limit_mb`` may take at most
