@@ -111,10 +111,9 @@ def _ooc(binary: str, variant: str, store: str, model: str, C: float, eps: float
     r = _timed(cmd, timeout)
     if "error" not in r:
         j = json.loads(r["stdout"].strip().splitlines()[-1])
-        # perf's lower bound: the dual value of its working set (its certificate's D)
-        dual = (
-            j.get("dual_objective") if j.get("dual_objective") is not None else j.get("lower_bound")
-        )
+        # perf's lower bound: the dual value its certificate uses (``dual_objective`` is in
+        # LIBSVM's sign convention where a variant reports it)
+        dual = j.get("lower_bound")
         r.update(iterations=j.get("iterations"), passes=j.get("passes"),
                  dual=dual, reported=j.get("objective"),
                  converged=j.get("converged"))  # fmt: skip
