@@ -98,6 +98,8 @@ def _liblinear(binary: str, txt: str, model: str, C: float, timeout) -> dict:
     it = re.findall(r"#iter = (\d+)", r["stdout"])
     obj = re.findall(r"Objective value = (-?[0-9.eE+-]+)", r["stdout"])
     r["iterations"] = int(it[-1]) if it else None
+    if "reaching max number of iterations" in r["stdout"]:
+        r["warning"] = "stopped at its iteration limit"
     # LIBLINEAR prints the dual as a minimisation (½αᵀQα − eᵀα): its negative is the dual
     # objective, a lower bound on the primal optimum
     r["dual"] = -float(obj[-1]) if obj else None
@@ -242,6 +244,7 @@ def run_profile(a, name: str, ll: str | None) -> list[dict]:
             passes=last.get("passes"),
             dual=last.get("dual"),
             converged=last.get("converged"),
+            warning=last.get("warning"),
             objective=obj,
             test_accuracy=correct / nt,
         )
@@ -274,6 +277,8 @@ def table(rows: list[dict], a) -> str:
             lines.append(lead + f" {r['error']} |" + " |" * 10)
             continue
         it = r["iterations"] if r.get("passes") is None else f"{r['iterations']} / {r['passes']}"
+        if r.get("warning") or r.get("converged") is False:
+            it = f"{it} ({r.get('warning') or 'not converged'})"
 
         def opt(k: str, f: str, r: dict = r) -> str:
             return f.format(r[k]) if r.get(k) is not None else "–"
