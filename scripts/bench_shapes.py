@@ -129,7 +129,7 @@ def _linear(kind: str, path: str, d: int) -> tuple:
 
     if kind == "liblinear":
         return _liblinear_weights(path, d)
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     m = load_model(path)
     w = np.zeros(d)
