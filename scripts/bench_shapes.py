@@ -44,6 +44,7 @@ import tempfile
 import time
 
 PROFILES = ("rcv1", "url", "kdd2010", "webspam", "criteo")
+TIME = "/usr/bin/time"
 OOC = [sys.executable, "-m", "ooc_svm"]
 
 
@@ -64,11 +65,18 @@ def _synth(path: str, name: str, rows: int, seed: int, split: str) -> None:
 
 
 def _timed(cmd: list[str], timeout: float | None) -> dict:
-    """Wall, CPU, peak RSS, stdout/stderr tail of one whole process (``os.wait4``)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    """Wall, CPU (``os.wait4``), peak RSS and stdout of one whole process.
+
+    The peak RSS comes from ``/usr/bin/time -f %M``, which forks the program from its own
+    small process: Linux carries a process's RSS high-water mark across fork and exec, so a
+    program started straight from this (large) process would report at least this
+    process's RSS.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r") as mem:  # fmt: skip
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                             start_new_session=True)  # fmt: skip
+        p = subprocess.Popen([TIME, "-f", "%M", "-o", mem.name, *cmd], stdout=out, stderr=err,
+                             stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         timed_out = False
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -84,7 +92,9 @@ def _timed(cmd: list[str], timeout: float | None) -> dict:
         out.seek(0)
         err.seek(0)
         text, etext = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    r = {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024.0,
+        kb = mem.read().split()
+    rss = float(kb[-1]) / 1024.0 if kb and kb[-1].isdigit() else float("nan")
+    r = {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": rss,
          "load": _load(), "stdout": text, "cmd": shlex.join(cmd)}  # fmt: skip
     if timed_out:
         r["error"] = f"timeout after {timeout:.0f} s"
