@@ -199,6 +199,8 @@ def main() -> int:
     ap.add_argument("--train-args", default="", help="extra train flags (one string)")
     a = ap.parse_args()
 
+    # a SIGTERM (timeout, kill) still stops the long-lived cluster (the finally below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ooc = str(Path(sys.executable).parent / "ooc-svm")
     tmp = Path(tempfile.mkdtemp(prefix="bench-dask-"))
     stores = [os.path.abspath(s) for s in a.store]
