@@ -99,7 +99,13 @@ def run(cmd: list[str], tag: str, cwd: Path) -> dict:
         stderr=subprocess.PIPE,
         preexec_fn=(lambda: g.add(os.getpid())) if g.paths else None,
     )
-    _, err = p.communicate()
+    try:
+        _, err = p.communicate()
+    except BaseException:  # a stopped benchmark stops its command (and the command's workers)
+        p.kill()
+        p.wait()
+        g.close()
+        raise
     wall = time.perf_counter() - t0
     r1 = os.times()
     cpu = g.cpu_s()
