@@ -78,6 +78,15 @@ class Group:
                 return int((p / "memory.max_usage_in_bytes").read_text()) / 2**20
         return None
 
+    def kill(self) -> None:
+        """SIGKILL every process left in the group."""
+        for p in self.paths:
+            for pid in (p / "cgroup.procs").read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
     def close(self) -> None:
         for p in self.paths:
             try:
@@ -104,6 +113,7 @@ def run(cmd: list[str], tag: str, cwd: Path) -> dict:
     except BaseException:  # a stopped benchmark stops its command (and the command's workers)
         p.kill()
         p.wait()
+        g.kill()
         g.close()
         raise
     wall = time.perf_counter() - t0
