@@ -334,6 +334,15 @@ def test_long_lived_cluster_keeps_shards_between_jobs(engine, local, tmp_path):
     assert moved < st2.n_shards // 2
     assert (h3 - h2, m3 - m2) == (st2.n_shards - moved, 2 + moved)
 
+    # and a whole training on the long-lived cluster is the local one, bit for bit
+    from ooc_svm.api import train
+
+    with make_engine(addr, cache_mb="auto") as fifth:
+        on_cluster = train(st3, "perf", engine=fifth, C=1.0)
+    here = train(st3, "perf", engine=local, C=1.0)
+    np.testing.assert_array_equal(on_cluster.model.coef_, here.model.coef_)
+    assert on_cluster.model.intercept_ == here.model.intercept_
+
 
 def test_kernel_threads_follow_the_worker(engine, stores):
     """Kernel work in a worker of 1 thread uses 1 thread (numba's parallel regions), not
