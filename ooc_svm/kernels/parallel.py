@@ -132,9 +132,19 @@ def _block_chunk(
         for i in range(na):
             scatter_row(a_indptr, a_indices, a_data, i, work)
             sqi = a_sq[i]
-            for j in range(j0, j1):
-                d = gather_dot(b_indptr, b_indices, b_data, j, work)
-                out[i, j] = kernel_from_dot(code, d, sqi, b_sq[j], gamma, degree, coef0)
+            j = j0
+            while j + 4 <= j1:
+                d0, d1, d2, d3 = gather_dot4(
+                    b_indptr, b_indices, b_data, j, j + 1, j + 2, j + 3, work
+                )
+                out[i, j] = kernel_from_dot(code, d0, sqi, b_sq[j], gamma, degree, coef0)
+                out[i, j + 1] = kernel_from_dot(code, d1, sqi, b_sq[j + 1], gamma, degree, coef0)
+                out[i, j + 2] = kernel_from_dot(code, d2, sqi, b_sq[j + 2], gamma, degree, coef0)
+                out[i, j + 3] = kernel_from_dot(code, d3, sqi, b_sq[j + 3], gamma, degree, coef0)
+                j += 4
+            for r in range(j, j1):
+                d = gather_dot(b_indptr, b_indices, b_data, r, work)
+                out[i, r] = kernel_from_dot(code, d, sqi, b_sq[r], gamma, degree, coef0)
             clear_row(a_indptr, a_indices, i, work)
     else:
         for i in range(na):
