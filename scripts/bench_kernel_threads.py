@@ -24,9 +24,9 @@ Usage::
         [--solvers smo,active-set,irwls] [--rows N] [--cores 1,2] [--warmup]
         [--baseline /work/main/.venv/bin/ooc-svm]
 
-``--warmup`` runs each solver once, untimed, on each data set first (a fresh checkout compiles
-and caches its numba functions on the first run). ``--baseline EXE`` adds every solver run by
-another ``ooc-svm`` (e.g. the main branch's) to the same interleaved rounds, as
+``--warmup`` runs each solver once, untimed, on the first data set (a changed checkout
+compiles and caches its numba functions on its first run). ``--baseline EXE`` adds every
+solver run by another ``ooc-svm`` (e.g. the main branch's) to the same interleaved rounds, as
 ``SOLVER@base``, with the per-round wall and CPU ratios of this checkout's runs to it.
 """
 
@@ -146,7 +146,7 @@ def main() -> int:
             times: dict = {k: [] for k in configs}
             objs: dict = {}
             schedule = []
-            if args.warmup:
+            if args.warmup and name == args.data.split(",")[0]:
                 schedule += [(-1, s, max(cores)) for s in solvers]
             for r in range(args.rounds):
                 k = r % len(configs)
