@@ -4,7 +4,7 @@
 For each data set (a9a: RBF γ = 0.05; ijcnn1: γ = 1; w8a: γ = 0.05; C = 1, tol 1e-3) and each
 solver (smo, active-set, irwls), whole processes are timed — ``ooc-svm train`` (startup,
 reading the store, the solve, the KKT check, writing the model) and ``$LIBSVM_TRAIN``
-(default /work/refbin/svm-train; ``-c C -g γ -e tol -m cache``) with ``OMP_NUM_THREADS`` = the
+(LIBSVM 3.x built with OpenMP; ``-c C -g γ -e tol -m cache``) with ``OMP_NUM_THREADS`` = the
 same number of threads and the same ``OMP_WAIT_POLICY`` (default passive, as ooc-svm's) —
 pinned with ``taskset -c 0`` (1 core) or ``taskset -c 0,1`` (2 cores).
 The runs are paired and interleaved: each round runs every configuration once, in a rotating
@@ -49,7 +49,6 @@ SETS = {
     "ijcnn1": (DATA / "ijcnn1" / "ijcnn1.bz2", 1.0, 22),
     "w8a": (DATA / "w8a" / "w8a.bz2", 0.05, 300),
 }
-LIBSVM_DEFAULT = "/work/refbin/svm-train"
 
 
 def run_measured(cmd: list[str], env: dict | None = None) -> dict:
@@ -104,7 +103,7 @@ def main() -> int:
     from ooc_svm.model import load_model
     from ooc_svm.store import csr_to_shards, write_store
 
-    libsvm = os.environ.get("LIBSVM_TRAIN", LIBSVM_DEFAULT)
+    libsvm = os.environ.get("LIBSVM_TRAIN", "svm-train")
     have_libsvm = os.path.exists(libsvm)
     if not have_libsvm:
         print(f"# {libsvm} not found: no LIBSVM column (set $LIBSVM_TRAIN)", flush=True)
