@@ -104,6 +104,7 @@ def main() -> int:
     from ooc_svm.store import csr_to_shards, write_store
 
     libsvm = os.environ.get("LIBSVM_TRAIN", "svm-train")
+    libsvm = shutil.which(libsvm) or libsvm
     have_libsvm = os.path.exists(libsvm)
     if not have_libsvm:
         print(f"# {libsvm} not found: no LIBSVM column (set $LIBSVM_TRAIN)", flush=True)
