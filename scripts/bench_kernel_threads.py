@@ -100,7 +100,7 @@ def main() -> int:
     import scipy.sparse as sp
     from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
     from ooc_svm.store import csr_to_shards, write_store
 
     libsvm = os.environ.get("LIBSVM_TRAIN", "svm-train")
