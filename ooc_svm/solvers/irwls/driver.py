@@ -562,6 +562,11 @@ def _train(store, engine, params, callback, checkpoint, init=None) -> Result:
     p.validate(store.meta)
     run = _Run(store, engine, p, callback, checkpoint)
     run.start()
+    resuming = checkpoint is not None and checkpoint.resume
+    if init is None and p.init is not None and not resuming:  # train --init MODEL
+        from ..warm import dual_init
+
+        init = dual_init(p, store, engine, "irwls", run.costs)
     if init is not None:
         run.warm(init)
     while True:

@@ -29,7 +29,7 @@ from .wss2 import _run_wss2
 log = logging.getLogger(__name__)
 
 
-def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=False) -> Result:
+def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=True) -> Result:
     t0 = time.perf_counter()
     p = as_params(Params, params)
     p.validate(store.meta)
@@ -50,6 +50,14 @@ def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=Fal
             callback(rec)
 
     costs = None
+    if p.selection != "platt" and p.class_weight is not None:
+        costs = _class_costs(store, engine, p, neg, pos)
+        log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
+    resuming = checkpoint is not None and checkpoint.resume
+    if init is None and p.init is not None and not resuming:  # train --init MODEL
+        from ..warm import dual_init
+
+        init = dual_init(p, store, engine, "smo", costs)
     if p.selection == "platt":
         if checkpoint is not None:
             raise SolverError("smo: --checkpoint is supported with --selection wss2 only")
@@ -59,9 +67,6 @@ def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=Fal
             log.info("smo: --selection platt does not use the warm start: alpha = 0")
         out = _solve_platt(store, engine, state, p, C, tol, kp, pos, report)
     else:
-        if p.class_weight is not None:
-            costs = _class_costs(store, engine, p, neg, pos)
-            log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
         out = _solve_wss2(
             store, engine, state, p, C, tol, kp, pos, report, checkpoint, costs, init=init
         )
