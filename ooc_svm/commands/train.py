@@ -279,6 +279,8 @@ def _summary_line(args, typed, result, summary: dict) -> str:
             status = f", not converged ({result.stop_reason or 'stopped early'})"
     pr = result.model.info.get("probability") if args.probability else None
     cv = f" (+ {pr['folds']} probability folds, {pr['passes']} passes)" if pr else ""
+    if typed.init is not None:
+        cv += f" (warm start from {typed.init})"
     return (
         f"{args.solver}: objective {obj if obj is None else f'{obj:.8g}'}, "
         f"{summary['iterations']} iterations, {summary['passes']} passes{cv}, "

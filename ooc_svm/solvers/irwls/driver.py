@@ -262,7 +262,7 @@ class _Run:
             self.delta_coef = coef
             if not self.cache_bytes:
                 self.delta = self._expansion()
-        log.info("irwls: warm start from %d support vectors", gids.size)
+        log.debug("irwls: warm start from %d support vectors", gids.size)
 
     def _expansion(self) -> Expansion:
         r = self.delta_rows

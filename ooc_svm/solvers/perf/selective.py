@@ -620,6 +620,12 @@ def solve_selective(
             f"perf --variant selective trains --loss error only (got {loss}); use accelerated"
         )
     run = _Run(store, engine, params, callback)
+    if params.init is not None:  # train --init: the first pass selects around the model's w
+        from ..warm import perf_start
+
+        neg, pos = binary_classes(store.meta)
+        st = perf_start(params.init, store.meta, [neg, pos], "error", run.bias)
+        run.w_b = st.w.copy()
     w_c = run.w_b
     with ThreadPoolExecutor(int(getattr(engine, "n_threads", 0) or cpu_count())) as pool:
         while True:

@@ -174,7 +174,7 @@ def _warm_alpha(W: WorkingRows, init, C: float, Cv: np.ndarray) -> None:
     gids, coef, _, _ = warm_start_from_model(init, C, W.n)
     rows = np.searchsorted(W.gids, gids)
     W.alpha[rows] = np.minimum(np.abs(coef), Cv[rows])
-    log.info("smo: warm start from %d support vectors", gids.size)
+    log.debug("smo: warm start from %d support vectors", gids.size)
 
 
 def _solve_wss2(
