@@ -22,7 +22,7 @@ from .solvers import SolverError
 from .store import StoreError, open_store
 
 if TYPE_CHECKING:
-    from .model import Model
+    from .model.model import Model
     from .solvers import Result
     from .solvers.params import SolverParams
 

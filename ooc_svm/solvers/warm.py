@@ -42,7 +42,7 @@ from . import SolverError
 
 if TYPE_CHECKING:
     from ..engine.base import Engine
-    from ..model import Model
+    from ..model.model import Model
     from ..store.base import Store
     from ..store.format import Shard, StoreMeta
 
@@ -115,7 +115,7 @@ def trained_rows(model: Model) -> int | None:
 # -- loading and checking ---------------------------------------------------------------------
 def init_model(init: Any) -> Model:
     """The :class:`~ooc_svm.model.Model` of ``init``: a model directory or a model."""
-    from ..model import Model, load_model
+    from ..model.model import Model, load_model
 
     if isinstance(init, Model):
         return init
@@ -236,7 +236,7 @@ def class_model(
 ) -> Model:
     """The binary model "class ``k`` vs the rest" of a one-vs-rest ``model``, with classes
     ``[nan, c_k]`` (perf's fused drivers) or ``labels`` (the binary views of the others)."""
-    from ..model import Model
+    from ..model.model import Model
 
     if len(model.classes) != n_classes or model.kind == "ovo" or np.ndim(model.intercept_) == 0:
         raise SolverError(
@@ -406,8 +406,8 @@ def attach_cut(
 
 def attach_points(model: Model, points: list[np.ndarray], full: Any = None) -> None:
     """Keep the points of the active planes in the model (``warm_points_``, float32; at
-    most :data:`~ooc_svm.model_files.WARM_POINTS_MAX`)."""
-    from ..model_files import WARM_POINTS_MAX
+    most :data:`~ooc_svm.model.model_files.WARM_POINTS_MAX`)."""
+    from ..model.model_files import WARM_POINTS_MAX
 
     rows = []
     for p in points[:WARM_POINTS_MAX]:

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from conftest import default_sigint, ooc_cmd
 from sklearn.datasets import dump_svmlight_file, make_classification
 
-from ooc_svm.model import ModelError, load_model
+from ooc_svm.model.model import ModelError, load_model
 from ooc_svm.store import csr_to_shards, write_store
 
 DEADLINE = 300.0

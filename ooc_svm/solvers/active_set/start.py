@@ -15,7 +15,7 @@ from ..dual import (
     WorkingRows,
     row_costs,
 )
-from .kernels import DENSE_BLOCK_MAX
+from ._numba.blocks import DENSE_BLOCK_MAX
 from .params import MIN_CANDIDATES, SPRINT_AUTO_MAX, SPRINT_SQRT, Params
 from .working_set import S_FREE
 
