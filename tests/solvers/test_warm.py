@@ -121,13 +121,15 @@ def a9a_small():
     return X[first], y[first]
 
 
-@pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
+@pytest.mark.parametrize("solver", ["smo", "smo-decomposition", "active-set", "irwls"])
 def test_dual_warm_equals_cold(tmp_path, a9a_small, solver):
     X, y = a9a_small
     path = _write(tmp_path / "d.zarr", X[:630], y[:630], 210)
     kw = {"C": 1.0, "gamma": 0.05, "tol": 1e-6}
     if solver == "irwls":
         kw["working_set"] = 100
+    if solver == "smo-decomposition":  # out of core: 200 of the 700 rows in memory
+        solver, kw["working_rows"] = "smo", 200
     first = ooc_svm.train(path, solver, **kw)
     st = _append(path, X[630:], y[630:], 210)
     cold = ooc_svm.train(st, solver, **kw)

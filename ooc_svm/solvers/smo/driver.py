@@ -256,10 +256,8 @@ def _solve_wss2(
             f"smo: --class-weight needs the problem in memory ({n} rows > the working budget "
             f"of {budget}; raise --working-mb or --working-rows)"
         )
-    if init is not None:
-        log.info("smo: out of core, the warm start is not used: starting from alpha = 0")
     return _solve_wss2_decomposition(
-        store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint
+        store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint, init
     )
 
 
