@@ -49,8 +49,8 @@ examples:
   ooc-svm train --solver irwls a9a.zarr -o m3 --kernel rbf --working-set 150
   ooc-svm train --solver perf sector.zarr -o m4   # one-vs-rest, 105 classes
   ooc-svm train --solver perf train.zarr -o m5 --config perf  # conf/perf.toml
-  ooc-svm train train.zarr -o m6 --init m5    # after `ingest --append`: a warm refit
-  ooc-svm train train.zarr -o m7 --follow     # refit warm after every append"""
+  ooc-svm train train.zarr -o m6 --init m5   # warm, after `ingest --append`
+  ooc-svm train train.zarr -o m7 --follow    # refit after every append"""
 
 EPILOG = """\
 Output: progress on stderr (a bar with the stopping target on a terminal; one plain line
