@@ -146,6 +146,7 @@ def train(
             engine.close()
     log.debug("trained with %s in %.3fs", solver, time.perf_counter() - t0)
     remember_hashing(result.model, store.meta)
+    remember_rows(result.model, store.meta)
     return result
 
 
@@ -167,6 +168,15 @@ def claim_memory(
     fitted = typed.fit_memory(store.meta, budget)
     log.debug("%s; claimed %s", budget.describe(), budget.as_dict()["claims_mib"])
     return fitted
+
+
+def remember_rows(model: Model, meta: Any) -> None:
+    """A model records the rows it was trained on (``info["rows"]``), so that a later
+    ``--init`` on the store grown by ``ingest --append`` knows which rows it knew and
+    refuses a store that no longer holds them (:mod:`ooc_svm.solvers.warm`)."""
+    from .solvers.warm import rows_record
+
+    model.info["rows"] = rows_record(meta)
 
 
 def remember_hashing(model: Model, meta: Any) -> None:

@@ -23,7 +23,7 @@ def _fmt(v) -> str:
 #: what "no value" means for parameters whose help text does not say it
 _NONE_MEANS = {
     "c_perf": "unset: --C is used",
-    "init": "unset: a cold start, alpha = 0",
+    "init": "unset: a cold start",
 }
 _DEFAULT_IN_HELP = re.compile(r"\s*(?:[;,.]\s*|\()[Dd]efault:?\s+(?P<what>[^()]*?)\)?\s*$")
 _METAVARS = {"C": "C", "class_weight": "SPEC", "init": "MODEL"}
@@ -183,6 +183,34 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         "--resume",
         action="store_true",
         help="continue from the latest checkpoint in --checkpoint DIR (same parameters)",
+    )
+
+
+def _add_follow_flags(p: argparse.ArgumentParser) -> None:
+    """``--follow``: refit warm after every ``ingest --append``."""
+    g = p.add_argument_group(
+        "following a growing store (--follow)",
+        "After the first fit, watch STORE's metadata; each `ingest --append` (by another "
+        "process) triggers a warm refit from the last model (as --init) and an atomic "
+        "replacement of -o MODEL, with one line per refit (rows added, passes, seconds, "
+        "stopping value). Ctrl-C or SIGTERM stops it with the last complete model in place "
+        "(exit status 130 / 143); a store overwritten, shrunk or unreadable stops it with a "
+        "one-line reason (exit status 1).",
+    )
+    g.add_argument("--follow", action="store_true", help="keep refitting after appends")
+    g.add_argument(
+        "--follow-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds between two looks at the store's metadata (default 5)",
+    )
+    g.add_argument(
+        "--max-refits",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N refits (default: until interrupted)",
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -113,6 +114,24 @@ class SolverParams:
     checkpoint_seconds: float = param(
         60.0, "with --checkpoint: save at least every this many seconds (solvers that can)", gt=0
     )
+    init: str | None = field(
+        default=None,
+        compare=False,
+        metadata={
+            "help": "warm start from MODEL, a model of this store or of its first rows (before "
+            "`ingest --append`): perf starts from its w and its cutting plane, smo, "
+            "active-set and irwls from its alpha (rows found by index, or by fingerprint "
+            "in a rebuilt store; new rows at 0); the result is the one a cold start reaches, "
+            "usually in far fewer passes",
+            "choices": None,
+            "cli": None,
+            "gt": None,
+            "ge": None,
+            "note": "",
+            # in Python: a model directory or a Model (kept as given)
+            "object": True,
+        },
+    )
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -170,6 +189,15 @@ class SolverParams:
                 if not _optional(tp):
                     object.__setattr__(self, f.name, f.default)
                 continue
+            if f.metadata.get("object") and not isinstance(v, str | os.PathLike):
+                if not hasattr(v, "kind") or not hasattr(v, "n_features"):
+                    raise SolverError(
+                        f"{flag_name(f.name)} must be a model directory or a Model "
+                        f"(got {type(v).__name__})"
+                    )
+                continue
+            if f.metadata.get("object") and isinstance(v, os.PathLike):
+                v = os.fspath(v)
             object.__setattr__(self, f.name, _coerce(f.name, v, _base_type(tp)))
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
@@ -247,7 +275,11 @@ class SolverParams:
         return int(mib * 2**20)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The parameters as plain values (a Model given as ``init`` is named, not copied)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if out.get("init") is not None and not isinstance(out["init"], str):
+            out["init"] = "<model>"
+        return out
 
     def replace(self: P, **changes: Any) -> P:
         return dataclasses.replace(self, **changes)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import Callback, Result, SolverError, binary_classes
 from .params import SolverParams
+from .warm import rows_record
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -257,6 +258,8 @@ def _dual_warm(
             warm.append(prev is not None)
             results.append(res)
             prev = res.model
+            # the next value starts from it by global row index (no fingerprint pass)
+            prev.info.setdefault("rows", rows_record(store.meta))
             log.info("C sweep: C=%g: %d passes, %s", c, res.passes, "warm" if warm[-1] else "cold")
     return results, warm
 

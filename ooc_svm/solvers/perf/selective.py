@@ -633,6 +633,12 @@ def solve_selective(
         )
     run = _Run(store, engine, params, callback)
     try:
+        if params.init is not None:  # train --init: the first pass selects around its w
+            from ..warm import perf_start
+
+            neg, pos = binary_classes(store.meta)
+            st = perf_start(params.init, store.meta, [neg, pos], "error", run.bias)
+            run.w_b = st.w.copy()
         return _iterate(run, engine, params)
     finally:
         memory_budget().release(ROWS_CLAIM)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=False) -> Result:
+def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=True) -> Result:
     t0 = time.perf_counter()
     p = as_params(Params, params)
     p.validate(store.meta)
@@ -57,6 +57,14 @@ def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=Fal
             callback(rec)
 
     costs = None
+    if p.selection != "platt" and p.class_weight is not None:
+        costs = _class_costs(store, engine, p, neg, pos)
+        log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
+    resuming = checkpoint is not None and checkpoint.resume
+    if init is None and p.init is not None and not resuming:  # train --init MODEL
+        from ..warm import dual_init
+
+        init = dual_init(p, store, engine, "smo", costs)
     if p.selection == "platt":
         if checkpoint is not None:
             raise SolverError("smo: --checkpoint is supported with --selection wss2 only")
@@ -66,9 +74,6 @@ def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=Fal
             log.info("smo: --selection platt does not use the warm start: alpha = 0")
         out = _solve_platt(store, engine, state, p, C, tol, kp, pos, report)
     else:
-        if p.class_weight is not None:
-            costs = _class_costs(store, engine, p, neg, pos)
-            log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
         out = _solve_wss2(
             store, engine, state, p, C, tol, kp, pos, report, checkpoint, costs, init=init
         )
@@ -181,7 +186,7 @@ def _warm_alpha(W: WorkingRows, init, C: float, Cv: np.ndarray) -> None:
     gids, coef, _, _ = warm_start_from_model(init, C, W.n)
     rows = np.searchsorted(W.gids, gids)
     W.alpha[rows] = np.minimum(np.abs(coef), Cv[rows])
-    log.info("smo: warm start from %d support vectors", gids.size)
+    log.debug("smo: warm start from %d support vectors", gids.size)
 
 
 def _solve_wss2(
@@ -261,10 +266,8 @@ def _solve_wss2(
             f"smo: --class-weight needs the problem in memory ({n} rows > the working budget "
             f"of {budget}; raise --working-mb or --working-rows)"
         )
-    if init is not None:
-        log.info("smo: out of core, the warm start is not used: starting from alpha = 0")
     return _solve_wss2_decomposition(
-        store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint
+        store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint, init
     )
 
 
