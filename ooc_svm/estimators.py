@@ -91,7 +91,7 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             self.classes_ = np.asarray(store.meta.labels or [], dtype=np.float64)
             self.n_features_in_ = store.meta.n_features
             params = self._solver_params(store.meta.n_features)
-            result = train(store, self.solver, **params)
+            result = train(store, self.solver, **params, **self._warm_init(store))
             self._label_map = None
         else:
             X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
@@ -105,7 +105,7 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             kind = "binary" if len(self.classes_) == 2 else "multiclass"
             params = self._solver_params(X.shape[1], X)
             with _StoreFromArrays(X, y_idx.astype(np.float64), kind) as store:
-                result = train(store, self.solver, **params)
+                result = train(store, self.solver, **params, **self._warm_init(store))
         self.model_ = result.model
         self.result_ = result
         self.n_iter_ = int(result.iterations)
@@ -113,6 +113,16 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
         self.dual_objective_ = result.dual_objective
         self._set_attributes()
         return self
+
+    def _warm_init(self, store) -> dict[str, Any]:
+        """``{"init": the last model}`` with ``warm_start`` after a ``fit`` (scikit-learn's
+        convention: the next fit starts from the last solution, whatever its rows)."""
+        model = getattr(self, "model_", None)
+        if not getattr(self, "warm_start", False) or model is None:
+            return {}
+        from .solvers.warm import lenient
+
+        return {"init": lenient(model, store.meta)}
 
     def _set_attributes(self) -> None:
         m = self.model_
@@ -191,6 +201,9 @@ class LinearSVC(_OocSVMBase):
     random_state : int or None
     solver_params : dict or None
         Further solver parameters (see ``ooc-svm train --help``).
+    warm_start : bool
+        Start the next ``fit`` from the last solution (scikit-learn's convention): perf from
+        its w and cutting planes, the dual solvers from its α (``train --init``).
     """
 
     def __init__(
@@ -201,8 +214,10 @@ class LinearSVC(_OocSVMBase):
         max_iter: int | None = None,
         random_state: int | None = None,
         solver_params: dict[str, Any] | None = None,
+        warm_start: bool = False,
     ) -> None:
         super().__init__(C, solver, tol, max_iter, random_state, solver_params)
+        self.warm_start = warm_start
 
     def _solver_params(self, n_features, X=None):
         p: dict[str, Any] = {"C": float(self.C)}
@@ -223,7 +238,7 @@ class SVC(_OocSVMBase):
         "auto" = 1 / n_features.
     degree, coef0 : kernel parameters.
     solver : {"smo", "active-set", "irwls"}
-    tol, max_iter, random_state, solver_params : as for :class:`LinearSVC`.
+    tol, max_iter, random_state, solver_params, warm_start : as for :class:`LinearSVC`.
     """
 
     def __init__(
@@ -238,8 +253,10 @@ class SVC(_OocSVMBase):
         max_iter: int | None = None,
         random_state: int | None = None,
         solver_params: dict[str, Any] | None = None,
+        warm_start: bool = False,
     ) -> None:
         super().__init__(C, solver, tol, max_iter, random_state, solver_params)
+        self.warm_start = warm_start
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree

@@ -53,7 +53,7 @@ def _description() -> str:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
-    from ._common import add_model_and_input, add_scheduler
+    from ._common import add_memory, add_model_and_input, add_scheduler
 
     p = sub.add_parser(
         "evaluate",
@@ -71,6 +71,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--k", type=int, default=10, help="cut-off of NDCG (default 10)")
     add_scheduler(p)
+    add_memory(p)
     p.add_argument(
         "--plot",
         default=None,
@@ -83,9 +84,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.evaluation import evaluate_store
     from ..model.model import load_model
-    from ._common import open_scored_input
+    from ._common import apply_memory, open_scored_input
     from ._startup import init_numba_target
 
+    apply_memory(args)
     init_numba_target()
     model = load_model(args.model)
     model.info.setdefault("path", args.model)  # named in the --plot title

@@ -23,7 +23,7 @@ def _fmt(v) -> str:
 #: what "no value" means for parameters whose help text does not say it
 _NONE_MEANS = {
     "c_perf": "unset: --C is used",
-    "init": "unset: a cold start, alpha = 0",
+    "init": "unset: a cold start",
 }
 _DEFAULT_IN_HELP = re.compile(r"\s*(?:[;,.]\s*|\()[Dd]efault:?\s+(?P<what>[^()]*?)\)?\s*$")
 _METAVARS = {"C": "C", "class_weight": "SPEC", "init": "MODEL"}
@@ -150,11 +150,15 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         metavar="MB|auto",
         help="keep up to this many MiB of decoded shards in memory between passes (per "
         "process; 0: off). Default $OOC_SVM_SHARD_CACHE_MB, else auto: at most half the "
-        "available memory (auto:SHARE for another share), at most 8 GiB, filled from the "
-        "second pass on, so a store that fits is read and decoded twice, not every pass. "
+        "memory budget (--memory-mb) the run leaves (auto:SHARE for another share), at "
+        "most 8 GiB, filled from the second pass on, so a store that fits is read and "
+        "decoded twice, not every pass. "
         "The process's peak memory grows with the store up to that cap (decoded CSR: ~8 "
         "bytes a non-zero); with 0 it stays flat as rows grow",
     )
+    from ._common import add_memory
+
+    add_memory(p)
     p.add_argument(
         "--config",
         default=None,
@@ -179,6 +183,34 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         "--resume",
         action="store_true",
         help="continue from the latest checkpoint in --checkpoint DIR (same parameters)",
+    )
+
+
+def _add_follow_flags(p: argparse.ArgumentParser) -> None:
+    """``--follow``: refit warm after every ``ingest --append``."""
+    g = p.add_argument_group(
+        "following a growing store (--follow)",
+        "After the first fit, watch STORE's metadata; each `ingest --append` (by another "
+        "process) triggers a warm refit from the last model (as --init) and an atomic "
+        "replacement of -o MODEL, with one line per refit (rows added, passes, seconds, "
+        "stopping value). Ctrl-C or SIGTERM stops it with the last complete model in place "
+        "(exit status 130 / 143); a store overwritten, shrunk or unreadable stops it with a "
+        "one-line reason (exit status 1).",
+    )
+    g.add_argument("--follow", action="store_true", help="keep refitting after appends")
+    g.add_argument(
+        "--follow-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds between two looks at the store's metadata (default 5)",
+    )
+    g.add_argument(
+        "--max-refits",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N refits (default: until interrupted)",
     )
 
 

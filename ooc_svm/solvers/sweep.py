@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import Callback, Result, SolverError, binary_classes
 from .params import SolverParams
+from .warm import rows_record
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -217,13 +218,20 @@ def _perf_shared(store, engine, params, Cs: list[float], callback) -> list[Resul
             cb = _tagged(callback, k, c)
             if multi and cb is not None:
                 cb = _tagged_class(cb, j, pos)
-            steps.append(_error_steps(meta, neg, pos, engine, p, p.variant, cb, None, share=share))
+            variant = "accelerated" if p.variant == "auto" else p.variant
+            steps.append(_error_steps(meta, neg, pos, engine, p, variant, cb, None, share=share))
     res = run_fused(store, engine, steps, "perf C sweep", "problems", logging.DEBUG)
     if not multi:
         return res
     m = len(pos_list)
     return [
-        _ovr_result(res[k * m : (k + 1) * m], classes, params.variant, t0) for k in range(len(Cs))
+        _ovr_result(
+            res[k * m : (k + 1) * m],
+            classes,
+            "accelerated" if params.variant == "auto" else params.variant,
+            t0,
+        )
+        for k in range(len(Cs))
     ]
 
 
@@ -250,6 +258,8 @@ def _dual_warm(
             warm.append(prev is not None)
             results.append(res)
             prev = res.model
+            # the next value starts from it by global row index (no fingerprint pass)
+            prev.info.setdefault("rows", rows_record(store.meta))
             log.info("C sweep: C=%g: %d passes, %s", c, res.passes, "warm" if warm[-1] else "cold")
     return results, warm
 

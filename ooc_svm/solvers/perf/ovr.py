@@ -54,7 +54,7 @@ def solve_ovr(
         raise SolverError("the store has no rows")
     if params.loss not in (None, "error"):
         raise SolverError("one-vs-rest perf trains --loss error only")
-    variant = params.variant
+    variant = "accelerated" if params.variant == "auto" else params.variant
     if variant in ("selective", "svmperf"):
         raise SolverError(
             f"one-vs-rest perf does not support --variant {variant} yet; use accelerated"
@@ -63,6 +63,11 @@ def solve_ovr(
 
     classes = [float(c) for c in classes]
     params.check_dense(meta, copies=len(classes))
+    init = None
+    if params.init is not None:  # one class of the one-vs-rest model starts each problem
+        from ..warm import init_model
+
+        init = init_model(params.init)
     t0 = time.perf_counter()
     steps = []
     for k, c in enumerate(classes):
@@ -74,6 +79,10 @@ def solve_ovr(
         # neg: "the rest" (the binary model's classes are replaced by combine_ovr_models)
         ck = None if checkpoint is None else checkpoint(k, c)
         sub = _class_params(params, c, classes)  # --class-weight of "c vs the rest"
+        if init is not None:
+            from ..warm import class_model
+
+            sub = sub.replace(init=class_model(init, k, len(classes)))
         g = _error_steps(meta, math.nan, c, engine, sub, variant, cb, ck, share=len(classes))
         steps.append(g)
     res = run_fused(store, engine, steps, "perf ovr", "classes")

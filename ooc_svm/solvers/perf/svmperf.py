@@ -437,15 +437,22 @@ def solve_svmperf(
             f"perf --variant svmperf trains --loss error only (got {loss}); use accelerated"
         )
     run = _Run(store, engine, params, callback)
-    return _loop(run)
+    w0 = None
+    if params.init is not None:  # train --init: SVMperf's loop from the model's w
+        from ..warm import perf_start
+
+        neg, pos = binary_classes(meta)
+        w0 = perf_start(params.init, meta, [neg, pos], "error", run.bias).w
+    return _loop(run, w0)
 
 
-def _loop(run: _Run) -> Result:
-    """SVMperf's ``svm_learn_struct_joint_custom_linear`` loop plus the certificate."""
+def _loop(run: _Run, w0: np.ndarray | None = None) -> Result:
+    """SVMperf's ``svm_learn_struct_joint_custom_linear`` loop plus the certificate
+    (``w0``: the first iterate, default 0)."""
     n, C, Cp, eps, ws = run.n, run.C, run.Cp, run.eps, run.ws
     max_iter = int(run.params.max_iter)
     max_inactive = int(run.params.max_inactive)
-    w = np.zeros(run.dim)
+    w = np.zeros(run.dim) if w0 is None else np.asarray(w0, dtype=np.float64).copy()
     eps_full = eps_part = 1.0
     ceps = math.inf
     D = -math.inf

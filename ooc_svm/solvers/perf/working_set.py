@@ -42,6 +42,11 @@ class WorkingSet:
         self._warned = False
         #: consecutive QPs that used up their step budget (:meth:`solve`)
         self.failed_in_a_row = 0
+        #: the point each plane was computed at (float32, or None: not kept), so that the
+        #: model can keep them for a warm start on a grown store (:mod:`..warm`); kept while
+        #: they take at most ``points_limit`` bytes (0: never)
+        self.points: list[np.ndarray | None] = []
+        self.points_limit = 0.0
 
     def __len__(self) -> int:
         return len(self.vecs)
@@ -87,10 +92,16 @@ class WorkingSet:
                 )
         return v, size
 
-    def add(self, g: Any, r: float, bound: bool = True) -> None:
+    def add(self, g: Any, r: float, bound: bool = True, point: np.ndarray | None = None) -> None:
         """Add plane (g, r); g is a dense float64 vector of length ``dim`` or a sparse
         ``(sorted columns, float64 values)`` pair (then no dense vector is formed).
-        ``bound``: then keep the set within ``limit`` (:meth:`_bound`)."""
+        ``bound``: then keep the set within ``limit`` (:meth:`_bound`). ``point``: where
+        the plane was computed (kept as float32 within ``points_limit``)."""
+        kept = sum(p.nbytes for p in self.points if p is not None)
+        if point is not None and kept + 4 * self.dim <= self.points_limit:
+            self.points.append(np.asarray(point, dtype=np.float32).copy())
+        else:
+            self.points.append(None)
         v, size = self._store(g)
         if isinstance(g, tuple) and isinstance(v, tuple):
             row = np.array([self._dot_sparse(u, v) for u in self.vecs] + [_sq(v[1])])
@@ -165,6 +176,7 @@ class WorkingSet:
             if j not in kept:
                 self.nbytes -= self._size(self.vecs[j])
         self.vecs = [self.vecs[j] for j in keep]
+        self.points = [self.points[j] for j in keep]
         self.r = [self.r[j] for j in keep]
         self.inactive = [self.inactive[j] for j in keep]
         self.alpha = self.alpha[keep]
@@ -206,6 +218,11 @@ class WorkingSet:
         for j, a in enumerate(res.x):
             self.inactive[j] = 0 if a > 0.0 else self.inactive[j] + 1
         return w, dual, res.gap
+
+    def active_points(self) -> list[np.ndarray]:
+        """The points of the planes with αⱼ > 0 (those kept), largest α first."""
+        order = np.argsort(-np.asarray(self.alpha), kind="stable")
+        return [p for j in order if self.alpha[j] > 0.0 and (p := self.points[j]) is not None]
 
     def slack(self) -> float:
         """ξ_W = max(0, maxⱼ rⱼ − w·gⱼ) at w = Σ αⱼgⱼ (w·gⱼ = (Qα)ⱼ)."""
@@ -269,6 +286,18 @@ class WorkingSet:
         self.peak_bytes = int(scalars["ws_peak_bytes"])
         self.float32 = int(scalars["ws_float32"])
         self._warned = bool(scalars["ws_warned"])
+        self.points = [None] * n  # not checkpointed: a resumed run keeps fewer
+
+
+#: bytes of plane points a working set keeps at most (float32; for warm starts)
+POINTS_MAX_BYTES = 64 << 20
+
+
+def points_budget(limit: float, dim: int) -> float:
+    """Bytes of plane points to keep: a quarter of the planes' budget, at most
+    :data:`POINTS_MAX_BYTES`, 0 when fewer than four points fit (no warm points then)."""
+    b = min(limit / 4, float(POINTS_MAX_BYTES))
+    return b if b >= 16.0 * dim else 0.0
 
 
 def _sq(v: np.ndarray) -> float:
