@@ -29,9 +29,9 @@ import numpy as np
 
 from .._util import cpu_count
 from ..kernels.hashing import hash_csr_inplace
+from . import ingest_input
 from . import svmlight as sv
 from .format import MAX_FEATURES, MAX_HASH_BITS, StoreMeta
-from . import ingest_input
 from .ingest_input import (
     IngestError,
     LongLineError,
