@@ -77,6 +77,7 @@ def train(
     checkpoint: str | None = None,
     resume: bool = False,
     shard_cache_mb: float | None = None,
+    scheduler_timeout: float | None = None,
     probability: bool = False,
     probability_folds: int = 5,
     **params: Any,
@@ -104,6 +105,10 @@ def train(
         Budget (MiB, per process; ``"auto"``, ``"auto:SHARE"``) of the engine's cache of
         decoded shards, when the engine is made here (default ``$OOC_SVM_SHARD_CACHE_MB``,
         else ``"auto"``; 0: every pass reads; see :func:`ooc_svm.engine.make_engine`).
+    scheduler_timeout : float, optional
+        Seconds an existing Dask scheduler may go without answering (connecting, and while
+        passes run) before the run stops with an error (default
+        ``$OOC_SVM_SCHEDULER_TIMEOUT``, else 60).
     **params
         Solver parameters: the fields of the solver's ``Params`` (``C``, ``kernel``,
         ``gamma``, ``eps``, ``tol``, ...); unknown names are rejected. Missing ones (or None)
@@ -123,7 +128,7 @@ def train(
     ckpt, class_ckpt = _checkpointers(mod, solver, store, typed, multiclass, checkpoint, resume)
     own_engine = engine is None
     if engine is None:
-        engine = _make_engine(scheduler, shard_cache_mb)
+        engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
     t0 = time.perf_counter()
     try:
         if multiclass == "ovr":
@@ -176,9 +181,9 @@ def _multiclass_mode(store, multiclass: str | None) -> str | None:
     return multiclass
 
 
-def _make_engine(scheduler: str | None, shard_cache_mb) -> Engine:
+def _make_engine(scheduler: str | None, shard_cache_mb, scheduler_timeout=None) -> Engine:
     try:
-        options = EngineOptions(cache_mb=shard_cache_mb)
+        options = EngineOptions(cache_mb=shard_cache_mb, scheduler_timeout=scheduler_timeout)
     except EngineError as e:  # a parameter of train, reported as one
         raise SolverError(str(e)) from None
     return make_engine(scheduler, options)
@@ -365,6 +370,7 @@ def train_sweep(
     scheduler: str | None = None,
     callback: Callback | None = None,
     shard_cache_mb: float | None = None,
+    scheduler_timeout: float | None = None,
     warm_start: bool = True,
     **params: Any,
 ) -> SweepOutcome:
@@ -413,7 +419,7 @@ def train_sweep(
     key = sweep_metric(meta.label_kind, bool(meta.has_qid), metric)
     own_engine = engine is None
     if engine is None:
-        engine = _make_engine(scheduler, shard_cache_mb)
+        engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
     t0 = time.perf_counter()
     try:
         if folds is not None:

@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint=args.checkpoint,
             resume=args.resume,
             shard_cache_mb=args.shard_cache_mb,
+            scheduler_timeout=args.scheduler_timeout,
             probability=args.probability,
             probability_folds=args.probability_folds,
             params=typed,

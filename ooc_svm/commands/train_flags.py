@@ -143,6 +143,15 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
     )
     p.add_argument(
+        "--scheduler-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with a Dask scheduler address: seconds it may go without answering, when "
+        "connecting and while passes run (asked every few seconds), before the run stops "
+        "with an error (default $OOC_SVM_SCHEDULER_TIMEOUT, else 60)",
+    )
+    p.add_argument(
         "--shard-cache-mb",
         type=_cache_mb,
         default=None,
