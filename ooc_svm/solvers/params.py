@@ -410,6 +410,9 @@ COST_MAX = 1e100
 #: MiB a dense float64 vector over the features may take in the dual solvers (their linear
 #: ``w``, the support vectors' feature index): a store beyond it is refused up front
 DUAL_DENSE_LIMIT_MB = 4096
+#: MiB of dense per-feature vectors a dual solver may always take; beyond it they must not
+#: be larger than the store's decoded non-zeros (a width the data does not use)
+DUAL_WIDE_FREE_MB = 256
 
 
 def check_dense_features(meta: Any, limit_mb: float = DUAL_DENSE_LIMIT_MB) -> None:
@@ -424,4 +427,15 @@ def check_dense_features(meta: Any, limit_mb: float = DUAL_DENSE_LIMIT_MB) -> No
             f"the store has {int(meta.n_features):,} features: a dense vector over them needs "
             f"{need:,.0f} MiB, more than this solver's bound of {limit_mb:,.0f} MiB; hash the "
             "features into fewer columns or re-ingest with a smaller --n-features"
+        )
+    # a width the data does not use: 2 rows declaring 2e8 features took 3.2 GB to train
+    nnz = int(getattr(meta, "nnz", 0) or 0)
+    data_mb = 12.0 * nnz / 2**20  # the store's own non-zeros (value + column), decoded
+    if need > max(DUAL_WIDE_FREE_MB, data_mb):
+        raise SolverError(
+            f"the store declares {int(meta.n_features):,} features but holds only {nnz:,} "
+            f"non-zeros: the linear kernel's dense w over that width needs {need:,.0f} MiB, "
+            f"more than the data itself ({data_mb:,.1f} MiB) and {DUAL_WIDE_FREE_MB:g} MiB; "
+            "re-ingest with --hash-bits B or a smaller --n-features, or use a non-linear "
+            "--kernel (kernel models keep no vector over the features)"
         )
