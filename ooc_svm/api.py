@@ -490,26 +490,40 @@ def _sweep_validation(
 
 
 def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) -> SweepOutcome:
-    """Shard-fold cross-validation of the sweep; the best C retrained on all the data."""
+    """Shard-fold cross-validation of the sweep (row folds within the shards when the store
+    has fewer shards than folds); the best C retrained on all the data."""
     import numpy as np
 
-    from .cross_validation import fold_assignment
+    from .cross_validation import _row_fold_nnz, _shard_folds
     from .solvers.sweep import solve_sweep
-    from .store.views import ShardSubsetView
+    from .store.views import RowFoldView, ShardSubsetView
 
     if k < 2:
         raise SolverError(f"--folds must be >= 2, got {k}")
+    seed = int(typed.seed)
+    # fewer shards than folds (a store ingested with defaults is one shard): folds of rows
+    # within the shards, seeded, as --probability makes them
+    by_rows = len(store.meta.shards) < k
     try:
-        fold = fold_assignment(store.meta, k, int(typed.seed))
+        fold = _shard_folds(store.meta, k, seed, by_rows)
     except ValueError as e:
         raise SolverError(f"{store.path}: --folds: {e}") from None
+    fold_nnz = _row_fold_nnz(store, k, seed) if by_rows else None
+    if by_rows:
+        log.info("C sweep: %d shard(s) < %d folds: folds of rows within the shards", len(fold), k)
     per_c: list[list] = [[] for _ in Cs]
     rows: list[dict] = []
     passes: list[int] = []
     mode = ""
     for f in range(k):
-        train_view = ShardSubsetView(store, np.flatnonzero(fold != f))
-        held = ShardSubsetView(store, np.flatnonzero(fold == f))
+        train_view: RowFoldView | ShardSubsetView
+        held: RowFoldView | ShardSubsetView
+        if fold_nnz is not None:
+            train_view = RowFoldView(store, k, seed, f, fold_nnz[:, f])
+            held = RowFoldView(store, k, seed, f, fold_nnz[:, f], held=True)
+        else:
+            train_view = ShardSubsetView(store, np.flatnonzero(fold != f))
+            held = ShardSubsetView(store, np.flatnonzero(fold == f))
         sw = solve_sweep(train_view, engine, mod, typed, Cs, callback=None, warm_start=warm_start)
         mode = sw.mode
         passes.append(sw.passes)

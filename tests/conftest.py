@@ -94,8 +94,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_workers(address: str, n: int, timeout: float = 60.0) -> None:
-    """Block until the scheduler at ``address`` has ``n`` workers."""
+def wait_workers(address: str, n: int, timeout: float = 300.0) -> None:
+    """Block until the scheduler at ``address`` has ``n`` workers (``timeout``: a hang guard,
+    generous: a loaded machine takes long to import Dask in each process)."""
     from distributed import Client
 
     with Client(address, timeout=timeout) as c:

@@ -116,15 +116,14 @@ def _quiet_stdout() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .._util import is_special_output, json_text
-    from ..model import load_model
     from ..progress import Meter, progress_mode
     from ..scoring import check_compatible, predict_store
-    from ._common import open_scored_input
+    from ._common import load_scored_model, open_scored_input
     from ._startup import init_numba_target
 
     init_numba_target()
     t0 = time.perf_counter()
-    model = load_model(args.model)
+    model = load_scored_model(args)
     if args.probability:
         from ..model import require_probability
 
@@ -141,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         args.store,
         labels_matter=not dummy,
         allow_wider=args.allow_wider,
+        allow_narrower=args.allow_narrower,
     )
     streamed = is_special_output(args.output)
     meter = Meter("predict", progress_mode(args), total=store.meta.n_rows, unit="rows")

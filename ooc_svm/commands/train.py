@@ -82,8 +82,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--solver",
         choices=solver_names(),
-        default="perf",
-        help="which solver (see above; default perf)",
+        default=None,
+        help="which solver (see above; default perf, or smo when --kernel is not linear)",
     )
     _add_run_flags(p)
     _add_output_flags(p)

@@ -30,30 +30,36 @@ def test_scheduler_killed_mid_training_is_one_line_error(tmp_path):
         train = subprocess.Popen(
             [sys.executable, "-m", "ooc_svm", "-q", "train", "--solver", "perf", "s.zarr"]
             + ["-o", "m", "--C", "100", "--eps", "1e-6", "--max-iter", "100000"]
-            + ["--scheduler", address],
+            + ["--scheduler", address, "--history", "h.jsonl"],
             cwd=tmp_path,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(6.0)
+        _wait_iterating(train, tmp_path / "h.jsonl")
         assert train.poll() is None, "training ended before the scheduler was killed"
         sched.send_signal(signal.SIGKILL)
-        t0 = time.monotonic()
-        try:
-            _, err = train.communicate(timeout=60)
+        try:  # a hang guard: the detection itself rests on the client's 15 s timeout
+            _, err = train.communicate(timeout=180)
         except subprocess.TimeoutExpired:
             train.kill()
-            pytest.fail("training did not stop within 60 s of losing its scheduler")
-        elapsed = time.monotonic() - t0
+            pytest.fail("training did not stop within 180 s of losing its scheduler")
     assert train.returncode == 1, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith(f"ooc-svm: error: lost the Dask scheduler at {address}"), err
     assert "Traceback" not in err
-    assert elapsed < 15 + 10  # the default connect timeout, plus slack for a loaded machine
     assert not (tmp_path / "m").exists()
+
+
+def _wait_iterating(p: subprocess.Popen, hist) -> None:
+    """Until the run's history has two records (it iterates on the cluster) or it ended."""
+    deadline = time.monotonic() + 300  # a hang guard, not a measurement
+    while p.poll() is None and time.monotonic() < deadline:
+        if hist.exists() and len(hist.read_text().splitlines()) >= 3:
+            return
+        time.sleep(0.05)
 
 
 def _frozen_store(tmp_path):
@@ -84,13 +90,8 @@ def test_scheduler_stopped_mid_training_ends_within_its_timeout(tmp_path):
             cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        hist = tmp_path / "h.jsonl"
         try:
-            deadline = time.monotonic() + 300  # a hang guard, not a measurement
-            while train.poll() is None and time.monotonic() < deadline:
-                if hist.exists() and len(hist.read_text().splitlines()) >= 3:
-                    break
-                time.sleep(0.05)
+            _wait_iterating(train, tmp_path / "h.jsonl")
             assert train.poll() is None, "training ended before the scheduler was stopped"
             sched.send_signal(signal.SIGSTOP)
             try:
