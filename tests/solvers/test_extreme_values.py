@@ -113,3 +113,10 @@ def test_qp_active_set_hands_over_by_count(monkeypatch):
     assert full.converged and not capped.converged and not capped.exhausted
     assert capped.objective == pytest.approx(full.objective, abs=1e-6)
     assert capped.gap <= 1e-5
+
+
+def test_qp_refuses_non_finite_entries():
+    from ooc_svm.solvers.perf import qp
+
+    with pytest.raises(ValueError, match="non-finite entries"):
+        qp.solve_simplex_qp(np.array([[np.inf]]), np.array([1.0]), 1.0)

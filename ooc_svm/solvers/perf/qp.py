@@ -263,7 +263,10 @@ def _active_set(Qa, ba, xa, s, atol, max_steps, floor: float = 0.0):
             return step, False
         work += float(F.size + 1) ** 3
         if not at_eqp_optimum:
-            p, unbounded = _kkt_step(Qa, F, g)
+            try:
+                p, unbounded = _kkt_step(Qa, F, g)
+            except np.linalg.LinAlgError:  # (SVD did not converge): SMO finishes
+                return step, False
             if unbounded or np.abs(p).max() > 1e-15 * s:
                 neg = p < 0.0
                 alpha = np.inf if unbounded else 1.0
@@ -412,6 +415,11 @@ def solve_simplex_qp(
     """
     Q, b, Qa, ba, xa = _warm_start(Q, b, s, x0)
     m = b.shape[0]
+    if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(b)) and np.isfinite(s)):
+        raise ValueError(
+            "the cutting-plane QP has non-finite entries (overflow: feature values, C or "
+            "class weights too large)"
+        )
     scale = max(
         1.0,
         float(np.abs(b).max()) if m else 0.0,

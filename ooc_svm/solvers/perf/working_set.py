@@ -196,10 +196,13 @@ class WorkingSet:
 
         Counts in :attr:`failed_in_a_row` the consecutive QPs that used up their step budget
         without reaching their tolerance (see :func:`check_qp`)."""
-        res = solve_simplex_qp(
-            self.Q, np.asarray(self.r), C_perf, x0=self.alpha, atol=atol,
-            max_steps=QP_MAX_STEPS, max_smo_iter=QP_MAX_SMO_STEPS,
-        )  # fmt: skip
+        try:
+            res = solve_simplex_qp(
+                self.Q, np.asarray(self.r), C_perf, x0=self.alpha, atol=atol,
+                max_steps=QP_MAX_STEPS, max_smo_iter=QP_MAX_SMO_STEPS,
+            )  # fmt: skip
+        except ValueError as e:
+            raise SolverError(f"perf: {e}; scale the features or use a smaller --C") from None
         exhausted = res.exhausted
         self.failed_in_a_row = self.failed_in_a_row + 1 if exhausted else 0
         self.alpha = res.x
