@@ -51,10 +51,11 @@ class DaskConnection:
 
         def watch() -> None:
             while not stop.wait(every):
-                if client is None or client.status != "running":
+                sched = None if client is None else client.scheduler
+                if client is None or sched is None or client.status != "running":
                     return
                 try:
-                    client.sync(client.scheduler.identity, callback_timeout=timeout)
+                    client.sync(sched.identity, callback_timeout=timeout)
                 except Exception as e:
                     if stop.is_set() or client.status != "running":
                         return

@@ -234,8 +234,8 @@ class RowFoldView(_TransformView):
         new_start: dict[int, int] = {}
         row = nnz = 0
         for i, s in enumerate(base.meta.shards):
-            held = int(np.count_nonzero(np.arange(s.n_rows) % self.k == self.fold))
-            n_keep = held if self.held else int(s.n_rows) - held
+            n_fold = int(np.count_nonzero(np.arange(s.n_rows) % self.k == self.fold))
+            n_keep = n_fold if self.held else int(s.n_rows) - n_fold
             nz = self.fold_nnz[i] if self.held else int(s.nnz) - self.fold_nnz[i]
             new_start[int(s.row_start)] = row
             infos.append(dataclasses.replace(s, row_start=row, n_rows=n_keep, nnz=nz))
