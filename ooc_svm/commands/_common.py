@@ -37,7 +37,7 @@ def load_scored_model(args):
     the error says the model comes first (LIBLINEAR's ``predict`` takes DATA MODEL)."""
     import os
 
-    from ..model import ModelError, load_model
+    from ..model.model import ModelError, load_model
 
     try:
         return load_model(args.model)
@@ -53,7 +53,7 @@ def load_scored_model(args):
 def open_scored_input(args, model):
     """The store or text input of ``predict``/``evaluate`` for ``model``: text is read at the
     model's width and hashed as the model's training store was (``ingest --hash-bits``)."""
-    from ..scoring import model_hashing
+    from ..evaluation.scoring import model_hashing
     from ..store.text_view import open_input
 
     h = model_hashing(model, args.model)

@@ -49,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
 
     from ..interop import export_model
-    from ..model import load_model
+    from ..model.model import load_model
 
     model = load_model(args.model)
     if args.output != "-" and os.path.lexists(args.output) and not args.overwrite:

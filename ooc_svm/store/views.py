@@ -121,7 +121,8 @@ class KeepShards:
 
 class ShardSubsetView(_TransformView):
     """Store view holding only the rows of some shards (e.g. the training folds of a
-    cross-validation made of shards, see :func:`ooc_svm.cross_validation.fold_assignment`).
+    cross-validation made of shards, see
+    :func:`ooc_svm.evaluation.cross_validation.fold_assignment`).
 
     The view keeps the base store's shard numbering so engines read it through the base
     store (shard caches, Dask workers and the fast reader work unchanged), but every shard not

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import make_classification
 
-from ooc_svm.model import Model
+from ooc_svm.model.model import Model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def test_folds_on_a_one_shard_store_use_row_folds(small):
     least 5 shards"); it now uses seeded folds of rows, as --probability does: every row is
     held out exactly once."""
     from ooc_svm.api import train_sweep
-    from ooc_svm.cross_validation import _row_fold_nnz
+    from ooc_svm.evaluation.cross_validation import _row_fold_nnz
     from ooc_svm.store import open_store
     from ooc_svm.store.views import RowFoldView
 
@@ -89,7 +89,7 @@ def test_a_much_narrower_store_is_refused(small, make_store, monkeypatch, capsys
 
 def test_kernel_without_solver_trains_a_kernel_svm(small, monkeypatch, capsys):
     """``--kernel rbf --gamma 0.1`` with the default solver took a second try."""
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     rc, _, err = _cli(
         monkeypatch, capsys, small, "train", "s.zarr", "-o", "k", "--kernel", "rbf",
