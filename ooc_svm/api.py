@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import memory_budget
 from .engine import Engine, EngineError, EngineOptions, make_engine
 from .solvers import (
     SOLVER_MODULES,
@@ -129,8 +130,11 @@ def train(
     own_engine = engine is None
     if engine is None:
         engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
+    budget = memory_budget.current()
+    claims = dict(budget.claims)  # this run's claims are released when it ends
     t0 = time.perf_counter()
     try:
+        typed = claim_memory(budget, store, engine, typed)
         if multiclass == "ovr":
             result = train_ovr(store, mod, engine, typed, callback=callback, checkpoint=class_ckpt)
         else:
@@ -140,12 +144,34 @@ def train(
             fit_probability(
                 result.model, store, probability_folds, solver, engine, typed, multiclass
             )
+        result.summary["memory_budget"] = budget.as_dict()
     finally:
+        budget.claims = claims
         if own_engine:
             engine.close()
     log.debug("trained with %s in %.3fs", solver, time.perf_counter() - t0)
     remember_hashing(result.model, store.meta)
     return result
+
+
+def claim_memory(
+    budget: memory_budget.MemoryBudget, store: Store, engine: Engine, typed: SolverParams
+) -> SolverParams:
+    """Claim from the process's memory budget what a training on ``store`` cannot do without
+    (the engine's decoded shards in flight, the solver's needs), before any work: a budget
+    below that is refused in one line naming the minimum. Returns the solver's parameters
+    with their automatic sizes within the budget (:meth:`SolverParams.fit_memory`); the shard
+    cache, sized on the first pass, takes its share of what is left."""
+    budget.require("ooc-svm's code and libraries", memory_budget.code_need(budget))
+    budget.require(
+        "decoded shards in flight",
+        engine.memory_need(store),
+        "a pass over this store",
+        "re-ingest with smaller shards (--shard-mb)",
+    )
+    fitted = typed.fit_memory(store.meta, budget)
+    log.debug("%s; claimed %s", budget.describe(), budget.as_dict()["claims_mib"])
+    return fitted
 
 
 def remember_hashing(model: Model, meta: Any) -> None:
@@ -421,8 +447,11 @@ def train_sweep(
     own_engine = engine is None
     if engine is None:
         engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
+    budget = memory_budget.current()
+    claims = dict(budget.claims)  # the sweep's claims are released when it ends
     t0 = time.perf_counter()
     try:
+        typed = claim_memory(budget, store, engine, typed)
         if folds is not None:
             out = _sweep_folds(store, mod, typed, Cs, int(folds), key, engine, callback, warm_start)
         else:
@@ -430,6 +459,7 @@ def train_sweep(
                 store, mod, typed, Cs, validation, key, engine, callback, warm_start
             )
     finally:
+        budget.claims = claims
         if own_engine:
             engine.close()
     out.seconds = time.perf_counter() - t0

@@ -161,11 +161,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _known_errors():
     from .checkpoint import CheckpointError
     from .engine.base import EngineError
+    from .memory_budget import MemoryBudgetError
     from .model.model import ModelError
     from .solvers import SolverError
     from .store.format import StoreError
 
-    errs = [StoreError, SolverError, ModelError, CheckpointError, EngineError]
+    errs = [StoreError, SolverError, ModelError, CheckpointError, EngineError, MemoryBudgetError]
     try:
         from .store.ingest import IngestError
 

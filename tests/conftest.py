@@ -274,3 +274,14 @@ def default_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def fake_memory_budget(monkeypatch, nbytes: int):
+    """Make the process's memory budget ``nbytes`` (as ``--memory-mb`` would, with no reserve
+    and ooc-svm's code already loaded) for one test; returns the budget."""
+    from ooc_svm import memory_budget as mb
+
+    lim = mb.Limit("--memory-mb", int(nbytes), 0, "test")
+    budget = mb.MemoryBudget((lim,), lim, int(nbytes), rss=int(mb.CODE_MB * 2**20))
+    monkeypatch.setattr(mb, "_CURRENT", [budget])
+    return budget

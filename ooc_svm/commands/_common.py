@@ -72,3 +72,31 @@ def warn_leftovers(path: str, left, *, count: bool = True) -> None:
         print(f"ooc-svm: warning: {path}: {left.summary()}", file=sys.stderr)
     if left.busy:
         print(f"ooc-svm: note: {path} is being written by {left.busy}", file=sys.stderr)
+
+
+def add_memory(p) -> None:
+    """``--memory-mb``: the process's memory budget (every automatic size draws from it)."""
+    p.add_argument(
+        "--memory-mb",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="memory budget of this process in MiB (also $OOC_SVM_MEMORY_MB); default: the "
+        "tightest of the container's limit (cgroup v1/v2), ulimit -v / -d, the host's "
+        "available memory and a Dask worker's limit. Every automatic size (shard cache, "
+        "selective's rows, perf's planes, kernel caches, buffers) draws from it; a run that "
+        "needs more is refused before it starts",
+    )
+
+
+def apply_memory(args) -> None:
+    """Set the explicit budget of ``--memory-mb`` (checked) and report the budget: on stderr
+    with ``-v``, in the debug log otherwise."""
+    import logging
+
+    from ..memory_budget import current, parse_memory_mb, set_explicit
+
+    mb = getattr(args, "memory_mb", None)
+    set_explicit(None if mb is None else parse_memory_mb(mb))
+    level = logging.INFO if getattr(args, "verbose", 0) else logging.DEBUG
+    logging.getLogger("ooc_svm.memory_budget").log(level, "%s", current().describe())

@@ -54,7 +54,7 @@ def _description() -> str:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
-    from ._common import add_model_and_input, add_scheduler
+    from ._common import add_memory, add_model_and_input, add_scheduler
 
     p = sub.add_parser(
         "evaluate",
@@ -72,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--k", type=int, default=10, help="cut-off of NDCG (default 10)")
     add_scheduler(p)
+    add_memory(p)
     p.add_argument(
         "--plot",
         default=None,
@@ -83,9 +84,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.evaluation import PlotError, evaluate_store
-    from ._common import load_scored_model, open_scored_input
+    from ._common import apply_memory, load_scored_model, open_scored_input
     from ._startup import init_numba_target
 
+    apply_memory(args)
     init_numba_target()
     model = load_scored_model(args)
     model.info.setdefault("path", args.model)  # named in the --plot title

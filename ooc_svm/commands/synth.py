@@ -1,4 +1,5 @@
-"""``ooc-svm synth OUT``: write a synthetic RCV1-like dataset (SVMlight text or a store)."""
+"""``ooc-svm synth OUT``: write a synthetic dataset (SVMlight text or a store): RCV1-like, or
+shaped like a public benchmark set with ``--like``."""
 
 from __future__ import annotations
 
@@ -14,17 +15,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     p = sub.add_parser(
         "synth",
-        help="generate a synthetic RCV1-like dataset",
+        help="generate a synthetic dataset (RCV1-like, or --like a public set's shape)",
         formatter_class=HelpFormatter,
         description=(
             "Generate an RCV1-like sparse dataset: Zipf-like feature popularity, tf-idf-like\n"
             "positive values, L2-normalised rows, labels from a hidden sparse weight vector\n"
             "with label noise. Deterministic by --seed for any --rows, in bounded memory;\n"
             "--split test gives new rows with the same hidden weights as --split train.\n\n"
+            "--like rcv1|url|kdd2010|webspam|criteo takes the width, row lengths, value kinds\n"
+            "(tf-idf, binary, term counts, counts + one-hot hashed fields), feature popularity\n"
+            "and label balance of that public set (docs/CLI.md lists the figures and their\n"
+            "sources); --rows scales it, other options override it.\n\n"
             "OUT ending in .zarr / .parquet / .pq (or --format) writes a store; anything else\n"
             "SVMlight text (.gz/.bz2/.xz compressed; '-' for standard output).\n\n"
-            "example: ooc-svm synth train.svm --rows 200000 --features 20000 "
-            "--nnz-per-row 40 --seed 1"
+            "examples: ooc-svm synth train.svm --rows 200000 --features 20000 "
+            "--nnz-per-row 40 --seed 1\n"
+            "          ooc-svm synth url.zarr --like url --rows 300000 --seed 1"
         ),
     )
     p.add_argument("out", help="output file (SVMlight text), store (.zarr/.parquet/.pq) or '-'")
@@ -36,29 +42,39 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 #: The options of ``synth`` (flag, ``add_argument`` keywords), in ``--help`` order.
 _OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--rows", {"type": int, "required": True, "help": "number of rows"}),
-    ("--features", {"type": int, "required": True, "help": "number of features (columns)"}),
-    ("--nnz-per-row", {"type": float, "required": True,
-                       "help": "mean non-zeros per row (row lengths vary, at least 1)"}),
+    ("--like", {"choices": ["rcv1", "url", "kdd2010", "webspam", "criteo"], "default": None,
+                "help": "shape of a public data set: its columns, non-zeros a row, value "
+                "kinds, popularity and label balance (explicit options override it)"}),
+    ("--features", {"type": int, "default": None,
+                    "help": "number of features (columns); required without --like"}),
+    ("--nnz-per-row", {"type": float, "default": None,
+                       "help": "mean non-zeros per row (row lengths vary, at least 1); "
+                       "required without --like"}),
     ("--seed", {"type": int, "required": True, "help": "seed of the whole dataset"}),
     ("--split", {"choices": ["train", "test"], "default": "train",
                  "help": "row stream: test has the same hidden weights, different rows "
                  "(default: train)"}),
-    ("--noise", {"type": float, "default": 0.05,
-                 "help": "fraction of labels flipped / replaced by another rank (default 0.05)"}),
+    ("--noise", {"type": float, "default": None,
+                 "help": "fraction of labels flipped / replaced by another rank (default "
+                 "0.05, or the --like profile's)"}),
     ("--ranks", {"type": int, "default": None,
                  "help": "ordinal labels 1..R from quantiles of the hidden score"}),
     ("--qid-size", {"type": int, "default": None,
                     "help": "group consecutive rows into queries of this size (adds qid:; "
                     "ranks become relevance within the query)"}),
-    ("--zipf", {"type": float, "default": 1.0,
-                "help": "exponent of the feature popularity law (default 1.0)"}),
-    ("--nnz-spread", {"type": float, "default": 0.5,
-                      "help": "log-sd of the row length (default 0.5; 0 = nearly constant)"}),
-    ("--positive-fraction", {"type": float, "default": 0.4,
-                             "help": "share of positive labels before noise (default 0.4)"}),
-    ("--w-density", {"type": float, "default": 0.1,
-                     "help": "fraction of features with a non-zero hidden weight (default 0.1)"}),
-    ("--score-noise", {"type": float, "default": 0.01,
+    ("--zipf", {"type": float, "default": None,
+                "help": "exponent of the feature popularity law (default 1.0, or the "
+                "profile's)"}),
+    ("--nnz-spread", {"type": float, "default": None,
+                      "help": "log-sd of the row length (default 0.5, or the profile's; "
+                      "0 = nearly constant)"}),
+    ("--positive-fraction", {"type": float, "default": None,
+                             "help": "share of positive labels before noise (default 0.4, "
+                             "or the profile's)"}),
+    ("--w-density", {"type": float, "default": None,
+                     "help": "fraction of features with a non-zero hidden weight (default "
+                     "0.1, or the profile's)"}),
+    ("--score-noise", {"type": float, "default": None,
                        "help": "Gaussian noise added to the hidden score, in units of its sd "
                        "(default 0.01)"}),
     ("--format", {"choices": ["svmlight", "zarr", "parquet"], "default": None,
@@ -82,7 +98,8 @@ _OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 #: Options passed on to :func:`ooc_svm.synth.synth` as keywords of the same name.
 _PASSED_ON = (
-    "split", "shard_rows", "compression", "compress_level", "overwrite", "block_rows", "threads",
+    "like", "split", "shard_rows", "compression", "compress_level", "overwrite", "block_rows",
+    "threads",
     "noise", "ranks", "qid_size", "zipf", "nnz_spread", "positive_fraction", "w_density",
     "score_noise",
 )  # fmt: skip

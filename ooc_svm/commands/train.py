@@ -100,10 +100,12 @@ def run(args: argparse.Namespace) -> int:
     from ..api import SolverError, get_solver, train
     from ..progress import TrainProgress, progress_mode, stop_target
     from ..store import open_store
+    from ._common import apply_memory
     from ._startup import init_numba_target
 
     typed, params = solver_params_from_args(args)
     check_output(args.output, args.overwrite)
+    apply_memory(args)
     init_numba_target()
     if getattr(args, "c_values", None) is not None or args.validation or args.folds is not None:
         return run_sweep(args, typed)

@@ -160,11 +160,15 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         metavar="MB|auto",
         help="keep up to this many MiB of decoded shards in memory between passes (per "
         "process; 0: off). Default $OOC_SVM_SHARD_CACHE_MB, else auto: at most half the "
-        "available memory (auto:SHARE for another share), at most 8 GiB, filled from the "
-        "second pass on, so a store that fits is read and decoded twice, not every pass. "
+        "memory budget (--memory-mb) the run leaves (auto:SHARE for another share), at "
+        "most 8 GiB, filled from the second pass on, so a store that fits is read and "
+        "decoded twice, not every pass. "
         "The process's peak memory grows with the store up to that cap (decoded CSR: ~8 "
         "bytes a non-zero); with 0 it stays flat as rows grow",
     )
+    from ._common import add_memory
+
+    add_memory(p)
     p.add_argument(
         "--config",
         default=None,

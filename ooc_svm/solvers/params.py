@@ -19,6 +19,7 @@ Both raise :class:`~ooc_svm.solvers.SolverError`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +28,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import SolverError
 
 if TYPE_CHECKING:
+    from ..memory_budget import MemoryBudget
     from ..store.format import StoreMeta
+
+log = logging.getLogger(__name__)
 
 P = TypeVar("P", bound="SolverParams")
 
@@ -91,6 +95,9 @@ class SolverParams:
     SOLVER: typing.ClassVar[str] = ""
     #: whether the solver implements ``class_weight`` (others refuse it)
     SUPPORTS_CLASS_WEIGHT: typing.ClassVar[bool] = False
+    #: sizes in MiB that draw from the process's memory budget, and the share of the budget
+    #: left unclaimed that each may take at most (:meth:`fit_memory`)
+    BUDGET_SHARES: typing.ClassVar[dict[str, float]] = {}
 
     C: float = param(
         1.0, "regularisation: minimise 1/2 |w|^2 + C * sum_i xi_i (LIBLINEAR units)", gt=0
@@ -236,6 +243,48 @@ class SolverParams:
                     + ("class weight" if blame_weight else "--C")
                 )
 
+    def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
+        """Bytes this solver cannot do without on this store (name -> bytes); none here."""
+        return {}
+
+    def fit_memory(self: P, meta: StoreMeta, budget: MemoryBudget) -> P:
+        """These parameters within the process's memory budget.
+
+        First the solver's :meth:`memory_needs` are claimed (a budget below them is refused
+        before any work, :class:`~ooc_svm.memory_budget.MemoryBudgetError`); then every size
+        of :attr:`BUDGET_SHARES` is lowered to its share of what is left (``-vv`` logs it;
+        ``--json`` reports the claims), and
+        claimed, so the sizes sized after it (the shard cache) share what remains.
+        """
+        for name, nbytes in self.memory_needs(meta).items():
+            budget.require(name, nbytes, f"--solver {self.SOLVER} on this store")
+        changes: dict[str, float] = {}
+        for name, share in self.BUDGET_SHARES.items():
+            mib = float(getattr(self, name))
+            cap = budget.share(share) / 2**20
+            if mib > cap:
+                floor = self._budget_floor_mib(name, meta)
+                cap = max(cap, floor)
+                if mib > cap:
+                    log.debug(
+                        "%s %g lowered to %.0f MiB: its share of the %s",
+                        flag_name(name), mib, cap, budget.describe(),
+                    )  # fmt: skip
+                    changes[name] = cap
+                    mib = cap
+            budget.require(
+                flag_name(name), self._claim_bytes(name, mib, meta), f"--solver {self.SOLVER}"
+            )
+        return self.replace(**changes) if changes else self
+
+    def _budget_floor_mib(self, name: str, meta: StoreMeta) -> float:
+        """The least a :attr:`BUDGET_SHARES` size may be lowered to (MiB)."""
+        return 1.0
+
+    def _claim_bytes(self, name: str, mib: float, meta: StoreMeta) -> int:
+        """What a :attr:`BUDGET_SHARES` size of ``mib`` claims beyond :meth:`memory_needs`."""
+        return int(mib * 2**20)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -289,7 +338,11 @@ class KernelSolverParams(SolverParams):
     degree: int = param(3, "poly kernel degree", ge=0)
     coef0: float = param(0.0, "poly / sigmoid kernel coef0")
     tol: float = param(1e-3, "stopping tolerance on the KKT conditions (LIBSVM -e)", gt=0)
-    cache_mb: float = param(256.0, "kernel cache budget in MiB", ge=0)
+    cache_mb: float = param(
+        256.0, "kernel cache budget in MiB (at most a quarter of the memory budget)", ge=0
+    )
+
+    BUDGET_SHARES: typing.ClassVar[dict[str, float]] = {"cache_mb": 0.25}
 
     @classmethod
     def misplaced_hint(cls, unknown: list[str]) -> str | None:

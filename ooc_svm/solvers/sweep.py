@@ -217,13 +217,20 @@ def _perf_shared(store, engine, params, Cs: list[float], callback) -> list[Resul
             cb = _tagged(callback, k, c)
             if multi and cb is not None:
                 cb = _tagged_class(cb, j, pos)
-            steps.append(_error_steps(meta, neg, pos, engine, p, p.variant, cb, None, share=share))
+            variant = "accelerated" if p.variant == "auto" else p.variant
+            steps.append(_error_steps(meta, neg, pos, engine, p, variant, cb, None, share=share))
     res = run_fused(store, engine, steps, "perf C sweep", "problems", logging.DEBUG)
     if not multi:
         return res
     m = len(pos_list)
     return [
-        _ovr_result(res[k * m : (k + 1) * m], classes, params.variant, t0) for k in range(len(Cs))
+        _ovr_result(
+            res[k * m : (k + 1) * m],
+            classes,
+            "accelerated" if params.variant == "auto" else params.variant,
+            t0,
+        )
+        for k in range(len(Cs))
     ]
 
 

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from .ingest_shards import (
     _ShardWriters,
 )
 from .writer import StoreWriter, backend_from_path
+
+if TYPE_CHECKING:
+    from ..memory_budget import MemoryBudget
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +260,35 @@ def _make_job(
         block_bytes=max(1 << 12, int(block_mb * (1 << 20))),
         n_threads=max(1, int(threads)) if threads else min(4, cpu_count()),
     )
+
+
+def budget_sizes(
+    budget: MemoryBudget,
+    threads: int | None = None,
+    shard_mb: float | None = None,
+    block_mb: float | None = None,
+) -> tuple[float | None, float]:
+    """``(shard_mb, block_mb)`` of an ingest within the process's memory budget.
+
+    Ingest holds, besides its code, a block of text and its parsed rows per parser thread and
+    two more queued per thread (``3 × threads`` blocks, the parsed form about the size of the
+    text), and the shard being assembled three times (its rows, its CSR arrays, its
+    compressed chunks). Defaults (:data:`DEFAULT_SHARD_MB`, :data:`DEFAULT_BLOCK_MB`) are
+    lowered so that these fit the budget left; a given value is kept. What cannot go lower
+    (one 1 MiB block per thread, a 1 MB shard) is claimed: a budget below it is refused
+    before any input is read.
+    """
+    from ..memory_budget import code_need
+
+    t = max(1, int(threads)) if threads else min(4, cpu_count())
+    budget.require("ooc-svm's code and libraries", code_need(budget))
+    budget.require("ingest's buffers", (3 * t + 3) * (1 << 20), "ingest", "give fewer --threads")
+    free_mb = (budget.free + (3 * t + 3) * (1 << 20)) / (1 << 20)
+    if block_mb is None:
+        block_mb = max(1.0, min(DEFAULT_BLOCK_MB, free_mb / 2 / (6 * t)))
+    if shard_mb is None:
+        shard_mb = max(1.0, min(DEFAULT_SHARD_MB, free_mb / 2 / 3))
+    return shard_mb, float(block_mb)
 
 
 def _check_append_options(store: str, format: str | None, compression: str | None) -> None:
@@ -497,6 +529,7 @@ class _Pipeline:
 
 __all__ = [
     "DEFAULT_BLOCK_MB",
+    "budget_sizes",
     "DEFAULT_SHARD_MB",
     "LABEL_KIND_CHOICES",
     "IngestError",

@@ -1,4 +1,5 @@
-"""Synthetic RCV1-like sparse datasets, generated in streamed blocks, deterministic by seed.
+"""Synthetic sparse datasets (RCV1-like by default, or shaped like a public set with
+``like=``), generated in streamed blocks, deterministic by seed.
 
 What a dataset looks like
 -------------------------
@@ -24,6 +25,14 @@ What a dataset looks like
   consecutive rows form queries ``qid = row // Q + 1``; ranks are then the relevance *within*
   each query (the ``R`` quantile classes of ``s`` among the query's rows).
 
+Other shapes (``like=`` a profile of :mod:`~ooc_svm.synth.profiles`, or the same fields set
+one by one): ``values`` ``binary`` (all 1) or ``tf`` (the geometric term count itself) instead
+of tf-idf; ``normalize=False`` keeps the raw values; ``dense_features`` leading columns
+outside the popularity law (each in a fraction ``dense_fraction`` of the rows; ``real`` values
+in (0, 1) or ``count`` values ln(1 + c)); ``fields`` makes click-log rows: the dense columns,
+then one level of every categorical field (levels by a Zipf law of exponent
+``field_zipf``), one-hot and hashed into the remaining columns.
+
 Determinism
 -----------
 The popularity law, the permutation, ``w`` and the label thresholds depend only on the
@@ -40,7 +49,8 @@ stored data exactly.
 Modules: :mod:`~ooc_svm.synth.dataset` (the parameters and what they alone determine),
 :mod:`~ooc_svm.synth.stream` (blocks generated in a thread pool, in row order),
 :mod:`~ooc_svm.synth.kernels` (numba RNG, rows, labels), :mod:`~ooc_svm.synth.svmlight_text`
-(numba text formatting); this module writes text or a store (:func:`synth`).
+(numba text formatting), :mod:`~ooc_svm.synth.profiles` (the public sets' shapes); this
+module writes text or a store (:func:`synth`).
 """
 
 from __future__ import annotations
@@ -64,6 +74,7 @@ from .dataset import (
     SynthModel,
     SynthSpec,
 )
+from .profiles import PROFILES, Profile, profile
 from .stream import (
     _check_rows,
     _make_spec,
@@ -80,11 +91,14 @@ from .svmlight_text import (
 )
 
 __all__ = [
+    "PROFILES",
+    "Profile",
     "SPLITS",
     "SynthError",
     "SynthModel",
     "SynthSpec",
     "format_svmlight",
+    "profile",
     "synth",
     "synth_blocks",
     "synth_matrix",
@@ -148,10 +162,11 @@ def _path_size(path: str) -> int:
 def synth(
     out: str,
     rows: int,
-    features: int,
-    nnz_per_row: float,
-    seed: int,
+    features: int | None = None,
+    nnz_per_row: float | None = None,
+    seed: int | None = None,
     *,
+    like: str | None = None,
     split: str = "train",
     format: str | None = None,
     shard_rows: int | None = None,
@@ -171,8 +186,8 @@ def synth(
         Destination. ``*.zarr`` / ``*.parquet`` / ``*.pq`` (or ``format``) write a store,
         anything else SVMlight text (``.gz`` / ``.bz2`` / ``.xz`` compressed); ``-`` writes
         text to standard output.
-    rows, features, nnz_per_row, seed, split, block_rows, threads, **options
-        As :func:`synth_blocks`.
+    rows, features, nnz_per_row, seed, like, split, block_rows, threads, **options
+        As :func:`synth_blocks` (``like``: a profile of :data:`PROFILES`).
     format : {"svmlight", "zarr", "parquet", "store"}, optional
         Output kind (``store``: Zarr unless the suffix says Parquet).
     shard_rows : int, optional
@@ -194,13 +209,13 @@ def synth(
     """
     t0 = time.perf_counter()
     rows = _check_rows(rows)
-    spec = _make_spec(features, nnz_per_row, seed, **options)
+    spec = _make_spec(features, nnz_per_row, seed, like, **options)
     model = SynthModel.get(spec)
     model.keys(split)
     fmt = output_format(out, format)
     threads = threads or cpu_count()
     step = _round_to_query(int(block_rows), spec) if block_rows else default_block_rows(spec)
-    params = {"rows": rows, "split": split, **asdict(spec)}
+    params = {"rows": rows, "split": split, **({"like": like} if like else {}), **asdict(spec)}
     job = _Job(out, model, split, rows, step, threads, overwrite, progress)
     if fmt == "svmlight":
         nnz = _write_text(job, compress_level)

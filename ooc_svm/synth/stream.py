@@ -73,9 +73,25 @@ def _ordered_map(fn: Callable, items, threads: int) -> Iterator:
                 f.cancel()
 
 
-def _make_spec(features, nnz_per_row, seed, **options) -> SynthSpec:
+def _make_spec(features, nnz_per_row, seed, like: str | None = None, **options) -> SynthSpec:
+    """The spec of explicit options over the profile ``like`` (if any) over the defaults."""
+    from .profiles import profile
+
     opts = {k: v for k, v in options.items() if v is not None}
-    spec = SynthSpec(features=int(features), nnz_per_row=float(nnz_per_row), seed=int(seed), **opts)
+    if features is not None:
+        opts["features"] = int(features)
+    if nnz_per_row is not None:
+        opts["nnz_per_row"] = float(nnz_per_row)
+    if like is not None:
+        opts = {**profile(like).spec_options(), **opts}
+    for name, flag in (("features", "--features"), ("nnz_per_row", "--nnz-per-row")):
+        if name not in opts:
+            raise SynthError(f"{flag} is required unless --like names a profile")
+    if seed is None:
+        raise SynthError("--seed is required (the dataset is defined by it)")
+    if "fields" in opts and opts["fields"] is not None:
+        opts["fields"] = tuple(int(c) for c in opts["fields"])
+    spec = SynthSpec(seed=int(seed), **opts)
     spec.validate()
     return spec
 
@@ -88,10 +104,11 @@ def _check_rows(rows: int) -> int:
 
 def synth_blocks(
     rows: int,
-    features: int,
-    nnz_per_row: float,
-    seed: int,
+    features: int | None = None,
+    nnz_per_row: float | None = None,
+    seed: int | None = None,
     *,
+    like: str | None = None,
     split: str = "train",
     block_rows: int | None = None,
     threads: int | None = None,
@@ -102,7 +119,12 @@ def synth_blocks(
     Parameters
     ----------
     rows, features, nnz_per_row, seed
-        Length, width, mean row length and seed of the dataset.
+        Length, width, mean row length and seed of the dataset (width and row length may
+        be left out with ``like``; the seed is required).
+    like : str, optional
+        A profile of :data:`~ooc_svm.synth.profiles.PROFILES` (``rcv1``, ``url``,
+        ``kdd2010``, ``webspam``, ``criteo``): its width, row lengths, value kinds,
+        popularity and label balance; explicit arguments override it.
     split : {"train", "test"}
         Which row stream (same hidden weights, independent rows).
     block_rows : int, optional
@@ -111,7 +133,9 @@ def synth_blocks(
         Generator threads (default: usable CPUs); the data does not depend on it.
     **options
         Further :class:`SynthSpec` fields: ``noise``, ``ranks``, ``qid_size``, ``zipf``,
-        ``zipf_offset``, ``nnz_spread``, ``positive_fraction``, ``w_density``, ``tf_decay``.
+        ``zipf_offset``, ``nnz_spread``, ``positive_fraction``, ``w_density``, ``tf_decay``,
+        ``values``, ``normalize``, ``dense_features``, ``dense_fraction``, ``dense_values``,
+        ``fields``, ``field_zipf``.
 
     Yields
     ------
@@ -120,7 +144,7 @@ def synth_blocks(
         ``y`` (float64: -1/+1 or ranks 1..R), ``qid`` (int64 or None), ``row_start``.
     """
     rows = _check_rows(rows)
-    spec = _make_spec(features, nnz_per_row, seed, **options)
+    spec = _make_spec(features, nnz_per_row, seed, like, **options)
     model = SynthModel.get(spec)
     model.keys(split)
     step = _round_to_query(int(block_rows), spec) if block_rows else default_block_rows(spec)
@@ -131,7 +155,11 @@ def synth_blocks(
 
 
 def synth_matrix(
-    rows: int, features: int, nnz_per_row: float, seed: int, **kwargs: Any
+    rows: int,
+    features: int | None = None,
+    nnz_per_row: float | None = None,
+    seed: int | None = None,
+    **kwargs: Any,
 ) -> tuple[Any, np.ndarray, np.ndarray | None]:
     """The whole dataset in memory: ``(X, y, qid)`` with ``X`` a scipy CSR matrix (float32).
 
@@ -139,8 +167,10 @@ def synth_matrix(
     """
     import scipy.sparse as sp
 
+    opts = {k: v for k, v in kwargs.items() if k not in ("split", "block_rows", "threads")}
+    width = _make_spec(features, nnz_per_row, seed, **opts).features
     blocks = list(synth_blocks(rows, features, nnz_per_row, seed, **kwargs))
-    X = sp.vstack([b.to_scipy(int(features)) for b in blocks], format="csr")
+    X = sp.vstack([b.to_scipy(int(width)) for b in blocks], format="csr")
     y = np.concatenate([b.y for b in blocks])
     qid = np.concatenate([b.qid for b in blocks]) if blocks[0].qid is not None else None
     return X, y, qid

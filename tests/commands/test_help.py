@@ -156,7 +156,7 @@ def test_predict_and_evaluate_json(store):
     r = _ooc(store, "predict", "mp", "s.zarr", "-o", "scores.parquet", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert set(d) == {"model", "store", "output", "format", "n_rows", "seconds"}
+    assert set(d) == {"model", "store", "output", "format", "n_rows", "seconds", "memory_budget"}
     assert d["model"] == "mp" and d["store"] == "s.zarr" and d["output"] == "scores.parquet"
     assert d["n_rows"] == 200 and d["format"] == "parquet"
     r = _ooc(store, "predict", "-q", "mp", "s.zarr", "-o", "scores.txt")

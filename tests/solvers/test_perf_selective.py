@@ -551,7 +551,7 @@ def test_qp_stall_stops_the_run(tmp_path, monkeypatch):
 
 
 def test_inner_mb_auto_is_a_share_of_available_memory(tmp_path, monkeypatch):
-    """``--inner-mb auto`` (the default): a quarter of MemAvailable, at most what every row
+    """``--inner-mb auto`` (the default): half of the memory budget, at most what every row
     needs — so with memory to spare the whole store is selected and one pass certifies,
     and with little available the selection shrinks to that share (never beyond it);
     ``auto:SHARE`` sets the share; anything else but MiB >= 0 is refused."""
@@ -564,15 +564,18 @@ def test_inner_mb_auto_is_a_share_of_available_memory(tmp_path, monkeypatch):
         full = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3})
     assert full.summary["selected_rows"] == X.shape[0] and full.passes == 1
     whole = psel.ROW_BYTES * X.shape[0] + psel.NZ_BYTES * X.nnz
-    avail = 2 * whole  # a quarter of it: half the store's rows at most
-    monkeypatch.setattr(pp, "mem_available_bytes", lambda: avail)
+    avail = whole  # half of it: half the store's rows at most
+    from conftest import fake_memory_budget
+
+    budget = fake_memory_budget(monkeypatch, avail)
     with LocalEngine() as e:
         part = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3})
-        half = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3, "inner_mb": "auto:0.5"})
-    assert part.summary["inner_mb"] == pytest.approx(0.25 * avail / 2**20)
-    assert 0 < part.summary["selected_mb"] * 2**20 <= 0.25 * avail
+        quarter = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3, "inner_mb": "auto:0.25"})
+    assert part.summary["inner_mb"] == pytest.approx(0.5 * avail / 2**20)
+    assert 0 < part.summary["selected_mb"] * 2**20 <= 0.5 * avail
     assert 0 < part.summary["selected_rows"] < X.shape[0]
-    assert half.summary["inner_mb"] == pytest.approx(0.5 * avail / 2**20)
+    assert quarter.summary["inner_mb"] == pytest.approx(0.25 * avail / 2**20)
+    assert budget.claims == {}  # the rows' claim ends with the run
     _check(part, X, y, 1.0, 1e-3, _liblinear(X, y, 1.0))
     for bad in ("-1", "auto:0", "auto:2", "lots"):
         with pytest.raises(SolverError, match="--inner-mb"):

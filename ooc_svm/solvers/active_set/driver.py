@@ -494,6 +494,8 @@ class _Run:
             summary["kkt_n_violators"] = chk["n_violators"]
             summary["kkt_ok"] = chk["ok"]
             summary["kkt_gap"] = chk["gap"]
+            summary["kkt_source"] = chk.get("source", "exact")
+            summary["kkt_drift"] = chk.get("drift")
         seconds = time.perf_counter() - self.t0
         summary["seconds"] = seconds
         return dual_result(

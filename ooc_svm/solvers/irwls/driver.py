@@ -507,6 +507,8 @@ class _Run:
             "kkt_n_violators": chk["n_violators"],
             "kkt_ok": chk["ok"],
             "kkt_gap": chk["gap"],
+            "kkt_source": chk.get("source", "exact"),
+            "kkt_drift": chk.get("drift"),
             "sum_y_alpha": chk["sum_y_alpha"],
             "seconds": seconds,
             **({} if self.costs is None else {"class_costs": list(self.costs)}),

@@ -54,7 +54,7 @@ def solve_ovr(
         raise SolverError("the store has no rows")
     if params.loss not in (None, "error"):
         raise SolverError("one-vs-rest perf trains --loss error only")
-    variant = params.variant
+    variant = "accelerated" if params.variant == "auto" else params.variant
     if variant in ("selective", "svmperf"):
         raise SolverError(
             f"one-vs-rest perf does not support --variant {variant} yet; use accelerated"

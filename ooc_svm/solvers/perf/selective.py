@@ -77,13 +77,15 @@ keeps P(w_b) monotone when the proposal overshoots (rows outside S changed sides
 Memory: the selection — the candidates of a pass, kept as they are until the next pass —
 takes at most ``SELECTION_SHARE`` (3/4) of ``inner_mb`` as the quotas count it (64 bytes per
 row plus 8 per non-zero); the inner loop's per-row arrays (margins, ~40 bytes a row) fit the
-rest. ``--inner-mb auto`` (the default): a quarter of the memory available at the start
-(``MemAvailable``), at most what holds every row (then one pass; the 1M store needs ~1.1
-GiB). Besides the selection a pass holds what the accelerated pass holds: the decoded shards
-in flight and one dense plane accumulator of ``len(GRID)`` × (d + 1) floats per partial
-alive in the reduction (~log₂ S + the engine's window of them) — independent of the budget;
-and the engine's shard cache (``--shard-cache-mb``, auto by default) fills from the second
-pass on (up to 8 GiB: most likely the bulk of the 10.5 GB peak of an earlier 50M-row run;
+rest. ``--inner-mb auto`` (the default): half of the process's memory budget left at the
+start (:mod:`ooc_svm.memory_budget`: the container's limit, ``--memory-mb``, ...), at most
+what holds every row (then one pass; the 1M store needs ~1.1 GiB). Besides the selection a
+pass holds what the accelerated pass holds: the decoded shards in flight and one dense plane
+accumulator of ``len(GRID)`` × (d + 1) floats per partial alive in the reduction (~log₂ S +
+the engine's window of them) — independent of the budget; and the engine's shard cache
+(``--shard-cache-mb``, auto by default: a share of what the budget has left once the rows in
+memory are claimed) fills from the second pass on (up to 8 GiB: most likely the bulk of the
+10.5 GB peak of an earlier 50M-row run;
 ``scripts/scale.py --shard-cache-mb`` sets it). Checkpoints are not supported by this variant (yet).
 """
 
@@ -101,6 +103,7 @@ import numpy as np
 from ..._util import cpu_count
 from ...engine.blocks import Blocked
 from ...kernels.csr import u32
+from ...memory_budget import current as memory_budget
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
 from ._numba.cuts import accumulate_rows, matvec, vdot
@@ -469,6 +472,9 @@ SUM_BLOCK = 1 << 13
 #: merge the rest (module docstring, "Memory")
 SELECTION_SHARE = 0.75
 
+#: the name of the rows' claim on the memory budget
+ROWS_CLAIM = "selective rows in memory"
+
 
 class _Run:
     """State of one selective run: best point, working set, lower bound, counters."""
@@ -487,6 +493,12 @@ class _Run:
         #: inner_mb in MiB (auto: at most what holds every row, with the quotas' slack)
         self.inner_mb = params.inner_mib(whole_mib=self.sbytes * SHARE / SELECTION_SHARE / 2**20)
         self.budget = int(self.inner_mb * 2**20 * SELECTION_SHARE / SHARE)
+        # the rows in memory are the budget's before the shard cache sizes itself on the
+        # first pass (the cache takes a share of what they leave)
+        memory_budget().require(
+            ROWS_CLAIM, int(self.inner_mb * 2**20), "--variant selective",
+            "give a smaller --inner-mb",
+        )  # fmt: skip
         self.ws = WorkingSet(self.d + 1, float(params.dense_limit_mb) * 2**20)
         self.prog = _Progress(engine, callback)
         self.atol = _qp_atol(self.eps)
@@ -620,6 +632,14 @@ def solve_selective(
             f"perf --variant selective trains --loss error only (got {loss}); use accelerated"
         )
     run = _Run(store, engine, params, callback)
+    try:
+        return _iterate(run, engine, params)
+    finally:
+        memory_budget().release(ROWS_CLAIM)
+
+
+def _iterate(run: _Run, engine, params: Params) -> Result:
+    """The passes and inner loops of :func:`solve_selective` until the certificate."""
     w_c = run.w_b
     with ThreadPoolExecutor(int(getattr(engine, "n_threads", 0) or cpu_count())) as pool:
         while True:
