@@ -78,6 +78,7 @@ def train(
     checkpoint: str | None = None,
     resume: bool = False,
     shard_cache_mb: float | None = None,
+    scheduler_timeout: float | None = None,
     probability: bool = False,
     probability_folds: int = 5,
     **params: Any,
@@ -105,6 +106,10 @@ def train(
         Budget (MiB, per process; ``"auto"``, ``"auto:SHARE"``) of the engine's cache of
         decoded shards, when the engine is made here (default ``$OOC_SVM_SHARD_CACHE_MB``,
         else ``"auto"``; 0: every pass reads; see :func:`ooc_svm.engine.make_engine`).
+    scheduler_timeout : float, optional
+        Seconds an existing Dask scheduler may go without answering (connecting, and while
+        passes run) before the run stops with an error (default
+        ``$OOC_SVM_SCHEDULER_TIMEOUT``, else 60).
     **params
         Solver parameters: the fields of the solver's ``Params`` (``C``, ``kernel``,
         ``gamma``, ``eps``, ``tol``, ...); unknown names are rejected. Missing ones (or None)
@@ -124,7 +129,7 @@ def train(
     ckpt, class_ckpt = _checkpointers(mod, solver, store, typed, multiclass, checkpoint, resume)
     own_engine = engine is None
     if engine is None:
-        engine = _make_engine(scheduler, shard_cache_mb)
+        engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
     budget = memory_budget.current()
     claims = dict(budget.claims)  # this run's claims are released when it ends
     t0 = time.perf_counter()
@@ -212,9 +217,9 @@ def _multiclass_mode(store, multiclass: str | None) -> str | None:
     return multiclass
 
 
-def _make_engine(scheduler: str | None, shard_cache_mb) -> Engine:
+def _make_engine(scheduler: str | None, shard_cache_mb, scheduler_timeout=None) -> Engine:
     try:
-        options = EngineOptions(cache_mb=shard_cache_mb)
+        options = EngineOptions(cache_mb=shard_cache_mb, scheduler_timeout=scheduler_timeout)
     except EngineError as e:  # a parameter of train, reported as one
         raise SolverError(str(e)) from None
     return make_engine(scheduler, options)
@@ -402,6 +407,7 @@ def train_sweep(
     scheduler: str | None = None,
     callback: Callback | None = None,
     shard_cache_mb: float | None = None,
+    scheduler_timeout: float | None = None,
     warm_start: bool = True,
     **params: Any,
 ) -> SweepOutcome:
@@ -450,7 +456,7 @@ def train_sweep(
     key = sweep_metric(meta.label_kind, bool(meta.has_qid), metric)
     own_engine = engine is None
     if engine is None:
-        engine = _make_engine(scheduler, shard_cache_mb)
+        engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
     budget = memory_budget.current()
     claims = dict(budget.claims)  # the sweep's claims are released when it ends
     t0 = time.perf_counter()
@@ -525,26 +531,40 @@ def _sweep_validation(
 
 
 def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) -> SweepOutcome:
-    """Shard-fold cross-validation of the sweep; the best C retrained on all the data."""
+    """Shard-fold cross-validation of the sweep (row folds within the shards when the store
+    has fewer shards than folds); the best C retrained on all the data."""
     import numpy as np
 
-    from .evaluation.cross_validation import fold_assignment
+    from .evaluation.cross_validation import _row_fold_nnz, _shard_folds
     from .solvers.sweep import solve_sweep
-    from .store.views import ShardSubsetView
+    from .store.views import RowFoldView, ShardSubsetView
 
     if k < 2:
         raise SolverError(f"--folds must be >= 2, got {k}")
+    seed = int(typed.seed)
+    # fewer shards than folds (a store ingested with defaults is one shard): folds of rows
+    # within the shards, seeded, as --probability makes them
+    by_rows = len(store.meta.shards) < k
     try:
-        fold = fold_assignment(store.meta, k, int(typed.seed))
+        fold = _shard_folds(store.meta, k, seed, by_rows)
     except ValueError as e:
         raise SolverError(f"{store.path}: --folds: {e}") from None
+    fold_nnz = _row_fold_nnz(store, k, seed) if by_rows else None
+    if by_rows:
+        log.info("C sweep: %d shard(s) < %d folds: folds of rows within the shards", len(fold), k)
     per_c: list[list] = [[] for _ in Cs]
     rows: list[dict] = []
     passes: list[int] = []
     mode = ""
     for f in range(k):
-        train_view = ShardSubsetView(store, np.flatnonzero(fold != f))
-        held = ShardSubsetView(store, np.flatnonzero(fold == f))
+        train_view: RowFoldView | ShardSubsetView
+        held: RowFoldView | ShardSubsetView
+        if fold_nnz is not None:
+            train_view = RowFoldView(store, k, seed, f, fold_nnz[:, f])
+            held = RowFoldView(store, k, seed, f, fold_nnz[:, f], held=True)
+        else:
+            train_view = ShardSubsetView(store, np.flatnonzero(fold != f))
+            held = ShardSubsetView(store, np.flatnonzero(fold == f))
         sw = solve_sweep(train_view, engine, mod, typed, Cs, callback=None, warm_start=warm_start)
         mode = sw.mode
         passes.append(sw.passes)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -91,7 +92,13 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             self.classes_ = np.asarray(store.meta.labels or [], dtype=np.float64)
             self.n_features_in_ = store.meta.n_features
             params = self._solver_params(store.meta.n_features)
-            result = train(store, self.solver, **params, **self._warm_init(store))
+            result = train(
+                store,
+                self.solver,
+                probability=self._probability(),
+                **params,
+                **self._warm_init(store),
+            )
             self._label_map = None
         else:
             X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
@@ -105,7 +112,13 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             kind = "binary" if len(self.classes_) == 2 else "multiclass"
             params = self._solver_params(X.shape[1], X)
             with _StoreFromArrays(X, y_idx.astype(np.float64), kind) as store:
-                result = train(store, self.solver, **params, **self._warm_init(store))
+                result = train(
+                    store,
+                    self.solver,
+                    probability=self._probability(),
+                    **params,
+                    **self._warm_init(store),
+                )
         self.model_ = result.model
         self.result_ = result
         self.n_iter_ = int(result.iterations)
@@ -150,6 +163,31 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             return score_store(self.model_, _open(X))
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         return self.model_.decision_function(sp.csr_matrix(X))
+
+    def _probability(self) -> bool:
+        return bool(getattr(self, "probability", False))
+
+    @available_if(lambda self: bool(getattr(self, "probability", False)))
+    def predict_proba(self, X):
+        """Class probabilities, shape (n, n_classes) in the order of ``classes_`` (as
+        scikit-learn's): Platt's sigmoid fitted by cross-validation in ``fit``; needs
+        ``probability=True``. ``X`` as for :meth:`decision_function`."""
+        check_is_fitted(self, "model_")
+        if _is_store(X):
+            p = self.model_.predict_proba(_open(X))
+        else:
+            X = validate_data(
+                self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32]
+            )
+            p = self.model_.predict_proba(sp.csr_matrix(X))
+        p = np.asarray(p, dtype=np.float64)
+        return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
+
+    @available_if(lambda self: bool(getattr(self, "probability", False)))
+    def predict_log_proba(self, X):
+        """``log(predict_proba(X))``."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
 
     def _labels(self, s: np.ndarray) -> np.ndarray:
         if s.ndim == 2:
@@ -201,6 +239,9 @@ class LinearSVC(_OocSVMBase):
     random_state : int or None
     solver_params : dict or None
         Further solver parameters (see ``ooc-svm train --help``).
+    probability : bool
+        Fit Platt's sigmoid by 5-fold cross-validation (``train --probability``) so that
+        :meth:`predict_proba` works, as scikit-learn's ``SVC(probability=True)``.
     warm_start : bool
         Start the next ``fit`` from the last solution (scikit-learn's convention): perf from
         its w and cutting planes, the dual solvers from its α (``train --init``).
@@ -215,9 +256,11 @@ class LinearSVC(_OocSVMBase):
         random_state: int | None = None,
         solver_params: dict[str, Any] | None = None,
         warm_start: bool = False,
+        probability: bool = False,
     ) -> None:
         super().__init__(C, solver, tol, max_iter, random_state, solver_params)
         self.warm_start = warm_start
+        self.probability = probability
 
     def _solver_params(self, n_features, X=None):
         p: dict[str, Any] = {"C": float(self.C)}
@@ -238,7 +281,7 @@ class SVC(_OocSVMBase):
         "auto" = 1 / n_features.
     degree, coef0 : kernel parameters.
     solver : {"smo", "active-set", "irwls"}
-    tol, max_iter, random_state, solver_params, warm_start : as for :class:`LinearSVC`.
+    tol, max_iter, random_state, solver_params, warm_start, probability : as for :class:`LinearSVC`.
     """
 
     def __init__(
@@ -254,9 +297,11 @@ class SVC(_OocSVMBase):
         random_state: int | None = None,
         solver_params: dict[str, Any] | None = None,
         warm_start: bool = False,
+        probability: bool = False,
     ) -> None:
         super().__init__(C, solver, tol, max_iter, random_state, solver_params)
         self.warm_start = warm_start
+        self.probability = probability
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree

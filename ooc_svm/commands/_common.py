@@ -24,6 +24,30 @@ def add_model_and_input(p) -> None:
         help="score data with more than 10%% more features than the model (refused by "
         "default: another feature space?); features beyond the model's weigh 0",
     )
+    p.add_argument(
+        "--allow-narrower",
+        action="store_true",
+        help="score a store with less than half the model's features (refused by default: "
+        "another feature space?)",
+    )
+
+
+def load_scored_model(args):
+    """The model of ``predict``/``evaluate``; when it is not one but the data argument is,
+    the error says the model comes first (LIBLINEAR's ``predict`` takes DATA MODEL)."""
+    import os
+
+    from ..model.model import ModelError, load_model
+
+    try:
+        return load_model(args.model)
+    except ModelError as e:
+        if os.path.isfile(os.path.join(str(args.store), "model.json")):
+            raise ModelError(
+                f"{e}; {args.store} is a model: give the model first, then the data "
+                f"(ooc-svm {args.command} MODEL DATA; LIBLINEAR's predict takes DATA MODEL)"
+            ) from None
+        raise
 
 
 def open_scored_input(args, model):

@@ -138,15 +138,14 @@ def run(args: argparse.Namespace) -> int:
     from .._util import is_special_output, json_text
     from ..evaluation.scoring import check_compatible, predict_store
     from ..memory_budget import current
-    from ..model.model import load_model
     from ..progress import Meter, progress_mode
-    from ._common import apply_memory, open_scored_input
+    from ._common import apply_memory, load_scored_model, open_scored_input
     from ._startup import init_numba_target
 
     apply_memory(args)
     init_numba_target()
     t0 = time.perf_counter()
-    model = load_model(args.model)
+    model = load_scored_model(args)
     if args.probability:
         from ..model.model import require_probability
 
@@ -163,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         args.store,
         labels_matter=not dummy,
         allow_wider=args.allow_wider,
+        allow_narrower=args.allow_narrower,
     )
     streamed = is_special_output(args.output)
     meter = Meter("predict", progress_mode(args), total=store.meta.n_rows, unit="rows")

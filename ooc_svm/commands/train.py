@@ -86,8 +86,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--solver",
         choices=solver_names(),
-        default="perf",
-        help="which solver (see above; default perf)",
+        default=None,
+        help="which solver (see above; default perf, or smo when --kernel is not linear)",
     )
     _add_run_flags(p)
     _add_follow_flags(p)
@@ -156,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint=args.checkpoint,
             resume=args.resume,
             shard_cache_mb=args.shard_cache_mb,
+            scheduler_timeout=args.scheduler_timeout,
             probability=args.probability,
             probability_folds=args.probability_folds,
             params=typed,

@@ -5,6 +5,7 @@ the typed parameters back from the parsed arguments (:func:`solver_params_from_a
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +142,15 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
+    )
+    p.add_argument(
+        "--scheduler-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with a Dask scheduler address: seconds it may go without answering, when "
+        "connecting and while passes run (asked every few seconds), before the run stops "
+        "with an error (default $OOC_SVM_SCHEDULER_TIMEOUT, else 60)",
     )
     p.add_argument(
         "--shard-cache-mb",
@@ -298,6 +308,14 @@ def config_file(name: str) -> str:
     return str(shipped) if shipped.is_file() else name
 
 
+def shipped_configs() -> list[str]:
+    """Names of the parameter files shipped with the package (``--config NAME``)."""
+    from importlib.resources import files
+
+    conf = files("ooc_svm") / "conf"
+    return sorted(p.name[:-5] for p in conf.iterdir() if p.name.endswith(".toml"))
+
+
 def load_config(path: str, solver: str) -> dict:
     """Parameters from a TOML file: top-level keys, overridden by a ``[solver]`` table."""
     import tomllib
@@ -307,7 +325,10 @@ def load_config(path: str, solver: str) -> dict:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
     except FileNotFoundError:
-        raise OSError(f"{path}: config file not found") from None
+        raise OSError(
+            f"{path}: config file not found; give a TOML file or one of the shipped names "
+            f"({', '.join(shipped_configs())})"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise OSError(f"{path}: invalid TOML ({e})") from None
     out = {k.replace("-", "_"): v for k, v in doc.items() if not isinstance(v, dict)}
@@ -321,6 +342,15 @@ def solver_params_from_args(args: argparse.Namespace) -> tuple[SolverParams, dic
     on the command line. Raises SolverError (one line) on an unknown or invalid value."""
     from ..api import SolverError, flag_name, solver_catalogue
 
+    if args.solver is None:  # a kernel asks for a kernel solver (it took a second try)
+        kernel = getattr(args, "kernel", None) or "linear"
+        args.solver = "perf" if kernel == "linear" else "smo"
+        if args.solver == "smo":
+            logging.getLogger("ooc_svm").info(
+                "--kernel %s: training with --solver smo (LIBSVM's method; --solver "
+                "active-set scales to larger data)",
+                kernel,
+            )
     cls = solver_catalogue()[args.solver][0]
     given = {k: getattr(args, k) for k in args._param_names if getattr(args, k, None) is not None}
     if isinstance(given.get("C"), list):  # a C sweep: Params holds the smallest value

@@ -119,6 +119,7 @@ def run_sweep(args: argparse.Namespace, typed: SolverParams) -> int:
         metric=args.sweep_metric,
         scheduler=args.scheduler,
         shard_cache_mb=args.shard_cache_mb,
+        scheduler_timeout=args.scheduler_timeout,
         params=typed,
     )
     out.result.model.save(args.output)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,42 @@ class DaskConnection:
     _address: str
     _cluster: Any
     _client: Client | None
+    #: seconds the scheduler went without answering, once the watchdog gave up on it
+    _frozen: float | None = None
+    _watch_stop: threading.Event | None = None
+
+    def _start_watchdog(self, timeout: float) -> None:
+        """Ask the scheduler who it is every few seconds (a daemon thread); after
+        ``timeout`` seconds without an answer, record it in ``_frozen`` and close the
+        client, so that whatever waits on the cluster fails at once (the engine then says
+        why, see ``DaskEngine._lost_scheduler``)."""
+        stop = threading.Event()
+        self._watch_stop = stop
+        client = self._client
+        every = max(0.5, min(5.0, timeout / 2))
+
+        def watch() -> None:
+            while not stop.wait(every):
+                sched = None if client is None else client.scheduler
+                if client is None or sched is None or client.status != "running":
+                    return
+                try:
+                    client.sync(sched.identity, callback_timeout=timeout)
+                except Exception as e:
+                    if stop.is_set() or client.status != "running":
+                        return
+                    if not isinstance(e, TimeoutError):
+                        log.debug("scheduler watchdog: %r", e)
+                        continue  # a lost connection: the client notices by itself
+                    self._frozen = timeout
+                    log.debug("the scheduler did not answer within %g s: closing", timeout)
+                    try:
+                        client.close(timeout=min(timeout, 5.0))
+                    except Exception:  # pragma: no cover - best effort
+                        pass
+                    return
+
+        threading.Thread(target=watch, name="ooc-svm-scheduler-watchdog", daemon=True).start()
 
     def _connect(self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs):
         s = self.scheduler
@@ -46,6 +83,18 @@ class DaskConnection:
 
         address = self._scheduler_address(s)
         t0 = time.monotonic()
+        # a scheduler that accepts the connection but never answers (SIGSTOPped, hung) would
+        # keep Client() waiting for ever: ask it who it is first, within the timeout
+        try:
+            probe_scheduler(address, timeout)
+        except TimeoutError:
+            raise EngineError(
+                f"the Dask scheduler at {address} accepted the connection but did not answer "
+                f"within {timeout:g} s (stopped or hung?); check it, or give it longer with "
+                "--scheduler-timeout SECONDS"
+            ) from None
+        except Exception as e:  # refused, unreachable: Client() retries until the timeout
+            log.debug("probing %s: %r", address, e)
         try:
             self._client = Client(address, timeout=timeout)
         except Exception as e:
@@ -196,6 +245,8 @@ class DaskConnection:
         kill them (Dask's default, 4 s, is short on a loaded machine: the kill is what
         prints "Worker process ... was killed by signal 9"), then the scheduler.
         """
+        if self._watch_stop is not None:
+            self._watch_stop.set()
         client, cluster = self._client, self._cluster
         self._client = self._cluster = None
         t0 = time.monotonic()
@@ -220,6 +271,21 @@ class DaskConnection:
             self.close()
         except Exception:
             pass
+
+
+async def _identity(address: str, timeout: float) -> dict:
+    from distributed.core import rpc
+
+    async with rpc(address, timeout=timeout) as r:
+        return await r.identity()
+
+
+def probe_scheduler(address: str, timeout: float) -> dict:
+    """The scheduler's ``identity`` over a fresh connection; ``TimeoutError`` when it does
+    not answer within ``timeout`` seconds (connection errors are raised as they are)."""
+    import asyncio
+
+    return asyncio.run(asyncio.wait_for(_identity(address, timeout), timeout))
 
 
 async def _stop_workers(cluster, timeout: float) -> None:

@@ -231,6 +231,45 @@ class SolverParams:
         """Rules that depend on the store (``meta``: its metadata)."""
         if meta.n_rows == 0:
             raise SolverError("the store has no rows")
+        self.check_costs(int(meta.n_rows))
+
+    def base_C(self, n_rows: int) -> float:
+        """The C the run uses (LIBLINEAR units) on ``n_rows`` rows."""
+        return float(self.C)
+
+    def C_text(self, C: float) -> str:
+        """How the user gave C, for messages."""
+        return f"--C {C:g}"
+
+    def check_costs(self, n_rows: int) -> None:
+        """Refuse a C or class weight whose products overflow or vanish in the solvers'
+        arithmetic (a dual variable is at most C·weight; their sum, C·weight·n, is squared
+        in objectives and Gram products): ``COST_MIN <= C·weight`` and
+        ``C·weight·n <= COST_MAX``, naming the culprit."""
+        C = self.base_C(n_rows)
+        weights: dict[str, float] = {}
+        if self.class_weight is not None:
+            parsed = parse_class_weight(self.class_weight)
+            if isinstance(parsed, dict):
+                weights = parsed
+        for key, w in [("", 1.0), *weights.items()]:
+            c = C * w
+            blame_weight = bool(key)  # C alone passed (checked first, with weight 1)
+            what = f"--class-weight {key}={w:g}" if blame_weight else self.C_text(C)
+            product = "C x weight x rows" if key else "C x rows"
+            if not c * n_rows <= COST_MAX:
+                raise SolverError(
+                    f"{what} is too large: {product} = {c * n_rows:.3g} overflows the "
+                    f"solvers' arithmetic (limit {COST_MAX:g}); use a smaller "
+                    + ("class weight" if blame_weight else "--C")
+                )
+            if not c >= COST_MIN:
+                raise SolverError(
+                    f"{what} is too small: {'C x weight' if key else 'C'} = {c:.3g} vanishes "
+                    "in the solvers' "
+                    f"arithmetic (limit {COST_MIN:g}); use a larger "
+                    + ("class weight" if blame_weight else "--C")
+                )
 
     def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
         """Bytes this solver cannot do without on this store (name -> bytes); none here."""
@@ -446,9 +485,19 @@ def class_weights(
     return w_neg, w_pos
 
 
+#: range of a class's cost C·weight (lower bound) and of C·weight·rows (upper bound), the
+#: scale of the dual variables and of their sum: squared in the objectives they stay finite
+#: and above float64's underflow
+COST_MIN = 1e-100
+COST_MAX = 1e100
+
+
 #: MiB a dense float64 vector over the features may take in the dual solvers (their linear
 #: ``w``, the support vectors' feature index): a store beyond it is refused up front
 DUAL_DENSE_LIMIT_MB = 4096
+#: MiB of dense per-feature vectors a dual solver may always take; beyond it they must not
+#: be larger than the store's decoded non-zeros (a width the data does not use)
+DUAL_WIDE_FREE_MB = 256
 
 
 def check_dense_features(meta: Any, limit_mb: float = DUAL_DENSE_LIMIT_MB) -> None:
@@ -463,4 +512,15 @@ def check_dense_features(meta: Any, limit_mb: float = DUAL_DENSE_LIMIT_MB) -> No
             f"the store has {int(meta.n_features):,} features: a dense vector over them needs "
             f"{need:,.0f} MiB, more than this solver's bound of {limit_mb:,.0f} MiB; hash the "
             "features into fewer columns or re-ingest with a smaller --n-features"
+        )
+    # a width the data does not use: 2 rows declaring 2e8 features took 3.2 GB to train
+    nnz = int(getattr(meta, "nnz", 0) or 0)
+    data_mb = 12.0 * nnz / 2**20  # the store's own non-zeros (value + column), decoded
+    if need > max(DUAL_WIDE_FREE_MB, data_mb):
+        raise SolverError(
+            f"the store declares {int(meta.n_features):,} features but holds only {nnz:,} "
+            f"non-zeros: the linear kernel's dense w over that width needs {need:,.0f} MiB, "
+            f"more than the data itself ({data_mb:,.1f} MiB) and {DUAL_WIDE_FREE_MB:g} MiB; "
+            "re-ingest with --hash-bits B or a smaller --n-features, or use a non-linear "
+            "--kernel (kernel models keep no vector over the features)"
         )

@@ -29,10 +29,12 @@ import numpy as np
 
 from .._util import cpu_count
 from ..kernels.hashing import hash_csr_inplace
+from . import ingest_input
 from . import svmlight as sv
 from .format import MAX_FEATURES, MAX_HASH_BITS, StoreMeta
 from .ingest_input import (
     IngestError,
+    LongLineError,
     _background,
     _Block,
     _BufferPool,
@@ -384,7 +386,10 @@ class _Pipeline:
 
     def _blocks(self):
         for i, (inp, path) in enumerate(zip(self.infos, self.paths, strict=True)):
-            yield from _read_blocks(i, inp, path, self.job.block_bytes, self.stop, self.buffers)
+            yield from _read_blocks(
+                i, inp, path, self.job.block_bytes, self.stop, self.buffers,
+                ingest_input.MAX_LINE_BYTES,
+            )  # fmt: skip
 
     def _submit(self, block: _Block) -> None:
         j = self.job
@@ -407,6 +412,8 @@ class _Pipeline:
                         self._submit(next(src))
                     except StopIteration:
                         src_done = True
+                    except LongLineError as e:
+                        self._long_line(e)
                 if not self.pending:
                     break
                 res: _Parsed = self.pending.popleft().result()
@@ -420,6 +427,19 @@ class _Pipeline:
                     self.wt.put(item)
         finally:
             src.close()
+
+    def _long_line(self, e: LongLineError) -> None:
+        """Parse the blocks before an over-long line (an error in them comes first), then
+        name the line by its number."""
+        while self.pending:
+            res: _Parsed = self.pending.popleft().result()
+            self._take(res)
+        line = self.line0[e.input_index] + 1
+        raise IngestError(
+            f"{e.name}: line {line:,} (byte {e.offset:,}) is longer than {e.limit:,} bytes "
+            "without a newline: not SVMlight text (a device or binary file?); nothing was "
+            "written"
+        ) from None
 
     def _count_input(self, blk: _Block) -> None:
         """Progress and ``input_bytes`` from the block's count of raw input bytes."""

@@ -267,7 +267,7 @@ def _error_steps(
         final = yield from _paper_steps(run)
     else:
         final = yield from _accelerated_steps(run, share)
-    if not run.converged and not run.stalled:
+    if not run.converged and not run.stalled and not run.prog.stalled:
         log.warning(
             "perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
             run.it,

@@ -174,6 +174,17 @@ class Params(SolverParams):
             )
         return mib
 
+    def base_C(self, n_rows: int) -> float:
+        """C in LIBLINEAR units: ``--C``, or ``100·c_perf/n`` (SVMperf's scale)."""
+        if self.c_perf is not None:
+            return 100.0 * float(self.c_perf) / max(1, n_rows)
+        return float(self.C)
+
+    def C_text(self, C: float) -> str:
+        if self.c_perf is not None:
+            return f"--c-perf {self.c_perf:g} (C = {C:g})"
+        return f"--C {C:g}"
+
     def validate(self, meta: StoreMeta) -> None:
         super().validate(meta)
         self.resolve_loss(meta)

@@ -60,6 +60,8 @@ class QPResult:
     gap: float
     iterations: int
     converged: bool
+    #: the SMO fallback used up its whole step budget without reaching its tolerance
+    exhausted: bool = False
 
 
 @njit(cache=True, nogil=True)
@@ -227,18 +229,44 @@ def _kkt_step(Qa: np.ndarray, F: np.ndarray, g: np.ndarray) -> tuple[np.ndarray,
     return sol[:k], False
 
 
-def _active_set(Qa, ba, xa, s, atol, max_steps):
+#: the active-set method hands over to SMO when its objective has not decreased (beyond
+#: round-off) for this many steps, or when its KKT solves have cost this many (free set
+#: size + 1)³ units in all: its work is bounded by counts, never by seconds (one QP of a9a
+#: at C = 1e9 took 350 s of 5000 dense solves before)
+ACTIVE_SET_STALL_STEPS = 50
+ACTIVE_SET_MAX_WORK = 2e9
+
+
+def _active_set(Qa, ba, xa, s, atol, max_steps, floor: float = 0.0):
     """Primal active-set method on the simplex {xa ≥ 0, Σ xa = s}; modifies ``xa``.
 
-    Returns (steps, converged).
+    Returns (steps, converged). Gives up (not converged) after ``max_steps`` steps,
+    after ``ACTIVE_SET_STALL_STEPS`` steps without a decrease of the objective by more than
+    ``s·floor``, or once its solves have cost ``ACTIVE_SET_MAX_WORK``.
     """
     m1 = xa.shape[0]
     F = np.flatnonzero(xa > 0.0)
     at_eqp_optimum = False
+    best = np.inf
+    since_best = 0
+    work = 0.0
     for step in range(max_steps):
         g = matvec(Qa, xa) - ba
+        f = 0.5 * float(vdot(xa, g)) - 0.5 * float(vdot(ba, xa))
+        if f < best - s * floor:
+            best, since_best = f, 0
+        else:
+            since_best += 1
+            if since_best > ACTIVE_SET_STALL_STEPS:
+                return step, False
+        if work > ACTIVE_SET_MAX_WORK:
+            return step, False
+        work += float(F.size + 1) ** 3
         if not at_eqp_optimum:
-            p, unbounded = _kkt_step(Qa, F, g)
+            try:
+                p, unbounded = _kkt_step(Qa, F, g)
+            except np.linalg.LinAlgError:  # (SVD did not converge): SMO finishes
+                return step, False
             if unbounded or np.abs(p).max() > 1e-15 * s:
                 neg = p < 0.0
                 alpha = np.inf if unbounded else 1.0
@@ -387,6 +415,11 @@ def solve_simplex_qp(
     """
     Q, b, Qa, ba, xa = _warm_start(Q, b, s, x0)
     m = b.shape[0]
+    if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(b)) and np.isfinite(s)):
+        raise ValueError(
+            "the cutting-plane QP has non-finite entries (overflow: feature values, C or "
+            "class weights too large)"
+        )
     scale = max(
         1.0,
         float(np.abs(b).max()) if m else 0.0,
@@ -398,15 +431,18 @@ def solve_simplex_qp(
     # round-off level of a gradient entry: with a huge ``s`` (extreme C) the gradient
     # Qx − b is a difference of large terms and cannot be resolved below this
     floor = 64.0 * np.finfo(np.float64).eps * (s * (float(np.abs(Q).max()) if m else 0.0) + 1.0)
-    steps, ok = _active_set(Qa, ba, xa, s, atol, max_steps)
+    steps, ok = _active_set(Qa, ba, xa, s, atol, max_steps, floor)
     if ok and not _no_worse(Qa, ba, xa, f_start, s, floor):
         ok = False  # breakdown: the active-set method left the warm start uphill
     ga = matvec(Qa, xa) - ba
+    exhausted = False
     if not ok:
         if not _no_worse(Qa, ba, xa, f_start, s, floor):
             xa = start.copy()
             ga = matvec(Qa, xa) - ba
-        steps += _smo_chunked(Qa, ba, xa, ga, max(atol, floor), max_smo_iter)
+        smo_steps = _smo_chunked(Qa, ba, xa, ga, max(atol, floor), max_smo_iter)
+        steps += smo_steps
+        exhausted = smo_steps >= max_smo_iter
         if not _no_worse(Qa, ba, xa, f_start, s, floor):  # pragma: no cover - SMO descends
             xa = start
         ga = matvec(Qa, xa) - ba
@@ -418,4 +454,5 @@ def solve_simplex_qp(
         gap=max(_fw_gap(xa, ga, s), 0.0),
         iterations=int(steps),
         converged=bool(ok),
+        exhausted=bool(exhausted),
     )

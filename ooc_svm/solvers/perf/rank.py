@@ -292,7 +292,7 @@ class _RankRun:
             ws.add(g / self.m, viol / self.m)
             ws.drop_inactive(self.max_inactive)
             self.save()
-        if not self.converged and not self.stalled:
+        if not self.converged and not self.stalled and not self.prog.stalled:
             log.warning(
                 "perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
                 self.it,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import numpy as np
 
 from ...kernels.kernel_functions import sparse_sparse_dot
+from .. import SolverError
 from ._numba.cuts import matvec, sparse_vdot, vdot
 from ._numba.sparse import axpy, scatter_add
 from .qp import solve_simplex_qp
@@ -110,6 +112,7 @@ class WorkingSet:
             gq = v if isinstance(v, np.ndarray) and v.dtype == np.float64 else self._as_dense(v)
             row = np.array([self._dot(u, gq) for u in self.vecs] + [float(vdot(gq, gq))])
             del gq
+        check_plane(row[-1])
         m = len(self.vecs)
         Q = np.empty((m + 1, m + 1))
         Q[:m, :m] = self.Q
@@ -206,11 +209,14 @@ class WorkingSet:
 
         Counts in :attr:`failed_in_a_row` the consecutive QPs that used up their step budget
         without reaching their tolerance (see :func:`check_qp`)."""
-        res = solve_simplex_qp(
-            self.Q, np.asarray(self.r), C_perf, x0=self.alpha, atol=atol,
-            max_steps=QP_MAX_STEPS, max_smo_iter=QP_MAX_SMO_STEPS,
-        )  # fmt: skip
-        exhausted = not res.converged and res.iterations >= QP_MAX_STEPS + QP_MAX_SMO_STEPS
+        try:
+            res = solve_simplex_qp(
+                self.Q, np.asarray(self.r), C_perf, x0=self.alpha, atol=atol,
+                max_steps=QP_MAX_STEPS, max_smo_iter=QP_MAX_SMO_STEPS,
+            )  # fmt: skip
+        except ValueError as e:
+            raise SolverError(f"perf: {e}; scale the features or use a smaller --C") from None
+        exhausted = res.exhausted
         self.failed_in_a_row = self.failed_in_a_row + 1 if exhausted else 0
         self.alpha = res.x
         w = self.combine(res.x)
@@ -298,6 +304,26 @@ def points_budget(limit: float, dim: int) -> float:
     :data:`POINTS_MAX_BYTES`, 0 when fewer than four points fit (no warm points then)."""
     b = min(limit / 4, float(POINTS_MAX_BYTES))
     return b if b >= 16.0 * dim else 0.0
+
+
+#: largest squared norm of a cutting plane (an average of y·x over rows, so at most the
+#: largest squared row norm R²) the method can work with: at R² beyond it, ‖w‖² ~ 1/R² sits
+#: below float64's resolution of the loss terms (~1) and the QP's gradients lose all
+#: precision (feature values near 3.4e38 ran for ever with the gap stuck at 0.97)
+PLANE_NORM2_MAX = 1e30
+
+
+def check_plane(norm2: float) -> None:
+    """Refuse a cutting plane whose squared norm is non-finite or beyond
+    ``PLANE_NORM2_MAX``: the feature values are too large for the method (one line)."""
+    if math.isfinite(norm2) and norm2 <= PLANE_NORM2_MAX:
+        return
+    raise SolverError(
+        f"perf: the feature values are too large: a cutting plane (an average of label x "
+        f"row) has squared norm {norm2:.3g} (limit {PLANE_NORM2_MAX:g}), beyond what float64 "
+        "arithmetic resolves; scale the features (e.g. to [-1, 1]) and train again; no "
+        "model written"
+    )
 
 
 def _sq(v: np.ndarray) -> float:
