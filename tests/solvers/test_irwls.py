@@ -375,7 +375,7 @@ def test_large_system_factor_on_threads_is_bit_identical_and_matches_the_serial_
     of the serial Cholesky to rounding."""
     import numba
 
-    from ooc_svm.solvers.irwls.working_set import _schur_solve, _schur_solve_par
+    from ooc_svm.solvers.irwls._numba import _schur_solve, _schur_solve_par
 
     rng = np.random.default_rng(3)
     n = 301

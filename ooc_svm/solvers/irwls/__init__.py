@@ -20,7 +20,8 @@ Paper sections → modules:
   change, checks (9)–(11) and draws the next working set; kernel column cache):
   :mod:`.passes`;
 - the driver (outer loop, b reset, checkpoints, the model), parameters: :mod:`.driver`
-  (its module docstring has the full description of the method and its choices).
+  (its module docstring has the full description of the method and its choices);
+- numba kernels (the linear systems, the SMO finish, the pass's column update): :mod:`._numba`.
 """
 
 from __future__ import annotations
