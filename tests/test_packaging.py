@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from ooc_svm.commands.train_flags import config_file, load_config
+from ooc_svm.solvers import available_solvers
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLVERS = ("perf", "smo", "active-set", "irwls")
+SOLVERS = available_solvers()
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

@@ -25,11 +25,11 @@ from conftest import build_store
 
 from ooc_svm.api import train
 from ooc_svm.engine import LocalEngine
-from ooc_svm.solvers import SOLVER_MODULES, SolverError, get_solver
+from ooc_svm.solvers import SolverError, available_solvers, get_solver
 from ooc_svm.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
-SOLVERS = list(SOLVER_MODULES)
+SOLVERS = available_solvers()
 
 
 def _binary(n=120, d=5, seed=0):

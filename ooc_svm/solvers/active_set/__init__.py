@@ -25,6 +25,7 @@ Paper sections → modules:
 from __future__ import annotations
 
 from .. import lazy_exports
+from ..contract import Entry, SolverSpec
 from .params import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
 
 #: imported on first use: the package stays light (``train`` reads ``Params`` and
@@ -39,11 +40,14 @@ __getattr__ = lazy_exports(
         "WorkingSet": ".working_set",
         # solve(store, engine, params, *, callback=None, checkpoint=None) -> Result
         "solve": ".driver",
+        # solve_warm(store, engine, params, init, *, callback=None) -> Result (a C sweep)
+        "solve_warm": ".driver",
     },
 )
 
 __all__ = [
     "DEFAULTS",
+    "SPEC",
     "STOPPING_RULE",
     "SUPPORTS_CHECKPOINT",
     "Counters",
@@ -53,4 +57,14 @@ __all__ = [
     "Params",
     "WorkingSet",
     "solve",
+    "solve_warm",
 ]
+
+SPEC = SolverSpec(
+    name="active-set",
+    Params=Params,
+    stopping_rule=STOPPING_RULE,
+    solve=Entry(f"{__name__}.driver", "solve"),
+    solve_warm=Entry(f"{__name__}.driver", "solve_warm"),
+    checkpoint=SUPPORTS_CHECKPOINT,
+)

@@ -27,6 +27,7 @@ Paper sections → modules:
 from __future__ import annotations
 
 from .. import lazy_exports
+from ..contract import Entry, SolverSpec
 from .params import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
 
 #: imported on first use: the package stays light (``train`` reads ``Params`` and
@@ -45,6 +46,7 @@ __getattr__ = lazy_exports(
 
 __all__ = [
     "DEFAULTS",
+    "SPEC",
     "STOPPING_RULE",
     "SUPPORTS_CHECKPOINT",
     "Params",
@@ -53,3 +55,12 @@ __all__ = [
     "solve",
     "solve_warm",
 ]
+
+SPEC = SolverSpec(
+    name="irwls",
+    Params=Params,
+    stopping_rule=STOPPING_RULE,
+    solve=Entry(f"{__name__}.driver", "solve"),
+    solve_warm=Entry(f"{__name__}.driver", "solve_warm"),
+    checkpoint=SUPPORTS_CHECKPOINT,
+)
