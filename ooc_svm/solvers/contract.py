@@ -41,6 +41,11 @@ SOLVER_PACKAGES = (
     "ooc_svm.solvers.irwls",
 )
 
+#: the problems a solver may solve: LIBSVM's C-SVC dual (min ½αᵀQα − eᵀα, yᵀα = 0,
+#: 0 ≤ α ≤ C, an unregularised intercept) or LIBLINEAR's L1-loss primal with the bias a
+#: constant feature regularised like the weights (``-B``)
+PROBLEMS = ("libsvm", "liblinear")
+
 #: how :func:`ooc_svm.solvers.sweep.solve_sweep` trains several values of C: every value's
 #: iteration fused into one pass per round, each value started from the previous one's
 #: model, or each value on its own
@@ -92,6 +97,8 @@ class SolverSpec:
         The frozen parameter dataclass (flags, ``--help``, TOML and keywords come from it).
     stopping_rule : str
         One line describing the stopping rule (``train --help``).
+    problem : str
+        The optimisation problem, one of :data:`PROBLEMS` (what its reference optimum is).
     tolerance : str
         The field of ``Params`` that holds the stopping tolerance (``eps``, ``tol``).
     progress_label : str or callable
@@ -122,6 +129,8 @@ class SolverSpec:
         ``--checkpoint`` / ``--resume`` are supported.
     ovr_checkpoint : bool
         ... also for one-vs-rest training.
+    checkpoint_often : mapping
+        Parameters with which even a short run saves a checkpoint at every safe point.
     sweep_mode : callable
         ``sweep_mode(spec, params, meta) -> str``, one of :data:`SWEEP_MODES`.
     """
@@ -130,6 +139,7 @@ class SolverSpec:
     Params: type[SolverParams]
     stopping_rule: str
     solve: Callable[..., Result]
+    problem: str = "libsvm"
     tolerance: str = "tol"
     progress_label: str | Callable[[Any], str] = "KKT"
     record_labels: Mapping[str, str] = field(default_factory=dict)
@@ -141,9 +151,12 @@ class SolverSpec:
     solve_sweep: Callable[..., list[Result]] | None = None
     checkpoint: bool = False
     ovr_checkpoint: bool = False
+    checkpoint_often: Mapping[str, Any] = field(default_factory=dict)
     sweep_mode: Callable[[SolverSpec, Any, StoreMeta], str] = _no_sweep_mode
 
     def __post_init__(self) -> None:
+        if self.problem not in PROBLEMS:
+            raise SolverError(f"solver {self.name!r}: problem {self.problem!r} not in {PROBLEMS}")
         if self.tolerance not in self.Params.names():
             raise SolverError(f"solver {self.name!r}: no parameter {self.tolerance!r}")
         if self.ovr_checkpoint and not self.checkpoint:

@@ -153,6 +153,7 @@ SPEC = SolverSpec(
     name="perf",
     Params=Params,
     stopping_rule=STOPPING_RULE,
+    problem="liblinear",
     tolerance="eps",
     progress_label=_progress_label,
     violation_label="ξ violation of the most\nviolated constraint",

@@ -81,4 +81,6 @@ SPEC = SolverSpec(
     solve=Entry(f"{__name__}.driver", "solve"),
     solve_warm=Entry(f"{__name__}.driver", "solve_warm"),
     checkpoint=SUPPORTS_CHECKPOINT,
+    # in memory: a chunk of 20 SMO steps, each saved
+    checkpoint_often={"checkpoint_every": 20},
 )
