@@ -199,3 +199,19 @@ def test_solver_packages_have_one_shape():
         assert not outside, f"{pkg.name}: numba kernels outside _numba: {outside}"
         # the card and the facade only: reading Params loads no numba
         assert "njit" not in (pkg / "__init__.py").read_text(), pkg.name
+
+
+def test_make_test_and_the_readme_agree_on_the_cluster_tests():
+    """``make test`` (what CI runs) and the README's account of it say the same about the
+    tests that start a Dask cluster."""
+    make = (ROOT / "Makefile").read_text()
+    m = re.search(r"^test: .*\n\t(.*)$", make, re.M)
+    assert m is not None
+    marks = re.search(r'-m "([^"]*)"', m.group(1))
+    excluded = marks is not None and "not cluster" in marks.group(1)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    included = "cluster tests included" in readme
+    assert excluded != included, (
+        m.group(1),
+        "README: 'cluster tests included'" if included else "",
+    )
