@@ -361,3 +361,18 @@ def test_a_registered_solver_gets_every_check(toy_registered, tmp_path):
 def test_the_suite_is_parametrised_by_the_registry():
     marks = [m for m in test_contract.pytestmark if m.args[0] == "solver"]
     assert list(marks[0].args[1]) == solver_names()
+
+
+def test_a_solver_that_fails_to_import_is_reported_with_its_reason(monkeypatch):
+    from ooc_svm.solvers import SolverError, contract
+
+    names = solver_names()
+    missing = "ooc_svm.solvers.not_built"
+    monkeypatch.setattr(contract, "SOLVER_PACKAGES", (*contract.SOLVER_PACKAGES, missing))
+    monkeypatch.setattr(contract, "_BUILTIN", None)
+    monkeypatch.setattr(contract, "_FAILED", {})
+    assert solver_names() == names  # the others stay
+    reason = contract.unavailable_solvers()[missing]
+    assert reason.startswith("ModuleNotFoundError") and "not_built" in reason
+    with pytest.raises(SolverError, match="not_built is not available .ModuleNotFoundError"):
+        get_spec("not_built")
