@@ -13,7 +13,7 @@ rusage) and peak RSS of every child; the load average before and after.
 
 Printed for each solver: median wall / CPU on 1 and on 2 cores, the speed-up (median of the
 per-round wall ratios 1 core / 2 cores) and the ratio to LIBSVM-OpenMP at the same number of
-threads (median of the per-round wall ratios). Targets of issue 23: speed-up ≥ 1.7×,
+threads (median of the per-round wall ratios). Targets: speed-up ≥ 1.7×,
 ratio ≤ 0.6×.
 
 Usage::

@@ -215,3 +215,50 @@ def test_make_test_and_the_readme_agree_on_the_cluster_tests():
         m.group(1),
         "README: 'cluster tests included'" if included else "",
     )
+
+
+#: ``.md`` names in code and docs that are not files of the repository, on purpose: what the
+#: scripts write (placeholders in capitals, ``scale_table.md``) and the papers beside it
+_MD_NOT_FILES = re.compile(r"(^|/)(OUT|NAME|STEM)(/|\.md$)|^\.\./shared/|^scale_table\.md$")
+
+
+def test_every_md_named_in_code_or_docs_exists():
+    sources = [
+        *_package_sources(),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "scripts").rglob("*.py"),
+        *(ROOT / "docs").glob("*.md"),
+        ROOT / "README.md",
+    ]
+    name = re.compile(r"(?<![\w.-])((?:\.\./|[\w-]+/)*[\w.-]+\.md)(?![\w/-])")
+    missing = set()
+    for src in sources:
+        for m in name.finditer(src.read_text()):
+            md = m.group(1)
+            if _MD_NOT_FILES.search(md):
+                continue
+            where = (ROOT / md, ROOT / "docs" / md, src.parent / md)
+            if not any(p.is_file() for p in where):
+                missing.add(f"{src.relative_to(ROOT)}: {md}")
+    assert not missing, f"named but not in the repository: {sorted(missing)}"
+
+
+def test_no_issue_or_goal_numbers_in_docs_code_or_tests():
+    """Docs, docstrings and tests give reasons, not the tracker's numbers (CHANGELOG.md, the
+    history, keeps them)."""
+    numbered = re.compile(r"\b[Ii]ssues? \d+|\b[Gg]oals? \d+(?! ?[%×x])")
+    sources = [
+        *_package_sources(),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "scripts").rglob("*.py"),
+        *(ROOT / "docs").rglob("*.md"),
+        ROOT / "README.md",
+    ]
+    found = [
+        f"{src.relative_to(ROOT)}:{n}: {line.strip()[:80]}"
+        for src in sources
+        if src.name != "test_layout.py"
+        for n, line in enumerate(src.read_text().splitlines(), 1)
+        if numbered.search(line)
+    ]
+    assert not found, found

@@ -1,4 +1,4 @@
-"""Issue 13 item 1: progress of the commands (``ooc_svm/progress.py``).
+"""Progress of the commands (``ooc_svm/progress.py``).
 
 Without a terminal: plain lines (iteration, passes, objective, gap and its target, elapsed)
 on stderr, at most one per ``$OOC_SVM_PROGRESS_SECONDS`` (5 s) plus the first and the last;

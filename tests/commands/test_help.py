@@ -1,4 +1,4 @@
-"""Issue 13 item 2: help that teaches, and ``--json`` with one name per idea.
+"""Help that teaches, and ``--json`` with one name per idea.
 
 Every command's ``--help`` fits in 100 columns (even on a 200-column terminal) and shows no
 module names or RST markup; ``train --help`` opens with a which-solver-when guide and has an

@@ -1,4 +1,4 @@
-"""Issue 26: every core on every shard (row blocks), and the same model bytes for any
+"""Every core on every shard (row blocks), and the same model bytes for any
 number of threads."""
 
 from __future__ import annotations

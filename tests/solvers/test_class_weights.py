@@ -1,4 +1,4 @@
-"""Class weights (issue 15 item 1) for perf, active-set and irwls.
+"""Class weights for perf, active-set and irwls.
 
 ``--class-weight`` multiplies C per class (LIBLINEAR / LIBSVM ``-wi``): the problem is
 ``½‖w‖² + Σᵢ C_{y_i} ξᵢ``. Conventions and references: ``tests/reference_weights.py``.

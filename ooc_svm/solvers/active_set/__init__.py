@@ -14,7 +14,7 @@ the free variables solving the reduced problem (4) exactly; then an independent 
 Paper sections → modules:
 
 - §2 Steps 0–2, §2.1–2.2 (reduced problem through an updated Cholesky factor, infinite
-  steps when Q_ss is singular): :mod:`.working_set`, :mod:`..cholesky`;
+  steps when Q_ss is singular): :mod:`.working_set`, :mod:`.cholesky`;
 - §4.1 pricing (major iteration = one streamed pass; ``sprint`` / ``shrinking``):
   :mod:`.passes`;
 - §4.2 memory saving (Q columns of I_s over the working rows only): :mod:`.columns`;

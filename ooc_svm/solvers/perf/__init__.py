@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 #: names imported from a submodule on first use (the package itself stays light: ``train``
 #: reads ``Params`` and ``STOPPING_RULE`` to build its flags without loading numba);
-#: the private helpers are those perf_selective and scripts/scale.py import from here
+#: the private helpers are those selective and scripts/scale.py import from here
 _LAZY = {
     **dict.fromkeys(("_cut_grid", "_finite", "_line_grid", "_Progress", "_resolve_C"), ".common"),
     **dict.fromkeys(("_error_steps", "_solve_error"), ".error"),

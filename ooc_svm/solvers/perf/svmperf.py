@@ -16,8 +16,9 @@ solved tightly (1e-4·ε) once; if that dual still does not certify, the loop go
 tight α (later QPs at tolerance ε/2). So P(w) ≤ P* + C·n·ε as for every other variant.
 
 What SVMperf 3.00 does beyond Algorithm 1 (default ``-w 9``: ``svm_struct_main.c:84-85`` →
-``svm_learn_struct_joint_custom_linear``, ``svm_struct_learn_custom.c:123-486``; measured in
-``notes/svmperf-fidelity.md``: on a9a these halve ``paper``'s 940 iterations to SVMperf's 423):
+``svm_learn_struct_joint_custom_linear``, ``svm_struct_learn_custom.c:123-486``; measured
+by ``scripts/bench_svmperf_fidelity.py``: on a9a these halve ``paper``'s 940 iterations to
+SVMperf's 423):
 
 1. *Loose, warm-started inner QP* (the main cause). OP3 is solved only until the largest KKT
    violation is ≤ ε_best/2, ε_best = min over full rounds of max(ceps, ε), starting at 1
