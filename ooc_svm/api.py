@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from . import memory_budget
 from .engine import Engine, EngineError, EngineOptions, make_engine
 from .solvers import (
-    SOLVER_MODULES,
     Callback,
     Result,
     SolverError,
@@ -21,12 +20,14 @@ from .solvers import (
     check_finite,
     get_solver,
 )
+from .solvers.contract import SolverSpec, solver_specs
 from .solvers.ovr import combine_ovr_models, train_ovr
 from .solvers.params import KernelSolverParams, SolverParams, flag_name
 from .store import open_store
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpointer
+    from .evaluation.reports import HistoryLabels
     from .model.model import Model
     from .store.base import Store
 
@@ -38,6 +39,8 @@ __all__ = [
     "SolverParams",
     "combine_ovr_models",
     "flag_name",
+    "get_solver",
+    "history_labels",
     "solver_catalogue",
     "solver_names",
     "solver_params",
@@ -49,16 +52,34 @@ __all__ = [
 
 def solver_names() -> list[str]:
     """Every ``--solver`` name."""
-    return list(SOLVER_MODULES)
+    return available_solvers()
 
 
 def solver_catalogue() -> dict[str, tuple[type[SolverParams], str]]:
     """``{solver: (Params class, stopping rule)}`` of the available solvers."""
     out = {}
     for name in available_solvers():
-        mod = get_solver(name)
-        out[name] = (mod.Params, mod.STOPPING_RULE)
+        spec = get_solver(name)
+        out[name] = (spec.Params, spec.stopping_rule)
     return out
+
+
+def history_labels(solver: str) -> HistoryLabels | None:
+    """How a history of ``solver`` reads (for :mod:`ooc_svm.evaluation.reports`); None for a
+    name no solver has (a history from another build)."""
+    from .evaluation.reports import HistoryLabels
+
+    try:
+        spec = get_solver(solver)
+    except SolverError:
+        return None
+    return HistoryLabels(
+        tolerance=spec.tolerance,
+        tolerance_default=spec.DEFAULTS.get(spec.tolerance),
+        violation=spec.violation_label,
+        primal_objective=spec.primal_objective,
+        few_records_hint=spec.few_records_hint,
+    )
 
 
 def solver_params(solver: str, params: dict[str, Any] | None = None) -> SolverParams:
@@ -121,12 +142,12 @@ def train(
     """
     if isinstance(store, str):
         store = open_store(store)
-    mod = get_solver(solver)
-    typed = _typed_params(mod, params)
+    spec = get_solver(solver)
+    typed = _typed_params(spec, params)
     multiclass = _multiclass_mode(store, multiclass)
     if probability:
         _check_probability(store, multiclass, probability_folds)
-    ckpt, class_ckpt = _checkpointers(mod, solver, store, typed, multiclass, checkpoint, resume)
+    ckpt, class_ckpt = _checkpointers(spec, solver, store, typed, multiclass, checkpoint, resume)
     own_engine = engine is None
     if engine is None:
         engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
@@ -136,9 +157,9 @@ def train(
     try:
         typed = claim_memory(budget, store, engine, typed)
         if multiclass == "ovr":
-            result = train_ovr(store, mod, engine, typed, callback=callback, checkpoint=class_ckpt)
+            result = train_ovr(store, spec, engine, typed, callback=callback, checkpoint=class_ckpt)
         else:
-            result = mod.solve(store, engine, typed, callback=callback, checkpoint=ckpt)
+            result = spec.solve(store, engine, typed, callback=callback, checkpoint=ckpt)
         check_finite(result, solver, f"{store.path}: ")
         if probability:
             fit_probability(
@@ -191,14 +212,14 @@ def remember_hashing(model: Model, meta: Any) -> None:
         model.info["hashing"] = {k: meta.hashing[k] for k in ("bits", "hash", "key")}
 
 
-def _typed_params(mod, params: dict[str, Any]) -> SolverParams:
+def _typed_params(spec: SolverSpec, params: dict[str, Any]) -> SolverParams:
     """The solver's ``Params`` from keywords, or the ready ``params=<Params>``."""
     ready = params.pop("params", None)
     if isinstance(ready, SolverParams) and not params:
         return ready
     if ready is not None:
         raise SolverError("give params=<Params> or keyword parameters, not both")
-    return mod.Params.from_mapping(params)
+    return spec.Params.from_mapping(params)
 
 
 def _multiclass_mode(store, multiclass: str | None) -> str | None:
@@ -226,23 +247,25 @@ def _make_engine(scheduler: str | None, shard_cache_mb, scheduler_timeout=None) 
 
 
 def _checkpointers(
-    mod, solver: str, store, typed: SolverParams, multiclass, checkpoint, resume: bool
+    spec: SolverSpec, solver: str, store, typed: SolverParams, multiclass, checkpoint, resume: bool
 ) -> tuple[Checkpointer | None, Callable[[int, float], Checkpointer] | None]:
     """``(checkpointer, per-class factory for one-vs-rest)``; both None without checkpoints."""
     if checkpoint is None and not resume:
         return None, None
     if checkpoint is None:
         raise SolverError("--resume needs the checkpoint directory")
-    if not getattr(mod, "SUPPORTS_CHECKPOINT", False):
+    if not spec.checkpoint:
         raise SolverError(f"solver {solver!r} does not support checkpoints")
     from .checkpoint import Checkpointer
 
     full = typed.to_dict()
     if multiclass != "ovr":
         return Checkpointer(checkpoint, solver, full, resume=resume, store=store), None
-    if not getattr(mod, "SUPPORTS_OVR_CHECKPOINT", False):
+    if not spec.ovr_checkpoint:
+        able = [s.name for s in solver_specs() if s.ovr_checkpoint]
         raise SolverError(
-            f"checkpoints of one-vs-rest training are supported for perf only, not {solver!r}"
+            f"checkpoints of one-vs-rest training are supported for {', '.join(able)} only, "
+            f"not {solver!r}"
         )
     classes = [float(c) for c in (store.meta.labels or [])]
 
@@ -446,10 +469,10 @@ def train_sweep(
 
     if isinstance(store, str):
         store = open_store(store)
-    mod = get_solver(solver)
+    spec = get_solver(solver)
     Cs = parse_c_values(C)
     params.pop("C", None)
-    typed = _typed_params(mod, params).replace(C=Cs[0])
+    typed = _typed_params(spec, params).replace(C=Cs[0])
     meta = store.meta
     if (validation is None) == (folds is None):
         raise SolverError("a C sweep needs --validation STORE or --folds K (one of them)")
@@ -463,10 +486,12 @@ def train_sweep(
     try:
         typed = claim_memory(budget, store, engine, typed)
         if folds is not None:
-            out = _sweep_folds(store, mod, typed, Cs, int(folds), key, engine, callback, warm_start)
+            out = _sweep_folds(
+                store, spec, typed, Cs, int(folds), key, engine, callback, warm_start
+            )
         else:
             out = _sweep_validation(
-                store, mod, typed, Cs, validation, key, engine, callback, warm_start
+                store, spec, typed, Cs, validation, key, engine, callback, warm_start
             )
     finally:
         budget.claims = claims
@@ -513,12 +538,12 @@ def _metric(model, store, engine, key: str):
 
 
 def _sweep_validation(
-    store, mod, typed, Cs, validation, key, engine, callback, warm_start
+    store, spec, typed, Cs, validation, key, engine, callback, warm_start
 ) -> SweepOutcome:
     from .solvers.sweep import solve_sweep
 
     vstore = open_store(validation) if isinstance(validation, str) else validation
-    sw = solve_sweep(store, engine, mod, typed, Cs, callback=callback, warm_start=warm_start)
+    sw = solve_sweep(store, engine, spec, typed, Cs, callback=callback, warm_start=warm_start)
     rows = [
         _sweep_row(c, r, key, _metric(r.model, vstore, engine, key), w)
         for c, r, w in zip(Cs, sw.results, sw.warm_started, strict=True)
@@ -530,7 +555,7 @@ def _sweep_validation(
     )  # fmt: skip
 
 
-def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) -> SweepOutcome:
+def _sweep_folds(store, spec, typed, Cs, k, key, engine, callback, warm_start) -> SweepOutcome:
     """Shard-fold cross-validation of the sweep (row folds within the shards when the store
     has fewer shards than folds); the best C retrained on all the data."""
     import numpy as np
@@ -565,7 +590,7 @@ def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) ->
         else:
             train_view = ShardSubsetView(store, np.flatnonzero(fold != f))
             held = ShardSubsetView(store, np.flatnonzero(fold == f))
-        sw = solve_sweep(train_view, engine, mod, typed, Cs, callback=None, warm_start=warm_start)
+        sw = solve_sweep(train_view, engine, spec, typed, Cs, callback=None, warm_start=warm_start)
         mode = sw.mode
         passes.append(sw.passes)
         for i, r in enumerate(sw.results):
@@ -588,7 +613,7 @@ def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) ->
         )
         rows.append(row)
     b = _best(rows, key)
-    final = mod.solve(store, engine, typed.replace(C=Cs[b]), callback=callback)
+    final = spec.solve(store, engine, typed.replace(C=Cs[b]), callback=callback)
     passes.append(int(final.passes))
     return SweepOutcome(
         final, Cs[b], key, rows, mode, int(sum(passes)), 0.0, folds=k, sweep_passes=passes

@@ -20,7 +20,8 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .api import train
+from .api import get_solver, train
+from .solvers.contract import solver_specs
 from .store import StoreWriter, csr_to_shards, open_store
 
 __all__ = ["LinearSVC", "SVC", "OrdinalSVM"]
@@ -73,9 +74,10 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
         raise NotImplementedError
 
     def _with_common(self, p: dict[str, Any]) -> dict[str, Any]:
-        """Add tol (``eps`` for perf), max_iter, seed and ``solver_params`` to ``p``."""
+        """Add tol (as the solver's tolerance parameter: ``eps`` for perf), max_iter, seed and
+        ``solver_params`` to ``p``."""
         if self.tol is not None:
-            p["eps" if self.solver == "perf" else "tol"] = float(self.tol)
+            p[get_solver(self.solver).tolerance] = float(self.tol)
         if self.max_iter is not None:
             p["max_iter"] = int(self.max_iter)
         if self.random_state is not None:
@@ -264,7 +266,7 @@ class LinearSVC(_OocSVMBase):
 
     def _solver_params(self, n_features, X=None):
         p: dict[str, Any] = {"C": float(self.C)}
-        if self.solver != "perf":
+        if get_solver(self.solver).kernels:  # a kernel solver trains the linear kernel
             p["kernel"] = "linear"
         return self._with_common(p)
 
@@ -308,8 +310,9 @@ class SVC(_OocSVMBase):
         self.coef0 = coef0
 
     def _solver_params(self, n_features, X=None):
-        if self.solver == "perf":
-            raise ValueError("SVC needs a dual solver: smo, active-set or irwls")
+        if not get_solver(self.solver).kernels:
+            kernel_solvers = [s.name for s in solver_specs() if s.kernels]
+            raise ValueError(f"SVC needs a kernel solver: {', '.join(kernel_solvers)}")
         gamma = self.gamma
         if gamma == "scale":
             if X is None:

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from ooc_svm.store.backends import backends
+
 ROOT = Path(__file__).resolve().parents[1]
+
+#: the store formats of the registry (:mod:`ooc_svm.store.backends`), by name and by usual
+#: suffix: a test that runs on every format takes them from here
+STORE_FORMATS = [b.name for b in backends()]
+STORE_SUFFIXES = [b.suffixes[0] for b in backends()]
 
 
 def data_dir() -> Path | None:

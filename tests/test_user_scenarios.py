@@ -1,4 +1,4 @@
-"""Issue 12: every command does what a LIBSVM / LIBLINEAR / SVMperf user expects.
+"""Every command does what a LIBSVM / LIBLINEAR / SVMperf user expects.
 
 One test (or a few) per numbered item of the issue, each running the CLI as a user would:
 relative paths in a temporary working directory, ``python -m ooc_svm``, a real Dask cluster
@@ -479,7 +479,7 @@ def test_store_with_more_features_warns_once(real):
     from ooc_svm.model.model import load_model
 
     assert load_model(str(real / "rbf122.model")).n_features == 122
-    # 146 % wider than the model: refused in one line (issue 22 item 4) ...
+    # 146 % wider than the model: refused in one line ...
     r = _run(real, "evaluate", "rbf122.model", "w8a.zarr")
     assert r.returncode == 1 and "--allow-wider" in r.stderr, r.stderr
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr

@@ -1,5 +1,5 @@
-"""Every width (issue 28): feature hashing at ingest, scoring with the model's width, the
-refusal of much wider data (issue 22 item 4), and imports sized by what the file holds.
+"""Every width: feature hashing at ingest, scoring with the model's width, the
+refusal of much wider data, and imports sized by what the file holds.
 
 Each refusal runs under a 2 GB address-space limit, as a user's crafted input would meet it.
 """

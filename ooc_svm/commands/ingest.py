@@ -52,14 +52,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _add_options(p, options: tuple[tuple[str, dict[str, Any]], ...]) -> None:
+    from ..store.backends import backend_names
+
     for flag, keywords in options:
+        if flag == "--format":  # the store formats of the registry
+            keywords = {**keywords, "choices": backend_names()}
         p.add_argument(flag, **keywords)
 
 
 #: Options of ``ingest`` (flag, ``add_argument`` keywords) in ``--help`` order: the store's
 #: layout, then --append / --overwrite (one of them), then how the text is read.
 _LAYOUT_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("--format", {"choices": ["zarr", "parquet"], "default": None,
+    ("--format", {"default": None,
                   "help": "store backend (default: parquet for *.parquet / *.pq, else zarr)"}),
     ("--zero-based", {"action": "store_true",
                       "help": "indices in the text start at 0 (default: 1-based)"}),

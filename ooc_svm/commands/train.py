@@ -124,12 +124,14 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     kind = store.meta.label_kind
     ovr = args.multiclass == "ovr" or (args.multiclass is None and kind == "multiclass")
+    spec = get_solver(args.solver)
     progress = TrainProgress(
         args.solver,
-        stop_target(args.solver, typed),
+        stop_target(spec, typed),
         progress_mode(args),
         n_classes=len(store.meta.labels or []) if ovr else None,
-        fused=hasattr(get_solver(args.solver), "solve_ovr"),
+        fused=spec.solve_ovr is not None,
+        record_labels=spec.record_labels,
     )
 
     history = None

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..store.backends import shard_suffixes
 from ..store.base import held_bytes
 from ..store.format import Shard
 
@@ -100,7 +101,7 @@ def shard_files(store: Store, sid: int) -> list[str]:
     p = os.path.join(local_path(path), store.meta.shards[sid].name)
     if os.path.isdir(p):
         return [os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs]
-    return [p + ".parquet"] if os.path.isfile(p + ".parquet") else []
+    return [p + s for s in shard_suffixes() if s and os.path.isfile(p + s)][:1]
 
 
 def read_ahead(files: list[str]) -> None:

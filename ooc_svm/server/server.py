@@ -1,6 +1,6 @@
 """The warm server: ``python -m ooc_svm.server --socket PATH`` (``ooc-svm server start``).
 
-Start-up once, commands many times (issue 26, goal 4). The server imports everything a
+Start-up once, commands many times. The server imports everything a
 command needs (numpy, numba and its CPU target, zarr, pyarrow, every ooc-svm module but the
 Dask, plotting and scikit-learn ones), loads every kernel numba has cached for these sources
 (``Dispatcher.compile`` of each signature in the cache's index: loaded, never run, so no

@@ -1,7 +1,7 @@
 """The ``ooc-svm`` process's link to a warm server (``ooc-svm server start``).
 
 A command line pays ~0.5 s of start-up before its first shard is read: numpy, numba and zarr
-imports, numba's CPU target, loading the cached kernels (issue 26, goal 4: on a9a that is
+imports, numba's CPU target, loading the cached kernels (on a9a that is
 three times LIBLINEAR's whole run). A warm server has done all of that once; for each
 command it forks a copy of itself, which runs the command with this process's arguments,
 working directory, environment, standard input/output/error (the descriptors themselves,

@@ -1,7 +1,7 @@
 """One-vs-rest training of multiclass stores: one binary problem per class.
 
-Solvers with a fused driver (``solve_ovr``: perf, every class's pass sharing one streamed
-pass) use it; the others train one binary problem after the other on a
+Solvers with a fused driver (a ``solve_ovr`` in their spec: perf, every class's pass
+sharing one streamed pass) use it; the others train one binary problem after the other on a
 :class:`~ooc_svm.store.views.BinaryView` ("class c vs the rest"). :func:`combine_ovr_models`
 stacks the binary models into one OvR model.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,28 +23,29 @@ if TYPE_CHECKING:
     from ..checkpoint import Checkpointer
     from ..engine import Engine
     from ..store.base import Store
+    from .contract import SolverSpec
 
 
 def train_ovr(
     store: Store,
-    mod: ModuleType,
+    spec: SolverSpec,
     engine: Engine,
     params: SolverParams,
     *,
     callback: Callback | None = None,
     checkpoint: Callable[[int, float], Checkpointer] | None = None,
 ) -> Result:
-    """One-vs-rest: one binary problem per class (shared passes when the solver has
+    """One-vs-rest: one binary problem per class (shared passes when the solver has a
     ``solve_ovr``, else one binary training after the other).
 
-    ``checkpoint(k, c)`` gives the checkpointer of class k (solvers with
-    ``SUPPORTS_OVR_CHECKPOINT`` only).
+    ``checkpoint(k, c)`` gives the checkpointer of class k (solvers whose spec declares
+    ``ovr_checkpoint`` only).
     """
     classes = [float(c) for c in (store.meta.labels or [])]
     if len(classes) < 2:
         raise SolverError(f"{store.path}: one-vs-rest needs at least two classes")
-    if hasattr(mod, "solve_ovr"):
-        return mod.solve_ovr(
+    if spec.solve_ovr is not None:
+        return spec.solve_ovr(
             store, engine, params, classes, callback=callback, checkpoint=checkpoint
         )
     t0 = time.perf_counter()
@@ -67,7 +67,7 @@ def train_ovr(
             from .warm import class_model
 
             sub = sub.replace(init=class_model(init, k, len(classes), labels=(0.0, 1.0)))
-        results.append(mod.solve(BinaryView(store, c), engine, sub, callback=cb))
+        results.append(spec.solve(BinaryView(store, c), engine, sub, callback=cb))
     return ovr_result(results, classes, t0)
 
 

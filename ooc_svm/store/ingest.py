@@ -128,8 +128,8 @@ def ingest_with_stats(
     ----------
     inputs, store
         As in :func:`ingest`.
-    format : {"zarr", "parquet"}, optional
-        Store backend (default from ``store``'s suffix; with ``append`` the store's).
+    format : str, optional
+        Store format (:mod:`.backends`; default: ``store``'s suffix, with ``append`` the store's).
     zero_based : bool
         Indices in the text start at 0 (default: at 1; column j = feature j + 1).
     shard_rows : int, optional

@@ -1,6 +1,6 @@
 """``ooc-svm server``: a warm server runs the commands of its install with the caller's
-arguments, working directory, environment and standard streams, and the same results
-(issue 26, goal 4). The processes are real: ``ooc-svm server start`` in the background,
+arguments, working directory, environment and standard streams, and the same results.
+The processes are real: ``ooc-svm server start`` in the background,
 ``ooc-svm`` console processes in an empty directory with relative paths and no terminal."""
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import STORE_FORMATS
 
 from ooc_svm.engine import LocalEngine, concat_partials
 from ooc_svm.kernels.csr import csr_matvec, hinge_violated, u32
@@ -173,7 +174,7 @@ def test_fast_reader_matches_store(tmp_path, comp):
     X = sp.random(900, 70, density=0.1, format="csr", random_state=5, dtype=np.float32)
     y = rng.choice([-1.0, 1.0], 900)
     qid = np.repeat(np.arange(90), 10)
-    for fmt in ("zarr", "parquet"):
+    for fmt in STORE_FORMATS:
         path = str(tmp_path / f"s-{comp}.{fmt}")
         write_store(path, csr_to_shards(X, y, qid=qid, shard_rows=400), compression=comp)
         s = open_store(path)
@@ -244,7 +245,7 @@ def test_train_shard_cache_flag(store, tmp_path, monkeypatch):
 
     monkeypatch.delenv("OOC_SVM_SHARD_CACHE_MB", raising=False)
     monkeypatch.setattr(api, "make_engine", spy)
-    # issue 16: the default is now "auto"; 0 turns the cache off (was the default)
+    # the default is now "auto"; 0 turns the cache off (was the default)
     for cache, out in ((0, "plain"), (64, "cached"), (None, "auto")):
         argv = ["train", "--solver", "perf", st.path, "-o", str(tmp_path / out), "--C", "1"]
         assert main(argv + ([] if cache is None else ["--shard-cache-mb", str(cache)])) == 0

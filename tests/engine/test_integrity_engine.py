@@ -1,4 +1,4 @@
-"""Issue 17, engine part: a Dask scheduler killed mid-training is one clear error, in bounded
+"""A Dask scheduler killed mid-training is one clear error, in bounded
 time (finding 9: it was a raw ``AttributeError`` traceback)."""
 
 from __future__ import annotations

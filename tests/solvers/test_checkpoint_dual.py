@@ -1,5 +1,5 @@
-"""Checkpoint / resume and Ctrl-C of the dual solvers ``active-set`` and ``irwls``
-(issue 12 items 7 and 8): a training process SIGKILLed mid-run and resumed with ``--resume``
+"""Checkpoint / resume and Ctrl-C of the dual solvers ``active-set`` and ``irwls``: a training
+process SIGKILLed mid-run and resumed with ``--resume``
 ends with the same model as the uninterrupted run (same support vectors, dual coefficients,
 intercept and dual objective to 1e-12 relative); SIGINT stops a running RBF training within a
 second with exit status 130."""

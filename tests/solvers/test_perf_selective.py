@@ -25,6 +25,7 @@ from ooc_svm.engine import LocalEngine, make_engine
 from ooc_svm.evaluation.metrics import primal_objective
 from ooc_svm.solvers.perf import selection as psel
 from ooc_svm.solvers.perf import selective as ps
+from ooc_svm.solvers.perf import selective_inner as psi
 from ooc_svm.store import csr_to_shards, open_store, write_store
 
 _DATA = {
@@ -295,7 +296,7 @@ def test_segment_line_search_is_exact():
         u, v = rng.normal(0.5, 1.0, size=nw), rng.normal(0.0, 1.0, size=nw)
 
         args = (a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
-        k, f = segment_min(*args, ps.LINE_STEPS)
+        k, f = segment_min(*args, psi.LINE_STEPS)
         ks = np.linspace(0, max(4.0, 2 * k), 40001)
         assert k >= 0.0
         assert f <= _segment_F(ks, *args).min() + 1e-7 * abs(f)
@@ -310,8 +311,8 @@ def test_threaded_line_search_is_exact_and_the_same_for_any_threads(monkeypatch)
 
     from ooc_svm.solvers.perf._numba.selective import segment_min
 
-    monkeypatch.setattr(ps, "LINE_CHUNK", 37)  # several chunks
-    monkeypatch.setattr(ps, "LINE_FEW", 20)  # several rounds of binning
+    monkeypatch.setattr(psi, "LINE_CHUNK", 37)  # several chunks
+    monkeypatch.setattr(psi, "LINE_FEW", 20)  # several rounds of binning
     rng = np.random.default_rng(11)
     pools = [ThreadPoolExecutor(t) for t in (1, 2, 3)]
     try:
@@ -329,8 +330,8 @@ def test_threaded_line_search_is_exact_and_the_same_for_any_threads(monkeypatch)
             got = []
             for pool in pools:
                 out = np.empty(m)
-                got.append(ps.segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, mc,
-                                                   out, u, v, ps.LINE_STEPS))  # fmt: skip
+                got.append(psi.segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, mc,
+                                                   out, u, v, psi.LINE_STEPS))  # fmt: skip
                 np.testing.assert_array_equal(out, dm)
             assert got[0] == got[1] == got[2]
             k, f = got[0]
@@ -339,7 +340,7 @@ def test_threaded_line_search_is_exact_and_the_same_for_any_threads(monkeypatch)
             assert k >= 0.0
             assert f <= _segment_F(ks, *args).min() + 1e-7 * abs(f)
             assert f == pytest.approx(_segment_F(np.array([k]), *args)[0], rel=1e-12)
-            assert f <= segment_min(*args, ps.LINE_STEPS)[1] + 1e-9 * abs(f)
+            assert f <= segment_min(*args, psi.LINE_STEPS)[1] + 1e-9 * abs(f)
     finally:
         for pool in pools:
             pool.shutdown()

@@ -1,4 +1,4 @@
-"""Choosing C in one set of passes (issue 15 item 3): ``train --C 0.01,0.1,1,10``.
+"""Choosing C in one set of passes: ``train --C 0.01,0.1,1,10``.
 
 perf trains every C together sharing each streamed pass (passes = the slowest C's, not the
 sum); the dual solvers go from the smallest C up, warm-started; every per-C model equals the

@@ -5,13 +5,18 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from numba import njit
 
 from ...kernels.csr import csr_matvec_rows, csr_rmatvec_rows_add, csr_take_rows
 from ...kernels.kernel_functions import KernelParams, kernel_row, kernel_row_subset, linear_scores
 from ...kernels.parallel import gradient_rows_par
 from ..dual import WorkingRows
-from ._numba.blocks import DENSE_BLOCK_MAX, _dense_transposed, dense_kernel_block, dense_kernel_col
+from ._numba.blocks import (
+    DENSE_BLOCK_MAX,
+    _dense_transposed,
+    dense_kernel_block,
+    dense_kernel_col,
+    gather_matvec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -265,18 +270,6 @@ def _compact_columns(ix: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, int
         return None, ix, hi
     feats, inv = np.unique(ix, return_inverse=True)
     return feats, inv.astype(np.uint32).reshape(ix.shape), int(feats.size)
-
-
-@njit(cache=True, nogil=True)
-def gather_matvec(Qt, rows, cols, v, out):
-    """out[a] = Σ_b Qt[rows[a], cols[b]] v[b] (Q_ss v from the stored columns)."""
-    for a in range(rows.shape[0]):
-        r = Qt[rows[a]]
-        s = 0.0
-        for b in range(cols.shape[0]):
-            s += r[cols[b]] * v[b]
-        out[a] = s
-    return out
 
 
 class LinearColumns:

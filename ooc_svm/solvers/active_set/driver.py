@@ -96,6 +96,7 @@ from .working_set import S_FREE, S_UPPER, S_ZERO, Counters, WorkingSet
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
     from ...engine.base import Engine
+    from ...model.model import Model
     from ...store.base import Store
 
 log = logging.getLogger(__name__)
@@ -577,3 +578,26 @@ def solve(
         del ws
         run.save()
     return run.result()
+
+
+def solve_warm(
+    store: Store,
+    engine: Engine,
+    params: Params,
+    init: Model | None,
+    *,
+    callback: Callback | None = None,
+) -> Result:
+    """:func:`solve` started from ``init`` (a C sweep's next value: a model of this store at
+    another C; None: cold) by Scheinberg's incremental mode (§4.3–4.4), which reads the model
+    it starts from: ``init`` is saved in a temporary directory for it (``--init``)."""
+    if init is None:
+        return solve(store, engine, params, callback=callback)
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ooc-svm-warm-") as tmp:
+        path = os.path.join(tmp, "init")
+        init.save(path)
+        p = as_params(Params, params).replace(init=path)
+        return solve(store, engine, p, callback=callback)
