@@ -84,7 +84,12 @@ def shard_reader(store: Store, fast: bool = True) -> Callable[[int], Shard]:
     if make is None:  # a minimal store object (tests): read_shard only
         return lambda i: readonly(store.read_shard(i))
     read = make(fast=fast)
-    return lambda i: readonly(read(i))
+
+    def read_only(i: int) -> Shard:
+        return readonly(read(i))
+
+    read_only.pool = getattr(read, "pool", None)  # type: ignore[attr-defined]
+    return read_only
 
 
 def shard_files(store: Store, sid: int) -> list[str]:

@@ -44,7 +44,8 @@ def train_ovr(
     classes = [float(c) for c in (store.meta.labels or [])]
     if len(classes) < 2:
         raise SolverError(f"{store.path}: one-vs-rest needs at least two classes")
-    if hasattr(mod, "solve_ovr"):
+    fused = getattr(mod, "fused_ovr", None)
+    if hasattr(mod, "solve_ovr") and (fused is None or fused(params)):
         return mod.solve_ovr(
             store, engine, params, classes, callback=callback, checkpoint=checkpoint
         )

@@ -114,10 +114,14 @@ def sweep_mode(mod: ModuleType, params: Any, meta: StoreMeta) -> str:
     """How :func:`solve_sweep` trains the C values of ``mod`` on a store with ``meta``."""
     name = getattr(params, "SOLVER", "")
     if meta.label_kind == "multiclass":  # one-vs-rest per C (perf: all fused)
-        shared = name == "perf" and params.variant != "selective" and params.loss in (None, "error")
+        shared = (
+            name == "perf"
+            and params.variant not in ("selective", "dcd")
+            and params.loss in (None, "error")
+        )
         return "shared" if shared else "independent"
     if name == "perf":
-        if params.variant != "selective" and params.resolve_loss(meta) == "error":
+        if params.variant not in ("selective", "dcd") and params.resolve_loss(meta) == "error":
             return "shared"
         return "independent"
     if name == "active-set" or hasattr(mod, "solve_warm"):

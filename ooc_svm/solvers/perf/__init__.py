@@ -125,11 +125,17 @@ STOPPING_RULE = (
     "Alg. 1 line 9); accelerated: P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs "
     "for roc/ordinal); selective: the accelerated certificate, P(w_best) measured by a full "
     "pass; svmperf: a full round with ceps <= eps (SVMperf 3.00), then P(w) - dual(W) <= "
-    "eps * C * n"
+    "eps * C * n; dcd: P(w) - D(alpha) <= eps * C * n after an epoch"
 )
 
 #: ``--checkpoint`` / ``--resume`` are supported (every loss, both variants).
 SUPPORTS_CHECKPOINT = True
+
+
+def fused_ovr(params: Params) -> bool:
+    """Whether one-vs-rest runs the classes fused (:func:`solve_ovr`); ``dcd`` trains one
+    class after the other (its sweeps update w row by row: nothing to share)."""
+    return params.variant != "dcd"
 
 
 def solve(
@@ -154,6 +160,10 @@ def solve(
         from .selective import solve_selective
 
         return solve_selective(store, engine, params, callback=callback, checkpoint=checkpoint)
+    if variant == "dcd":
+        from .dcd import solve_dcd
+
+        return solve_dcd(store, engine, params, callback=callback, checkpoint=checkpoint)
     if variant == "svmperf":
         from .svmperf import solve_svmperf
 
