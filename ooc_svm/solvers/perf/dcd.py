@@ -47,7 +47,7 @@ from ...kernels.dcd import (
 from ...model import Model
 from .. import Result, SolverError, binary_classes
 from .common import _finite, _Progress, _resolve_C
-from .passes import REMAP_MIN_DIM
+from .params import remap_min_dim
 
 if TYPE_CHECKING:
     from ...engine.base import Engine
@@ -160,7 +160,7 @@ class _Run:
         """Read the blocks once: held (remapped when wide) if they fit the budget, else only
         their per-row state (the rows are read again every epoch)."""
         self.held = self.held_bytes() <= self.hold_budget()
-        wide = self.d >= _remap_min_dim()
+        wide = self.d >= remap_min_dim()
         if self.held:
             shards = self.engine.map_reduce(self.store, _shard_list, None, reduce=concat_partials)
             for sid, sh in enumerate(shards or []):
@@ -306,14 +306,6 @@ class _Epoch:
         P = 0.5 * wn + loss
         D = self.asum - 0.5 * wn - 0.5 * self.asq
         return P, D, loss, (P - D) / Cn
-
-
-def _remap_min_dim() -> int:
-    """``REMAP_MIN_DIM`` as ``ooc_svm.solvers.perf`` exports it (tests lower it)."""
-    import sys
-
-    pkg = sys.modules.get(__package__ or "")
-    return int(getattr(pkg, "REMAP_MIN_DIM", REMAP_MIN_DIM))
 
 
 def _sweep_seed(seed: int, epoch: int, sid: int) -> int:

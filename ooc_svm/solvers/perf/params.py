@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,6 +26,10 @@ DENSE_VECTORS_ACCELERATED = 4
 
 #: ``--inner-mb auto``: this share of ``MemAvailable`` at the start of the training
 AUTO_INNER_SHARE = 0.25
+
+#: stores with at least this many columns train over the columns they hold (accelerated,
+#: selective, dcd; ``ooc_svm.solvers.perf.REMAP_MIN_DIM`` overrides it, as tests do)
+REMAP_MIN_DIM = 1 << 20
 
 LOSSES = ("error", "roc", "ordinal")
 VARIANTS = ("paper", "accelerated", "selective", "svmperf", "dcd")
@@ -202,7 +207,7 @@ class Params(SolverParams):
             return DENSE_VECTORS_DCD
         return DENSE_VECTORS
 
-    def check_dense(self, meta: StoreMeta, copies: int = 1) -> None:
+    def check_dense(self, meta: StoreMeta, copies: int = 1, extra_bytes: float = 0.0) -> None:
         """Refuse up front a store whose dense vectors would not fit ``dense_limit_mb``.
 
         perf keeps about ``DENSE_VECTORS`` dense float64 vectors over the features (w, the
@@ -212,9 +217,16 @@ class Params(SolverParams):
         also bounds the working set of cutting planes. A legal line such as
         ``1 2147483648:1`` would otherwise make training ask for tens of GiB.
         """
+        if self.variant == "selective" and int(meta.n_features) >= remap_min_dim():
+            return  # checked over the columns the store holds, once counted (selective.py)
         dim = int(meta.n_features) + 1
         vectors = self.dense_vectors(meta)
-        need = vectors * 8.0 * dim * max(1, copies)
+        if self.variant == "dcd" and dim - 1 >= remap_min_dim():
+            # w over the columns the rows hold (at most their non-zeros) and the int32 map
+            dim = min(dim, int(meta.nnz) + 1)
+            vectors = 1
+            extra_bytes += 4.0 * int(meta.n_features)
+        need = vectors * 8.0 * dim * max(1, copies) + float(extra_bytes)
         limit = float(self.dense_limit_mb) * 2**20
         if need > limit:
             raise SolverError(
@@ -248,6 +260,12 @@ class Params(SolverParams):
                 f"{meta.label_kind!r}"
             )
         return loss
+
+
+def remap_min_dim() -> int:
+    """:data:`REMAP_MIN_DIM`, or ``ooc_svm.solvers.perf.REMAP_MIN_DIM`` where set."""
+    pkg = sys.modules.get(__name__.rsplit(".", 1)[0])
+    return int(getattr(pkg, "REMAP_MIN_DIM", REMAP_MIN_DIM))
 
 
 DEFAULTS: dict[str, Any] = Params.defaults()

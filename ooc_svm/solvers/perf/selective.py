@@ -112,11 +112,12 @@ from ...kernels.perf_selective import (
     step_flip,
     violated_at,
 )
+from ...store.views import ColumnMapView
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
 from .common import _finite, _Progress, _resolve_C, binary_result
-from .params import Params
-from .passes import acc_row
+from .params import Params, remap_min_dim
+from .passes import acc_row, column_remap, pass_column_counts, reduce_cut
 from .selection import (
     GRID,
     NZ_BYTES,
@@ -619,7 +620,26 @@ def solve_selective(
         raise SolverError(
             f"perf --variant selective trains --loss error only (got {loss}); use accelerated"
         )
+    t0 = time.perf_counter()
+    remap = None
+    meta = store.meta
+    if meta.n_features >= remap_min_dim():
+        # train over the columns the rows hold (a counting pass): the dense vectors and the
+        # planes are as long as those, and the model is expanded at the end
+        part = engine.map_reduce(store, pass_column_counts, (meta.n_features,), reduce=reduce_cut)
+        remap = column_remap(part["g"], meta.n_features)
+        del part
+        store = ColumnMapView(store, remap[0], remap[1].shape[0])
+        params.check_dense(store.meta, extra_bytes=remap[0].nbytes + remap[1].nbytes)
+        log.info(
+            "perf selective: %d of the %d columns hold non-zeros; training over them",
+            remap[1].shape[0],
+            meta.n_features,
+        )
     run = _Run(store, engine, params, callback)
+    if remap is not None:  # the counting pass is one of the run's passes and its time
+        run.prog.p0 -= 1
+        run.prog.t0 = t0
     w_c = run.w_b
     with ThreadPoolExecutor(int(getattr(engine, "n_threads", 0) or cpu_count())) as pool:
         while True:
@@ -643,7 +663,13 @@ def solve_selective(
     if not run.converged and not run.prog.stalled:
         log.warning("perf: stopped after %d passes (max_iter) with gap %.3g > eps", run.outer,
                     run.stop)  # fmt: skip
-    return _result(run)
+    res = _result(run)
+    if remap is not None:
+        m = res.model
+        coef = np.zeros(meta.n_features)
+        coef[remap[1]] = m.coef_
+        m.coef_, m.n_features = coef, int(meta.n_features)
+    return res
 
 
 def _result(run: _Run) -> Result:
