@@ -2,7 +2,7 @@
 
 numba checks a cached kernel against the stamp (mtime, size) of the file that defines it,
 not against the files of the kernels it calls. Our kernels call kernels of other modules
-(``solvers/smo/kernels.py`` calls ``kernels/parallel.py``), so after an update of the
+(``solvers/smo/_numba/wss2.py`` calls ``kernels/parallel.py``), so after an update of the
 callee only (``git pull`` in an editable install, a changed checkout), the caller was loaded
 from the cache linked to the old callee, and every ``--solver smo`` run ended in a
 segmentation fault. Keying the whole cache by every source file's stamp makes any change

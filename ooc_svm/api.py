@@ -26,7 +26,7 @@ from .store import open_store
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpointer
-    from .model import Model
+    from .model.model import Model
     from .store.base import Store
 
 log = logging.getLogger(__name__)
@@ -248,13 +248,14 @@ def fit_probability(
 ) -> None:
     """Fit Platt's sigmoid(s) of ``model`` on shard-fold cross-validated decision values.
 
-    :func:`ooc_svm.cross_validation.cross_val_decision_values` trains ``folds`` models with the same
-    solver and parameters on the other folds' shards, and scores each fold's shards with the
-    model that did not see them; :func:`ooc_svm.cross_validation.fit_platt` fits one sigmoid
-    (binary) or one per class (one-vs-rest, normalised at prediction). The result is set on
+    :func:`ooc_svm.evaluation.cross_validation.cross_val_decision_values` trains ``folds``
+    models with the same solver and parameters on the other folds' shards, and scores each
+    fold's shards with the model that did not see them;
+    :func:`ooc_svm.evaluation.cross_validation.fit_platt` fits one sigmoid (binary) or one per
+    class (one-vs-rest, normalised at prediction). The result is set on
     ``model`` (``probA_``, ``probB_``, ``probability_method``, ``info["probability"]``).
     """
-    from .cross_validation import cross_val_decision_values, fit_platt
+    from .evaluation.cross_validation import cross_val_decision_values, fit_platt
 
     t0 = time.perf_counter()
     cv = cross_val_decision_values(
@@ -281,7 +282,7 @@ def fit_probability(
 # ------------------------------------------------------------------------------------------
 # choosing C: one sweep over several values, a validation metric per value
 # ------------------------------------------------------------------------------------------
-#: ``metric=`` names → the key of :func:`ooc_svm.evaluation.evaluate_model`'s result
+#: ``metric=`` names → the key of :func:`ooc_svm.evaluation.evaluation.evaluate_model`'s result
 SWEEP_METRICS = {
     "accuracy": "accuracy",
     "auc": "auc",
@@ -375,9 +376,9 @@ def train_sweep(
     warm-started from the previous solution (:mod:`ooc_svm.solvers.sweep`). The metric
     of every C's model is measured on ``validation`` (a store, one streamed pass per C) or,
     with ``folds`` = K, by a cross-validation whose folds are groups of whole shards
-    (:func:`ooc_svm.cross_validation.fold_assignment`, seeded by ``seed``): the metric is the mean
-    over folds and the returned model is retrained on all the data at the best C. Ties go to
-    the smaller C.
+    (:func:`ooc_svm.evaluation.cross_validation.fold_assignment`, seeded by ``seed``): the
+    metric is the mean over folds and the returned model is retrained on all the data at the
+    best C. Ties go to the smaller C.
 
     Parameters
     ----------
@@ -460,7 +461,7 @@ def _best(rows: list[dict], key: str) -> int:
 
 
 def _metric(model, store, engine, key: str):
-    from .evaluation import evaluate_model
+    from .evaluation.evaluation import evaluate_model
 
     return evaluate_model(model, store, engine).get(key)
 
@@ -487,7 +488,7 @@ def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) ->
     """Shard-fold cross-validation of the sweep; the best C retrained on all the data."""
     import numpy as np
 
-    from .cross_validation import fold_assignment
+    from .evaluation.cross_validation import fold_assignment
     from .solvers.sweep import solve_sweep
     from .store.views import ShardSubsetView
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._util import json_default
-from .model import ModelError
+from .model.model import ModelError
 
 if TYPE_CHECKING:
     from .store.base import Store
@@ -338,11 +338,11 @@ def _load_meta(path: str) -> dict:
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray]:
-    """Every array of a checkpoint ``.npz``, read as :func:`ooc_svm.model.load_model` reads a
+    """Every array of a checkpoint ``.npz``, read as :func:`ooc_svm.model.model.load_model` reads a
     model's: a regular file, no pickle, declared sizes checked against the file, CRCs."""
     import zipfile
 
-    from .model_files import read_npy_member
+    from .model.model_files import read_npy_member
 
     what = os.path.basename(path)
     size = _regular_size(path)

@@ -149,7 +149,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _known_errors():
     from .checkpoint import CheckpointError
     from .engine.base import EngineError
-    from .model import ModelError
+    from .model.model import ModelError
     from .solvers import SolverError
     from .store.format import StoreError
 
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     if argv is not None:
         return _main(list(argv))
-    from .server_link import forward
+    from .server.server_link import forward
 
     status = forward(sys.argv[1:])  # a warm server runs it (``ooc-svm server start``)
     if status is not None:

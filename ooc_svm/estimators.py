@@ -135,7 +135,7 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
         ``X``: an array / sparse matrix, or a store path / opened store (streamed)."""
         check_is_fitted(self, "model_")
         if _is_store(X):
-            from .shard_scores import score_store
+            from .model.shard_scores import score_store
 
             return score_store(self.model_, _open(X))
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
@@ -160,7 +160,7 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             raise ValueError("when scoring a store, y and sample_weight must be None")
         check_is_fitted(self, "model_")
         from .engine import make_engine
-        from .shard_scores import iter_scored
+        from .model.shard_scores import iter_scored
 
         store = _open(X)
         correct = n = 0
@@ -322,7 +322,7 @@ class OrdinalSVM(BaseEstimator):
         """Ranking scores w·x (higher ranks score higher); ``X`` may be a store (streamed)."""
         check_is_fitted(self, "model_")
         if _is_store(X):
-            from .shard_scores import score_store
+            from .model.shard_scores import score_store
 
             return score_store(self.model_, _open(X)) - float(self.model_.intercept_)
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
@@ -330,6 +330,6 @@ class OrdinalSVM(BaseEstimator):
 
     def score(self, X: Any, y: Any, qid: Any = None) -> float:
         """Pairwise accuracy: the fraction of pairs (within queries) ordered correctly."""
-        from .metrics import pairwise_accuracy
+        from .evaluation.metrics import pairwise_accuracy
 
         return float(pairwise_accuracy(np.asarray(y, dtype=np.float64), self.predict(X), qid))

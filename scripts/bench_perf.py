@@ -140,7 +140,7 @@ def child_liblinear(cfg: dict) -> dict:
     import numpy as np
     from sklearn.svm import LinearSVC
 
-    from ooc_svm.metrics import primal_objective
+    from ooc_svm.evaluation.metrics import primal_objective
 
     if cfg.get("store"):
         X, y = _load_store_csr(cfg["store"])
@@ -174,7 +174,7 @@ def child_liblinear(cfg: dict) -> dict:
 def child_rank(cfg: dict) -> dict:
     from ooc_svm.api import train
     from ooc_svm.engine import LocalEngine
-    from ooc_svm.evaluation import evaluate_model
+    from ooc_svm.evaluation.evaluation import evaluate_model
     from ooc_svm.store import open_store
 
     tr = open_store(cfg["train"])
@@ -417,7 +417,7 @@ def read_linear_model(kind: str, path: str, d: int) -> tuple:
     import numpy as np
 
     if kind == "ooc":
-        from ooc_svm.model import load_model
+        from ooc_svm.model.model import load_model
 
         m = load_model(path)
         return np.asarray(m.coef_, dtype=np.float64)[:d], float(m.intercept_), m.classes[1]

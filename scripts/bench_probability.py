@@ -6,10 +6,10 @@ Both sides train the same SVM (kernel, C, γ) on the first ``--rows`` rows of a9
 - **LIBSVM** (libsvm-official): ``svm_train -b 1`` — 5-fold CV inside LIBSVM (random rows),
   Platt/Lin-Lin-Weng sigmoid on those decision values, then ``svm_predict -b 1`` on a9a.t;
 - **ooc-svm**: the rows ingested into a Zarr store of ``--shard-rows``-row shards;
-  :func:`ooc_svm.cross_validation.cross_val_decision_values` trains one model per fold of *shards*
-  (``--folds``, through ``ooc_svm.train`` on ``ShardSubsetView`` views), :func:`fit_platt`
-  fits (A, B) on the held-out decision values, the final model is trained on every shard, and
-  a9a.t is scored with ``sigmoid_predict``.
+  :func:`ooc_svm.evaluation.cross_validation.cross_val_decision_values` trains one model per
+  fold of *shards* (``--folds``, through ``ooc_svm.train`` on ``ShardSubsetView`` views),
+  :func:`fit_platt` fits (A, B) on the held-out decision values, the final model is trained
+  on every shard, and a9a.t is scored with ``sigmoid_predict``.
 
 Printed: (A, B) of both, Brier score, log loss, expected calibration error (ECE) and accuracy on
 a9a.t, the mean / max |p_ooc − p_libsvm| per row, and the two 10-bin reliability tables side by
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     from sklearn.datasets import load_svmlight_file
 
     import ooc_svm
-    from ooc_svm.cross_validation import cross_val_decision_values, fit_platt
-    from ooc_svm.probability import calibration, sigmoid_predict
+    from ooc_svm.evaluation.cross_validation import cross_val_decision_values, fit_platt
+    from ooc_svm.model.probability import calibration, sigmoid_predict
 
     data = Path(args.data)
     train_txt = data / "a9a" / "a9a"

@@ -144,8 +144,8 @@ def main() -> int:
     ap.add_argument("--cache-mb", default="auto", help="shard cache (default auto, as train)")
     args = ap.parse_args()
 
-    import ooc_svm.kernels.perf
-    import ooc_svm.kernels.perf_selective
+    import ooc_svm.solvers.perf._numba.cuts
+    import ooc_svm.solvers.perf._numba.selective
     import ooc_svm.solvers.perf.error  # noqa: F401
     from ooc_svm._util import cpu_count
     from ooc_svm.api import train

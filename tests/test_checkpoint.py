@@ -19,7 +19,7 @@ from conftest import ooc_cmd
 from sklearn.datasets import make_classification
 
 from ooc_svm.checkpoint import Checkpointer, CheckpointError
-from ooc_svm.model import load_model
+from ooc_svm.model.model import load_model
 from ooc_svm.store import csr_to_shards, write_store
 
 OOC = ooc_cmd()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from ooc_svm.model import Model, ModelError, load_model
+from ooc_svm.model.model import Model, ModelError, load_model
 
 NF = 6
 

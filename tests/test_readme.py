@@ -160,7 +160,7 @@ def test_readme_dask_section_runs_as_written(quick_start_dir):
         # the Dask model is the local one: the same solver on the same store
         import numpy as np
 
-        from ooc_svm.model import load_model
+        from ooc_svm.model.model import load_model
 
         w_local = load_model(str(cwd / "model")).coef_
         w_dask = load_model(str(cwd / "model-dask")).coef_

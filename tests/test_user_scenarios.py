@@ -330,7 +330,7 @@ def ovr_kernel(tmp_path_factory):
 
 
 def test_ovr_kernel_model_predicts_and_evaluates_locally(ovr_kernel):
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     tmp, X, y = ovr_kernel
     model = load_model(str(tmp / "rbf"))
@@ -391,8 +391,8 @@ def test_ovr_kernel_scoring_memory_is_bounded(ovr_kernel):
     """Scores are computed per shard: the pass never holds more than one shard's kernel
     values per thread (checked by scoring shard by shard equals scoring all rows)."""
     from ooc_svm.engine import LocalEngine
-    from ooc_svm.model import load_model
-    from ooc_svm.shard_scores import iter_scored
+    from ooc_svm.model.model import load_model
+    from ooc_svm.model.shard_scores import iter_scored
     from ooc_svm.store import open_store
 
     tmp, X, _ = ovr_kernel
@@ -475,7 +475,7 @@ def test_ranking_model_on_class_labels_is_refused(real):
 
 
 def test_store_with_more_features_warns_once(real):
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     assert load_model(str(real / "rbf122.model")).n_features == 122
     # 146 % wider than the model: refused in one line (issue 22 item 4) ...
@@ -537,7 +537,7 @@ def test_estimators_and_model_score_stores(tmp_path, monkeypatch):
 def test_store_is_scored_shard_by_shard(tmp_path, monkeypatch):
     """No whole-store load: the estimator scores the store one shard at a time (every shard
     once, never more rows at once than a shard holds)."""
-    import ooc_svm.shard_scores as scoring
+    import ooc_svm.model.shard_scores as scoring
     from ooc_svm import LinearSVC
     from ooc_svm.store import open_store
 

@@ -84,7 +84,7 @@ def test_output_path_errors_name_the_output_and_the_fix(tmp_path):
 
     import numpy as np
 
-    from ooc_svm.model import Model
+    from ooc_svm.model.model import Model
 
     Model(kind="linear", n_features=3, classes=[-1.0, 1.0], coef_=np.ones(3)).save(
         str(tmp_path / "m")

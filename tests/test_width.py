@@ -375,7 +375,7 @@ def test_perf_remapped_columns_same_guarantee_and_bytes_for_any_threads(tmp_path
 
     from ooc_svm.api import train
     from ooc_svm.engine import LocalEngine, blocks
-    from ooc_svm.metrics import primal_objective
+    from ooc_svm.evaluation.metrics import primal_objective
     from ooc_svm.solvers import perf
 
     rng = np.random.default_rng(28)

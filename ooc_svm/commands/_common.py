@@ -29,7 +29,7 @@ def add_model_and_input(p) -> None:
 def open_scored_input(args, model):
     """The store or text input of ``predict``/``evaluate`` for ``model``: text is read at the
     model's width and hashed as the model's training store was (``ingest --hash-bits``)."""
-    from ..scoring import model_hashing
+    from ..evaluation.scoring import model_hashing
     from ..store.text_view import open_input
 
     h = model_hashing(model, args.model)

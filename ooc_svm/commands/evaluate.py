@@ -1,7 +1,7 @@
 """``ooc-svm evaluate MODEL STORE [--json]``: prediction quality of a model on a store.
 
 The store is scored in one streamed pass through the engine; what is kept in memory and the
-metrics are described in :mod:`ooc_svm.evaluation` (``--help`` shows that text).
+metrics are described in :mod:`ooc_svm.evaluation.evaluation` (``--help`` shows that text).
 
 Ranking models (perf --loss roc|ordinal) only order rows: evaluate says that their threshold
 is not trained and lists the threshold-free metrics (auc, prbep, ranking metrics) first. A
@@ -26,14 +26,14 @@ examples:
 
 
 def _description() -> str:
-    """``--help``: :mod:`ooc_svm.evaluation`'s account of memory and metrics, then the notes
-    of this command. The text is read from that module's source, not imported: importing it
-    loads numpy and numba, which ``--help`` does not need."""
+    """``--help``: :mod:`ooc_svm.evaluation.evaluation`'s account of memory and metrics, then
+    the notes of this command. The text is read from that module's source, not imported:
+    importing it loads numpy and numba, which ``--help`` does not need."""
     import ast
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.find_spec("ooc_svm.evaluation")
+    spec = importlib.util.find_spec("ooc_svm.evaluation.evaluation")
     assert spec is not None and spec.origin is not None
     doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
     assert doc is not None
@@ -81,8 +81,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation import evaluate_store
-    from ..model import load_model
+    from ..evaluation.evaluation import evaluate_store
+    from ..model.model import load_model
     from ._common import open_scored_input
     from ._startup import init_numba_target
 

@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
 
     from ..interop import export_model
-    from ..model import load_model
+    from ..model.model import load_model
 
     model = load_model(args.model)
     export_model(model, args.fmt, args.output)

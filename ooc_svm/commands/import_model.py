@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..interop import import_model
     from ..interop.describe import model_summary
-    from ..model import ModelError
+    from ..model.model import ModelError
 
     if os.path.exists(args.model) and not args.overwrite:
         raise ModelError(f"{args.model}: exists; pass --overwrite to replace it")

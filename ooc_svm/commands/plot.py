@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from ..reports import plot_history, plot_sweep, read_sweep
+        from ..evaluation.reports import plot_history, plot_sweep, read_sweep
 
         sweep = read_sweep(args.history)
         if sweep is not None:

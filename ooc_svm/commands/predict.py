@@ -20,7 +20,7 @@ that are not the model's classes are refused, unless the store has one label val
 (unlabelled test data with a dummy label).
 
 Linear models are scored with the numba CSR kernels; kernel models (binary and one-vs-rest)
-with the streamed kernel expansion (see :mod:`ooc_svm.scoring`).
+with the streamed kernel expansion (see :mod:`ooc_svm.evaluation.scoring`).
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ def _quiet_stdout() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .._util import is_special_output, json_text
-    from ..model import load_model
+    from ..evaluation.scoring import check_compatible, predict_store
+    from ..model.model import load_model
     from ..progress import Meter, progress_mode
-    from ..scoring import check_compatible, predict_store
     from ._common import open_scored_input
     from ._startup import init_numba_target
 
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     model = load_model(args.model)
     if args.probability:
-        from ..model import require_probability
+        from ..model.model import require_probability
 
         require_probability(model, args.model)
     store = open_scored_input(args, model)  # a store, or SVMlight text

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import server_link
+from ..server import server_link
 
 if TYPE_CHECKING:
     import argparse
@@ -77,7 +77,7 @@ def _start(path: Path, args: argparse.Namespace) -> int:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
     # not ``-m``: the module runs under its own name (its logger's)
-    code = "import sys; from ooc_svm.server import main; sys.exit(main())"
+    code = "import sys; from ooc_svm.server.server import main; sys.exit(main())"
     cmd = [sys.executable, "-c", code, "--socket", str(path)]
     cmd += ["--idle", str(args.idle_minutes * 60)]
     with open(path.with_suffix(".log"), "a") as logf:

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
     history = None
     if args.history:
-        from ..reports import HistoryWriter
+        from ..evaluation.reports import HistoryWriter
 
         history = HistoryWriter(
             args.history, header={"solver": args.solver, "store": args.store, "params": params}
@@ -191,7 +191,7 @@ def check_output(path: str, overwrite: bool) -> None:
     ``--overwrite``, and one that can never be a model directory (a file)."""
     import os
 
-    from ..model import ModelError
+    from ..model.model import ModelError
 
     if not os.path.lexists(path):
         parent = os.path.dirname(path)

@@ -126,7 +126,7 @@ def run_sweep(args: argparse.Namespace, typed: SolverParams) -> int:
     if args.sweep_table:
         write_sweep_table(out, args.sweep_table, doc)
     if args.plot:
-        from ..reports import plot_sweep
+        from ..evaluation.reports import plot_sweep
 
         plot_sweep(doc, args.plot)
     if args.json:

@@ -1,7 +1,7 @@
 """Model files of the tools users already have: LIBLINEAR, LIBSVM, SVMlight / SVMperf.
 
 ``import_model(path)`` reads any of them (the format is recognised from the first line) into
-an ooc-svm :class:`~ooc_svm.model.Model`; ``export_model(model, fmt, out)`` writes one.
+an ooc-svm :class:`~ooc_svm.model.model.Model`; ``export_model(model, fmt, out)`` writes one.
 Decision values are preserved both ways (up to float64 summation order). See the modules
 for the layouts and how classes map:
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from ..model import Model, ModelError, check_model
+from ..model.model import Model, ModelError, check_model
 from . import liblinear, libsvm, svmlight
 from ._io import FormatError, LineReader
 

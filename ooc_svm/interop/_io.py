@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..model import ModelError
+from ..model.model import ModelError
 
 #: Longest line a model file may have (an SVMperf linear model holds all of w on one line).
 MAX_LINE_BYTES = 1 << 28
@@ -27,7 +27,7 @@ class FormatError(ModelError):
     """A model file in a foreign format cannot be read or written; names file and line."""
 
 
-#: widest model ooc-svm loads (``n_features``; as :func:`ooc_svm.model.load_model` checks)
+#: widest model ooc-svm loads (``n_features``; as :func:`ooc_svm.model.model.load_model` checks)
 MAX_WIDTH = 1 << 31
 
 

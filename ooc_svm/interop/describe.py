@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .._util import json_text
-from ..model import Model, load_model
+from ..model.model import Model, load_model
 
 #: info keys that name the training store, in order of preference
 _STORE_KEYS = ("store", "training_store", "train_store", "store_path")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import Model
+from ..model.model import Model
 from ._io import (
     FormatError,
     GrowingRows,

@@ -24,7 +24,7 @@ Mapping to ooc-svm models:
 - two classes → ``kind="kernel"`` with ``classes = [label[1], label[0]]`` (ooc-svm's positive
   class is ``classes[1]``; LIBSVM's is ``label[0]``), ``dual_coef_ = sv_coef[0]``,
   ``intercept_ = -rho``: the decision values are LIBSVM's, bit for bit up to summation order;
-- more classes → ``kind="ovo"`` (see :func:`ooc_svm.ovo.ovo_decision_function`), voting as
+- more classes → ``kind="ovo"`` (see :func:`ooc_svm.model.ovo.ovo_decision_function`), voting as
   LIBSVM does.
 
 Writing: binary kernel models, binary linear models (one "support vector" holding w, with
@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..model import Model, validate_ovo
-from ..ovo import ovo_n_support
+from ..model.model import Model, validate_ovo
+from ..model.ovo import ovo_n_support
 from ._io import (
     FormatError,
     GrowingRows,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..model import Model
+from ..model.model import Model
 from ..store.format import MAX_FEATURES
 from ._io import (
     FormatError,

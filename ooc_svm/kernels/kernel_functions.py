@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import njit
 
-from .sparse_cut import sparse_sparse_dot
-
 if TYPE_CHECKING:  # imported where used: the linear paths never need scipy
     import scipy.sparse as sp
 
@@ -157,6 +155,28 @@ def gather_dot(indptr, indices, data, j, work):
     s = 0.0
     for k in range(indptr[j], indptr[j + 1]):
         s += float(data[k]) * work[indices[k]]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def sparse_sparse_dot(ia, va, ib, vb):
+    """Σ a_j b_j of two sparse vectors with sorted indices (a merge, no dense scratch)."""
+    p = 0
+    q = 0
+    na = ia.shape[0]
+    nb = ib.shape[0]
+    s = 0.0
+    while p < na and q < nb:
+        x = ia[p]
+        z = ib[q]
+        if x == z:
+            s += float(va[p]) * float(vb[q])
+            p += 1
+            q += 1
+        elif x < z:
+            p += 1
+        else:
+            q += 1
     return s
 
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from ..model import Model
+    from ..model.model import Model
     from ..store.format import StoreMeta
 
 SOLVER_MODULES = {

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..model import Model
+from ..model.model import Model
 from ..store.views import BinaryView
 from . import Callback, Result, SolverError
 from .params import SolverParams, parse_class_weight

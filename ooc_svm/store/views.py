@@ -121,7 +121,8 @@ class KeepShards:
 
 class ShardSubsetView(_TransformView):
     """Store view holding only the rows of some shards (e.g. the training folds of a
-    cross-validation made of shards, see :func:`ooc_svm.cross_validation.fold_assignment`).
+    cross-validation made of shards, see
+    :func:`ooc_svm.evaluation.cross_validation.fold_assignment`).
 
     The view keeps the base store's shard numbering so engines read it through the base
     store (shard caches, Dask workers and the fast reader work unchanged), but every shard not
@@ -265,21 +266,22 @@ class ColumnMapView(_TransformView):
         import hashlib
 
         self.base = base
-        self.transform = RemapColumns(gmap)
+        self.remap = RemapColumns(gmap)
+        self.transform = self.remap
         self.n_columns = int(n_columns)
         self.path = base.path
         self.backend = base.backend
         meta = copy.copy(base.meta)
         meta.n_features = self.n_columns
         self.meta = meta
-        self._digest = hashlib.blake2b(self.transform.gmap.tobytes(), digest_size=12).hexdigest()
+        self._digest = hashlib.blake2b(self.remap.gmap.tobytes(), digest_size=12).hexdigest()
 
     @property
     def cache_key(self) -> tuple:
         return (getattr(self.base, "cache_key", self.path), self._kind, self._digest)
 
     def _args(self) -> tuple:
-        return (self.transform.gmap, self.n_columns)
+        return (self.remap.gmap, self.n_columns)
 
 
 def _reopen_view(cls: type, path: str, args: tuple) -> _TransformView:

@@ -76,7 +76,7 @@ def test_closed_stdout_pipe_exits_quietly(tmp_path):
     status of a process ended by SIGPIPE (141), as cat or grep."""
     import os
 
-    from ooc_svm.model import Model
+    from ooc_svm.model.model import Model
 
     Model(kind="linear", n_features=3, classes=[-1.0, 1.0], coef_=np.ones(3)).save(
         str(tmp_path / "m")

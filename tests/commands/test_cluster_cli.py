@@ -17,7 +17,7 @@ import pytest
 import scipy.sparse as sp
 from conftest import free_port, ooc_cmd, stop_procs, wait_workers
 
-from ooc_svm.model import load_model
+from ooc_svm.model.model import load_model
 from ooc_svm.store import csr_to_shards, open_store, write_store
 
 pytestmark = pytest.mark.cluster

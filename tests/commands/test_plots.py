@@ -13,7 +13,7 @@ from conftest import ooc_cmd
 
 pytest.importorskip("matplotlib")
 
-from ooc_svm.reports import (
+from ooc_svm.evaluation.reports import (
     GAP_FLOOR,
     HistoryError,
     HistoryWriter,
@@ -192,7 +192,7 @@ def test_plot_cli_errors_are_one_line(tmp_path):
 
 
 def test_roc_marks_prbep_and_names_model_and_store():
-    from ooc_svm.metrics import prbep
+    from ooc_svm.evaluation.metrics import prbep
 
     rng = np.random.default_rng(0)
     y = rng.random(800) < 0.3
@@ -212,7 +212,7 @@ def test_roc_marks_prbep_and_names_model_and_store():
 def test_evaluate_plot_on_multiclass_prints_metrics_and_skips(tmp_path, make_store):
     import scipy.sparse as sp
 
-    from ooc_svm.model import Model
+    from ooc_svm.model.model import Model
 
     rng = np.random.default_rng(1)
     X = sp.random(300, 10, density=0.5, format="csr", random_state=1, dtype=np.float32)
@@ -238,7 +238,7 @@ def test_evaluate_plot_on_multiclass_prints_metrics_and_skips(tmp_path, make_sto
 def test_evaluate_plot_names_model_and_store(tmp_path, make_store):
     import scipy.sparse as sp
 
-    from ooc_svm.model import Model
+    from ooc_svm.model.model import Model
 
     rng = np.random.default_rng(2)
     X = sp.random(300, 10, density=0.5, format="csr", random_state=2, dtype=np.float32)

@@ -16,11 +16,11 @@ from sklearn import metrics as skm
 from ooc_svm.api import train
 from ooc_svm.cli import main
 from ooc_svm.engine import LocalEngine
-from ooc_svm.evaluation import evaluate_model
-from ooc_svm.metrics import kendall_tau, ndcg_at_k, pairwise_accuracy
-from ooc_svm.model import Model, load_model
-from ooc_svm.scoring import predict_to_file
-from ooc_svm.shard_scores import shard_batches
+from ooc_svm.evaluation.evaluation import evaluate_model
+from ooc_svm.evaluation.metrics import kendall_tau, ndcg_at_k, pairwise_accuracy
+from ooc_svm.evaluation.scoring import predict_to_file
+from ooc_svm.model.model import Model, load_model
+from ooc_svm.model.shard_scores import shard_batches
 
 
 def _data(seed=0, n=500, d=20, labels=(-1.0, 1.0)):
@@ -235,7 +235,7 @@ def test_multiclass_columns_by_label_and_csv(tmp_path, make_store):
 def test_ovr_kernel_model_streamed_equals_in_memory(tmp_path, make_store):
     """One-vs-rest kernel models (issue 12 item 4): the streamed multi-class expansion gives
     each class the same value as that class's binary expansion, bit for bit."""
-    from ooc_svm.expansion import score_shard, scoring_broadcast
+    from ooc_svm.model.expansion import score_shard, scoring_broadcast
 
     X, _ = _data(9, n=150, d=7)
     y = np.array([1.0, 2.0, 3.0])[np.random.default_rng(9).integers(0, 3, 150)]

@@ -2,8 +2,8 @@
 
 The CLI runs as a user would (``python -m ooc_svm``, relative paths in a temporary working
 directory) on a small store made of the first 4,000 rows of a9a (8 shards of 500 rows), and
-the sigmoid stored in the model is checked against :func:`ooc_svm.cross_validation.fit_platt` on
-the same shard folds called directly.
+the sigmoid stored in the model is checked against
+:func:`ooc_svm.evaluation.cross_validation.fit_platt` on the same shard folds called directly.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ooc_svm.api import train
-from ooc_svm.cross_validation import cross_val_decision_values, fit_platt
+from ooc_svm.evaluation.cross_validation import cross_val_decision_values, fit_platt
 
 ROWS, SHARD_ROWS, FOLDS, SEED = 4000, 500, 4, 3
 
@@ -96,7 +96,7 @@ def test_train_predict_probability_round_trip(a9a_small):
     want = np.clip(1 / (1 + np.exp(p["probA"][0] * s + p["probB"][0])), 1e-7, 1 - 1e-7)
     np.testing.assert_allclose(prob, want, rtol=1e-12, atol=1e-15)
     # and Model.predict_proba gives the same, from a matrix and from the store
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     model = load_model(str(cwd / "m"))
     np.testing.assert_allclose(model.predict_proba(str(cwd / "a9a.zarr")), prob, rtol=1e-12)
@@ -148,7 +148,7 @@ def test_train_probability_refusals(a9a_small):
 
 
 def test_probability_model_field_validated_on_load(tmp_path):
-    from ooc_svm.model import Model, ModelError, load_model
+    from ooc_svm.model.model import Model, ModelError, load_model
 
     m = Model(kind="linear", n_features=3, classes=[-1.0, 1.0], coef_=np.ones(3), intercept_=0.5)
     m.save(str(tmp_path / "old"))

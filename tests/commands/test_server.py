@@ -105,7 +105,7 @@ def test_server_passes_stdin_and_relays_ctrl_c(tmp_path, env):
 
 
 def test_server_key_follows_startup_environment(monkeypatch):
-    from ooc_svm import server_link
+    from ooc_svm.server import server_link
 
     base = server_link.server_key()
     monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
@@ -116,7 +116,7 @@ def test_server_key_follows_startup_environment(monkeypatch):
 
 
 def test_no_server_no_forwarding(tmp_path, monkeypatch):
-    from ooc_svm import server_link
+    from ooc_svm.server import server_link
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     assert server_link.forward(["train", "s.zarr", "-o", "m"]) is None  # no folder

@@ -31,7 +31,7 @@ NOT_NEEDED = [
     "dask",
     "distributed",
     "sklearn",
-    "ooc_svm.solvers.smo.wss2",
+    "ooc_svm.solvers.smo.working_set",
     "ooc_svm.solvers.smo.driver",
     "ooc_svm.solvers.active_set.driver",
     "ooc_svm.solvers.irwls.driver",
@@ -70,7 +70,7 @@ def test_perf_train_on_zarr_imports_only_what_it_needs(tmp_path, make_store):
 def test_train_help_imports_no_solver_algorithm(tmp_path):
     # the flags and --help come from the solvers' Params classes, not from their algorithms
     heavy = ["numba", "scipy", "zarr", "pyarrow", "dask", "ooc_svm.kernels"]
-    heavy += [f"ooc_svm.solvers.{m}" for m in ("perf.error", "smo.wss2", "irwls.driver")]
+    heavy += [f"ooc_svm.solvers.{m}" for m in ("perf.error", "smo.working_set", "irwls.driver")]
     heavy += ["ooc_svm.solvers.active_set.driver"]
     assert _imported_by(["train", "--help"], tmp_path, heavy) == []
 

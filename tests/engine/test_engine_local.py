@@ -230,7 +230,7 @@ def test_train_shard_cache_flag(store, tmp_path, monkeypatch):
     """`train --shard-cache-mb`: later passes come from the cache, the model is unchanged."""
     import ooc_svm.api as api
     from ooc_svm.cli import main
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
     from ooc_svm.solvers import SolverError
 
     st, _, _ = store
@@ -266,7 +266,7 @@ def test_auto_cache_not_filled_by_batched_scoring(store, tmp_path):
     none of them may be cached the first time (the 10M-row scale test store's predict held
     5 GB, the whole decoded store, when the first batch marked the store as seen)."""
     import ooc_svm.api as api
-    from ooc_svm.shard_scores import iter_scored
+    from ooc_svm.model.shard_scores import iter_scored
 
     st, _, _ = store
     model = api.train(st, "perf", max_iter=2, shard_cache_mb=0).model

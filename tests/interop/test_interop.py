@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from conftest import dataset, ooc_cmd
 
 from ooc_svm.interop import FormatError, detect_format, export_model, import_model
-from ooc_svm.model import Model, ModelError, load_model
+from ooc_svm.model.model import Model, ModelError, load_model
 
 RTOL = 1e-6
 
@@ -133,7 +133,7 @@ def test_round_trip_same_decisions(tmp_path, name):
 
 def test_ovo_votes_and_ties_like_libsvm():
     """Voting: pair (i, j) positive -> i; the most votes wins, ties to the smaller index."""
-    from ooc_svm.ovo import ovo_votes
+    from ooc_svm.model.ovo import ovo_votes
 
     # 3 classes, pairs (0,1) (0,2) (1,2): a 3-way cycle 0>1, 2>0, 1>2 -> one vote each -> 0
     dec = np.array([[1.0, -1.0, 1.0], [-1.0, -1.0, -1.0], [0.0, 0.0, 0.0]])

@@ -107,7 +107,7 @@ def test_smo_scans_on_threads_equal_serial_loops():
     """smo's WSS2 scans and gradient update on all threads (issue 23): the same rows, values
     and gradients as one serial loop, ties included (the serial loops keep the last row of a
     tie; many tied and ±0 values here), with 1 and 2 threads."""
-    from ooc_svm.solvers.smo import kernels as sk
+    from ooc_svm.solvers.smo._numba import wss2 as sk
 
     rng = np.random.default_rng(1)
     m = 40_000  # above the scans' parallel threshold
@@ -144,8 +144,8 @@ def test_dense_sv_block_scores_equal_sparse_bit_for_bit(monkeypatch):
     zeros and features the SVs lack included, with 1 and 2 threads; not pickled."""
     import pickle
 
-    from ooc_svm import expansion as E
     from ooc_svm.kernels.kernel_functions import KernelParams
+    from ooc_svm.model import expansion as E
 
     rng = np.random.default_rng(2)
     sv = _random_csr(rng, 700, 22, 13)
@@ -311,7 +311,7 @@ def test_two_rows_with_2e8_features_train_under_2_gb(tmp_path, solver):
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     m = load_model(str(tmp_path / "m"))
     assert m.n_features == 200_000_000

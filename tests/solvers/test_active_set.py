@@ -24,7 +24,7 @@ from history_checks import assert_history_timed
 
 from ooc_svm.engine import LocalEngine
 from ooc_svm.kernels.kernel_functions import kernel_matrix
-from ooc_svm.model import Model, load_model
+from ooc_svm.model.model import Model, load_model
 from ooc_svm.solvers import SolverError, active_set
 from ooc_svm.solvers.active_set.cholesky import ActiveFactor
 from ooc_svm.solvers.active_set.working_set import WorkingSet
@@ -242,7 +242,7 @@ def test_lost_factor_accuracy_is_detected_and_repaired(tmp_path, monkeypatch, ma
         return out
 
     monkeypatch.setattr(ActiveFactor, "append", drifting_append)
-    # the compiled minor loop (sprint.py) appends without ActiveFactor.append: the same drift
+    # the compiled minor loop (_numba/sprint.py) appends without ActiveFactor.append: the same drift
     # after each of its calls in which the 150th, 300th, … row entered
     orig_sprint = WorkingSet._sprint
 

@@ -19,7 +19,7 @@ from conftest import default_sigint as _default_sigint
 from conftest import latest_checkpoint_iteration as _latest_iteration
 from sklearn.datasets import make_classification
 
-from ooc_svm.model import load_model
+from ooc_svm.model.model import load_model
 from ooc_svm.store import csr_to_shards, write_store
 
 # case -> (solver, flags making many small checkpointed steps)

@@ -232,7 +232,7 @@ def test_bad_parameters(tmp_path, make_store):
 
 def test_cli_train_json(tmp_path, capsys, make_store):
     from ooc_svm.cli import main
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     X, y = tiny_problem(6, n=60)
     make_store(X, y, shard_rows=25, n_features=0)

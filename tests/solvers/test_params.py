@@ -214,7 +214,7 @@ def test_config_file_and_flags_override(work):
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["strategy"] == "random" and s["working_set"] == 600
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     assert load_model(str(work / "mc")).info["C"] == 2.0
     # conf files of every solver are accepted by its Params

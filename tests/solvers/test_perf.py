@@ -21,8 +21,8 @@ from sklearn.svm import LinearSVC
 
 from ooc_svm.api import train
 from ooc_svm.engine import LocalEngine, make_engine
-from ooc_svm.metrics import pairwise_objective, primal_objective
-from ooc_svm.model import load_model
+from ooc_svm.evaluation.metrics import pairwise_objective, primal_objective
+from ooc_svm.model.model import load_model
 from ooc_svm.solvers import perf
 from ooc_svm.store import csr_to_shards, open_store, write_store
 
@@ -395,7 +395,7 @@ def test_roc_area_matches_op4(tmp_path, variant, make_store):
 @pytest.mark.slow
 def test_abalone_and_mq2008_report(tmp_path, make_store):
     """Pairwise accuracy / NDCG on the real ranking data (reported, loosely checked)."""
-    from ooc_svm.metrics import ndcg_at_k, pairwise_accuracy
+    from ooc_svm.evaluation.metrics import ndcg_at_k, pairwise_accuracy
 
     X, y = load_svmlight_file(str(dataset("abalone/abalone_scale")), n_features=8)
     X = _csr32(X)

@@ -19,7 +19,7 @@ from sklearn.svm import LinearSVC
 
 from ooc_svm.api import train
 from ooc_svm.engine import LocalEngine, make_engine
-from ooc_svm.metrics import primal_objective
+from ooc_svm.evaluation.metrics import primal_objective
 from ooc_svm.solvers import SolverError, perf
 
 

@@ -10,7 +10,8 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 
 from ooc_svm.kernels.csr import u32
-from ooc_svm.kernels.perf import count_pairs, cut_segment, cut_single, rank_cut, rank_loss
+from ooc_svm.kernels.ranking import count_pairs, rank_loss
+from ooc_svm.solvers.perf._numba.cuts import cut_segment, cut_single, rank_cut
 from ooc_svm.solvers.perf.qp import qp_objective, solve_simplex_qp
 
 

@@ -22,7 +22,7 @@ from sklearn.datasets import load_svmlight_file
 from sklearn.svm import LinearSVC
 
 from ooc_svm.engine import LocalEngine, make_engine
-from ooc_svm.metrics import primal_objective
+from ooc_svm.evaluation.metrics import primal_objective
 from ooc_svm.solvers.perf import selection as psel
 from ooc_svm.solvers.perf import selective as ps
 from ooc_svm.store import csr_to_shards, open_store, write_store
@@ -185,7 +185,7 @@ def test_threshold_rows_and_histogram():
     give for the next pass (at k = 0, k = 1 or inside the segment) takes at least the budget
     on any next segment starting there — its keys are at most the distances to the margin at
     its start."""
-    from ooc_svm.kernels.perf_selective import threshold_rows
+    from ooc_svm.solvers.perf._numba.selective import threshold_rows
 
     rng = np.random.default_rng(8)
     n = 4000
@@ -281,7 +281,7 @@ def test_segment_line_search_is_exact():
     """The inner line search (bisection on the right derivative of F = max(P̃, M)) finds the
     minimum of F on k ≥ 0 to within round-off of a fine grid, including k = 0 and steps
     beyond 1, with and without working-set planes."""
-    from ooc_svm.kernels.perf_selective import segment_min
+    from ooc_svm.solvers.perf._numba.selective import segment_min
 
     rng = np.random.default_rng(5)
     for trial in range(30):
@@ -308,7 +308,7 @@ def test_threaded_line_search_is_exact_and_the_same_for_any_threads(monkeypatch)
     one-thread bisection does, with the same bits for 1, 2 and 3 threads, and writes dm."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ooc_svm.kernels.perf_selective import segment_min
+    from ooc_svm.solvers.perf._numba.selective import segment_min
 
     monkeypatch.setattr(ps, "LINE_CHUNK", 37)  # several chunks
     monkeypatch.setattr(ps, "LINE_FEW", 20)  # several rounds of binning
@@ -501,7 +501,7 @@ def test_train_api_and_cli(tmp_path, monkeypatch):
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["variant"] == "selective" and summary["passes"] == res.passes
     assert summary["objective"] == pytest.approx(res.objective, rel=1e-12)
-    from ooc_svm.model import load_model
+    from ooc_svm.model.model import load_model
 
     m = load_model("m")
     p = primal_objective(X, y, m.coef_, m.intercept_, 2.0)
@@ -586,7 +586,7 @@ def test_inner_model_is_a_lower_bound_exact_at_the_pass_point_and_its_cuts_are_v
     r − w·g ≤ ξ(w) for all w."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ooc_svm.kernels.perf_selective import violated_at
+    from ooc_svm.solvers.perf._numba.selective import violated_at
 
     rng = np.random.default_rng(7)
     n, d, C, bias = 400, 30, 0.7, 1.0

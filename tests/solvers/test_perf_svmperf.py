@@ -22,7 +22,7 @@ from test_perf import _csr32, check_guarantee, liblinear_objective
 
 from ooc_svm.api import train
 from ooc_svm.engine import LocalEngine, make_engine
-from ooc_svm.metrics import primal_objective
+from ooc_svm.evaluation.metrics import primal_objective
 from ooc_svm.solvers import SolverError
 from ooc_svm.solvers.perf import WorkingSet
 from ooc_svm.solvers.perf import svmperf as spf

@@ -21,7 +21,7 @@ from conftest import build_store, sklearn_kernel
 from conftest import load_svmlight_int32 as _load
 
 from ooc_svm.engine import LocalEngine
-from ooc_svm.model import load_model
+from ooc_svm.model.model import load_model
 from ooc_svm.solvers import SolverError, smo
 from ooc_svm.solvers.dual import kernel_scores_pass
 from ooc_svm.store import csr_to_shards, open_store, write_store
@@ -313,7 +313,7 @@ def test_progress_inside_a_chunk_same_model(tmp_path, make_store, monkeypatch, c
     import logging
 
     from ooc_svm.cli import main
-    from ooc_svm.solvers.smo import wss2
+    from ooc_svm.solvers.smo import working_set as wss2
 
     rng = np.random.default_rng(5)
     n, d = 1500, 10

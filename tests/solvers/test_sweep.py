@@ -21,7 +21,8 @@ import ooc_svm
 from ooc_svm.api import train_sweep
 from ooc_svm.engine import LocalEngine
 from ooc_svm.solvers import SolverError, get_solver
-from ooc_svm.solvers.sweep import parse_c_values, solve_sweep, warm_start_from_model
+from ooc_svm.solvers.dual import warm_start_from_model
+from ooc_svm.solvers.sweep import parse_c_values, solve_sweep
 
 CS = [0.01, 0.1, 1.0, 10.0]
 
@@ -115,7 +116,7 @@ def test_warm_start_is_feasible_in_the_new_box():
     """α·C/C_old stays in [0, C] with yᵀα = 0 (the heavier class shrunk when it was not)."""
     import scipy.sparse as sp
 
-    from ooc_svm.model import Model
+    from ooc_svm.model.model import Model
 
     X = sp.csr_matrix(np.eye(4))
     m = Model(

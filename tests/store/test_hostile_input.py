@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ooc_svm.model import ModelError, load_model
+from ooc_svm.model.model import ModelError, load_model
 from ooc_svm.store import StoreError, open_store
 from ooc_svm.store.ingest import IngestError, ingest
 
@@ -340,7 +340,7 @@ def _cli(cwd, *args, timeout: float = 60):
 
 def _small_model_and_text(cwd) -> None:
     """A linear model ``m`` (5 features) and 40 rows of matching SVMlight text ``d.svm``."""
-    from ooc_svm.model import Model
+    from ooc_svm.model.model import Model
 
     Model(kind="linear", n_features=5, classes=[-1.0, 1.0], coef_=np.arange(5.0) - 2).save(
         str(cwd / "m")

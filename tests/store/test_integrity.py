@@ -389,7 +389,7 @@ def writers_dir(tmp_path_factory):
     support vectors (predict, train and export of them run for seconds)."""
     import scipy.sparse as sp
 
-    from ooc_svm.model import Model
+    from ooc_svm.model.model import Model
 
     d = tmp_path_factory.mktemp("writers")
     (d / "d.svm").write_text(_text(20_000, seed=5))

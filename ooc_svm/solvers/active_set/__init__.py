@@ -19,7 +19,7 @@ Paper sections → modules:
   :mod:`.passes`;
 - §4.2 memory saving (Q columns of I_s over the working rows only): :mod:`.columns`;
 - §4.3–4.4 warm start / incremental (``--init``), the driver, checkpoints: :mod:`.driver`;
-- parameters and tuning constants: :mod:`.settings`; numba kernels: :mod:`.kernels`.
+- parameters and tuning constants: :mod:`.params`; numba kernels: :mod:`._numba`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from ...kernels.csr import csr_matvec_rows, csr_rmatvec_rows_add, csr_take_rows
 from ...kernels.kernel_functions import KernelParams, kernel_row, kernel_row_subset, linear_scores
 from ...kernels.parallel import gradient_rows_par
 from ..dual import WorkingRows
-from .kernels import DENSE_BLOCK_MAX, _dense_transposed, dense_kernel_block, dense_kernel_col
+from ._numba.blocks import DENSE_BLOCK_MAX, _dense_transposed, dense_kernel_block, dense_kernel_col
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from ...kernels.csr import csr_rmatvec_rows_add
 from ...kernels.kernel_functions import KernelParams, linear_scores, row_sq_norms
 from ..dual import WorkingRows, check_interrupt, row_costs, shard_rows
 from ..reduce import none_is_identity
-from .kernels import expansion_add
+from ._numba.blocks import expansion_add
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,13 @@ import numpy as np
 from ...kernels.kernel_functions import (
     KernelParams,
 )
-from ...model import load_model
+from ...model.model import load_model
 from .. import SolverError
 from ..dual import (
     WorkingRows,
     row_costs,
 )
-from .kernels import DENSE_BLOCK_MAX
+from ._numba.blocks import DENSE_BLOCK_MAX
 from .params import MIN_CANDIDATES, SPRINT_AUTO_MAX, SPRINT_SQRT, Params
 from .working_set import S_FREE
 

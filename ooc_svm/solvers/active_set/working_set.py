@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from ..dual import WorkingRows, check_interrupt, row_costs
-from . import sprint as sp
+from ._numba import sprint as sp
+from ._numba.sprint import ratio_test, take_step
 from .cholesky import ActiveFactor
 from .columns import KernelColumns
 from .params import CHECK_EVERY, FULL_FLUSH_EVERY, REFACTOR_TOL
-from .sprint import ratio_test, take_step
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ class WorkingSet:
         """Active-set iterations until no working row has reduced cost < −tol_enter.
 
         Returns True when the reduced problem over W is optimal, False at ``max_iter``.
-        Kernel columns with sprint pricing run the compiled loop (:mod:`.sprint`); the
+        Kernel columns with sprint pricing run the compiled loop (:mod:`._numba.sprint`); the
         same iterations.
         """
         if isinstance(self.cols, KernelColumns) and self.nonneg is None:
@@ -358,7 +358,7 @@ class WorkingSet:
 
     # -- the compiled minor loop (kernel columns, sprint pricing) ---------------------------
     def _run_compiled(self, max_iter: int, tol_enter: float) -> bool:
-        """:meth:`run` with the iterations in :func:`.sprint.sprint_loop`; Python handles
+        """:meth:`run` with the iterations in :func:`._numba.sprint.sprint_loop`; Python handles
         the full flushes (probe, refactorisation), the final confirmation, array growth and
         interrupts, as :meth:`run` does."""
         start = self.c.iterations
@@ -440,7 +440,7 @@ class WorkingSet:
             cols._grow(cols.p + 1)
 
     def _sprint(self, phase: int, st: np.ndarray, fl: np.ndarray) -> int:
-        """One call of :func:`.sprint.sprint_loop` with this object's state packed into and
+        """One call of :func:`._numba.sprint.sprint_loop` with this object's state packed into and
         unpacked from the arrays it takes."""
         f, cols, c = self.factor, self.cols, self.c
         st[sp.ST_SINCE_FULL], st[sp.ST_ENTERED] = self._since_full, self._entered

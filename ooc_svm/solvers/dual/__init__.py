@@ -17,22 +17,24 @@ Conventions (stable API):
   hold the rows) or :func:`build_working_rows` from fetched parts.
 - **Expansions.** f(x) without intercept is an :class:`Expansion`: the SV rows and
   coefficients yᵢαᵢ (kernel) or a dense w (linear kernel). It is picklable: broadcast it.
-  It lives in :mod:`ooc_svm.expansion` (shared with scoring) and is re-exported here.
+  It lives in :mod:`ooc_svm.model.expansion` (shared with scoring) and is re-exported here.
 - **KKT check.** :func:`kkt_violation_pass` is an independent streamed pass that, given α
   (shard state), the expansion and the intercept, checks every row's KKT condition and returns
   the largest violation (and LIBSVM's m(α) − M(α)).
-- **Models.** :func:`make_model` builds the :class:`~ooc_svm.model.Model` from the SVs
+- **Models.** :func:`make_model` builds the :class:`~ooc_svm.model.model.Model` from the SVs
   (``kind="linear"`` with ``coef_ = Σ yᵢαᵢxᵢ``, Platt eq. 22, for the linear kernel).
 - **Class weights.** ``--class-weight`` gives per-class costs ``(C_neg, C_pos)``
   (:func:`dual_class_costs`): row i's box is ``0 ≤ αᵢ ≤ C_{y_i}`` (:func:`row_costs`), the
   KKT tests use ``α < C_{y_i}`` and the primal sums ``C_{y_i} ξᵢ``.
+- **Warm start.** :func:`warm_start_from_model`: the starting α at a new C from a model
+  trained at another C (a C sweep's next value).
 - **Scoring.** :func:`kernel_scores_pass` streams a store against a kernel (or linear) model in
   memory bounded by the model plus one shard per engine thread (used by predict / evaluate).
 """
 
 from __future__ import annotations
 
-from ...expansion import (  # re-exported: the expansion lives in ooc_svm.expansion
+from ...model.expansion import (  # re-exported: the expansion lives in ooc_svm.expansion
     Expansion,
     ScoringBroadcast,
     kernel_scores_pass,
@@ -68,6 +70,7 @@ from .state import (
     shard_states_to_save,
     split_updates_by_shard,
 )
+from .warm import warm_start_from_model
 
 __all__ = [
     "CheckpointClock",
@@ -102,4 +105,5 @@ __all__ = [
     "shard_rows",
     "shard_states_to_save",
     "split_updates_by_shard",
+    "warm_start_from_model",
 ]

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...engine.base import Engine
-from ...expansion import (
-    make_expansion,
-)
 from ...kernels.kernel_functions import (
     KernelParams,
+)
+from ...model.expansion import (
+    make_expansion,
 )
 from ..reduce import none_is_identity
 from .rows import WorkingRows

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...engine.base import Engine, ShardState, concat_partials
-from ...expansion import (
-    make_expansion,
-    primal_w,
-)
 from ...kernels.kernel_functions import (
     KernelParams,
 )
-from ...model import Model
+from ...model.expansion import (
+    make_expansion,
+    primal_w,
+)
+from ...model.model import Model
 from .kkt import kkt_violation_pass
 from .rows import WorkingRows, shard_rows
 from .state import apply_alpha_updates, init_alpha_state

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...engine.base import Engine, ShardState
-from ...expansion import (
+from ...model.expansion import (
     Expansion,
 )
 from ..reduce import none_is_identity

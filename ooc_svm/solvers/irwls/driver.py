@@ -249,7 +249,7 @@ class _Run:
     def warm(self, model) -> None:
         """Start from ``model`` (this store, a smaller C of a C sweep): β = its α scaled into
         the box, sent as the first pass's change (g is recomputed from it), b scaled alike."""
-        from ..sweep import warm_start_from_model
+        from ..dual import warm_start_from_model
 
         gids, coef, X, intercept = warm_start_from_model(model, self.C, self.store.meta.n_rows)
         self.upd_gids, self.upd_beta, self.b = gids, np.abs(coef), intercept

@@ -32,23 +32,16 @@ P(w_b) − D(α) ≤ ε·C_perf with D the OP3 dual over W, so P(w_b) ≤ P* + C
 ``c_perf`` is SVMperf's ``-c`` (loss in percent): C = 100·c/n (error) or 100·c/m (ranks);
 SVMperf's ``-e 0.1`` is our ε = 0.001.
 
-Layout: :mod:`.params` (Params), :mod:`.passes` (per-shard functions, reductions),
+Layout: :mod:`.params` (Params), :mod:`.driver` (``solve``: the variant's loop),
+:mod:`.passes` (per-shard functions, reductions),
 :mod:`.working_set` (cuts, QP glue), :mod:`.error`, :mod:`.rank`, :mod:`.ovr` (one-vs-rest
 with fused passes), :mod:`.common` (driver helpers).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .. import Callback, Result, SolverError, lazy_exports
-from ..params import as_params
+from .. import SolverError, lazy_exports
 from .params import DEFAULTS, DENSE_VECTORS, LOSSES, VARIANTS, Params
-
-if TYPE_CHECKING:
-    from ...checkpoint import Checkpointer
-    from ...engine.base import Engine
-    from ...store.base import Store
 
 #: names imported from a submodule on first use (the package itself stays light: ``train``
 #: reads ``Params`` and ``STOPPING_RULE`` to build its flags without loading numba);
@@ -57,6 +50,8 @@ _LAZY = {
     **dict.fromkeys(("_cut_grid", "_finite", "_line_grid", "_Progress", "_resolve_C"), ".common"),
     **dict.fromkeys(("_error_steps", "_solve_error"), ".error"),
     **dict.fromkeys(("SUPPORTS_OVR_CHECKPOINT", "solve_ovr"), ".ovr"),
+    # solve(store, engine, params, *, callback=None, checkpoint=None) -> Result
+    "solve": ".driver",
     **dict.fromkeys(
         (
             "COMPACT_MIN_DIM",
@@ -136,42 +131,3 @@ def fused_ovr(params: Params) -> bool:
     """Whether one-vs-rest runs the classes fused (:func:`solve_ovr`); ``dcd`` trains one
     class after the other (its sweeps update w row by row: nothing to share)."""
     return params.variant != "dcd"
-
-
-def solve(
-    store: Store,
-    engine: Engine,
-    params: Params,
-    *,
-    callback: Callback | None = None,
-    checkpoint: Checkpointer | None = None,
-) -> Result:
-    """Train a linear SVM with the cutting-plane algorithm (see the module docstring).
-
-    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), the state (w or the
-    best point, the working set of cutting planes and its QP solution) is saved after every
-    iteration, and a resumed run continues exactly where the checkpoint was taken.
-    """
-    params = as_params(Params, params)
-    meta = store.meta
-    params.validate(meta)
-    loss, variant = params.resolve_loss(meta), params.variant
-    if variant == "selective":
-        from .selective import solve_selective
-
-        return solve_selective(store, engine, params, callback=callback, checkpoint=checkpoint)
-    if variant == "dcd":
-        from .dcd import solve_dcd
-
-        return solve_dcd(store, engine, params, callback=callback, checkpoint=checkpoint)
-    if variant == "svmperf":
-        from .svmperf import solve_svmperf
-
-        return solve_svmperf(store, engine, params, callback=callback, checkpoint=checkpoint)
-    if loss == "error":
-        from .error import _solve_error
-
-        return _solve_error(store, engine, params, variant, callback, checkpoint)
-    from .rank import _solve_rank
-
-    return _solve_rank(store, engine, params, loss, variant, callback, checkpoint)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...model import Model
+from ...model.model import Model
 from .. import Callback, Result
 from .params import Params
 

@@ -6,7 +6,7 @@ constant feature regularised with w::
     min_w  P(w) = ½‖w‖² + Σᵢ Cᵢ ℓ(1 − yᵢwᵀx̃ᵢ),   ℓ(t) = max(0, t)  (``hinge="l1"``)
                                                  ℓ(t) = max(0, t)²  (``hinge="l2"``, ``-s 1``)
 
-solved in its dual D(α) = Σαᵢ − ½‖Σαᵢyᵢx̃ᵢ‖² − ½ΣDᵢᵢαᵢ² (0 ≤ αᵢ ≤ Uᵢ; :mod:`ooc_svm.kernels.dcd`)
+solved in its dual D(α) = Σαᵢ − ½‖Σαᵢyᵢx̃ᵢ‖² − ½ΣDᵢᵢαᵢ² (0 ≤ αᵢ ≤ Uᵢ; :mod:`._numba.dcd`)
 by block minimization (Yu, Hsieh, Chang, Lin, *Large Linear Classification When Data Cannot
 Fit in Memory*, KDD 2010, Algorithm 2): the blocks are the store's shards, visited in a
 seeded random order every epoch, and each visit runs one sweep of the dual coordinate
@@ -36,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...engine.base import concat_partials
-from ...kernels.dcd import (
+from ...model.model import Model
+from .. import Result, SolverError, binary_classes
+from ._numba.dcd import (
     alpha_terms,
     count_columns,
     dcd_sweep,
@@ -44,8 +46,6 @@ from ...kernels.dcd import (
     remap_columns,
     row_norms,
 )
-from ...model import Model
-from .. import Result, SolverError, binary_classes
 from .common import _finite, _Progress, _resolve_C
 from .params import remap_min_dim
 

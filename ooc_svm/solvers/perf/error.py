@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...kernels.perf import vdot
-from ...kernels.sparse_cut import segment_terms, sq_norm, step_towards
 from .. import Result, SolverError, binary_classes
 from ..params import class_weights, parse_class_weight
+from ._numba.cuts import vdot
+from ._numba.sparse import segment_terms, sq_norm, step_towards
 from .common import (
     _cut_grid,
     _finite,

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...engine.blocks import Blocked
 from ...kernels.csr import csr_matvec, u32
-from ...kernels.perf import (
+from ._numba.cuts import (
     accumulate_rows,
     cut_segment,
     cut_segment_weighted,
@@ -261,8 +261,8 @@ def pass_single(shard: Shard, bc: Any) -> dict[str, Any]:
 
     ``bc = (w, w_bias, bias, pos, dim[, (s_neg, s_pos)[, gmap]])``: with the optional
     per-class relative costs (``--class-weight``; None: none) the cut, its size and the
-    hinge are weighted (:func:`~ooc_svm.kernels.perf.cut_single_weighted`); with ``gmap``
-    (:func:`column_remap`) w and the cut are over the remapped columns.
+    hinge are weighted (:func:`~ooc_svm.solvers.perf._numba.cuts.cut_single_weighted`); with
+    ``gmap`` (:func:`column_remap`) w and the cut are over the remapped columns.
     """
     w, w_bias, bias, pos, dim = bc[:5]
     sw = bc[5] if len(bc) > 5 else None

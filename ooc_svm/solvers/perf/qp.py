@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ...kernels.perf import matvec, vdot
+from ._numba.cuts import matvec, vdot
 
 
 @dataclass

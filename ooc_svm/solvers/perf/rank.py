@@ -1,7 +1,7 @@
 """``loss="ordinal"`` / ``"roc"``: Algorithm 2 of Joachims 2006 (OP5) and its accelerated variant.
 
 The most violated constraint, in its condensed form Σᵢ (c⁺ᵢ − c⁻ᵢ) xᵢ, comes from the sorted
-scores in O(n log n) (:func:`ooc_svm.kernels.perf.rank_cut`). Two passes per iteration:
+scores in O(n log n) (:func:`ooc_svm.solvers.perf._numba.cuts.rank_cut`). Two passes per iteration:
 scores of every row (gathered at the driver as float64, 8 bytes per row, plus the rank and
 query of every row gathered once), then Σᵢ (c⁺ᵢ − c⁻ᵢ) xᵢ with the coefficients as per-shard
 state. The bias cancels in pair differences and is not used. ``accelerated``: the line search
@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from ...engine import concat_partials
-from ...kernels.perf import count_pairs, rank_cut, rank_loss, vdot
-from ...model import Model
+from ...kernels.ranking import count_pairs, rank_loss
+from ...model.model import Model
 from .. import Result, SolverError
 from ..params import class_weights
+from ._numba.cuts import rank_cut, vdot
 from .common import (
     _finite,
     _Progress,

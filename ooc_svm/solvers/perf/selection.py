@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...kernels.csr import csr_take_rows, u32
-from ...kernels.perf_selective import (
+from ._numba.selective import (
     cut_segment_margins,
     select_prefix,
     threshold_rows,
@@ -35,7 +35,7 @@ SHARE = 1.25
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 
 #: bucket edges (10 a decade) of the per-pass histogram of the rows' bytes by closeness to
-#: the margin (:func:`~ooc_svm.kernels.perf_selective.threshold_rows`)
+#: the margin (:func:`~ooc_svm.solvers.perf._numba.selective.threshold_rows`)
 EDGES = np.geomspace(1e-6, 1e3, 91)
 
 

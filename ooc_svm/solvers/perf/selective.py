@@ -101,8 +101,11 @@ import numpy as np
 from ..._util import cpu_count
 from ...engine.blocks import Blocked
 from ...kernels.csr import u32
-from ...kernels.perf import accumulate_rows, matvec, vdot
-from ...kernels.perf_selective import (
+from ...store.views import ColumnMapView
+from .. import Callback, Result, SolverError, binary_classes
+from ..params import as_params
+from ._numba.cuts import accumulate_rows, matvec, vdot
+from ._numba.selective import (
     bins_eval,
     flip_cut,
     narrow,
@@ -112,9 +115,6 @@ from ...kernels.perf_selective import (
     step_flip,
     violated_at,
 )
-from ...store.views import ColumnMapView
-from .. import Callback, Result, SolverError, binary_classes
-from ..params import as_params
 from .common import _finite, _Progress, _resolve_C, binary_result
 from .params import Params, remap_min_dim
 from .passes import acc_row, column_remap, pass_column_counts, reduce_cut
@@ -381,21 +381,21 @@ def segment_min_threaded(
     v: Any,
     steps: int,
 ) -> tuple[float, float]:
-    """The minimiser k ≥ 0 of F of :func:`~ooc_svm.kernels.perf_selective.segment_min`
+    """The minimiser k ≥ 0 of F of :func:`~ooc_svm.solvers.perf._numba.selective.segment_min`
     (``dm`` = ``mc`` − ``mb``, written here), with its sweeps of every row on the threads of
     ``pool`` (chunks of ``LINE_CHUNK`` rows, summed in chunk order: same bits for any number
     of threads).
 
     Instead of one sweep per bisection step: one sweep bins every row's hinge by where on
     the grid ``LINE_GRID`` (``LINE_BINS`` equal steps on [0, 1], doublings to 2⁶⁰) it changes sign
-    (:func:`~ooc_svm.kernels.perf_selective.segment_bins`), which gives F and F'(k⁺) at
-    every grid point (:func:`~ooc_svm.kernels.perf_selective.bins_eval`); the bracket is the
+    (:func:`~ooc_svm.solvers.perf._numba.selective.segment_bins`), which gives F and F'(k⁺) at
+    every grid point (:func:`~ooc_svm.solvers.perf._numba.selective.bins_eval`); the bracket is the
     first grid interval where F' turns non-negative; a second sweep keeps the rows whose
     hinge changes sign in it (the others become a linear term). While they are more than
     ``LINE_FEW``, the same is done on them with ``LINE_BINS`` equal bins of the bracket
     (at most ``LINE_ROUNDS`` rounds); the last halvings, to the precision of ``steps``
     halvings of the doubling bracket, run on the few rows left
-    (:func:`~ooc_svm.kernels.perf_selective.segment_bisect`)."""
+    (:func:`~ooc_svm.solvers.perf._numba.selective.segment_bisect`)."""
     n = mb.shape[0]
     bounds = line_chunks(n)
     cmb = [mb[a:b] for a, b in bounds]

@@ -67,10 +67,10 @@ import numpy as np
 from numba import njit
 
 from ...kernels.csr import csr_take_rows, u32
-from ...kernels.perf import matvec, vdot
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
 from ..reduce import none_is_identity
+from ._numba.cuts import matvec, vdot
 from .common import _finite, _Progress, _resolve_C, binary_result
 from .params import Params
 from .passes import _finish_accumulator, _new_accumulator, acc_row, merge_acc

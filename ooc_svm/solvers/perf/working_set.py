@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from ...kernels.perf import matvec, sparse_vdot, vdot
-from ...kernels.sparse_cut import axpy, scatter_add, sparse_sparse_dot
+from ...kernels.kernel_functions import sparse_sparse_dot
+from ._numba.cuts import matvec, sparse_vdot, vdot
+from ._numba.sparse import axpy, scatter_add
 from .qp import solve_simplex_qp
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ Problem (C-SVC dual, LIBSVM's sign convention)::
 f(x) = Σ_j y_j α_j K(x_j, x) + intercept (linear / rbf / poly / sigmoid kernels on sparse rows);
 ``intercept_`` is −b (Platt's u = w·x − b) or −ρ (LIBSVM).
 
-``--selection wss2`` (default; :mod:`.wss2`, :mod:`.decomposition`) — Fan, Chen & Lin 2005,
+``--selection wss2`` (default; :mod:`.working_set`, :mod:`.decomposition`) — Fan, Chen & Lin 2005,
     JMLR 6, section 3 (WSS 2, second order) with LIBSVM's gradient maintenance, shrinking and
     gradient reconstruction, in numba, on an in-memory working set W: the whole problem
     when it fits ``--working-mb`` / ``--working-rows``, else a decomposition with streamed
@@ -21,10 +21,11 @@ f(x) = Σ_j y_j α_j K(x_j, x) + intercept (linear / rbf / poly / sigmoid kernel
     Stopping rule: an examine-all pass changes nothing, then the independent KKT pass must
     confirm |violation| ≤ tol on every row, else examine-all passes continue.
 
-Layout: ``__init__`` (Params, solve, the epilogue), ``wss2`` (LIBSVM on W, in ~0.05 s
+Layout: ``__init__`` (the card), ``params``, ``driver`` (``solve``, ``solve_warm``, the
+epilogue), ``working_set`` (wss2: LIBSVM on W, in ~0.05 s
 slices so Ctrl-C and ``--checkpoint-seconds`` act between any two steps without changing
 them), ``decomposition`` (out of core, checkpointed after every outer step), ``platt``,
-``kernels`` (numba), ``common`` (shard functions and tuples).
+``_numba`` (numba: ``wss2``, ``platt``), ``common`` (shard functions and tuples).
 
 Memory: α lives in per-shard engine state; the driver holds W (or Platt's non-bound rows),
 the support vectors (kernel models need them), O(n_features) vectors and the kernel cache
@@ -33,17 +34,22 @@ the support vectors (kernel models need them), O(n_features) vectors and the ker
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from .. import Callback, Result
+from .. import lazy_exports
 from .params import DEFAULTS, Params
 
 __all__ = ["DEFAULTS", "STOPPING_RULE", "SUPPORTS_CHECKPOINT", "Params", "solve", "solve_warm"]
 
-if TYPE_CHECKING:
-    from ...checkpoint import Checkpointer
-    from ...engine.base import Engine
-    from ...store.base import Store
+#: imported on first use: the package stays light (``train`` reads ``Params`` and
+#: ``STOPPING_RULE`` to build its flags without loading numba)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        # solve(store, engine, params, *, callback=None, checkpoint=None) -> Result
+        "solve": ".driver",
+        # solve_warm(store, engine, params, init, *, callback=None) -> Result (a C sweep)
+        "solve_warm": ".driver",
+    },
+)
 
 #: ``--checkpoint`` works for wss2: in memory (state saved between chunks and every
 #: ``--checkpoint-seconds``) and out of core (saved after every outer iteration).
@@ -53,36 +59,3 @@ STOPPING_RULE = (
     "wss2: maximal violating pair m(a)-M(a) <= tol over all rows (LIBSVM); platt: an "
     "examine-all pass changes nothing; both confirmed by an independent KKT pass"
 )
-
-
-def solve(
-    store: Store,
-    engine: Engine,
-    params: Params,
-    *,
-    callback: Callback | None = None,
-    checkpoint: Checkpointer | None = None,
-) -> Result:
-    """Train with SMO; see the module docstring for the problem and the stopping rules.
-
-    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), wss2 saves its state
-    every ``checkpoint_every`` SMO steps and every ``checkpoint_seconds`` (in memory) or
-    after every outer iteration (out of core) and, when resuming, starts from the latest
-    checkpoint; a resumed run ends with exactly the model of an uninterrupted one.
-    """
-    from .driver import _solve  # the algorithm (numba kernels) loads when it runs
-
-    return _solve(store, engine, params, callback, checkpoint)
-
-
-def solve_warm(
-    store: Store, engine: Engine, params: Params, init: Any, *, callback: Callback | None = None
-) -> Result:
-    """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
-    store with its dual coefficients (trained at ``init.info["C"]``). wss2 in memory starts
-    from its α scaled into the box (α·C/C_old, yᵀα = 0 kept) and computes the gradient from
-    it; the other paths start from α = 0. The model returned keeps its dual coefficients
-    (linear kernel included), so it can start the next value."""
-    from .driver import _solve
-
-    return _solve(store, engine, params, callback, None, init=init, keep_dual=True)

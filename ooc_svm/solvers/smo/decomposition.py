@@ -1,6 +1,6 @@
 """smo wss2 out of core: decomposition over a working set W within the memory budget.
 
-Solve the subproblem on W (rows outside fixed, :func:`.wss2._run_wss2`); a streamed pass
+Solve the subproblem on W (rows outside fixed, :func:`.working_set._run_wss2`); a streamed pass
 computes the gradient of every other row from the SV expansion (or w) and stops when the
 maximal violating pair over ALL rows satisfies m(α) − M(α) ≤ tol, else brings the most
 violating rows into W (evicting α = 0 rows that are not violating; bound SVs are folded into
@@ -19,9 +19,9 @@ import numpy as np
 
 from .. import SolverError
 from ..dual import Expansion, WorkingRows, fetch_rows, make_expansion, primal_w
-from .kernels import _rho_and_gap
+from ._numba.wss2 import _rho_and_gap
 from .passes import _scan_fn, _scan_reduce
-from .wss2 import _run_wss2
+from .working_set import _run_wss2
 
 log = logging.getLogger(__name__)
 

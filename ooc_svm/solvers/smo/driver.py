@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import Result, SolverError, binary_classes
+from .. import Callback, Result, SolverError, binary_classes
 from ..dual import (
     WorkingRows,
     apply_alpha_updates,
@@ -19,12 +20,17 @@ from ..dual import (
     init_alpha_state,
 )
 from ..params import as_params
+from ._numba.wss2 import _rho_and_gap
 from .common import _budget_rows, _class_costs, _kernel_params
 from .decomposition import _solve_wss2_decomposition
-from .kernels import _rho_and_gap
 from .params import Params
 from .platt import _solve_platt
-from .wss2 import _run_wss2
+from .working_set import _run_wss2
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpointer
+    from ...engine.base import Engine
+    from ...store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +170,7 @@ def _summary(p: Params, kp, kkt: dict, intercept: float, extra: dict) -> dict:
 
 def _warm_alpha(W: WorkingRows, init, C: float, Cv: np.ndarray) -> None:
     """α of ``W`` (all rows, by global row) from ``init`` scaled into the box [0, Cv]."""
-    from ..sweep import warm_start_from_model
+    from ..dual import warm_start_from_model
 
     gids, coef, _, _ = warm_start_from_model(init, C, W.n)
     rows = np.searchsorted(W.gids, gids)
@@ -177,7 +183,7 @@ def _solve_wss2(
 ):
     """wss2 in memory when the rows fit the budget, else the decomposition. ``costs``:
     (C_neg, C_pos) of class weights (in memory only), or None. ``init``: a model to start
-    from (in memory only; :func:`ooc_svm.solvers.sweep.warm_start_from_model`)."""
+    from (in memory only; :func:`ooc_svm.solvers.dual.warm.warm_start_from_model`)."""
     n = store.meta.n_rows
     nf = store.meta.n_features
     budget = _budget_rows(store, p)
@@ -250,3 +256,32 @@ def _solve_wss2(
     return _solve_wss2_decomposition(
         store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint
     )
+
+
+def solve(
+    store: Store,
+    engine: Engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
+    """Train with SMO; see the package docstring for the problem and the stopping rules.
+
+    With ``checkpoint`` (a :class:`~ooc_svm.checkpoint.Checkpointer`), wss2 saves its state
+    every ``checkpoint_every`` SMO steps and every ``checkpoint_seconds`` (in memory) or
+    after every outer iteration (out of core) and, when resuming, starts from the latest
+    checkpoint; a resumed run ends with exactly the model of an uninterrupted one.
+    """
+    return _solve(store, engine, params, callback, checkpoint)
+
+
+def solve_warm(
+    store: Store, engine: Engine, params: Params, init: Any, *, callback: Callback | None = None
+) -> Result:
+    """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
+    store with its dual coefficients (trained at ``init.info["C"]``). wss2 in memory starts
+    from its α scaled into the box (α·C/C_old, yᵀα = 0 kept) and computes the gradient from
+    it; the other paths start from α = 0. The model returned keeps its dual coefficients
+    (linear kernel included), so it can start the next value."""
+    return _solve(store, engine, params, callback, None, init=init, keep_dual=True)

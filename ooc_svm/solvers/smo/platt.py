@@ -31,10 +31,10 @@ from ..dual import (
     kkt_violation_pass,
     make_expansion,
 )
+from ._numba.platt import _platt_examine_list, _platt_nonbound_range
 from .common import _cache_for, _kernel_tuple, _x_tuple
 from .passes import _fetch_shard_fn
-from .platt_kernels import _platt_examine_list, _platt_nonbound_range
-from .wss2 import _Slicer
+from .working_set import _Slicer
 
 log = logging.getLogger(__name__)
 

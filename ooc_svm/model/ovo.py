@@ -32,7 +32,7 @@ def ovo_decision_function(model: Model, X: Any) -> np.ndarray:
     """
     import scipy.sparse as sp
 
-    from .kernels.kernel_functions import kernel_matrix
+    from ..kernels.kernel_functions import kernel_matrix
 
     k = len(model.classes)
     X = sp.csr_matrix(X, dtype=np.float64)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from numba import njit
 
-from ...kernels.kernel_functions import (
+from ....kernels.kernel_functions import (
     clear_row,
     gather_dot,
     kernel_from_dot,
     scatter_row,
     sparse_dot,
 )
-from .kernels import _column, _rand, _self_kernel
+from .wss2 import _column, _rand, _self_kernel
 
 #: Platt's eps in takeStep (minimum relative step, objective comparison at the ends).
 PLATT_EPS = 1e-10

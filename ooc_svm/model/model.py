@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._util import json_default
+from .._util import json_default
 from .model_files import (
     MAX_META_BYTES,
     ModelError,
@@ -117,8 +117,8 @@ class Model:
         scored shard by shard (:func:`ooc_svm.shard_scores.score_store`), never loaded whole.
         """
         if _is_store(X):
+            from ..store import open_store
             from .shard_scores import score_store
-            from .store import open_store
 
             return score_store(self, X if hasattr(X, "read_shard") else open_store(X))
         if self.kind == "ovo":
@@ -127,7 +127,7 @@ class Model:
         if self.kind == "linear":
             coef = np.asarray(self.coef_, dtype=np.float64)
             return np.asarray(X @ coef.T) + self.intercept_
-        from .kernels.kernel_functions import kernel_matrix
+        from ..kernels.kernel_functions import kernel_matrix
 
         K = kernel_matrix(
             X, self.support_vectors_, self.kernel, self.gamma, self.degree, self.coef0
@@ -198,7 +198,7 @@ class Model:
     def save(self, path: str) -> None:
         """Write the model directory atomically (temporary directory, then rename), with the
         process umask (see :func:`ooc_svm._util.atomic_dir`)."""
-        from ._util import atomic_dir
+        from .._util import atomic_dir
 
         path = str(path)  # atomic_dir makes it absolute; messages name it as given
         meta, arrays = self._persisted()

@@ -7,28 +7,6 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def sparse_sparse_dot(ia, va, ib, vb):
-    """Σ a_j b_j of two sparse vectors with sorted indices (a merge, no dense scratch)."""
-    p = 0
-    q = 0
-    na = ia.shape[0]
-    nb = ib.shape[0]
-    s = 0.0
-    while p < na and q < nb:
-        x = ia[p]
-        z = ib[q]
-        if x == z:
-            s += float(va[p]) * float(vb[q])
-            p += 1
-            q += 1
-        elif x < z:
-            p += 1
-        else:
-            q += 1
-    return s
-
-
-@njit(cache=True, nogil=True)
 def segment_terms(wb, wc):
     """(‖w_c − w_b‖², w_b·(w_c − w_b)) without forming w_c − w_b."""
     a2 = 0.0

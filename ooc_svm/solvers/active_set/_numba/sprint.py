@@ -28,9 +28,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ...kernels.kernel_functions import kernel_row
-from ...kernels.parallel import gradient_rows_par
-from .cholesky import (
+from ....kernels.kernel_functions import kernel_row
+from ....kernels.parallel import gradient_rows_par
+from ..cholesky import (
     FS_NB,
     FS_ND,
     factor_advance,
@@ -39,8 +39,8 @@ from .cholesky import (
     factor_direction,
     factor_promotable,
 )
-from .kernels import dense_kernel_col
-from .params import FULL_FLUSH_EVERY
+from ..params import FULL_FLUSH_EVERY
+from .blocks import dense_kernel_col
 
 #: return codes of :func:`sprint_loop`
 (R_MAXITER, R_OPTIMAL, R_FLUSH, R_CONFIRM, R_MEMORY, R_CYCLING, R_GROW, R_POLL) = range(8)

@@ -1,6 +1,6 @@
 """Model and store must match, and the ``predict`` output files (above the model).
 
-The decision values themselves are streamed by :mod:`ooc_svm.shard_scores` (below the model);
+The decision values themselves are streamed by :mod:`ooc_svm.model.shard_scores` (below the model);
 this module checks a store against a model before it is scored and writes what ``predict``
 prints.
 
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .model import Model, ModelError
-from .shard_scores import is_ovr, iter_scored
+from ..model.model import Model, ModelError
+from ..model.shard_scores import is_ovr, iter_scored
 
 if TYPE_CHECKING:
-    from .engine.base import Engine
-    from .store.base import Store
-    from .store.format import StoreMeta
+    from ..engine.base import Engine
+    from ..store.base import Store
+    from ..store.format import StoreMeta
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def check_width(
     """Refuse a store hashed unlike the model, or (unless ``allow_wider``) much wider than
     the model: more than :data:`WIDER_SHARE` more columns (another feature space, such as an
     a9a model on w8a); warn when it is a little wider (those columns weigh 0)."""
-    from .store.format import hashing_label, same_hashing
+    from ..store.format import hashing_label, same_hashing
 
     mh, sh = model_hashing(model, model_name), getattr(meta, "hashing", None)
     if not same_hashing(mh, sh):
@@ -151,7 +151,7 @@ def check_width(
 def model_hashing(model: Model, model_name: str = "the model") -> dict | None:
     """The model's ``info["hashing"]`` (``ingest --hash-bits`` of its training store),
     checked; None when its features were not hashed."""
-    from .store.format import HASH_KEY, HASH_NAME, MAX_HASH_BITS
+    from ..store.format import HASH_KEY, HASH_NAME, MAX_HASH_BITS
 
     h = model.info.get("hashing")
     if h is None:
@@ -267,8 +267,8 @@ class _ParquetWriter:
 
 def probability_columns(model: Model, scores: np.ndarray) -> dict[str, np.ndarray]:
     """``probability`` (binary: P(y = classes[1] | x)) or one ``probability_<label>`` column
-    per class, from the model's sigmoid(s) (see :meth:`ooc_svm.model.Model.predict_proba`)."""
-    from .model import probabilities
+    per class, from the model's sigmoid(s) (see :meth:`ooc_svm.model.model.Model.predict_proba`)."""
+    from ..model.model import probabilities
 
     P = probabilities(model, scores)
     if P.ndim == 1:
@@ -303,10 +303,10 @@ def predict_to_file(
     ``probability``: add the probability column(s) (:func:`probability_columns`); a model
     without a sigmoid is refused before anything is written.
     """
-    from ._util import open_output
+    from .._util import open_output
 
     if probability:
-        from .model import require_probability
+        from ..model.model import require_probability
 
         require_probability(model)
 
@@ -356,7 +356,7 @@ def predict_store(
 ) -> dict[str, Any]:
     """:func:`predict_to_file` on an engine made for ``scheduler`` (None: local default);
     ``progress(rows)`` is called after each batch is written."""
-    from .engine import make_engine
+    from ..engine import make_engine
 
     with make_engine(scheduler) as engine:
         return predict_to_file(

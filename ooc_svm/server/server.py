@@ -53,7 +53,7 @@ _POLL_S = 5.0
 
 def warm_up() -> int:
     """Import what commands need and load every cached kernel; the number of kernels loaded."""
-    from .commands._startup import init_numba_target
+    from ..commands._startup import init_numba_target
 
     init_numba_target()
     import ooc_svm
@@ -297,7 +297,7 @@ def _run_command(request: dict, fds: list[int]) -> None:
                 resource.setrlimit(rid, (soft, hard))
         gc.enable()
         sys.argv = ["ooc-svm", *request["argv"]]
-        from .cli import main
+        from ..cli import main
 
         status = main(list(request["argv"]))
     except KeyboardInterrupt:  # before the command's own handling started

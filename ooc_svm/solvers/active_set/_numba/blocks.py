@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ...expansion import Expansion
-from ...kernels.kernel_functions import KernelParams, kernel_from_dot
-from ...kernels.parallel import dense_expansion_add_par, dense_row_dots, thread_share
+from ....kernels.kernel_functions import KernelParams, kernel_from_dot
+from ....kernels.parallel import dense_expansion_add_par, dense_row_dots, thread_share
+from ....model.expansion import Expansion
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .perf import _add_violated_row, _count_less_eq, _violated_range, row_dot2
+from .cuts import _add_violated_row, _count_less_eq, _violated_range, row_dot2
 
 
 @njit(cache=True, nogil=True)

@@ -50,9 +50,9 @@ def socket_dir() -> Path:
 def server_key() -> str:
     """Name of the server that can run this process's commands: install folder, source files
     (the numba cache's key), Python, and the start-up environment variables."""
-    from . import _numba_cache
+    from .. import _numba_cache
 
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{root}\n{_numba_cache.sources_key(root)}\n{sys.executable}\n".encode())
     for k in sorted(os.environ):

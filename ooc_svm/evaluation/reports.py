@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from ._util import json_text
+from .._util import json_text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,7 +27,7 @@ class HistoryWriter:
 
     def __init__(self, path: str, header: dict | None = None) -> None:
         self.path = path
-        from ._util import OutputError, make_output_parent
+        from .._util import OutputError, make_output_parent
 
         make_output_parent(os.path.abspath(str(path)), str(path))
         try:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ...kernels.kernel_functions import (
+from ....kernels.kernel_functions import (
     kernel_from_dot,
 )
-from ...kernels.parallel import _n_chunks, column_par
-from ..kernel_cache import slot_acquire_prefix
+from ....kernels.parallel import _n_chunks, column_par
+from ...kernel_cache import slot_acquire_prefix
 
 TAU = 1e-12
 #: work weights of a row in the selection scans and the gradient update, against a kernel

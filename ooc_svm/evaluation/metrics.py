@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .kernels.perf import count_pairs, rank_loss
+from ..kernels.ranking import count_pairs, rank_loss
 
 # ------------------------------------------------------------------------------------------
 # objectives

@@ -7,7 +7,7 @@ import pytest
 
 from ooc_svm.cli import main
 from ooc_svm.commands.train_flags import load_config
-from ooc_svm.reports import HistoryWriter, plot_roc_pr, read_history
+from ooc_svm.evaluation.reports import HistoryWriter, plot_roc_pr, read_history
 
 pytest.importorskip("matplotlib")
 

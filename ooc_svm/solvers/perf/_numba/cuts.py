@@ -21,14 +21,17 @@ Ordinal regression / ROC area (OP5):
 - :func:`rank_cut` — c⁺ᵢ, c⁻ᵢ of the most violated constraint (Algorithm 2) from scores sorted
   within groups (queries), with a Fenwick tree over rank indices: O(n log n + n log R), never
   enumerating pairs; also the pairwise hinge loss Σ_{(i,j)∈P} max(0, 1 − (sᵢ − sⱼ)).
-- :func:`rank_loss` — the same loss alone (line searches).
-- :func:`count_pairs` — m = |P|.
+- the same loss alone (line searches) and m = |P|: :mod:`ooc_svm.kernels.ranking`
+  (:func:`~ooc_svm.kernels.ranking.rank_loss`, :func:`~ooc_svm.kernels.ranking.count_pairs`),
+  shared with the ranking metrics.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from ....kernels.ranking import rank_sweep
 
 # ------------------------------------------------------------------------------------------
 # classification
@@ -204,74 +207,6 @@ def accumulate_rows(indptr, gidx, data, coef, g):
 
 
 @njit(cache=True, nogil=True)
-def _fen_add(tree, i, v):
-    i += 1
-    n = tree.shape[0]
-    while i < n:
-        tree[i] += v
-        i += i & (-i)
-
-
-@njit(cache=True, nogil=True)
-def _fen_prefix(tree, i):
-    """Sum of entries 0..i-1."""
-    s = 0
-    while i > 0:
-        s += tree[i]
-        i -= i & (-i)
-    return s
-
-
-@njit(cache=True, nogil=True)
-def _rank_sweep(order, s, r, starts, n_ranks, cplus, cminus, write):
-    """The two Fenwick-tree sweeps of :func:`rank_cut` (``write``: store c⁺ and c⁻) and of
-    :func:`rank_loss` (not stored)."""
-    tree = np.zeros(n_ranks + 1, dtype=np.int64)
-    n_groups = starts.shape[0] - 1
-    viol = 0
-    loss = 0.0
-    for gi in range(n_groups):
-        a = starts[gi]
-        b = starts[gi + 1]
-        if b - a < 2:
-            if write:
-                for t in range(a, b):
-                    cplus[order[t]] = 0
-                    cminus[order[t]] = 0
-            continue
-        # c⁺: sweep by decreasing score; items with s > sᵢ − 1 have been added
-        tree[:] = 0
-        p = a
-        for t in range(a, b):
-            i = order[t]
-            thr = s[i] - 1.0
-            while p < b and s[order[p]] > thr:
-                _fen_add(tree, r[order[p]], 1)
-                p += 1
-            c = _fen_prefix(tree, r[i])
-            if write:
-                cplus[i] = c
-            viol += c
-            loss += c * (1.0 - s[i])
-        # c⁻: sweep by increasing score; items with s − 1 < sⱼ have been added (the same
-        # floating-point predicate as above, so Σc⁺ = Σc⁻ exactly)
-        tree[:] = 0
-        p = b - 1
-        added = 0
-        for t in range(b - 1, a - 1, -1):
-            j = order[t]
-            while p >= a and s[order[p]] - 1.0 < s[j]:
-                _fen_add(tree, r[order[p]], 1)
-                added += 1
-                p -= 1
-            c = added - _fen_prefix(tree, r[j] + 1)
-            if write:
-                cminus[j] = c
-            loss += c * s[j]
-    return viol, loss
-
-
-@njit(cache=True, nogil=True)
 def rank_cut(order, s, r, starts, n_ranks, cplus, cminus):
     """Most violated constraint of OP5 (Joachims 2006, Algorithm 2) for given scores.
 
@@ -293,30 +228,7 @@ def rank_cut(order, s, r, starts, n_ranks, cplus, cminus):
     -------
     (violated_pairs, loss) : Σ c⁺ᵢ and Σ_{(i,j)∈P} max(0, 1 − sᵢ + sⱼ).
     """
-    return _rank_sweep(order, s, r, starts, n_ranks, cplus, cminus, True)
-
-
-@njit(cache=True, nogil=True)
-def rank_loss(order, s, r, starts, n_ranks):
-    """Σ_{(i,j)∈P} max(0, 1 − sᵢ + sⱼ) and the number of violated pairs (see :func:`rank_cut`)."""
-    none = np.zeros(0, dtype=np.int64)
-    return _rank_sweep(order, s, r, starts, n_ranks, none, none, False)
-
-
-@njit(cache=True, nogil=True)
-def count_pairs(order, r, starts, n_ranks):
-    """m = |{(i, j) : same group, rᵢ > rⱼ}| (``order`` only needs to be grouped)."""
-    counts = np.zeros(n_ranks, dtype=np.int64)
-    m = 0
-    for gi in range(starts.shape[0] - 1):
-        counts[:] = 0
-        for t in range(starts[gi], starts[gi + 1]):
-            counts[r[order[t]]] += 1
-        below = 0
-        for q in range(n_ranks):
-            m += counts[q] * below
-            below += counts[q]
-    return m
+    return rank_sweep(order, s, r, starts, n_ranks, cplus, cminus, True)
 
 
 # ------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ per row (the decision values) plus 1 byte per row (the label sign). A store with
 than folds (a9a ingests as one shard) gets folds of rows within its shards instead
 (:func:`~ooc_svm.store.views.row_folds`, seeded; the training view is a
 :class:`~ooc_svm.store.views.RowFoldView`), as LIBSVM's ``-b 1`` works on any data.
-:func:`fit_platt` fits the sigmoid(s) of :mod:`ooc_svm.probability` to them.
+:func:`fit_platt` fits the sigmoid(s) of :mod:`ooc_svm.model.probability` to them.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .probability import sigmoid_train
+from ..model.probability import sigmoid_train
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from .engine.base import Engine
-    from .store.base import Store
-    from .store.format import StoreMeta
+    from ..engine.base import Engine
+    from ..store.base import Store
+    from ..store.format import StoreMeta
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,8 +140,8 @@ def cross_val_decision_values(
     -------
     CVScores
     """
-    from .store import open_store
-    from .store.views import RowFoldView, ShardSubsetView
+    from ..store import open_store
+    from ..store.views import RowFoldView, ShardSubsetView
 
     if isinstance(store, str):
         store = open_store(store)
@@ -214,7 +214,7 @@ def _score_held_out(
 ) -> None:
     """Labels and decision values of the held-out rows, written into ``y`` and ``dec``: the
     shards ``held``, or with ``row_fold = (k, seed, fold)`` only their rows of that fold."""
-    from .store.views import row_folds
+    from ..store.views import row_folds
 
     meta = store.meta
     for sid in held:
@@ -234,7 +234,7 @@ def _score_held_out(
 def _row_fold_nnz(store, k: int, seed: int) -> np.ndarray:
     """Non-zeros of every row fold (:func:`~ooc_svm.store.views.row_folds`) in every shard,
     shape (n_shards, k): one read of each shard."""
-    from .store.views import row_folds
+    from ..store.views import row_folds
 
     out = np.zeros((store.n_shards, k), dtype=np.int64)
     for i in range(store.n_shards):

@@ -13,7 +13,7 @@ process's glibc ``rand()``, so after ``srand(seed)`` (through ``ctypes``) the sh
 reproducible: :func:`libsvm_cv_decision_values` replays the same ``rand()`` calls, trains the
 same 5 sub-models *with LIBSVM itself* (its public Python API) and collects the same decision
 values. Those decision values are the fixed set both sides fit: ours with
-:func:`ooc_svm.probability.sigmoid_train`, LIBSVM's inside ``svm_train -b 1`` after the same
+:func:`ooc_svm.model.probability.sigmoid_train`, LIBSVM's inside ``svm_train -b 1`` after the same
 ``srand(seed)``, read back as ``probA`` / ``probB``. Nothing is transcribed by hand, and if the
 replay drifted from LIBSVM's internal run the (A, B) comparison would fail, not pass.
 The probabilities are compared on held-out rows: ours = ``sigmoid_predict`` (binary) or
@@ -30,8 +30,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ooc_svm.cross_validation import cross_val_decision_values, fit_platt, fold_assignment
-from ooc_svm.probability import (
+from ooc_svm.evaluation.cross_validation import (
+    cross_val_decision_values,
+    fit_platt,
+    fold_assignment,
+)
+from ooc_svm.model.probability import (
     calibration,
     multiclass_probability,
     ovo_probability,

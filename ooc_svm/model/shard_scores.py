@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .engine import concat_partials
+from ..engine import concat_partials
+from ..kernels.csr import csr_matvec, u32
 from .expansion import ScoringBroadcast, scoring_broadcast
 from .expansion import score_shard as expansion_score_shard
-from .kernels.csr import csr_matvec, u32
 from .ovo import ovo_decision_function
 
 if TYPE_CHECKING:
-    from .engine.base import Engine
+    from ..engine.base import Engine
+    from ..store.base import Store
+    from ..store.format import Shard
     from .model import Model
-    from .store.base import Store
-    from .store.format import Shard
 
 
 def is_ovr(model: Model) -> bool:
@@ -169,7 +169,7 @@ def score_store(
 ) -> np.ndarray:
     """All decision values of ``store`` (store order), computed shard by shard: only the
     scores are kept, never the rows. ``engine=None`` uses the default local engine."""
-    from .engine import make_engine
+    from ..engine import make_engine
 
     if engine is None:
         with make_engine(None) as eng:

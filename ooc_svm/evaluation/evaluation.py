@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..model.model import Model
+from ..model.ovo import ovo_labels
+from ..model.shard_scores import OvoBroadcast, make_broadcast, score_shard
 from . import metrics as M
-from .model import Model
-from .ovo import ovo_labels
 from .scoring import check_compatible, is_ranking_model
-from .shard_scores import OvoBroadcast, make_broadcast, score_shard
 
 if TYPE_CHECKING:
-    from .engine.base import Engine
-    from .store.base import Store
+    from ..engine.base import Engine
+    from ..store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def evaluate_model(
     ooc_svm.scoring.MismatchError
         When the store's task or labels do not fit the model (:func:`check_compatible`).
     """
-    from .solvers import SolverError
+    from ..solvers import SolverError
 
     meta = store.meta
     kind = meta.label_kind
@@ -179,7 +179,7 @@ def evaluate_store(
     allow_wider: bool = False,
 ) -> dict:
     """:func:`evaluate_model` on an engine made for ``scheduler`` (None: local default)."""
-    from .engine import make_engine
+    from ..engine import make_engine
 
     with make_engine(scheduler) as engine:
         return evaluate_model(

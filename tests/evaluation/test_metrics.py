@@ -1,4 +1,4 @@
-"""ooc_svm.metrics against scikit-learn / scipy and brute force."""
+"""ooc_svm.evaluation.metrics against scikit-learn / scipy and brute force."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from scipy.stats import kendalltau
 from sklearn import metrics as skm
 
-from ooc_svm import metrics as M
+from ooc_svm.evaluation import metrics as M
 
 
 @pytest.mark.parametrize("seed", range(5))

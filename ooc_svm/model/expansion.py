@@ -23,20 +23,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .engine.base import Engine, concat_partials
-from .kernels.csr import kernel_scores_csc_multi
-from .kernels.kernel_functions import (
+from ..engine.base import Engine, concat_partials
+from ..kernels.csr import kernel_scores_csc_multi
+from ..kernels.kernel_functions import (
     KernelParams,
     csr_parts,
     linear_scores,
     row_sq_norms,
 )
-from .kernels.parallel import dense_expansion_add_par, kernel_scores_csc_par, thread_share
+from ..kernels.parallel import dense_expansion_add_par, kernel_scores_csc_par, thread_share
 
 if TYPE_CHECKING:  # a type only: the expansion sits below the model that it scores
+    from ..store.base import Store
+    from ..store.format import Shard
     from .model import Model
-    from .store.base import Store
-    from .store.format import Shard
 
 # --------------------------------------------------------------------------------------------
 # expansions

@@ -11,8 +11,7 @@ import numpy as np
 
 from .. import SolverError
 from ..dual import WorkingRows
-from .common import _cache_for, _kernel_tuple, _x_tuple_compact
-from .kernels import (
+from ._numba.wss2 import (
     IST_DONE,
     IST_IT,
     IST_N_ACTIVE,
@@ -22,6 +21,7 @@ from .kernels import (
     _wss2_init_grad,
     _wss2_steps,
 )
+from .common import _cache_for, _kernel_tuple, _x_tuple_compact
 
 log = logging.getLogger(__name__)
 
