@@ -99,11 +99,26 @@ def _liblinear(exe: str, text: str, model: str, C: float) -> dict:
 
 
 def _objective(kind: str, store: str, model: str, d: int, C: float) -> float:
-    w, wb, pos = read_linear_model(kind, model, d)
-    return store_objective(store, w, wb, pos, C)
+    """The model's primal objective on the store, computed in a child process: the 20M-long
+    vectors it reads would otherwise stay in this process, and a child's peak RSS starts at
+    its parent's size when it forks (Linux records the parent's high-water mark at exec)."""
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--objective", kind, store, model, str(d),
+         repr(C)],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return float(out.strip().splitlines()[-1])
+
+
+def _print_objective(kind: str, store: str, model: str, d: str, C: str) -> None:
+    w, wb, pos = read_linear_model(kind, model, int(d))
+    print(repr(store_objective(store, w, wb, pos, float(C))))
 
 
 def main() -> None:
+    if len(sys.argv) == 7 and sys.argv[1] == "--objective":
+        _print_objective(*sys.argv[2:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", required=True, help="where the stores, texts and models go")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="ROWSxFEATURES,...")
