@@ -55,7 +55,31 @@ class DaskConnection:
                 "scheduler is running, or use --scheduler local"
             ) from None
         self._address = address
+        self._probe_direct()
         log.debug("connected to %s in %.2fs", address, time.monotonic() - t0)
+
+    def _probe_direct(self, timeout: float = 3.0) -> None:
+        """Send broadcasts to the workers and fetch results from them directly when this
+        client can reach them (the usual case), not through the scheduler (two hops, and
+        every pass's O(features) through one process); otherwise keep the scheduler route,
+        which works wherever the client reaches only the scheduler."""
+        client = self._client
+        if client is None:
+            return
+        try:
+            import dask
+
+            if not client.nthreads():  # no worker yet: keep Dask's default
+                return
+            with dask.config.set({"distributed.comm.timeouts.connect": f"{timeout}s"}):
+                [probe] = client.scatter([b"ooc-svm"], direct=True, hash=False, timeout=timeout)
+                ok = client.gather(probe, direct=True) == b"ooc-svm"
+                probe.release()
+        except Exception as e:
+            log.debug("workers not reachable directly (%r): transfers go via the scheduler", e)
+            return
+        if ok:
+            client.direct_to_workers = True
 
     @staticmethod
     def _scheduler_address(s: str) -> str:

@@ -230,9 +230,10 @@ class DaskEngine(DaskConnection, Engine):
             path = local_path(path)
         # content identity (checked by the workers) | absolute path (keys their shard cache)
         token = f"{store_identity(store)}|{path}"
-        # an automatic cache fills from the second pass over a store on
-        cache = self.cache_bytes if not self.auto_cache or token in self._warm else 0
-        return (path, token, cache, self.fast_read, transform)
+        # an automatic cache fills from the second pass over a store on (shards a worker
+        # cached earlier, for another training, are used from the first)
+        fill = not self.auto_cache or token in self._warm
+        return (path, token, self.cache_bytes, self.fast_read, transform, fill)
 
     def _placement(self, n_shards: int, refresh: bool = False) -> dict[int, str]:
         """Home worker of every shard of a store: contiguous blocks of the shard ids, sized

@@ -10,6 +10,7 @@ subtrees of the pass's fixed tree; neighbouring runs are joined by :func:`_join_
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from .base import (
     StreamingTreeReduce,
 )
 from .dask_tree import _node_value, tree_nodes
-from .reader import ShardCache, readonly, shard_reader
+from .reader import ShardCache, readonly, shard_content_key, shard_reader
 
 if TYPE_CHECKING:
     from ..store.base import Store
@@ -50,7 +51,9 @@ def store_identity(store: Store) -> str:
     return h.hexdigest()
 
 
-def _worker_reader(path: str, token: str, fast: bool) -> Callable:
+def _worker_store(path: str, token: str, fast: bool) -> tuple[Any, Callable]:
+    """``(store, reader)`` of the store at ``path`` whose identity is ``token``: opened once
+    per worker process and kept between trainings (a long-lived cluster's workers)."""
     key = (path, token)
     entry = _W_STORES.get(key)
     if entry is None:
@@ -78,7 +81,7 @@ def _worker_reader(path: str, token: str, fast: bool) -> Callable:
                     del _W_STORES[k]
                 entry = (store, shard_reader(store, fast=fast))
                 _W_STORES[key] = entry
-    return entry[1]
+    return entry
 
 
 _W_AUTO: dict[float, int] = {}
@@ -101,13 +104,26 @@ def _worker_auto_budget(share: float) -> int:
 
 
 def _worker_shard(spec: tuple, sid: int):
-    path, token, cache_bytes, fast, transform = spec
+    """Shard ``sid`` of the pass's store, through this worker's cache of decoded shards.
+
+    The cache outlives a training: it is keyed by each shard's contents
+    (:func:`~.reader.shard_content_key`), so the next training of the same store — or of the
+    store after an ``ingest --append`` — on a long-lived cluster reads no unchanged shard
+    again, and a rewritten store never gets an old shard. ``fill`` (false on the first pass
+    of an automatic cache) says whether a shard read now is offered to the cache; cached
+    shards are used either way.
+    """
+    path, token, cache_bytes, fast, transform, fill = spec
     budget = _worker_auto_budget(-cache_bytes) if cache_bytes < 0 else int(cache_bytes)
     if budget != _W_CACHE.budget:
         _W_CACHE.resize(budget)
-    shard = _W_CACHE.get(token, sid)
+    store, read = _worker_store(path, token, fast)
+    key = shard_content_key(store.meta.shards[sid])
+    shard = _W_CACHE.get(token, sid, key=key)
     if shard is None:
-        shard = _W_CACHE.put(token, sid, _worker_reader(path, token, fast)(sid))
+        shard = read(sid)
+        if fill:
+            shard = _W_CACHE.put(token, sid, shard, key=key)
     # a store view (e.g. one-vs-rest labels) transforms the cached base shard
     return shard if transform is None else readonly(transform(shard))
 
@@ -123,6 +139,21 @@ def _worker_threads() -> int:
         return max(1, int(get_worker().state.nthreads))
     except (ImportError, ValueError, AttributeError):
         return 1
+
+
+_KERNEL_THREADS = "OOC_SVM_KERNEL_THREADS"
+_W_CAP: list[str] = []  # the value this module set, if it set it
+
+
+def _cap_kernel_threads(nthreads: int) -> None:
+    """Kernel work of this worker (numba's parallel regions) uses the worker's own threads,
+    not every core of the host: 2 workers of 1 thread on 2 cores run 2 kernel threads, not 4.
+    A value the user set for the worker (``$OOC_SVM_KERNEL_THREADS``) is kept."""
+    want = str(nthreads)
+    have = os.environ.get(_KERNEL_THREADS)
+    if have is None or (_W_CAP and have == _W_CAP[0]):
+        os.environ[_KERNEL_THREADS] = want
+        _W_CAP[:] = [want]
 
 
 def _worker_pool(nthreads: int):
@@ -163,6 +194,7 @@ def _block_task(fn, read, src, sids, start, n, bc, reduce, states):
         return _checked(fn, fn(shard, bc, states[k]))
 
     m = len(sids)
+    _cap_kernel_threads(_worker_threads())
     nthreads = min(_worker_threads(), m)
     if nthreads <= 1:
         results = (one(k) for k in range(m))

@@ -19,7 +19,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -148,11 +148,25 @@ def store_token(store: Store) -> str:
     return tok
 
 
+def shard_content_key(info) -> tuple:
+    """Cache key of a shard's contents from its row in the shard table: its checksum (of
+    indptr, indices, data, labels and qid), its first row and its sizes.
+
+    Two stores share the key of a shard only when that shard holds the same rows at the same
+    row positions, so a cache keyed by it serves the unchanged shards of a store that was
+    appended to, and never a shard of a store that was rewritten with other contents.
+    """
+    return ("content", info.checksum, int(info.row_start), int(info.n_rows), int(info.nnz))
+
+
 class ShardCache:
     """Byte-bounded cache of decoded shards, keyed by (store token, shard id).
 
     Fill-until-full: a shard is added while it fits; entries of *other* stores are evicted
     (oldest first) to make room, entries of the store being read are kept. Thread-safe.
+    Entries are keyed by ``(store token, shard id)`` or by a caller's key for the shard's
+    contents (the Dask workers' cache, which outlives one training: see
+    :func:`shard_content_key`).
     """
 
     def __init__(self, budget_bytes: int = 0) -> None:
@@ -167,39 +181,46 @@ class ShardCache:
         with self._lock:
             self.budget = int(max(0, budget_bytes))
             while self.used > self.budget and self._d:
-                _, (_, nb) = self._d.popitem(last=False)
-                self.used -= nb
+                self.used -= self._d.popitem(last=False)[1][1]
 
     def contains(self, token: str, sid: int) -> bool:
         """Whether the shard is cached (no hit or miss counted)."""
         with self._lock:
             return self.budget > 0 and (token, sid) in self._d
 
-    def get(self, token: str, sid: int) -> Shard | None:
+    def get(self, token: str, sid: int, key: Hashable | None = None) -> Shard | None:
+        """The cached shard, or None. ``key`` (default ``(token, sid)``) names the shard's
+        contents; a hit on an entry cached for another store token (an unchanged shard of a
+        store that was appended to) moves it to ``token``'s entries."""
         if self.budget <= 0:
             return None
+        k = (token, sid) if key is None else key
         with self._lock:
-            hit = self._d.get((token, sid))
+            hit = self._d.get(k)
             if hit is None:
                 self.misses += 1
                 return None
             self.hits += 1
+            if hit[2] != token:
+                self._d[k] = (hit[0], hit[1], token)
+                self._d.move_to_end(k)
             return hit[0]
 
-    def put(self, token: str, sid: int, shard: Shard) -> Shard:
-        """Offer a shard; returns the shard to use (a private copy when it was cached)."""
+    def put(self, token: str, sid: int, shard: Shard, key: Hashable | None = None) -> Shard:
+        """Offer a shard of the store ``token``; returns the shard to use (a private copy
+        when it was cached). ``key`` as in :meth:`get`."""
         if self.budget <= 0:
             return shard
+        k = (token, sid) if key is None else key
         nb = shard.nbytes
         with self._lock:
-            if (token, sid) in self._d:
-                return self._d[(token, sid)][0]
+            if k in self._d:
+                return self._d[k][0]
             if nb > self.budget:
                 return shard
             if self.used + nb > self.budget:
-                for key in [k for k in self._d if k[0] != token]:
-                    _, knb = self._d.pop(key)
-                    self.used -= knb
+                for other in [o for o, v in self._d.items() if v[2] != token]:
+                    self.used -= self._d.pop(other)[1]
                     if self.used + nb <= self.budget:
                         break
             if self.used + nb > self.budget:
@@ -207,10 +228,10 @@ class ShardCache:
             self.used += nb  # reserve before copying outside the lock
         own = materialize(shard)
         with self._lock:
-            if (token, sid) in self._d:  # another thread cached it meanwhile
+            if k in self._d:  # another thread cached it meanwhile
                 self.used -= nb
-                return self._d[(token, sid)][0]
-            self._d[(token, sid)] = (own, nb)
+                return self._d[k][0]
+            self._d[k] = (own, nb, token)
         return own
 
     def clear(self) -> None:

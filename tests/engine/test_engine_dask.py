@@ -272,9 +272,89 @@ def test_worker_threads_run_its_shards_same_bits(local, stores):
 def test_second_client_by_address(engine, stores):
     addr = engine.client.scheduler.address
     with make_engine(addr, connect_timeout=10) as other:
+        # the workers are reachable: broadcasts and results skip the scheduler
+        assert other.client.direct_to_workers is True
         r = other.map_reduce(stores["zarr"], hinge_pass, (_w(4), 1.0, 0.0))
     ref = engine.map_reduce(stores["zarr"], hinge_pass, (_w(4), 1.0, 0.0))
     np.testing.assert_array_equal(r[0], ref[0])
+
+
+def _hits_misses(eng) -> tuple[int, int]:
+    stats = eng.worker_cache_stats().values()
+    return sum(s["hits"] for s in stats), sum(s["misses"] for s in stats)
+
+
+def test_long_lived_cluster_keeps_shards_between_jobs(engine, local, tmp_path):
+    """A second job on the same cluster reads no shard again; a store rewritten at the same
+    path is never served from the old shards; after an append only the new shards are read
+    (the workers' cache is keyed by each shard's contents)."""
+    from ooc_svm.store import StoreWriter
+
+    X, y = _data()
+    path = str(tmp_path / "kept.zarr")
+    write_store(path, csr_to_shards(X, y, shard_rows=550))
+    st = open_store(path)
+    addr = engine.client.scheduler.address
+    bc = (_w(5), 1.0, 0.0)
+    with make_engine(addr, cache_mb=64) as first:
+        for _ in range(2):
+            first.map_reduce(st, hinge_pass, bc)
+    h0, m0 = _hits_misses(engine)
+    with make_engine(addr, cache_mb="auto") as second:  # its first pass: all from the cache
+        again = second.map_reduce(st, hinge_pass, bc)
+    h1, m1 = _hits_misses(engine)
+    assert (h1 - h0, m1 - m0) == (st.n_shards, 0)
+    np.testing.assert_array_equal(again[0], local.map_reduce(st, hinge_pass, bc)[0])
+
+    # rewritten with other rows: nothing of the old store may be used
+    X2 = sp.random(N, D, density=0.04, format="csr", random_state=12, dtype=np.float32)
+    write_store(path, csr_to_shards(X2, y, shard_rows=550), overwrite=True)
+    st2 = open_store(path)
+    with make_engine(addr, cache_mb=64) as third:
+        got = third.map_reduce(st2, hinge_pass, bc)
+    np.testing.assert_array_equal(got[0], local.map_reduce(st2, hinge_pass, bc)[0])
+    h2, m2 = _hits_misses(engine)
+    assert m2 - m1 == st2.n_shards and h2 == h1
+
+    # appended: the unchanged shards come from the cache, the new ones are read
+    with StoreWriter(path, append=True) as w:
+        for s in csr_to_shards(X[:1000], y[:1000], shard_rows=550):
+            s.row_start += N
+            w.add(s)
+        w.commit()
+    st3 = open_store(path)
+    assert st3.n_shards == st2.n_shards + 2
+    with make_engine(addr, cache_mb="auto") as fourth:
+        got = fourth.map_reduce(st3, hinge_pass, bc)
+    np.testing.assert_array_equal(got[0], local.map_reduce(st3, hinge_pass, bc)[0])
+    h3, m3 = _hits_misses(engine)
+    # shards are placed in contiguous blocks per worker: the append moves a few boundaries
+    before, after = engine._placement(st2.n_shards), engine._placement(st3.n_shards)
+    moved = sum(before[s] != after[s] for s in range(st2.n_shards))
+    assert moved < st2.n_shards // 2
+    assert (h3 - h2, m3 - m2) == (st2.n_shards - moved, 2 + moved)
+
+    # and a whole training on the long-lived cluster is the local one, bit for bit
+    from ooc_svm.api import train
+
+    with make_engine(addr, cache_mb="auto") as fifth:
+        on_cluster = train(st3, "perf", engine=fifth, C=1.0)
+    here = train(st3, "perf", engine=local, C=1.0)
+    np.testing.assert_array_equal(on_cluster.model.coef_, here.model.coef_)
+    assert on_cluster.model.intercept_ == here.model.intercept_
+
+
+def test_kernel_threads_follow_the_worker(engine, stores):
+    """Kernel work in a worker of 1 thread uses 1 thread (numba's parallel regions), not
+    every core of the host: 2 such workers on 2 cores run 2 kernel threads, not 4."""
+
+    def kernel_threads():
+        from ooc_svm.kernels.parallel import max_threads
+
+        return max_threads()
+
+    engine.map_reduce(stores["zarr"], hinge_pass, (_w(6), 1.0, 0.0))
+    assert set(engine.client.run(kernel_threads).values()) == {1}
 
 
 def _free_port() -> int:
