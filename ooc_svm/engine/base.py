@@ -288,6 +288,10 @@ class Engine(abc.ABC):
         decoded shards in flight); the Dask engine's workers hold theirs."""
         return 0
 
+    def release_buffers(self) -> None:
+        """Drop the free read buffers kept for the next shards of a pass (a caller that holds
+        the shards it has read and reads no more calls it; the next pass allocates again)."""
+
     def close(self) -> None:
         """Release threads / cluster connections."""
 

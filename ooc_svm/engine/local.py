@@ -283,6 +283,12 @@ class LocalEngine(Engine):
                 state.set(sid, st)
         return fold.result()
 
+    def release_buffers(self) -> None:
+        for rd in list(self._readers.values()):
+            pool = getattr(rd, "pool", None)
+            if pool is not None:
+                pool.clear()
+
     def close(self) -> None:
         c = self.cache
         if c.budget:

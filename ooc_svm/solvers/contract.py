@@ -122,6 +122,9 @@ class SolverSpec:
         ``solve_ovr(store, engine, params, classes, *, callback=None, checkpoint=None)``: all
         classes of a multiclass store at once (shared passes); None: one class after the
         other.
+    ovr_fused : callable or None
+        ``ovr_fused(params) -> bool``: whether ``solve_ovr`` takes the classes with these
+        parameters (perf's ``dcd`` trains one class after the other); None: always.
     solve_sweep : callable or None
         ``solve_sweep(store, engine, params, Cs, callback) -> list[Result]``: every C in
         shared passes (for the parameters where ``sweep_mode`` says ``"shared"``).
@@ -149,6 +152,7 @@ class SolverSpec:
     solve_warm: Callable[..., Result] | None = None
     solve_ovr: Callable[..., Result] | None = None
     solve_sweep: Callable[..., list[Result]] | None = None
+    ovr_fused: Callable[[Any], bool] | None = None
     checkpoint: bool = False
     ovr_checkpoint: bool = False
     checkpoint_often: Mapping[str, Any] = field(default_factory=dict)

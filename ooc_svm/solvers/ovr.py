@@ -44,7 +44,7 @@ def train_ovr(
     classes = [float(c) for c in (store.meta.labels or [])]
     if len(classes) < 2:
         raise SolverError(f"{store.path}: one-vs-rest needs at least two classes")
-    if spec.solve_ovr is not None:
+    if spec.solve_ovr is not None and (spec.ovr_fused is None or spec.ovr_fused(params)):
         return spec.solve_ovr(
             store, engine, params, classes, callback=callback, checkpoint=checkpoint
         )

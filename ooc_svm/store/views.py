@@ -254,6 +254,49 @@ class RowFoldView(_TransformView):
         return (self.k, self.seed, self.fold, self.fold_nnz, self.held)
 
 
+class RemapColumns:
+    """Shard transform of :class:`ColumnMapView`: column j becomes ``gmap[j]`` (picklable).
+
+    The new ids of a row are not in increasing order (consumers that need sorted rows sort
+    them); a column mapped to -1 must hold no entry of the store."""
+
+    def __init__(self, gmap: np.ndarray) -> None:
+        self.gmap = np.asarray(gmap, dtype=np.int32)
+
+    def __call__(self, s: Shard) -> Shard:
+        return Shard(s.indptr, self.gmap[s.indices], s.data, s.y, s.qid, s.row_start)
+
+
+class ColumnMapView(_TransformView):
+    """Store view over fewer columns: column j of the base store is column ``gmap[j]`` of the
+    view, which has ``n_columns`` columns (e.g. only the columns the rows hold, so that a
+    solver's dense vectors over the features are as long as the columns used, not the
+    store's width). Every column holding an entry must map to an id in [0, n_columns)."""
+
+    _kind = "columns"
+
+    def __init__(self, base: Store, gmap: np.ndarray, n_columns: int) -> None:
+        import hashlib
+
+        self.base = base
+        self.remap = RemapColumns(gmap)
+        self.transform = self.remap
+        self.n_columns = int(n_columns)
+        self.path = base.path
+        self.backend = base.backend
+        meta = copy.copy(base.meta)
+        meta.n_features = self.n_columns
+        self.meta = meta
+        self._digest = hashlib.blake2b(self.remap.gmap.tobytes(), digest_size=12).hexdigest()
+
+    @property
+    def cache_key(self) -> tuple:
+        return (getattr(self.base, "cache_key", self.path), self._kind, self._digest)
+
+    def _args(self) -> tuple:
+        return (self.remap.gmap, self.n_columns)
+
+
 def _reopen_view(cls: type, path: str, args: tuple) -> _TransformView:
     from .writer import open_store
 

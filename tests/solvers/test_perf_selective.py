@@ -630,3 +630,64 @@ def test_inner_model_is_a_lower_bound_exact_at_the_pass_point_and_its_cuts_are_v
             for u in (w, w_p, rng.normal(0.0, 2.0, d + 1)):
                 xi = np.maximum(0.0, 1.0 - margins(u)).sum() / n
                 assert r - u @ g <= xi + 1e-9
+
+
+# ------------------------------------------------------------------------------------------
+# wide stores: over the columns the rows hold
+# ------------------------------------------------------------------------------------------
+
+
+def _wide(seed=4, n=1500, used=200, width=100_000):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, used, density=0.05, random_state=seed, format="csr", dtype=np.float64)
+    X = _csr32(X)
+    y = np.where(X @ rng.normal(size=used) + 0.3 + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
+    cols = np.sort(rng.choice(width, used, replace=False))
+    return sp.csr_matrix((X.data, cols[X.indices], X.indptr), shape=(n, width)), y, cols
+
+
+def test_wide_store_within_a_small_dense_limit(make_store, monkeypatch):
+    """Above REMAP_MIN_DIM columns selective trains over the held columns: a --dense-limit-mb
+    that ten vectors of the store's width exceed is enough, on Zarr and Parquet alike, and
+    the model (expanded to the store's width) is LIBLINEAR's within the certificate."""
+    from ooc_svm.api import train
+    from ooc_svm.solvers import SolverError, perf
+
+    X, y, cols = _wide()
+    n = X.shape[0]
+    z = make_store(X, y, shard_rows=500, name="w.zarr")
+    p = make_store(X, y, shard_rows=500, name="w.parquet")
+    with pytest.raises(SolverError, match="perf keeps 10 such vectors"):
+        train(z, "perf", variant="selective", eps=1e-4, dense_limit_mb=2.0)
+    monkeypatch.setattr(perf, "REMAP_MIN_DIM", 50_000, raising=False)
+    a = train(z, "perf", variant="selective", eps=1e-4, dense_limit_mb=2.0)
+    b = train(p, "perf", variant="selective", eps=1e-4, dense_limit_mb=2.0)
+    np.testing.assert_array_equal(b.model.coef_, a.model.coef_)
+    assert a.model.coef_.shape == (100_000,) and a.model.n_features == 100_000
+    assert np.all(np.delete(a.model.coef_, cols) == 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ll = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
+    p_ref = primal_objective(X, y, ll.coef_.ravel(), float(ll.intercept_[0]), 1.0)
+    assert a.converged and a.objective <= p_ref + n * 1e-4
+    assert a.summary["lower_bound"] <= p_ref * (1 + 1e-9)
+    m = a.model
+    assert a.objective == pytest.approx(
+        primal_objective(X, y, m.coef_, m.intercept_, 1.0, positive=m.classes[1]), rel=1e-9
+    )
+
+
+@pytest.mark.cluster
+def test_wide_store_same_model_on_processes(make_store, monkeypatch):
+    from ooc_svm.api import train
+    from ooc_svm.solvers import perf
+
+    pytest.importorskip("distributed")
+    X, y, _ = _wide(5, n=800)
+    st = make_store(X, y, shard_rows=400)
+    monkeypatch.setattr(perf, "REMAP_MIN_DIM", 50_000, raising=False)
+    local = train(st, "perf", variant="selective", eps=1e-3, dense_limit_mb=2.0)
+    with make_engine("processes", n_workers=2, threads_per_worker=1) as de:
+        dask = train(st, "perf", engine=de, variant="selective", eps=1e-3, dense_limit_mb=2.0)
+    np.testing.assert_array_equal(dask.model.coef_, local.model.coef_)
+    assert dask.objective == local.objective

@@ -127,11 +127,17 @@ STOPPING_RULE = (
     "Alg. 1 line 9); accelerated: P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs "
     "for roc/ordinal); selective: the accelerated certificate, P(w_best) measured by a full "
     "pass; svmperf: a full round with ceps <= eps (SVMperf 3.00), then P(w) - dual(W) <= "
-    "eps * C * n"
+    "eps * C * n; dcd: P(w) - D(alpha) <= eps * C * n after an epoch"
 )
 
 #: ``--checkpoint`` / ``--resume`` are supported (every loss, both variants).
 SUPPORTS_CHECKPOINT = True
+
+
+def fused_ovr(params: Params) -> bool:
+    """Whether one-vs-rest runs the classes fused (:func:`solve_ovr`); ``dcd`` trains one
+    class after the other (its sweeps update w row by row: nothing to share)."""
+    return params.variant != "dcd"
 
 
 def _progress_label(params: Params) -> str:
@@ -143,9 +149,9 @@ def _sweep_mode(spec: SolverSpec, params: Params, meta: StoreMeta) -> str:
     """The error loss (not selective) sweeps C in shared passes, every class of a multiclass
     store too; the other losses and variants train every C on its own."""
     if meta.label_kind == "multiclass":
-        shared = params.variant != "selective" and params.loss in (None, "error")
+        shared = params.variant not in ("selective", "dcd") and params.loss in (None, "error")
     else:
-        shared = params.variant != "selective" and params.resolve_loss(meta) == "error"
+        shared = params.variant not in ("selective", "dcd") and params.resolve_loss(meta) == "error"
     return "shared" if shared else "independent"
 
 
@@ -160,6 +166,7 @@ SPEC = SolverSpec(
     primal_objective=True,
     solve=Entry(f"{__name__}.driver", "solve"),
     solve_ovr=Entry(f"{__name__}.ovr", "solve_ovr"),
+    ovr_fused=fused_ovr,
     solve_sweep=Entry(f"{__name__}.ovr", "solve_sweep"),
     checkpoint=SUPPORTS_CHECKPOINT,
     ovr_checkpoint=True,

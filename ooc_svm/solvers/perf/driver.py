@@ -43,6 +43,10 @@ def solve(
         from .selective import solve_selective
 
         return solve_selective(store, engine, params, callback=callback, checkpoint=checkpoint)
+    if variant == "dcd":
+        from .dcd import solve_dcd
+
+        return solve_dcd(store, engine, params, callback=callback, checkpoint=checkpoint)
     if variant == "svmperf":
         from .svmperf import solve_svmperf
 

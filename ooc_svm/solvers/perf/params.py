@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -37,8 +38,18 @@ DENSE_BUDGET_SHARE = 0.0625
 #: ... but never below the dense vectors plus this many dense planes
 DENSE_FLOOR_PLANES = 16
 
+#: stores with at least this many columns train over the columns they hold (accelerated,
+#: selective, dcd; ``ooc_svm.solvers.perf.REMAP_MIN_DIM`` overrides it, as tests do)
+REMAP_MIN_DIM = 1 << 20
+
 LOSSES = ("error", "roc", "ordinal")
-VARIANTS = ("auto", "paper", "accelerated", "selective", "svmperf")
+VARIANTS = ("auto", "paper", "accelerated", "selective", "svmperf", "dcd")
+
+#: dense vectors over the features of ``--variant dcd``: w, and the column map of a wide
+#: store with its counts (int32, counted as one more float64 vector)
+DENSE_VECTORS_DCD = 2
+
+HINGES = ("l1", "l2")
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,10 @@ class Params(SolverParams):
         "cutting planes on the rows near the margin kept in memory (--inner-mb), full passes "
         "only to refresh them and certify (loss error; ooc_svm/solvers/perf/selective.py); "
         "svmperf = SVMperf 3.00's loop (loose QP, shrinking; loss error; "
-        "solvers/perf/svmperf.py) plus the dual-gap certificate",
+        "solvers/perf/svmperf.py) plus the dual-gap certificate; dcd = block-minimization dual "
+        "coordinate descent over the shards (LIBLINEAR -s 3 / -s 1 in blocks, Yu et al. KDD "
+        "2010; loss error; solvers/perf/dcd.py) with the same certificate: fastest on wide "
+        "sparse stores",
         choices=VARIANTS,
     )
     c_perf: float | None = param(
@@ -107,7 +121,19 @@ class Params(SolverParams):
         "bytes per row + 8 per non-zero; their share of a pass's candidates is bounded by it "
         "too), or auto (auto:SHARE): SHARE (0.5) of the memory budget (--memory-mb) at the "
         "start, at most what every row of the store needs (then one pass suffices); svmperf: "
-        "MiB of the rows kept for its partial rounds (auto: 256)",
+        "MiB of the rows kept for its partial rounds (auto: 256); dcd: MiB of decoded shards "
+        "held between epochs (auto: the shard cache's budget; else read every epoch)",
+    )
+    hinge: str = param(
+        "l1",
+        "dcd: l1 = hinge loss (LIBLINEAR -s 3, perf's problem), l2 = squared hinge "
+        "(LIBLINEAR -s 1); the other variants train the hinge only",
+        choices=HINGES,
+    )
+    shrinking: bool = param(
+        True,
+        "dcd: drop rows at a bound from the sweeps until they may move (LIBLINEAR)",
+        cli="bool",
     )
     max_inner: int = param(2000, "selective: inner cutting planes between two full passes", ge=1)
     inner_share: float = param(
@@ -144,6 +170,16 @@ class Params(SolverParams):
             raise SolverError(
                 "perf: --class-weight is not supported with --variant selective yet; use "
                 "--variant accelerated or paper"
+            )
+        if self.variant != "dcd" and self.hinge != "l1":
+            raise SolverError(
+                f"--hinge {self.hinge} needs --variant dcd (the cutting-plane variants "
+                "train the hinge loss)"
+            )
+        if self.variant == "dcd" and self.loss not in (None, "error"):
+            raise SolverError(
+                f"--variant dcd trains --loss error only (got --loss {self.loss}); use "
+                "--variant accelerated for roc and ordinal"
             )
         self.inner_mib()  # a number >= 0, auto or auto:SHARE
 
@@ -230,9 +266,11 @@ class Params(SolverParams):
         loss = self.loss or ("ordinal" if meta.label_kind == "ordinal" else "error")
         if self.variant in ("accelerated", "auto") and loss == "error":
             return DENSE_VECTORS_ACCELERATED
+        if self.variant == "dcd":
+            return DENSE_VECTORS_DCD
         return DENSE_VECTORS
 
-    def check_dense(self, meta: StoreMeta, copies: int = 1) -> None:
+    def check_dense(self, meta: StoreMeta, copies: int = 1, extra_bytes: float = 0.0) -> None:
         """Refuse up front a store whose dense vectors would not fit ``dense_limit_mb``.
 
         perf keeps about ``DENSE_VECTORS`` dense float64 vectors over the features (w, the
@@ -242,9 +280,16 @@ class Params(SolverParams):
         also bounds the working set of cutting planes. A legal line such as
         ``1 2147483648:1`` would otherwise make training ask for tens of GiB.
         """
+        if self.variant == "selective" and int(meta.n_features) >= remap_min_dim():
+            return  # checked over the columns the store holds, once counted (selective.py)
         dim = int(meta.n_features) + 1
         vectors = self.dense_vectors(meta)
-        need = vectors * 8.0 * dim * max(1, copies)
+        if self.variant == "dcd" and dim - 1 >= remap_min_dim():
+            # w over the columns the rows hold (at most their non-zeros) and the int32 map
+            dim = min(dim, int(meta.nnz) + 1)
+            vectors = 1
+            extra_bytes += 4.0 * int(meta.n_features)
+        need = vectors * 8.0 * dim * max(1, copies) + float(extra_bytes)
         limit = float(self.dense_limit_mb) * 2**20
         if need > limit:
             raise SolverError(
@@ -278,6 +323,12 @@ class Params(SolverParams):
                 f"{meta.label_kind!r}"
             )
         return loss
+
+
+def remap_min_dim() -> int:
+    """:data:`REMAP_MIN_DIM`, or ``ooc_svm.solvers.perf.REMAP_MIN_DIM`` where set."""
+    pkg = sys.modules.get(__name__.rsplit(".", 1)[0])
+    return int(getattr(pkg, "REMAP_MIN_DIM", REMAP_MIN_DIM))
 
 
 DEFAULTS: dict[str, Any] = Params.defaults()

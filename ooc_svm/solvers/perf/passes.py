@@ -25,6 +25,7 @@ from ._numba.cuts import (
     merge_sparse_rows,
     scores_two,
 )
+from .params import REMAP_MIN_DIM as _REMAP_MIN_DIM
 
 if TYPE_CHECKING:
     from ...store.format import Shard
@@ -45,7 +46,7 @@ def _compact_min_dim() -> int:
 
 #: stores with at least this many columns train in the remapped column space
 #: (:func:`column_remap`): the columns the store holds, most frequent first
-REMAP_MIN_DIM = 1 << 20
+REMAP_MIN_DIM = _REMAP_MIN_DIM
 
 
 def shard_columns(shard: Any, ix: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -102,12 +102,13 @@ import numpy as np
 from ..._util import cpu_count
 from ...engine.blocks import Blocked
 from ...memory_budget import current as memory_budget
+from ...store.views import ColumnMapView
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
 from ._numba.cuts import matvec, vdot
 from .common import _finite, _Progress, _resolve_C, binary_result
-from .params import Params
-from .passes import acc_row
+from .params import Params, remap_min_dim
+from .passes import acc_row, column_remap, pass_column_counts, reduce_cut
 from .selection import (
     GRID,
     NZ_BYTES,
@@ -312,17 +313,44 @@ def solve_selective(
         raise SolverError(
             f"perf --variant selective trains --loss error only (got {loss}); use accelerated"
         )
+    t0 = time.perf_counter()
+    remap = None
+    meta = store.meta
+    if meta.n_features >= remap_min_dim():
+        # train over the columns the rows hold (a counting pass): the dense vectors and the
+        # planes are as long as those, and the model is expanded at the end
+        part = engine.map_reduce(store, pass_column_counts, (meta.n_features,), reduce=reduce_cut)
+        remap = column_remap(part["g"], meta.n_features)
+        del part
+        store = ColumnMapView(store, remap[0], remap[1].shape[0])
+        params.check_dense(store.meta, extra_bytes=remap[0].nbytes + remap[1].nbytes)
+        log.info(
+            "perf selective: %d of the %d columns hold non-zeros; training over them",
+            remap[1].shape[0],
+            meta.n_features,
+        )
     run = _Run(store, engine, params, callback)
+    if remap is not None:  # the counting pass is one of the run's passes and its time
+        run.prog.p0 -= 1
+        run.prog.t0 = t0
     try:
         if params.init is not None:  # train --init: the first pass selects around its w
             from ..warm import perf_start
 
-            neg, pos = binary_classes(store.meta)
-            st = perf_start(params.init, store.meta, [neg, pos], "error", run.bias)
-            run.w_b = st.w.copy()
-        return _iterate(run, engine, params)
+            neg, pos = binary_classes(meta)
+            w = perf_start(params.init, meta, [neg, pos], "error", run.bias).w
+            if remap is not None:  # the model's w over the columns trained
+                w = np.concatenate([w[: meta.n_features][remap[1]], w[meta.n_features :]])
+            run.w_b = w.copy()
+        res = _iterate(run, engine, params)
     finally:
         memory_budget().release(ROWS_CLAIM)
+    if remap is not None:
+        m = res.model
+        coef = np.zeros(meta.n_features)
+        coef[remap[1]] = m.coef_
+        m.coef_, m.n_features = coef, int(meta.n_features)
+    return res
 
 
 def _iterate(run: _Run, engine, params: Params) -> Result:
