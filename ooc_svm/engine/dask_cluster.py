@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._util import cpu_count
@@ -226,6 +227,44 @@ class DaskConnection:
         except Exception as e:
             self.close()
             raise EngineError(f"cannot start a local Dask cluster ({s}): {e}") from None
+
+    # -- a scheduler that went away -------------------------------------------------------
+    def _scheduler_gone(self) -> bool:
+        """True once the client lost its scheduler (and did not reconnect in time: the
+        client retries for ``connect_timeout`` seconds before it gives up)."""
+        c = self._client
+        return c is None or c.status != "running" or getattr(c, "scheduler", None) is None
+
+    def _lost_scheduler(self, e: BaseException) -> EngineError:
+        if self._frozen is not None:
+            return EngineError(
+                f"the Dask scheduler at {self._address} did not answer for {self._frozen:g} s "
+                "(stopped, hung or overloaded?); gave up (--scheduler-timeout "
+                f"{self._frozen:g}); the cluster's state is lost: check the scheduler and run "
+                "again (a run with --checkpoint can --resume)"
+            )
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return EngineError(
+            f"lost the Dask scheduler at {self._address}: {detail[:200]}; the cluster's state "
+            "(per-shard state, results) is gone: restart the scheduler and workers and run "
+            "again (a run with --checkpoint can --resume)"
+        )
+
+    def _guarded(self, call: Callable, *args) -> Any:
+        """Run ``call``; an error raised because the scheduler went away becomes one
+        :class:`EngineError` that says so."""
+        if self._scheduler_gone():
+            raise self._lost_scheduler(ConnectionError("not connected"))
+        try:
+            return call(*args)
+        except EngineError:
+            if self._scheduler_gone():
+                raise self._lost_scheduler(ConnectionError("connection closed")) from None
+            raise
+        except Exception as e:
+            if self._scheduler_gone():
+                raise self._lost_scheduler(e) from None
+            raise
 
     @property
     def client(self) -> Client | None:

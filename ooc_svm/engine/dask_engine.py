@@ -69,7 +69,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -81,10 +81,9 @@ from .base import (
     add_partials,
     shard_stub,
 )
-from .dask_cluster import DaskConnection
+from .dask_state import DaskStates, _Lost, _StateRef
 from .dask_worker import (
     _block_task,
-    _call_init,
     _join_task,
     _pick,
     _worker_cache_stats,
@@ -97,30 +96,8 @@ from .options import scheduler_timeout as scheduler_timeout_option
 if TYPE_CHECKING:
     from distributed import Client
 
-    from ..store.base import Store
 
 log = logging.getLogger(__name__)
-
-
-class _StateRef:
-    """A per-shard state on the cluster: a primary future and (usually) a backup copy."""
-
-    __slots__ = ("primary", "backup")
-
-    def __init__(self, primary, backup=None):
-        self.primary = primary
-        self.backup = backup
-
-    def alive(self):
-        for f in (self.primary, self.backup):
-            if f is not None and f.status in ("finished", "pending"):
-                return f
-        return None
-
-
-def _same(x):
-    """The backup copy of a per-shard state (a task, so the copy gets its own key)."""
-    return x
 
 
 def _is_lost_error(e: BaseException) -> bool:
@@ -142,7 +119,7 @@ def _is_lost_error(e: BaseException) -> bool:
     return name in ("FutureCancelledError", "CancelledError", "FuturesCancelledError")
 
 
-class DaskEngine(DaskConnection, Engine):
+class DaskEngine(DaskStates, Engine):
     """Streamed passes on a Dask ``distributed`` cluster.
 
     Parameters
@@ -252,24 +229,6 @@ class DaskEngine(DaskConnection, Engine):
         fill = not self.auto_cache or token in self._warm
         return (path, token, self.cache_bytes, self.fast_read, transform, fill)
 
-    def _placement(self, n_shards: int, refresh: bool = False) -> dict[int, str]:
-        """Home worker of every shard of a store: contiguous blocks of the shard ids, sized
-        by the workers' threads, the same in every pass while the workers stay (so decoded
-        shards and per-shard state stay where they are).
-
-        The worker list is cached for a few seconds (a stale entry is harmless: restrictions
-        are loose, a task whose worker is gone runs elsewhere).
-        """
-        now = time.monotonic()
-        if refresh or self._slots is None or now - self._slots[0] > 5.0:
-            nt = self._connected().nthreads()
-            slots = [w for w in sorted(nt) for _ in range(max(1, int(nt[w] or 1)))]
-            self._slots = (now, slots)
-        slots = self._slots[1]
-        if not slots:
-            return {}
-        return {sid: slots[(sid * len(slots)) // n_shards] for sid in range(n_shards)}
-
     def _scatter_bc(self, broadcast):
         # Always scattered (even None): forgetting this key at the end of the pass is what
         # cuts the lineage of the new per-shard states, so the scheduler's graph does not
@@ -297,80 +256,7 @@ class DaskEngine(DaskConnection, Engine):
                 time.sleep(0.5 * attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _protect(self, futs: list) -> list:
-        """Copy every state future to a second worker under its own key; returns the backups.
-
-        Copies go round-robin to a worker that does not hold the state; the copy tasks may
-        run elsewhere if that worker leaves (never a wait on a dead worker). ``None`` backups
-        when ``state_replicas`` is 1 or the cluster has a single worker.
-        """
-        if self.state_replicas < 2 or not futs:
-            return [None] * len(futs)
-        from distributed import wait
-
-        client = self._connected()
-        wait(futs)
-        workers = sorted(client.nthreads())
-        if len(workers) < 2:
-            return [None] * len(futs)
-        who = client.who_has(futs)
-        backups = []
-        for k, f in enumerate(futs):
-            holders = set(who.get(f.key, ()))
-            others = [w for w in workers if w not in holders] or workers
-            backups.append(
-                client.submit(
-                    _same,
-                    f,
-                    key=f"{f.key}-backup",
-                    workers=[others[k % len(others)]],
-                    allow_other_workers=True,
-                    pure=False,
-                )
-            )
-        wait(backups)
-        if any(b.status != "finished" for b in backups):
-            raise _Lost()
-        return backups
-
     # -- passes ----------------------------------------------------------------------------
-    def _scheduler_gone(self) -> bool:
-        """True once the client lost its scheduler (and did not reconnect in time: the
-        client retries for ``connect_timeout`` seconds before it gives up)."""
-        c = self._client
-        return c is None or c.status != "running" or getattr(c, "scheduler", None) is None
-
-    def _lost_scheduler(self, e: BaseException) -> EngineError:
-        if self._frozen is not None:
-            return EngineError(
-                f"the Dask scheduler at {self._address} did not answer for {self._frozen:g} s "
-                "(stopped, hung or overloaded?); gave up (--scheduler-timeout "
-                f"{self._frozen:g}); the cluster's state is lost: check the scheduler and run "
-                "again (a run with --checkpoint can --resume)"
-            )
-        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        return EngineError(
-            f"lost the Dask scheduler at {self._address}: {detail[:200]}; the cluster's state "
-            "(per-shard state, results) is gone: restart the scheduler and workers and run "
-            "again (a run with --checkpoint can --resume)"
-        )
-
-    def _guarded(self, call: Callable, *args) -> Any:
-        """Run ``call``; an error raised because the scheduler went away becomes one
-        :class:`EngineError` that says so."""
-        if self._scheduler_gone():
-            raise self._lost_scheduler(ConnectionError("not connected"))
-        try:
-            return call(*args)
-        except EngineError:
-            if self._scheduler_gone():
-                raise self._lost_scheduler(ConnectionError("connection closed")) from None
-            raise
-        except Exception as e:
-            if self._scheduler_gone():
-                raise self._lost_scheduler(e) from None
-            raise
-
     def _run(self, store, fn, broadcast, reduce, state, shards, read: bool) -> Any:
         return self._guarded(self._run_pass, store, fn, broadcast, reduce, state, shards, read)
 
@@ -485,33 +371,6 @@ class DaskEngine(DaskConnection, Engine):
             groups, level = nxt, level + 1
         return groups[0][1], news
 
-    @staticmethod
-    def _state_src(state: ShardState, sid: int):
-        src = state.get(sid).alive()
-        if src is None:
-            raise EngineError(
-                f"the per-shard state of shard {sid} was lost with the workers "
-                "holding its copies; restart from a checkpoint"
-            )
-        return src
-
-    def _settle_states(self, tag: str, news: list) -> list:
-        """Wait for the new per-shard states and copy each to a second worker; raises
-        :class:`_Lost` when one of them was lost meanwhile. Returns the backups."""
-        from distributed import wait
-
-        wait(news)
-        if any(f.status != "finished" for f in news):
-            raise _Lost()
-        try:
-            backups = self._protect(news)
-        except Exception as e:
-            log.info("pass %s: replicating states failed (%r); retrying", tag, e)
-            raise _Lost() from e
-        if any(f.status != "finished" for f in news):
-            raise _Lost()
-        return backups
-
     def _explain(self, e: BaseException) -> BaseException:
         from distributed.scheduler import KilledWorker
 
@@ -528,82 +387,6 @@ class DaskEngine(DaskConnection, Engine):
         else:
             self.partial_passes += 1
 
-    # -- state ----------------------------------------------------------------------------
-    def init_state(
-        self, store: Store, init: Callable[[Any, int], Any], shards: Iterable[int] | None = None
-    ) -> ShardState:
-        """Per-shard state computed on the workers by ``init(shard_info, shard_index)``.
-
-        The state futures have their ``init`` call as lineage, so Dask recomputes them if a
-        worker dies before the first pass.
-        """
-        return self._guarded(self._init_state, store, init, shards)
-
-    def _init_state(self, store, init: Callable[[Any, int], Any], shards=None) -> ShardState:
-        ids = list(range(store.n_shards)) if shards is None else [int(i) for i in shards]
-        place = self._placement(store.n_shards) if ids else {}
-        self._npass += 1
-        items = []
-        for sid in ids:
-            where = {"workers": [place[sid]], "allow_other_workers": True} if sid in place else {}
-            f = self._connected().submit(
-                _call_init,
-                init,
-                store.meta.shards[sid],
-                sid,
-                key=f"ooc-init{self._npass}-{os.getpid()}-s{sid}",
-                pure=False,
-                **where,
-            )
-            items.append(_StateRef(f))
-        return ShardState(self, store.n_shards, items, ids)
-
-    def set_state(
-        self, store: Store, items: list[Any], shards: Iterable[int] | None = None
-    ) -> ShardState:
-        """Per-shard state from values on the client (e.g. a checkpoint), sent to workers."""
-        return self._guarded(self._set_state, store, items, shards)
-
-    def _set_state(self, store, items: list[Any], shards=None) -> ShardState:
-        items = list(items)
-        ids = list(range(len(items))) if shards is None else [int(i) for i in shards]
-        if len(ids) != len(items):
-            raise ValueError("set_state: one item per shard is needed")
-        if not items:
-            return ShardState(self, store.n_shards, [], [])
-        place = self._placement(store.n_shards)
-        futs = []
-        for sid, v in zip(ids, items, strict=True):
-            w = [place[sid]] if sid in place else None
-            [f] = self._connected().scatter([v], workers=w, hash=False)
-            futs.append(f)
-        try:
-            backups = self._protect(futs)
-        except _Lost:
-            raise EngineError(
-                "a Dask worker left while per-shard state was being sent to the cluster; run again"
-            ) from None
-        refs = [_StateRef(f, b) for f, b in zip(futs, backups, strict=True)]
-        return ShardState(self, store.n_shards, refs, ids)
-
-    def gather_state(self, state: ShardState) -> list[Any]:
-        """Bring the per-shard states to the client, in the order of ``state.ids``."""
-        return self._guarded(self._gather_state, state)
-
-    def _gather_state(self, state: ShardState) -> list[Any]:
-        futs = []
-        for sid, ref in zip(state.ids, state.items, strict=True):
-            f = ref.alive()
-            if f is None:
-                raise EngineError(f"the per-shard state of shard {sid} was lost with its workers")
-            futs.append(f)
-        return self._connected().gather(futs)
-
-
-def _alive(fut) -> bool:
-    """A task's future that still holds (or will hold) its result."""
-    return fut is not None and fut.status in ("finished", "pending")
-
 
 @dataclass(frozen=True)
 class _PassJob:
@@ -616,7 +399,3 @@ class _PassJob:
     state: ShardState | None
     bc: Any  # the broadcast's future
     ids: list[int]
-
-
-class _Lost(Exception):
-    """Some results of a pass were lost with a worker."""
