@@ -7,10 +7,10 @@ the grown store starts from that model:
 
 - **perf** takes the model's w as its first iterate, and its cutting plane: the model keeps
   the α-weighted mean of its last working set's planes (``warm_cut_``, over the rows it was
-  trained on; :func:`aggregate_cut`). Any choice of cᵢ ∈ {0, 1} per row is a valid
-  constraint of the 1-slack problem, so that plane, completed over the appended rows by
-  their violations at the model's w (computed in the first pass) or, for the ranking
-  losses, with cᵢⱼ = 0 on the new pairs, is a valid plane of the new problem: the lower
+  trained on; :func:`~ooc_svm.solvers.perf.warm.aggregate_cut`). Any choice of cᵢ ∈ {0, 1}
+  per row is a valid constraint of the 1-slack problem, so that plane, completed over the
+  appended rows by their violations at the model's w (computed in the first pass) or, for
+  the ranking losses, with cᵢⱼ = 0 on the new pairs, is a valid plane of the new problem: the lower
   bound starts near the old optimum instead of at 0, and a small append often ends in
   one or two passes. The stopping rule (the duality gap ≤ ε·C·n) does not depend on the
   start, so a good start ends early (LIBLINEAR's relative stopping rule does not).
@@ -21,7 +21,8 @@ the grown store starts from that model:
   yᵀα = 0 repaired; each solver rebuilds its gradient from it in its first pass. Their
   stopping rules (KKT within ``tol``) are absolute.
 
-Refused, with the fix in the message (:func:`check_model`): a model of another feature
+Refused, with the fix in the message (:func:`check_model`, :func:`check_dual_model` and perf's
+:func:`~ooc_svm.solvers.perf.warm.check_perf_model`): a model of another feature
 space, label set or hashing, of another kernel (dual solvers) or loss (perf), a kernel
 model given to perf, a perf model given to a dual solver, and a model whose rows are no
 longer in the store (overwritten, re-ingested, shards removed).
@@ -33,7 +34,6 @@ import hashlib
 import logging
 import math
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,14 +47,6 @@ if TYPE_CHECKING:
     from ..store.format import Shard, StoreMeta
 
 log = logging.getLogger(__name__)
-
-#: the solvers that train from the dual (α per row)
-DUAL_SOLVERS = ("smo", "active-set", "irwls")
-#: perf re-evaluates the planes of at most this many of the model's points (those of the
-#: largest α) in its first pass: each costs about what a pass's arithmetic at one point
-#: costs, and the planes beyond them added little (13 passes with 33 points, 14 with 8,
-#: 15 with none, 21 cold, on a 10 % append to a 20,000-row store)
-WARM_POINTS_USED = 8
 
 
 # -- what a model records about its rows ------------------------------------------------------
@@ -135,21 +127,15 @@ def init_name(init: Any) -> str:
 
 
 def check_model(
-    model: Model,
-    meta: StoreMeta,
-    solver: str,
-    where: str,
-    *,
-    classes: list[float] | None = None,
-    kernel: dict[str, Any] | None = None,
-    loss: str | None = None,
+    model: Model, meta: StoreMeta, where: str, *, classes: list[float] | None = None
 ) -> None:
-    """Refuse a model that cannot start ``solver`` on a store with ``meta``, in one line
-    naming the mismatch and the fix.
+    """Refuse a model that cannot start a training on a store with ``meta``, in one line
+    naming the mismatch and the fix: another feature space, hashing or label set, or a
+    one-vs-one model (what a start from w or from α needs besides is checked by
+    :func:`check_dual_model` and perf's ``check_perf_model``).
 
     ``classes``: the label values the problem trains (binary: ``[neg, pos]``; one-vs-rest:
-    every class); ``kernel``: the dual solvers' resolved ``kernel, gamma, degree, coef0``;
-    ``loss``: perf's resolved loss.
+    every class).
     """
     fix = "train without --init (a cold start), or give a model trained on this store"
     hashing = getattr(meta, "hashing", None) or None
@@ -177,20 +163,15 @@ def check_model(
                 f"{where}: the model's labels {_labels(got)} are not this store's "
                 f"{_labels(classes)}; {fix}"
             )
+
+
+def check_dual_model(
+    model: Model, solver: str, where: str, kernel: dict[str, Any] | None = None
+) -> None:
+    """Refuse a model (checked by :func:`check_model`) that cannot start the dual solver
+    ``solver``: one without dual coefficients and their rows (a perf model), or one of
+    another ``kernel`` (the resolved ``kernel, gamma, degree, coef0``)."""
     m_solver = str(model.info.get("solver", ""))
-    if solver == "perf":
-        if model.kind != "linear":
-            raise SolverError(
-                f"{where}: a {model.kernel} kernel model cannot start perf (linear); train "
-                f"with --solver {m_solver or 'smo'} --init, or drop --init"
-            )
-        m_loss = model.info.get("loss", "error")
-        if loss is not None and m_loss != loss:
-            raise SolverError(
-                f"{where}: the model was trained with --loss {m_loss}, this training uses "
-                f"--loss {loss}; give --loss {m_loss}, or drop --init"
-            )
-        return
     if model.dual_coef_ is None or model.support_ is None:
         raise SolverError(
             f"{where}: the model ({m_solver or 'linear'}) keeps no dual coefficients with "
@@ -283,143 +264,6 @@ def class_model(
     return out
 
 
-# -- perf ---------------------------------------------------------------------------------------
-@dataclass
-class PerfStart:
-    """perf's start: ``w`` over the store's columns plus the bias entry (length d + 1), and
-    the model's aggregated plane ``cut`` (same length) with its offset ``r``, both as
-    averages over the model's ``count`` rows (or pairs), or ``cut`` None."""
-
-    w: np.ndarray
-    cut: np.ndarray | None
-    r: float
-    count: int
-    n_rows: int
-    #: the points of the model's last planes (each over the columns + bias entry), whose
-    #: cuts the first pass re-evaluates over every row
-    points: list[np.ndarray]
-
-
-def perf_start(
-    init: Any,
-    meta: StoreMeta,
-    classes: list[float] | None,
-    loss: str,
-    bias: float,
-    *,
-    weights: tuple[float, float] = (1.0, 1.0),
-) -> PerfStart:
-    """perf's starting point from ``init`` (checked by :func:`check_model`).
-
-    The model's plane is used only when the store's first shards are the model's rows and
-    its rows were weighted alike (``weights``: the relative class costs C_k / C of this
-    training; ``balanced`` ones move with the counts); else the start is w alone.
-    """
-    where = init_name(init)
-    model = init_model(init)
-    check_model(model, meta, "perf", where, classes=classes, loss=loss)
-    status = rows_status(model, meta)
-    if status == "changed":
-        refuse_changed_rows(model, meta, where)
-    if status == "unknown" and (trained_rows(model) or 0) > meta.n_rows:
-        refuse_changed_rows(model, meta, where)
-    d = int(meta.n_features)
-    w = np.zeros(d + 1)
-    coef = np.asarray(model.coef_, dtype=np.float64).ravel()
-    w[: coef.shape[0]] = coef
-    m_bias = float(model.info.get("bias", 1.0 if model.intercept_ else 0.0) or 0.0)
-    if bias != 0.0 and m_bias != 0.0:
-        w[d] = float(model.intercept_) / bias
-    cut, r, count = None, 0.0, 0
-    wc = getattr(model, "warm_cut_", None)
-    spec = model.info.get("warm_cut")
-    if status == "prefix" and wc is not None and isinstance(spec, dict):
-        same = np.allclose(spec.get("weights", [1.0, 1.0]), weights, rtol=1e-12, atol=0.0)
-        if same and float(spec.get("bias", bias)) == bias and int(spec.get("count", 0)) > 0:
-            src = np.asarray(wc, dtype=np.float64)
-            cut = np.zeros(d + 1)
-            cut[: src.shape[0] - 1] = src[:-1]
-            cut[d] = src[-1]
-            r, count = float(spec["r"]), int(spec["count"])
-    points = []
-    wp = getattr(model, "warm_points_", None)
-    if wp is not None:
-        src = np.asarray(wp, dtype=np.float64)[:WARM_POINTS_USED]
-        for row in src:
-            p = np.zeros(d + 1)
-            p[: src.shape[1] - 1] = row[:-1]
-            p[d] = row[-1] if bias != 0.0 else 0.0
-            points.append(p)
-    n_old = trained_rows(model) or 0
-    if cut is None:  # no appended-rows split without the plane: any boundary will do
-        n_old = int(meta.n_rows)
-    log.debug(
-        "perf: warm start from %s (%s rows; %d plane points%s)",
-        where,
-        trained_rows(model) or "?",
-        len(points),
-        ", its aggregated plane" if cut is not None else "",
-    )
-    return PerfStart(w, cut, r, count, n_old, points)
-
-
-def aggregate_cut(ws: Any, full: Any = None) -> tuple[np.ndarray, float] | None:
-    """The α-weighted mean plane ``(ḡ, r̄)`` of a perf working set after its last QP
-    (``full`` maps a vector over the working columns to the store's), or None when α = 0.
-    ``w = (Σα)·ḡ``; with the model, a later training on the grown store starts from it."""
-    alpha = np.asarray(ws.alpha, dtype=np.float64)
-    A = float(alpha.sum()) if alpha.size else 0.0
-    if not (A > 0.0) or len(ws) != alpha.shape[0]:
-        return None
-    g = ws.combine(alpha) / A
-    if full is not None:
-        g = full(g)
-    r = float(np.dot(alpha, np.asarray(ws.r, dtype=np.float64)) / A)
-    if not (np.all(np.isfinite(g)) and math.isfinite(r)):
-        return None
-    return g, r
-
-
-def attach_cut(
-    model: Model,
-    cut: tuple[np.ndarray, float] | None,
-    count: int,
-    bias: float,
-    weights: tuple[float, float] | None = None,
-) -> None:
-    """Keep the aggregated plane in the model (``warm_cut_`` and ``info["warm_cut"]``):
-    over the features and the bias entry, an average over ``count`` rows (or pairs), built
-    with relative class costs ``weights`` (None: 1, 1)."""
-    if cut is None:
-        return
-    g = np.asarray(cut[0], dtype=np.float64)
-    if g.shape[0] == model.n_features:  # the ranking losses have no bias entry
-        g = np.append(g, 0.0)
-    model.warm_cut_ = g
-    model.info["warm_cut"] = {
-        "r": float(cut[1]),
-        "count": int(count),
-        "bias": float(bias),
-        "weights": [float(v) for v in (weights or (1.0, 1.0))],
-    }
-
-
-def attach_points(model: Model, points: list[np.ndarray], full: Any = None) -> None:
-    """Keep the points of the active planes in the model (``warm_points_``, float32; at
-    most :data:`~ooc_svm.model.model_files.WARM_POINTS_MAX`)."""
-    from ..model.model_files import WARM_POINTS_MAX
-
-    rows = []
-    for p in points[:WARM_POINTS_MAX]:
-        v = np.asarray(full(np.asarray(p, dtype=np.float64)) if full is not None else p)
-        if v.shape[0] == model.n_features:
-            v = np.append(v, 0.0)
-        if v.shape[0] == model.n_features + 1 and np.all(np.isfinite(v)):
-            rows.append(v.astype(np.float32))
-    if rows:
-        model.warm_points_ = np.stack(rows)
-
-
 # -- dual solvers -------------------------------------------------------------------------------
 def dual_start(
     init: Any,
@@ -445,7 +289,8 @@ def dual_start(
     meta = store.meta
     where = init_name(init)
     model = init_model(init)
-    check_model(model, meta, solver, where, classes=classes, kernel=kernel)
+    check_model(model, meta, where, classes=classes)
+    check_dual_model(model, solver, where, kernel)
     coef = np.asarray(model.dual_coef_, dtype=np.float64)
     if coef.ndim != 1:
         raise SolverError(f"{where}: a one-vs-rest model cannot start a binary training")
@@ -623,12 +468,8 @@ def locate_rows(
 
 
 __all__ = [
-    "DUAL_SOLVERS",
-    "PerfStart",
-    "aggregate_cut",
-    "attach_cut",
-    "attach_points",
     "balance",
+    "check_dual_model",
     "check_model",
     "class_model",
     "dual_init",
@@ -637,7 +478,6 @@ __all__ = [
     "lenient",
     "init_name",
     "locate_rows",
-    "perf_start",
     "row_fingerprints",
     "rows_record",
     "rows_status",

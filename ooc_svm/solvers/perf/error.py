@@ -108,7 +108,7 @@ class _ErrorRun:
     #: ``(gmap, cols)`` of :func:`~.passes.column_remap` when the run works over the
     #: remapped columns (then ``dim`` is their number + 1; ``d`` stays the store's width)
     remap: tuple[np.ndarray, np.ndarray] | None = None
-    #: ``train --init``: the model's w and cutting plane (:func:`~..warm.perf_start`)
+    #: ``train --init``: the model's w and cutting plane (:func:`~.warm.perf_start`)
     warm: Any = None
 
     def _weights(self) -> tuple:
@@ -258,7 +258,7 @@ def _error_steps(
         costs = (run.C * run.sw[0], run.C * run.sw[1])
         log.info("perf: class costs C_neg = %.6g, C_pos = %.6g", *costs)
     if params.init is not None and run.resume is None:
-        from ..warm import perf_start
+        from .warm import perf_start
 
         run.warm = perf_start(
             params.init, meta, [neg, pos], "error", run.bias, weights=run.sw or (1.0, 1.0)
@@ -439,7 +439,7 @@ def _sq_norm(w2: np.ndarray, wb_bias: float) -> float:
 
 def _error_result(run: _ErrorRun, w_final, obj_final: float, xi_final: float) -> Result:
     """The binary linear model and the :class:`Result` of one error-loss problem."""
-    from ..warm import aggregate_cut, attach_cut, attach_points
+    from .warm import aggregate_cut, attach_cut, attach_points
 
     C, sw = run.C, run.sw
     costs = None if sw is None else [C * sw[0], C * sw[1]]

@@ -209,10 +209,10 @@ class _RankRun:
         self.save()
 
     def warm_start(self) -> None:
-        """Iteration 0 from the ``--init`` model (:func:`~..warm.perf_start`): its w, the
+        """Iteration 0 from the ``--init`` model (:func:`~.warm.perf_start`): its w, the
         cut there, and its aggregated plane over its pairs (cᵢⱼ = 0 on the pairs the
         appended rows make: a valid plane of the grown problem)."""
-        from ..warm import perf_start
+        from .warm import perf_start
 
         classes = self.labels if self.loss == "ordinal" else self.labels[:2]
         weights = (self.pair_weight, self.pair_weight)
@@ -337,7 +337,7 @@ class _RankRun:
             "pair_weight": self.pair_weight,
             "converged": self.converged,
         }
-        from ..warm import aggregate_cut, attach_cut
+        from .warm import aggregate_cut, attach_cut
 
         attach_cut(model, aggregate_cut(ws), self.m, 0.0, (self.pair_weight, self.pair_weight))
         return perf_result(self.prog, ws, model, Pb, self.it, self.stop, self.xib, summary)

@@ -335,7 +335,7 @@ def solve_selective(
         run.prog.t0 = t0
     try:
         if params.init is not None:  # train --init: the first pass selects around its w
-            from ..warm import perf_start
+            from .warm import perf_start
 
             neg, pos = binary_classes(meta)
             w = perf_start(params.init, meta, [neg, pos], "error", run.bias).w

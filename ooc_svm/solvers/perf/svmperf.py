@@ -366,7 +366,7 @@ def solve_svmperf(
     run = _Run(store, engine, params, callback)
     w0 = None
     if params.init is not None:  # train --init: SVMperf's loop from the model's w
-        from ..warm import perf_start
+        from .warm import perf_start
 
         neg, pos = binary_classes(meta)
         w0 = perf_start(params.init, meta, [neg, pos], "error", run.bias).w
