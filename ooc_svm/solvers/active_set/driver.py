@@ -49,11 +49,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...kernels.csr import csr_rmatvec_rows_add
 from ...kernels.kernel_functions import (
     KernelParams,
 )
-from .. import Callback, Result, SolverError, binary_classes
+from .. import Callback, Result, binary_classes
 from ..dual import (
     CheckpointClock,
     WorkingRows,
@@ -64,7 +63,6 @@ from ..dual import (
     finish_run,
     interruptible,
     row_costs,
-    split_updates_by_shard,
 )
 from ..params import as_params
 from .checkpointing import _load_checkpoint, _Loop, _save_checkpoint
@@ -88,9 +86,8 @@ from .passes import (
     _init_state,
     _major_fn,
     _major_reduce,
-    _warm_fn,
 )
-from .start import _candidate_count, _exp_tuple, _load_init, _repair_equality
+from .start import _candidate_count, _exp_tuple, _repair_equality, warm_start
 from .working_set import S_FREE, S_UPPER, S_ZERO, Counters, WorkingSet
 
 if TYPE_CHECKING:
@@ -167,57 +164,7 @@ class _Run:
 
     def _warm_start(self) -> None:
         """§4.3–4.4: α, β (and w or the expansion to add to f) from the ``--init`` model."""
-        from ..warm import dual_init, init_name
-
-        p, C, nf = self.p, self.C, self.nf
-        where = init_name(p.init)
-        model = dual_init(p, self.store, self.engine, "active-set", self.costs)
-        gids, coef, sv_rows, w_init, intercept, C_old = _load_init(
-            model, C, self.kp, self.meta.n_rows, self.costs, where
-        )
-        bad = (
-            self.engine.map_reduce(
-                self.store,
-                _warm_fn,
-                (gids, coef, self.pos),
-                state=self.state,
-                shards=split_updates_by_shard(self.store, gids),
-            )
-            if gids.size
-            else 0
-        )
-        if bad:
-            raise SolverError(
-                f"{where}: {bad} support vector(s) have the opposite label in this "
-                "store; the model was trained on another store"
-            )
-        self.beta = -intercept
-        a_abs = np.abs(coef)
-        free = (a_abs > 0) & (a_abs < row_costs(np.sign(coef), C, self.costs))
-        self.keep_rows = bool(free.any())
-        self.s_gids = gids[free]
-        if self.linear:
-            if w_init is not None:
-                self.w = np.zeros(nf)
-                self.w[: min(nf, w_init.size)] = w_init[:nf]
-            elif sv_rows is not None:
-                self.w = np.zeros(nf)
-                ip, ix, data = sv_rows.csr()
-                csr_rmatvec_rows_add(ip, ix, data, np.arange(sv_rows.n), coef, self.w)
-        else:
-            if sv_rows is None:
-                raise SolverError(
-                    f"{where}: kernel warm start needs the support vectors in the model"
-                )
-            self.delta = _exp_tuple(sv_rows, coef)
-        log.info(
-            "active-set: warm start from %s: %d SVs (%d free), C %.6g -> %.6g",
-            where,
-            gids.size,
-            int(free.sum()),
-            C_old,
-            C,
-        )
+        warm_start(self)
 
     # -- one major iteration -----------------------------------------------------------------
     def major_pass(self) -> MajorPartial:

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...kernels.csr import csr_rmatvec_rows_add
 from ...kernels.kernel_functions import (
     KernelParams,
 )
@@ -14,10 +16,17 @@ from .. import SolverError
 from ..dual import (
     WorkingRows,
     row_costs,
+    split_updates_by_shard,
 )
 from ._numba.blocks import DENSE_BLOCK_MAX
 from .params import MIN_CANDIDATES, SPRINT_AUTO_MAX, SPRINT_SQRT, Params
+from .passes import _warm_fn
 from .working_set import S_FREE
+
+if TYPE_CHECKING:
+    from .driver import _Run
+
+log = logging.getLogger(__name__)
 
 
 def _candidate_count(
@@ -134,4 +143,58 @@ def _exp_tuple(rows: WorkingRows, coef: np.ndarray):
         np.asarray(data, dtype=np.float64),
         sub.sq_norms(),
         np.asarray(coef[nz], dtype=np.float64),
+    )
+
+
+def warm_start(run: _Run) -> None:
+    """§4.3–4.4: α, β (and w or the expansion to add to f) of the active-set ``run`` from its
+    ``--init`` model."""
+    from ..warm import dual_init, init_name
+
+    p, C, nf = run.p, run.C, run.nf
+    where = init_name(p.init)
+    model = dual_init(p, run.store, run.engine, "active-set", run.costs)
+    gids, coef, sv_rows, w_init, intercept, C_old = _load_init(
+        model, C, run.kp, run.meta.n_rows, run.costs, where
+    )
+    bad = (
+        run.engine.map_reduce(
+            run.store,
+            _warm_fn,
+            (gids, coef, run.pos),
+            state=run.state,
+            shards=split_updates_by_shard(run.store, gids),
+        )
+        if gids.size
+        else 0
+    )
+    if bad:
+        raise SolverError(
+            f"{where}: {bad} support vector(s) have the opposite label in this "
+            "store; the model was trained on another store"
+        )
+    run.beta = -intercept
+    a_abs = np.abs(coef)
+    free = (a_abs > 0) & (a_abs < row_costs(np.sign(coef), C, run.costs))
+    run.keep_rows = bool(free.any())
+    run.s_gids = gids[free]
+    if run.linear:
+        if w_init is not None:
+            run.w = np.zeros(nf)
+            run.w[: min(nf, w_init.size)] = w_init[:nf]
+        elif sv_rows is not None:
+            run.w = np.zeros(nf)
+            ip, ix, data = sv_rows.csr()
+            csr_rmatvec_rows_add(ip, ix, data, np.arange(sv_rows.n), coef, run.w)
+    else:
+        if sv_rows is None:
+            raise SolverError(f"{where}: kernel warm start needs the support vectors in the model")
+        run.delta = _exp_tuple(sv_rows, coef)
+    log.info(
+        "active-set: warm start from %s: %d SVs (%d free), C %.6g -> %.6g",
+        where,
+        gids.size,
+        int(free.sum()),
+        C_old,
+        C,
     )
