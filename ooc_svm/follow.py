@@ -94,7 +94,7 @@ def follow(
     on_refit : callable, optional
         Receives a :class:`Refit` after each refit (the model is already in place).
     """
-    from .api import _make_engine, train
+    from .api import _make_engine
     from .solvers.warm import rows_status, trained_rows
 
     if poll_seconds <= 0:
@@ -117,32 +117,50 @@ def follow(
             if meta.n_rows <= n_old:
                 sleep(poll_seconds)
                 continue
-            t0 = time.perf_counter()
-            try:
-                opened = open_store(store)
-                res = train(
-                    opened, solver, engine=engine, multiclass=multiclass,
-                    params=params.replace(init=model),
-                )  # fmt: skip
-            except StoreError as e:
-                raise FollowError(
-                    f"follow: {store}: {e}; stopped after {refits} refit(s), {output} is the "
-                    "last complete model"
-                ) from None
-            res.model.save(output)
-            seconds = time.perf_counter() - t0
-            model = res.model
-            refits += 1
-            rec = Refit(
-                refits, int(opened.meta.n_rows) - n_old, int(opened.meta.n_rows),
-                int(res.passes), seconds, float(res.stop_value), bool(res.converged), res,
-            )  # fmt: skip
-            log.debug("follow: refit %d done in %.3fs", refits, seconds)
+            rec = _refit(store, output, solver, params, model, engine, multiclass, refits, n_old)
+            model = rec.result.model
+            refits = rec.index
+            log.debug("follow: refit %d done in %.3fs", refits, rec.seconds)
             if on_refit is not None:
                 on_refit(rec)
     finally:
         engine.close()
     return refits
+
+
+def _refit(
+    store: str,
+    output: str,
+    solver: str,
+    params: SolverParams,
+    model: Model,
+    engine: Any,
+    multiclass: str | None,
+    refits: int,
+    n_old: int,
+) -> Refit:
+    """Refit number ``refits + 1``: train on the grown store warm from ``model`` (trained on
+    its first ``n_old`` rows) and replace ``output`` with the new model."""
+    from .api import train
+
+    t0 = time.perf_counter()
+    try:
+        opened = open_store(store)
+        res = train(
+            opened, solver, engine=engine, multiclass=multiclass,
+            params=params.replace(init=model),
+        )  # fmt: skip
+    except StoreError as e:
+        raise FollowError(
+            f"follow: {store}: {e}; stopped after {refits} refit(s), {output} is the "
+            "last complete model"
+        ) from None
+    res.model.save(output)
+    seconds = time.perf_counter() - t0
+    return Refit(
+        refits + 1, int(opened.meta.n_rows) - n_old, int(opened.meta.n_rows),
+        int(res.passes), seconds, float(res.stop_value), bool(res.converged), res,
+    )  # fmt: skip
 
 
 __all__ = ["FollowError", "Refit", "follow"]

@@ -351,26 +351,11 @@ def solve_dcd(
             epoch += 1
             te = time.perf_counter()
             order = [int(k) for k in rng.permutation(len(run.blocks))]
-            pg_max, pg_min, active = -math.inf, math.inf, 0
-            for blk, (ip, ix, dt) in run.visit(order):
-                blk.n_active, bmax, bmin = dcd_sweep(
-                    ip, ix, dt, blk.sign, blk.alpha, blk.qd, blk.index, blk.n_active, w,
-                    run.bias, run.upper, run.diag, pg_max_old, pg_min_old,
-                    _sweep_seed(params.seed, epoch, blk.sid), shrink,
-                )  # fmt: skip
-                pg_max, pg_min = max(pg_max, bmax), min(pg_min, bmin)
-                active += blk.n_active
-            asum, asq = run.alpha_sums()
+            pg_max, pg_min, active = _sweep_epoch(
+                run, order, w, pg_max_old, pg_min_old, int(params.seed), epoch, shrink
+            )
             spread = pg_max - pg_min
-            secs = time.perf_counter() - te
-            if pool is not None:
-                snap = snaps[epoch % 2]
-                np.copyto(snap, w)
-                cur = _Epoch(epoch, snap, asum, asq, active, spread, secs,
-                             pool.submit(run.loss_at, snap, 1))  # fmt: skip
-            else:
-                cur = _Epoch(epoch, w, asum, asq, active, spread, secs,
-                             run.loss_at(w, run.threads)[0])  # fmt: skip
+            cur = _epoch_record(run, pool, snaps, epoch, w, active, spread, te)
             for ep in ([pending] if pending is not None else []) + ([] if pool else [cur]):
                 last = ep.finish(Cn)
                 _emit(run, ep, last)
@@ -405,6 +390,53 @@ def solve_dcd(
             "perf dcd: stopped after %d epochs (max_iter) with gap %.3g > eps", final.epoch, stop
         )
     return _result(run, final.w, P, D, loss, final.epoch, converged, stop)
+
+
+def _sweep_epoch(
+    run: _Run,
+    order: list[int],
+    w: np.ndarray,
+    pg_max_old: float,
+    pg_min_old: float,
+    seed: int,
+    epoch: int,
+    shrink: bool,
+) -> tuple[float, float, int]:
+    """One epoch: every block swept once in ``order`` (its α and ``w`` updated in place);
+    returns the largest and smallest projected gradient and the rows left active."""
+    pg_max, pg_min, active = -math.inf, math.inf, 0
+    for blk, (ip, ix, dt) in run.visit(order):
+        blk.n_active, bmax, bmin = dcd_sweep(
+            ip, ix, dt, blk.sign, blk.alpha, blk.qd, blk.index, blk.n_active, w,
+            run.bias, run.upper, run.diag, pg_max_old, pg_min_old,
+            _sweep_seed(seed, epoch, blk.sid), shrink,
+        )  # fmt: skip
+        pg_max, pg_min = max(pg_max, bmax), min(pg_min, bmin)
+        active += blk.n_active
+    return pg_max, pg_min, active
+
+
+def _epoch_record(
+    run: _Run,
+    pool: ThreadPoolExecutor | None,
+    snaps: list[np.ndarray],
+    epoch: int,
+    w: np.ndarray,
+    active: int,
+    spread: float,
+    te: float,
+) -> _Epoch:
+    """The epoch's record; with ``pool``, its loss is computed on a copy of ``w`` by the
+    pool's thread while the next epoch sweeps (else here, on all threads)."""
+    asum, asq = run.alpha_sums()
+    secs = time.perf_counter() - te
+    if pool is not None:
+        snap = snaps[epoch % 2]
+        np.copyto(snap, w)
+        return _Epoch(epoch, snap, asum, asq, active, spread, secs,
+                      pool.submit(run.loss_at, snap, 1))  # fmt: skip
+    return _Epoch(epoch, w, asum, asq, active, spread, secs,
+                  run.loss_at(w, run.threads)[0])  # fmt: skip
 
 
 def _emit(run: _Run, ep: _Epoch, vals: tuple[float, float, float, float]) -> None:
