@@ -344,8 +344,10 @@ def solver_params_from_args(args: argparse.Namespace) -> tuple[SolverParams, dic
 
     if args.solver is None:  # a kernel asks for a kernel solver (it took a second try)
         kernel = getattr(args, "kernel", None) or "linear"
-        args.solver = "perf" if kernel == "linear" else "smo"
-        if args.solver == "smo":
+        if kernel == "linear":
+            args.solver = "perf"
+        else:
+            args.solver = "smo"
             logging.getLogger("ooc_svm").info(
                 "--kernel %s: training with --solver smo (LIBSVM's method; --solver "
                 "active-set scales to larger data)",
