@@ -217,10 +217,11 @@ def check_follow(args: argparse.Namespace) -> None:
 def run_follow(args: argparse.Namespace, typed, model) -> int:
     """After the first fit: refit warm after every append (:func:`ooc_svm.follow.follow`),
     one line per refit on stderr (``--json``: one JSON object per refit on stdout)."""
+    from ..api import get_solver
     from ..follow import follow
     from ..progress import stop_target
 
-    name, target = stop_target(args.solver, typed)
+    name, target = stop_target(get_solver(args.solver), typed)
     quiet = getattr(args, "quiet", False)
     if not quiet:
         print(
