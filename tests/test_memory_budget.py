@@ -369,8 +369,28 @@ def test_processes_scheduler_splits_the_budget_between_its_workers(monkeypatch):
     for given in (None, "300MB"):
         with pytest.raises(EngineError, match="not started in this test"):
             conn._start_local_cluster(2, 1, 1.0, given, {})
-    assert seen[0]["memory_limit"] == 600 * MiB
+    # the client keeps one part (its solver state): two workers and it share 1,200 MiB
+    assert seen[0]["memory_limit"] == 400 * MiB
     assert seen[1]["memory_limit"] == "300MB"
+
+
+def test_processes_workers_too_small_for_a_pass_are_refused(monkeypatch, tmp_path):
+    """A local cluster's workers sized from the budget must hold a pass (code, shard cache,
+    decoded shards below Dask's pause threshold): otherwise the run is refused before any
+    work, naming the need, instead of workers restarted by Dask's memory monitor."""
+    import scipy.sparse as sp
+    from conftest import build_store
+
+    from ooc_svm.engine.dask_cluster import DaskConnection
+
+    X = sp.random(4000, 500, density=0.2, format="csr", random_state=0)
+    store = build_store(tmp_path / "s.zarr", X, np.where(np.arange(4000) % 2, 1.0, -1.0))
+    conn = DaskConnection()
+    conn._worker_limit = (2, 250 * MiB, 1)
+    with pytest.raises(mb.MemoryBudgetError, match=r"each of the 2 workers gets 250 MiB"):
+        conn.memory_need(store)
+    conn._worker_limit = (2, 2000 * MiB, 1)
+    assert conn.memory_need(store) == 0
 
 
 def test_ingest_sizes_within_the_budget(monkeypatch):

@@ -25,6 +25,8 @@ from .base import EngineError
 if TYPE_CHECKING:
     from distributed import Client
 
+    from ..store.base import Store
+
 log = logging.getLogger(__name__)
 
 
@@ -36,6 +38,8 @@ class DaskConnection:
     _address: str
     _cluster: Any
     _client: Client | None
+    #: (workers, bytes each, threads each) of a local cluster sized from the memory budget
+    _worker_limit: tuple[int, int, int] | None = None
     #: seconds the scheduler went without answering, once the watchdog gave up on it
     _frozen: float | None = None
     _watch_stop: threading.Event | None = None
@@ -72,6 +76,36 @@ class DaskConnection:
                     return
 
         threading.Thread(target=watch, name="ooc-svm-scheduler-watchdog", daemon=True).start()
+
+    def memory_need(self, store: Store) -> int:
+        """Nothing in this process (the workers hold the decoded shards); but the workers of
+        a local cluster sized from the memory budget must hold a pass: their code, their
+        shard cache and, per worker thread, a decoded shard plus the reader's two free
+        buffers, below Dask's pause
+        threshold (80 % of a worker's limit). A store whose pass does not fit is refused
+        here, before any work, in one line naming the minimum."""
+        if self._worker_limit is None or not store.n_shards:
+            return 0
+        from ..memory_budget import CODE_MB, MemoryBudgetError, MiB
+        from .local import _decoded_bytes
+
+        workers, limit, threads = self._worker_limit
+        largest = max(_decoded_bytes(store, s) for s in range(store.n_shards))
+        # its decoded-shard cache: an automatic one takes at most a quarter of the limit
+        cache = int(getattr(self, "cache_bytes", 0) or 0)
+        cache = limit // 4 if cache < 0 else min(cache, limit)
+        need = int(CODE_MB * MiB) + (threads + 2) * largest + cache
+        if need > 0.8 * limit:
+            raise MemoryBudgetError(
+                f"--scheduler processes: each of the {workers} workers gets "
+                f"{limit / MiB:,.0f} MiB of the memory budget, but a pass over {store.path} "
+                f"needs about {need / 0.8 / MiB:,.0f} MiB in a worker (its code and "
+                f"{threads + 2} decoded shards of up to {largest / MiB:,.0f} MiB, its shard cache "
+                f"{cache / MiB:,.0f} MiB, under Dask's "
+                "80 % pause threshold): give more memory (--memory-mb, the container's limit), "
+                "fewer workers, a store of smaller shards, or use --scheduler local"
+            )
+        return 0
 
     def _connect(self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs):
         s = self.scheduler
@@ -170,11 +204,19 @@ class DaskConnection:
         )
         if procs and memory_limit is None and "memory_limit" not in cluster_kwargs:
             # the worker processes share this process's memory budget (the container's
-            # limit, or --memory-mb): each gets its part, which its own budget honours
+            # limit, or --memory-mb) with it: each worker and this process get one part
+            # (this one holds the solver's own state: its QP, selective's rows, the model);
+            # each worker's own budget honours its part
             from ..memory_budget import current
 
+            budget = current()
             workers = int(n_workers or (cores if procs else 1))
-            memory_limit = max(1, current().free // workers)
+            memory_limit = max(1, budget.free // (workers + 1))
+            budget.require(
+                "Dask workers", memory_limit * workers, "--scheduler processes",
+                "use --scheduler local (one process)",
+            )  # fmt: skip
+            self._worker_limit = (workers, memory_limit, int(threads_per_worker or 1))
         if memory_limit is not None:
             kw["memory_limit"] = memory_limit
         kw.update(cluster_kwargs)
