@@ -223,30 +223,7 @@ class DaskConnection:
         try:
             import dask
 
-            # Our placement keeps shard j (its cache and state) on one worker; stealing
-            # would move tasks away from their data for little gain on equal shards.
-            # The AMM stays off: its ReduceReplicas would drop the copies of a pass's
-            # broadcast that workers fetched, only for them to be fetched again.
-            # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also turns
-            # off glibc's dynamic mmap threshold: every decoded shard array then comes
-            # from fresh pages (page faults ~2x the decode CPU, measured). Our workers
-            # allocate shard-sized arrays over and over, so they keep glibc's defaults.
-            env = {
-                k: v
-                for k, v in (
-                    dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
-                ).items()
-                if k != "MALLOC_TRIM_THRESHOLD_"
-            }
-            if os.environ.get("MALLOC_TRIM_THRESHOLD_") == "65536":  # left by a nanny
-                os.environ.pop("MALLOC_TRIM_THRESHOLD_")
-            cfg = {
-                "distributed.scheduler.work-stealing": False,
-                "distributed.scheduler.active-memory-manager.start": False,
-                "distributed.nanny.pre-spawn-environ": env,
-            }
-            if procs:
-                cfg.update(_fork_server_config())
+            cfg = _local_cluster_config(procs)
             with (
                 dask.config.set(cfg),
                 warnings.catch_warnings(),
@@ -389,6 +366,38 @@ _FORK_PRELOAD = (
     "ooc_svm.store",
     "ooc_svm.kernels.csr",
 )
+
+
+def _local_cluster_config(procs: bool) -> dict[str, Any]:
+    """The Dask configuration a local cluster of this engine starts with.
+
+    Our placement keeps shard j (its cache and state) on one worker; stealing would move
+    tasks away from their data for little gain on equal shards. The AMM stays off: its
+    ReduceReplicas would drop the copies of a pass's broadcast that workers fetched, only for
+    them to be fetched again. Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers,
+    which also turns off glibc's dynamic mmap threshold: every decoded shard array then comes
+    from fresh pages (page faults ~2x the decode CPU, measured). Our workers allocate
+    shard-sized arrays over and over, so they keep glibc's defaults.
+    """
+    import dask
+
+    env = {
+        k: v
+        for k, v in (
+            dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
+        ).items()
+        if k != "MALLOC_TRIM_THRESHOLD_"
+    }
+    if os.environ.get("MALLOC_TRIM_THRESHOLD_") == "65536":  # left by a nanny
+        os.environ.pop("MALLOC_TRIM_THRESHOLD_")
+    cfg: dict[str, Any] = {
+        "distributed.scheduler.work-stealing": False,
+        "distributed.scheduler.active-memory-manager.start": False,
+        "distributed.nanny.pre-spawn-environ": env,
+    }
+    if procs:
+        cfg.update(_fork_server_config())
+    return cfg
 
 
 def _fork_server_config() -> dict[str, str]:
