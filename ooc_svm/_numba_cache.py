@@ -9,9 +9,14 @@ segmentation fault. Keying the whole cache by every source file's stamp makes an
 start from an empty cache (numba compiles again once, ~1 minute).
 
 The folder is ``$XDG_CACHE_HOME/ooc-svm/numba/<install>/<sources>`` (``~/.cache`` without
-``XDG_CACHE_HOME``); the 3 most recent ``<sources>`` folders of an install are kept. A user's
-``NUMBA_CACHE_DIR`` is left alone, and so is numba's default (``__pycache__`` beside the
-sources) when the folder cannot be written or numba was imported before ooc_svm.
+``XDG_CACHE_HOME``); the 3 most recent ``<sources>`` folders of an install are kept. Without
+``XDG_CACHE_HOME``, where ``~/.cache`` cannot be written or there is no home folder at all (no
+``HOME`` and a uid without a passwd entry, as in many containers), it is
+``<temp>/ooc-svm-cache-<uid>/ooc-svm/numba/...``: a folder private to the user (0700, owner
+checked: numba loads what it finds there), so kernels compile once per boot rather than in
+every process. A user's ``NUMBA_CACHE_DIR`` is left alone, and so is numba's default
+(``__pycache__`` beside the sources) when no folder can be written or numba was imported
+before ooc_svm.
 """
 
 from __future__ import annotations
@@ -61,23 +66,61 @@ def _prune(install: Path, current: Path) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _cache_bases() -> list[tuple[Path, bool]]:
+    """Folders to keep the cache under, first choice first, each with whether it is a shared
+    place where only a private folder will do: ``$XDG_CACHE_HOME`` (the user's choice,
+    alone), else ``~/.cache`` and then a folder of this user in the temporary directory."""
+    if os.environ.get("XDG_CACHE_HOME"):
+        return [(Path(os.environ["XDG_CACHE_HOME"]), False)]
+    bases = []
+    try:
+        bases.append((Path.home() / ".cache", False))
+    except RuntimeError:  # no HOME and no passwd entry for this uid
+        pass
+    import tempfile
+
+    bases.append((Path(tempfile.gettempdir()) / f"ooc-svm-cache-{os.getuid()}", True))
+    return bases
+
+
+def _usable(base: Path, shared: bool) -> bool:
+    """Whether ``base`` may hold the cache; in a shared place, only a private folder."""
+    if not shared:
+        return True
+    from .server.server_link import make_private_folder
+
+    try:
+        os.close(make_private_folder(base))
+    except OSError:  # another user's, or not writable: numba's default
+        return False
+    return True
+
+
 def configure() -> str | None:
     """Set ``NUMBA_CACHE_DIR`` for this process (and the processes it starts: Dask workers)
     to the folder of the current sources; returns it, or None when left to numba."""
     if os.environ.get("NUMBA_CACHE_DIR") or "numba" in sys.modules:
         return None
     root = Path(__file__).resolve().parent
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ooc-svm" / "numba"
-    install = base / hashlib.blake2b(str(root).encode(), digest_size=6).hexdigest()
-    try:
-        current = install / sources_key(root)
-        current.mkdir(parents=True, exist_ok=True)
-        os.utime(current)  # most recently used: kept by _prune
-        probe = current / f".probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError:
-        return None
-    _prune(install, current)
-    os.environ["NUMBA_CACHE_DIR"] = str(current)
-    return str(current)
+    for base, shared in _cache_bases():
+        if not _usable(base, shared):
+            continue
+        install = (
+            base
+            / "ooc-svm"
+            / "numba"
+            / hashlib.blake2b(str(root).encode(), digest_size=6).hexdigest()
+        )
+        try:
+            current = install / sources_key(root)
+            current.mkdir(parents=True, exist_ok=True)
+            os.utime(current)  # most recently used: kept by _prune
+            probe = current / f".probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError:
+            continue
+        _prune(install, current)
+        os.environ["NUMBA_CACHE_DIR"] = str(current)
+        return str(current)
+    return None

@@ -41,18 +41,12 @@ def cpu_count() -> int:
 
 
 def mem_available_bytes() -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes (``None`` where it cannot be read)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:  # pragma: no cover - not Linux
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        return None
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (``None`` where it cannot be read); the
+    automatic sizes draw from :func:`ooc_svm.memory_budget.current` instead, which also
+    knows the container's limits."""
+    from .memory_budget import mem_available_bytes as read
+
+    return read()
 
 
 # ------------------------------------------------------------------------------------------
@@ -107,7 +101,8 @@ def json_text(o: Any, **kw: Any) -> str:
 # shard cache budget (engine)
 # ------------------------------------------------------------------------------------------
 
-#: share of MemAvailable the automatic shard cache may use (``auto`` = ``auto:0.5``)
+#: share of the memory budget not claimed yet that the automatic shard cache may use
+#: (``auto`` = ``auto:0.5``)
 AUTO_CACHE_SHARE = 0.5
 #: upper bound of the automatic shard cache, MiB (per process)
 AUTO_CACHE_CAP_MB = 8192.0
@@ -145,15 +140,16 @@ def parse_cache_mb(value: Any) -> float | str:
 
 
 def auto_cache_bytes(spec: str = "auto", limit_bytes: int | None = None) -> int:
-    """Byte budget of an automatic shard cache: ``SHARE × MemAvailable`` (now), at most
-    :data:`AUTO_CACHE_CAP_MB` and at most ``limit_bytes``; 0 when memory cannot be read."""
+    """Byte budget of an automatic shard cache: SHARE of the process's memory budget not
+    claimed yet (:func:`ooc_svm.memory_budget.current`: the tightest of the container's
+    limit, the resource limits, the host's available memory, ``--memory-mb``), at most
+    :data:`AUTO_CACHE_CAP_MB` and at most ``limit_bytes``."""
+    from .memory_budget import current
+
     share = AUTO_CACHE_SHARE
     if spec.startswith("auto:"):
         share = float(spec[5:])
-    avail = mem_available_bytes()
-    if not avail:
-        return 0
-    budget = min(int(share * avail), int(AUTO_CACHE_CAP_MB * 2**20))
+    budget = current().share(share, cap=int(AUTO_CACHE_CAP_MB * 2**20))
     if limit_bytes is not None:
         budget = min(budget, int(limit_bytes))
     return max(0, budget)

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import memory_budget
 from .engine import Engine, EngineError, EngineOptions, make_engine
 from .solvers import (
-    SOLVER_MODULES,
     Callback,
     Result,
     SolverError,
@@ -20,12 +20,14 @@ from .solvers import (
     check_finite,
     get_solver,
 )
+from .solvers.contract import SolverSpec, solver_specs
 from .solvers.ovr import combine_ovr_models, train_ovr
 from .solvers.params import KernelSolverParams, SolverParams, flag_name
 from .store import open_store
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpointer
+    from .evaluation.reports import HistoryLabels
     from .model.model import Model
     from .store.base import Store
 
@@ -37,6 +39,8 @@ __all__ = [
     "SolverParams",
     "combine_ovr_models",
     "flag_name",
+    "get_solver",
+    "history_labels",
     "solver_catalogue",
     "solver_names",
     "solver_params",
@@ -48,16 +52,34 @@ __all__ = [
 
 def solver_names() -> list[str]:
     """Every ``--solver`` name."""
-    return list(SOLVER_MODULES)
+    return available_solvers()
 
 
 def solver_catalogue() -> dict[str, tuple[type[SolverParams], str]]:
     """``{solver: (Params class, stopping rule)}`` of the available solvers."""
     out = {}
     for name in available_solvers():
-        mod = get_solver(name)
-        out[name] = (mod.Params, mod.STOPPING_RULE)
+        spec = get_solver(name)
+        out[name] = (spec.Params, spec.stopping_rule)
     return out
+
+
+def history_labels(solver: str) -> HistoryLabels | None:
+    """How a history of ``solver`` reads (for :mod:`ooc_svm.evaluation.reports`); None for a
+    name no solver has (a history from another build)."""
+    from .evaluation.reports import HistoryLabels
+
+    try:
+        spec = get_solver(solver)
+    except SolverError:
+        return None
+    return HistoryLabels(
+        tolerance=spec.tolerance,
+        tolerance_default=spec.DEFAULTS.get(spec.tolerance),
+        violation=spec.violation_label,
+        primal_objective=spec.primal_objective,
+        few_records_hint=spec.few_records_hint,
+    )
 
 
 def solver_params(solver: str, params: dict[str, Any] | None = None) -> SolverParams:
@@ -77,6 +99,7 @@ def train(
     checkpoint: str | None = None,
     resume: bool = False,
     shard_cache_mb: float | None = None,
+    scheduler_timeout: float | None = None,
     probability: bool = False,
     probability_folds: int = 5,
     **params: Any,
@@ -104,6 +127,10 @@ def train(
         Budget (MiB, per process; ``"auto"``, ``"auto:SHARE"``) of the engine's cache of
         decoded shards, when the engine is made here (default ``$OOC_SVM_SHARD_CACHE_MB``,
         else ``"auto"``; 0: every pass reads; see :func:`ooc_svm.engine.make_engine`).
+    scheduler_timeout : float, optional
+        Seconds an existing Dask scheduler may go without answering (connecting, and while
+        passes run) before the run stops with an error (default
+        ``$OOC_SVM_SCHEDULER_TIMEOUT``, else 60).
     **params
         Solver parameters: the fields of the solver's ``Params`` (``C``, ``kernel``,
         ``gamma``, ``eps``, ``tol``, ...); unknown names are rejected. Missing ones (or None)
@@ -115,32 +142,67 @@ def train(
     """
     if isinstance(store, str):
         store = open_store(store)
-    mod = get_solver(solver)
-    typed = _typed_params(mod, params)
+    spec = get_solver(solver)
+    typed = _typed_params(spec, params)
     multiclass = _multiclass_mode(store, multiclass)
     if probability:
         _check_probability(store, multiclass, probability_folds)
-    ckpt, class_ckpt = _checkpointers(mod, solver, store, typed, multiclass, checkpoint, resume)
+    ckpt, class_ckpt = _checkpointers(spec, solver, store, typed, multiclass, checkpoint, resume)
     own_engine = engine is None
     if engine is None:
-        engine = _make_engine(scheduler, shard_cache_mb)
+        engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
+    budget = memory_budget.current()
+    claims = dict(budget.claims)  # this run's claims are released when it ends
     t0 = time.perf_counter()
     try:
+        typed = claim_memory(budget, store, engine, typed)
         if multiclass == "ovr":
-            result = train_ovr(store, mod, engine, typed, callback=callback, checkpoint=class_ckpt)
+            result = train_ovr(store, spec, engine, typed, callback=callback, checkpoint=class_ckpt)
         else:
-            result = mod.solve(store, engine, typed, callback=callback, checkpoint=ckpt)
+            result = spec.solve(store, engine, typed, callback=callback, checkpoint=ckpt)
         check_finite(result, solver, f"{store.path}: ")
         if probability:
             fit_probability(
                 result.model, store, probability_folds, solver, engine, typed, multiclass
             )
+        result.summary["memory_budget"] = budget.as_dict()
     finally:
+        budget.claims = claims
         if own_engine:
             engine.close()
     log.debug("trained with %s in %.3fs", solver, time.perf_counter() - t0)
     remember_hashing(result.model, store.meta)
+    remember_rows(result.model, store.meta)
     return result
+
+
+def claim_memory(
+    budget: memory_budget.MemoryBudget, store: Store, engine: Engine, typed: SolverParams
+) -> SolverParams:
+    """Claim from the process's memory budget what a training on ``store`` cannot do without
+    (the engine's decoded shards in flight, the solver's needs), before any work: a budget
+    below that is refused in one line naming the minimum. Returns the solver's parameters
+    with their automatic sizes within the budget (:meth:`SolverParams.fit_memory`); the shard
+    cache, sized on the first pass, takes its share of what is left."""
+    budget.require("ooc-svm's code and libraries", memory_budget.code_need(budget))
+    budget.require(
+        "decoded shards in flight",
+        engine.memory_need(store),
+        "a pass over this store",
+        "re-ingest with smaller shards (--shard-mb)",
+    )
+    fitted = typed.fit_memory(store.meta, budget)
+    log.debug("%s; claimed %s", budget.describe(), budget.as_dict()["claims_mib"])
+    return fitted
+
+
+def remember_rows(model: Model, meta: Any) -> None:
+    """A model records the rows it was trained on (``info["rows"]``), so that a later
+    ``--init`` on the store grown by ``ingest --append`` knows which rows it knew and
+    refuses a store that no longer holds them (:mod:`ooc_svm.solvers.warm`)."""
+    from .solvers.warm import rows_record
+
+    model.info["rows"] = rows_record(meta)
 
 
 def remember_hashing(model: Model, meta: Any) -> None:
@@ -150,14 +212,14 @@ def remember_hashing(model: Model, meta: Any) -> None:
         model.info["hashing"] = {k: meta.hashing[k] for k in ("bits", "hash", "key")}
 
 
-def _typed_params(mod, params: dict[str, Any]) -> SolverParams:
+def _typed_params(spec: SolverSpec, params: dict[str, Any]) -> SolverParams:
     """The solver's ``Params`` from keywords, or the ready ``params=<Params>``."""
     ready = params.pop("params", None)
     if isinstance(ready, SolverParams) and not params:
         return ready
     if ready is not None:
         raise SolverError("give params=<Params> or keyword parameters, not both")
-    return mod.Params.from_mapping(params)
+    return spec.Params.from_mapping(params)
 
 
 def _multiclass_mode(store, multiclass: str | None) -> str | None:
@@ -176,32 +238,34 @@ def _multiclass_mode(store, multiclass: str | None) -> str | None:
     return multiclass
 
 
-def _make_engine(scheduler: str | None, shard_cache_mb) -> Engine:
+def _make_engine(scheduler: str | None, shard_cache_mb, scheduler_timeout=None) -> Engine:
     try:
-        options = EngineOptions(cache_mb=shard_cache_mb)
+        options = EngineOptions(cache_mb=shard_cache_mb, scheduler_timeout=scheduler_timeout)
     except EngineError as e:  # a parameter of train, reported as one
         raise SolverError(str(e)) from None
     return make_engine(scheduler, options)
 
 
 def _checkpointers(
-    mod, solver: str, store, typed: SolverParams, multiclass, checkpoint, resume: bool
+    spec: SolverSpec, solver: str, store, typed: SolverParams, multiclass, checkpoint, resume: bool
 ) -> tuple[Checkpointer | None, Callable[[int, float], Checkpointer] | None]:
     """``(checkpointer, per-class factory for one-vs-rest)``; both None without checkpoints."""
     if checkpoint is None and not resume:
         return None, None
     if checkpoint is None:
         raise SolverError("--resume needs the checkpoint directory")
-    if not getattr(mod, "SUPPORTS_CHECKPOINT", False):
+    if not spec.checkpoint:
         raise SolverError(f"solver {solver!r} does not support checkpoints")
     from .checkpoint import Checkpointer
 
     full = typed.to_dict()
     if multiclass != "ovr":
         return Checkpointer(checkpoint, solver, full, resume=resume, store=store), None
-    if not getattr(mod, "SUPPORTS_OVR_CHECKPOINT", False):
+    if not spec.ovr_checkpoint:
+        able = [s.name for s in solver_specs() if s.ovr_checkpoint]
         raise SolverError(
-            f"checkpoints of one-vs-rest training are supported for perf only, not {solver!r}"
+            f"checkpoints of one-vs-rest training are supported for {', '.join(able)} only, "
+            f"not {solver!r}"
         )
     classes = [float(c) for c in (store.meta.labels or [])]
 
@@ -366,6 +430,7 @@ def train_sweep(
     scheduler: str | None = None,
     callback: Callback | None = None,
     shard_cache_mb: float | None = None,
+    scheduler_timeout: float | None = None,
     warm_start: bool = True,
     **params: Any,
 ) -> SweepOutcome:
@@ -404,26 +469,32 @@ def train_sweep(
 
     if isinstance(store, str):
         store = open_store(store)
-    mod = get_solver(solver)
+    spec = get_solver(solver)
     Cs = parse_c_values(C)
     params.pop("C", None)
-    typed = _typed_params(mod, params).replace(C=Cs[0])
+    typed = _typed_params(spec, params).replace(C=Cs[0])
     meta = store.meta
     if (validation is None) == (folds is None):
         raise SolverError("a C sweep needs --validation STORE or --folds K (one of them)")
     key = sweep_metric(meta.label_kind, bool(meta.has_qid), metric)
     own_engine = engine is None
     if engine is None:
-        engine = _make_engine(scheduler, shard_cache_mb)
+        engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
+    budget = memory_budget.current()
+    claims = dict(budget.claims)  # the sweep's claims are released when it ends
     t0 = time.perf_counter()
     try:
+        typed = claim_memory(budget, store, engine, typed)
         if folds is not None:
-            out = _sweep_folds(store, mod, typed, Cs, int(folds), key, engine, callback, warm_start)
+            out = _sweep_folds(
+                store, spec, typed, Cs, int(folds), key, engine, callback, warm_start
+            )
         else:
             out = _sweep_validation(
-                store, mod, typed, Cs, validation, key, engine, callback, warm_start
+                store, spec, typed, Cs, validation, key, engine, callback, warm_start
             )
     finally:
+        budget.claims = claims
         if own_engine:
             engine.close()
     out.seconds = time.perf_counter() - t0
@@ -467,12 +538,12 @@ def _metric(model, store, engine, key: str):
 
 
 def _sweep_validation(
-    store, mod, typed, Cs, validation, key, engine, callback, warm_start
+    store, spec, typed, Cs, validation, key, engine, callback, warm_start
 ) -> SweepOutcome:
     from .solvers.sweep import solve_sweep
 
     vstore = open_store(validation) if isinstance(validation, str) else validation
-    sw = solve_sweep(store, engine, mod, typed, Cs, callback=callback, warm_start=warm_start)
+    sw = solve_sweep(store, engine, spec, typed, Cs, callback=callback, warm_start=warm_start)
     rows = [
         _sweep_row(c, r, key, _metric(r.model, vstore, engine, key), w)
         for c, r, w in zip(Cs, sw.results, sw.warm_started, strict=True)
@@ -484,28 +555,42 @@ def _sweep_validation(
     )  # fmt: skip
 
 
-def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) -> SweepOutcome:
-    """Shard-fold cross-validation of the sweep; the best C retrained on all the data."""
+def _sweep_folds(store, spec, typed, Cs, k, key, engine, callback, warm_start) -> SweepOutcome:
+    """Shard-fold cross-validation of the sweep (row folds within the shards when the store
+    has fewer shards than folds); the best C retrained on all the data."""
     import numpy as np
 
-    from .evaluation.cross_validation import fold_assignment
+    from .evaluation.cross_validation import _row_fold_nnz, _shard_folds
     from .solvers.sweep import solve_sweep
-    from .store.views import ShardSubsetView
+    from .store.views import RowFoldView, ShardSubsetView
 
     if k < 2:
         raise SolverError(f"--folds must be >= 2, got {k}")
+    seed = int(typed.seed)
+    # fewer shards than folds (a store ingested with defaults is one shard): folds of rows
+    # within the shards, seeded, as --probability makes them
+    by_rows = len(store.meta.shards) < k
     try:
-        fold = fold_assignment(store.meta, k, int(typed.seed))
+        fold = _shard_folds(store.meta, k, seed, by_rows)
     except ValueError as e:
         raise SolverError(f"{store.path}: --folds: {e}") from None
+    fold_nnz = _row_fold_nnz(store, k, seed) if by_rows else None
+    if by_rows:
+        log.info("C sweep: %d shard(s) < %d folds: folds of rows within the shards", len(fold), k)
     per_c: list[list] = [[] for _ in Cs]
     rows: list[dict] = []
     passes: list[int] = []
     mode = ""
     for f in range(k):
-        train_view = ShardSubsetView(store, np.flatnonzero(fold != f))
-        held = ShardSubsetView(store, np.flatnonzero(fold == f))
-        sw = solve_sweep(train_view, engine, mod, typed, Cs, callback=None, warm_start=warm_start)
+        train_view: RowFoldView | ShardSubsetView
+        held: RowFoldView | ShardSubsetView
+        if fold_nnz is not None:
+            train_view = RowFoldView(store, k, seed, f, fold_nnz[:, f])
+            held = RowFoldView(store, k, seed, f, fold_nnz[:, f], held=True)
+        else:
+            train_view = ShardSubsetView(store, np.flatnonzero(fold != f))
+            held = ShardSubsetView(store, np.flatnonzero(fold == f))
+        sw = solve_sweep(train_view, engine, spec, typed, Cs, callback=None, warm_start=warm_start)
         mode = sw.mode
         passes.append(sw.passes)
         for i, r in enumerate(sw.results):
@@ -528,7 +613,7 @@ def _sweep_folds(store, mod, typed, Cs, k, key, engine, callback, warm_start) ->
         )
         rows.append(row)
     b = _best(rows, key)
-    final = mod.solve(store, engine, typed.replace(C=Cs[b]), callback=callback)
+    final = spec.solve(store, engine, typed.replace(C=Cs[b]), callback=callback)
     passes.append(int(final.passes))
     return SweepOutcome(
         final, Cs[b], key, rows, mode, int(sum(passes)), 0.0, folds=k, sweep_passes=passes

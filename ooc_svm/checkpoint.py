@@ -43,8 +43,9 @@ log = logging.getLogger(__name__)
 
 #: identity fields that must match for a resume (the path may differ: a copied store is fine)
 _IDENTITY_KEYS = ("n_rows", "n_features", "nnz", "shards_sha256")
-#: parameters that do not change the result: they may differ on resume
-_NOT_PROBLEM = frozenset({"checkpoint_seconds"})
+#: parameters that do not change the result: they may differ on resume (``init``: a resumed
+#: run continues from its checkpoint, not from the model it started from)
+_NOT_PROBLEM = frozenset({"checkpoint_seconds", "init"})
 
 
 def store_identity(store: Store) -> dict[str, Any]:

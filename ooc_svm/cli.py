@@ -53,7 +53,7 @@ HABITS: dict[str, str] = {
     "-c": "ooc-svm uses --C (LIBLINEAR's and LIBSVM's -c)",
     "-C": "ooc-svm chooses C with --C 0.01,0.1,1,10 --folds 5 (LIBLINEAR's -C)",
     "-s": "ooc-svm uses --solver (perf, smo, active-set, irwls) and --loss (LIBLINEAR's -s "
-    "solver type; see ooc-svm train --help)",
+    "solver type)",
     "-e": "ooc-svm uses --eps (perf) or --tol (smo, active-set, irwls) (LIBLINEAR's and "
     "LIBSVM's -e)",
     "-B": "ooc-svm uses --bias (LIBLINEAR's -B)",
@@ -108,7 +108,19 @@ class _Parser(argparse.ArgumentParser):
         if habits := _habits(_ARGV):
             lines = [f"{prog}: error: {flag}: {HABITS[key]}" for flag, key in habits]
             self.exit(2, "\n".join(lines) + f" (see {prog} --help)\n")
+        if hint := self._case_hint(message):
+            self.exit(2, f"{self.prog}: error: {hint} (see {prog} --help)\n")
         self.exit(2, f"{self.prog}: error: {message} (see {prog} --help)\n")
+
+    def _case_hint(self, message: str) -> str | None:
+        """``--c: did you mean --C?`` for a flag that is an option of this parser but for
+        its case (``--c 4`` listed nine options that start with --c, not --C)."""
+        m = re.match(r"(?:ambiguous option|unrecognized arguments): (-[^\s=]+)", message)
+        if m is None:
+            return None
+        given = m.group(1)
+        same = [o for o in self._option_string_actions if o != given and o.lower() == given.lower()]
+        return f"{given}: did you mean {same[0]}? (options are case-sensitive)" if same else None
 
 
 def _command_in(argv: list[str]) -> str | None:
@@ -149,11 +161,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _known_errors():
     from .checkpoint import CheckpointError
     from .engine.base import EngineError
+    from .memory_budget import MemoryBudgetError
     from .model.model import ModelError
     from .solvers import SolverError
     from .store.format import StoreError
 
-    errs = [StoreError, SolverError, ModelError, CheckpointError, EngineError]
+    errs = [StoreError, SolverError, ModelError, CheckpointError, EngineError, MemoryBudgetError]
     try:
         from .store.ingest import IngestError
 

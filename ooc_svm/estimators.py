@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .api import train
+from .api import get_solver, train
+from .solvers.contract import solver_specs
 from .store import StoreWriter, csr_to_shards, open_store
 
 __all__ = ["LinearSVC", "SVC", "OrdinalSVM"]
@@ -72,9 +74,10 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
         raise NotImplementedError
 
     def _with_common(self, p: dict[str, Any]) -> dict[str, Any]:
-        """Add tol (``eps`` for perf), max_iter, seed and ``solver_params`` to ``p``."""
+        """Add tol (as the solver's tolerance parameter: ``eps`` for perf), max_iter, seed and
+        ``solver_params`` to ``p``."""
         if self.tol is not None:
-            p["eps" if self.solver == "perf" else "tol"] = float(self.tol)
+            p[get_solver(self.solver).tolerance] = float(self.tol)
         if self.max_iter is not None:
             p["max_iter"] = int(self.max_iter)
         if self.random_state is not None:
@@ -91,7 +94,13 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             self.classes_ = np.asarray(store.meta.labels or [], dtype=np.float64)
             self.n_features_in_ = store.meta.n_features
             params = self._solver_params(store.meta.n_features)
-            result = train(store, self.solver, **params)
+            result = train(
+                store,
+                self.solver,
+                probability=self._probability(),
+                **params,
+                **self._warm_init(store),
+            )
             self._label_map = None
         else:
             X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
@@ -105,7 +114,13 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             kind = "binary" if len(self.classes_) == 2 else "multiclass"
             params = self._solver_params(X.shape[1], X)
             with _StoreFromArrays(X, y_idx.astype(np.float64), kind) as store:
-                result = train(store, self.solver, **params)
+                result = train(
+                    store,
+                    self.solver,
+                    probability=self._probability(),
+                    **params,
+                    **self._warm_init(store),
+                )
         self.model_ = result.model
         self.result_ = result
         self.n_iter_ = int(result.iterations)
@@ -113,6 +128,16 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
         self.dual_objective_ = result.dual_objective
         self._set_attributes()
         return self
+
+    def _warm_init(self, store) -> dict[str, Any]:
+        """``{"init": the last model}`` with ``warm_start`` after a ``fit`` (scikit-learn's
+        convention: the next fit starts from the last solution, whatever its rows)."""
+        model = getattr(self, "model_", None)
+        if not getattr(self, "warm_start", False) or model is None:
+            return {}
+        from .solvers.warm import lenient
+
+        return {"init": lenient(model, store.meta)}
 
     def _set_attributes(self) -> None:
         m = self.model_
@@ -140,6 +165,31 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
             return score_store(self.model_, _open(X))
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32])
         return self.model_.decision_function(sp.csr_matrix(X))
+
+    def _probability(self) -> bool:
+        return bool(getattr(self, "probability", False))
+
+    @available_if(lambda self: bool(getattr(self, "probability", False)))
+    def predict_proba(self, X):
+        """Class probabilities, shape (n, n_classes) in the order of ``classes_`` (as
+        scikit-learn's): Platt's sigmoid fitted by cross-validation in ``fit``; needs
+        ``probability=True``. ``X`` as for :meth:`decision_function`."""
+        check_is_fitted(self, "model_")
+        if _is_store(X):
+            p = self.model_.predict_proba(_open(X))
+        else:
+            X = validate_data(
+                self, X, accept_sparse="csr", reset=False, dtype=[np.float64, np.float32]
+            )
+            p = self.model_.predict_proba(sp.csr_matrix(X))
+        p = np.asarray(p, dtype=np.float64)
+        return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
+
+    @available_if(lambda self: bool(getattr(self, "probability", False)))
+    def predict_log_proba(self, X):
+        """``log(predict_proba(X))``."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
 
     def _labels(self, s: np.ndarray) -> np.ndarray:
         if s.ndim == 2:
@@ -191,6 +241,12 @@ class LinearSVC(_OocSVMBase):
     random_state : int or None
     solver_params : dict or None
         Further solver parameters (see ``ooc-svm train --help``).
+    probability : bool
+        Fit Platt's sigmoid by 5-fold cross-validation (``train --probability``) so that
+        :meth:`predict_proba` works, as scikit-learn's ``SVC(probability=True)``.
+    warm_start : bool
+        Start the next ``fit`` from the last solution (scikit-learn's convention): perf from
+        its w and cutting planes, the dual solvers from its α (``train --init``).
     """
 
     def __init__(
@@ -201,12 +257,16 @@ class LinearSVC(_OocSVMBase):
         max_iter: int | None = None,
         random_state: int | None = None,
         solver_params: dict[str, Any] | None = None,
+        warm_start: bool = False,
+        probability: bool = False,
     ) -> None:
         super().__init__(C, solver, tol, max_iter, random_state, solver_params)
+        self.warm_start = warm_start
+        self.probability = probability
 
     def _solver_params(self, n_features, X=None):
         p: dict[str, Any] = {"C": float(self.C)}
-        if self.solver != "perf":
+        if get_solver(self.solver).kernels:  # a kernel solver trains the linear kernel
             p["kernel"] = "linear"
         return self._with_common(p)
 
@@ -223,7 +283,7 @@ class SVC(_OocSVMBase):
         "auto" = 1 / n_features.
     degree, coef0 : kernel parameters.
     solver : {"smo", "active-set", "irwls"}
-    tol, max_iter, random_state, solver_params : as for :class:`LinearSVC`.
+    tol, max_iter, random_state, solver_params, warm_start, probability : as for :class:`LinearSVC`.
     """
 
     def __init__(
@@ -238,16 +298,21 @@ class SVC(_OocSVMBase):
         max_iter: int | None = None,
         random_state: int | None = None,
         solver_params: dict[str, Any] | None = None,
+        warm_start: bool = False,
+        probability: bool = False,
     ) -> None:
         super().__init__(C, solver, tol, max_iter, random_state, solver_params)
+        self.warm_start = warm_start
+        self.probability = probability
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
         self.coef0 = coef0
 
     def _solver_params(self, n_features, X=None):
-        if self.solver == "perf":
-            raise ValueError("SVC needs a dual solver: smo, active-set or irwls")
+        if not get_solver(self.solver).kernels:
+            kernel_solvers = [s.name for s in solver_specs() if s.kernels]
+            raise ValueError(f"SVC needs a kernel solver: {', '.join(kernel_solvers)}")
         gamma = self.gamma
         if gamma == "scale":
             if X is None:

@@ -27,6 +27,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,6 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("changed", "changed"),
     ("cache_hit_rate", "cache hits"),
 )
-#: per-solver corrections of what a record key means (smo's ``objective`` is its dual value)
-_SOLVER_LABELS: dict[str, dict[str, str]] = {"smo": {"objective": "dual"}}
 
 
 def progress_mode(args: Any = None, stream: TextIO | None = None) -> str:
@@ -141,17 +140,13 @@ def _width(stream) -> dict:
     return out
 
 
-def stop_target(solver: str, params: Any) -> tuple[str, float | None]:
-    """``(name, value)`` of a solver's stopping target, for the progress display.
-
-    perf stops on ``--eps``: the relative duality gap (P - lower bound) / (C n) in the
-    accelerated variant, the most violated constraint's violation in the paper's; the dual
-    solvers stop on ``--tol``, a KKT violation.
-    """
-    if solver == "perf":
-        name = "viol" if getattr(params, "variant", "accelerated") == "paper" else "gap"
-        return name, getattr(params, "eps", None)
-    return "KKT", getattr(params, "tol", None)
+def stop_target(spec: Any, params: Any) -> tuple[str, float | None]:
+    """``(name, value)`` of a solver's stopping target, for the progress display: the
+    solver's spec says it (:meth:`ooc_svm.solvers.contract.SolverSpec.stop_target`; perf
+    stops on ``--eps``, the relative duality gap or, in the paper's variant, the most violated
+    constraint's violation; the dual solvers on ``--tol``, a KKT violation)."""
+    name, value = spec.stop_target(params)
+    return str(name), value
 
 
 class TrainProgress:
@@ -160,7 +155,7 @@ class TrainProgress:
     Parameters
     ----------
     solver : str
-        ``--solver`` name (labels the bar and chooses how record keys are named).
+        ``--solver`` name (labels the bar).
     target : (str, float)
         Name and value of the stopping target (:func:`stop_target`).
     mode : {"bar", "log", "off"}
@@ -171,6 +166,9 @@ class TrainProgress:
         than one after the other.
     stream : file, optional
         Where the bar is drawn (default stderr).
+    record_labels : mapping, optional
+        The solver's own labels of record keys (its spec's ``record_labels``: smo's
+        ``objective`` is its dual value).
     """
 
     def __init__(
@@ -182,6 +180,7 @@ class TrainProgress:
         n_classes: int | None = None,
         fused: bool = False,
         stream: TextIO | None = None,
+        record_labels: Mapping[str, str] | None = None,
     ) -> None:
         self.solver = solver
         self.target_name, self.target = target
@@ -193,7 +192,7 @@ class TrainProgress:
         self.every = log_interval()
         self.last_line = -math.inf
         self.pending: dict | None = None  # the last record, when not yet shown as a line
-        self.labels = {**dict(_COLUMNS), **_SOLVER_LABELS.get(solver, {})}
+        self.labels = {**dict(_COLUMNS), **(record_labels or {})}
         self.labels["violation"] = self.target_name
         self.first: dict[int, float] = {}  # class -> first violation seen
         self.frac: dict[int, float] = {}  # class -> fraction of the way to the target

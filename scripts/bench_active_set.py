@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark ``--solver active-set`` (Scheinberg 2006) against LIBSVM and our SMO.
 
-Two problems (issue 6): full a9a, RBF γ=0.05, C=1, and full w8a, linear kernel, C=1, both at
+Two problems: full a9a, RBF γ=0.05, C=1, and full w8a, linear kernel, C=1, both at
 tol=1e-3. Every measurement runs in its own child process (clean peak RSS):
 
 - ``svc``          scikit-learn SVC (LIBSVM), fit time only (parsing the text excluded);

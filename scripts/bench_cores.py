@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Speed-up of ``ooc-svm train --solver perf`` from 1 core to N cores (issue 26, goal 1).
+"""Speed-up of ``ooc-svm train --solver perf`` from 1 core to N cores.
 
 Runs the whole process ``ooc-svm train --solver perf STORE --variant V -q`` pinned to the
 first 1, then the first N CPUs of this process's affinity (``os.sched_setaffinity`` in the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Kernel solvers beyond the cache: how time, passes and memory grow with rows.
 
-Issue 23, goal 3. For each row count (default 30,000, 100,000, 300,000) a synthetic store
+For each row count (default 30,000, 100,000, 300,000) a synthetic store
 (``ooc-svm synth``: low-dimensional, L2-normalised rows, labels from a hidden linear score,
 no label noise; the same rows as SVMlight text for LIBSVM) is trained with RBF by each kernel
 solver under a small kernel cache (``--cache-mb``, default 8 MiB: the float32 kernel matrix

@@ -19,7 +19,7 @@ The store (1,000,000 × 50,000, ~80 non-zeros per row by default) is made once w
 child first makes one untimed pass; the figure is the best of ``--repeat`` passes (median
 also printed). ``--cold`` drops the page cache (``echo 3 > /proc/sys/vm/drop_caches``, needs
 root) right before a single timed pass (after an untimed pass that opened the store and
-loaded the kernels in every process). ``--overlap`` (issue 16 goal 1, a store that does not
+loaded the kernels in every process). ``--overlap`` (a store that does not
 fit the cache) times, for the same bytes: ``disk read`` (every file of the store read once,
 sequentially, after its pages were evicted with ``posix_fadvise(DONTNEED)``: these files
 only, nothing else on the machine), ``decode`` (the store's own shard reader — read from the

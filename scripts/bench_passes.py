@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Full passes of ``--solver perf``: paper vs accelerated vs selective, against LIBLINEAR.
 
-Issue 16, goal 2 ("fewer full passes, same certificate"). For a9a, w8a, ijcnn1 (from
+Fewer full passes, the same certificate. For a9a, w8a, ijcnn1 (from
 ../shared/data or ``--data-dir``) and the synthetic store (``ooc-svm synth``, default 1M rows
 x 50,000 features, 77 non-zeros per row, seed 1 — the "1M store"; ``--rows 300000`` for a
 smaller one), every configuration trains in its own child process (local engine, no shard

@@ -3,7 +3,7 @@
 
 For a9a, w8a, ijcnn1 (from ../shared/data, or ``--data-dir``) and a 1,000,000-row synthetic
 store (``ooc-svm synth``: 1M rows x 50,000 features, ~77 non-zeros per row, seed 1 — the
-"1M store" of DESIGN.md), every configuration runs in its own child process and reports
+"1M store"), every configuration runs in its own child process and reports
 iterations, streamed passes, seconds, the primal objective ½‖w‖² + C Σ ξᵢ (LIBLINEAR units)
 and the child's peak RSS (``os.wait4``). In the same run:
 
@@ -15,7 +15,7 @@ and the child's peak RSS (``os.wait4``). In the same run:
 - when ``$SVMPERF_LEARN`` names an SVMperf binary, it trains on the same data as SVMlight
   text at the same C (``-c = C·n/100``), ε (``-e = 100·ε``) and bias (``--b 1``); its wall
   time and its own "runtime" lines are reported. Without it, SVMperf's figures from
-  DESIGN.md are printed for reference (1M store: 108 iterations, 22.4 s optimisation;
+  an earlier reference run are printed (1M store: 108 iterations, 22.4 s optimisation;
   a9a: 423 iterations, 2.3 s) — measured earlier, not in this run.
 
 Ranking (``--loss ordinal``): abalone (ranks 1-29, a fixed 75/25 row split) and MQ2008
@@ -31,7 +31,7 @@ each run (warm); ``--cold`` evicts their pages first (``posix_fadvise(DONTNEED)`
 files only), so the first pass reads from disk. The first pass's time is printed
 separately. The machine may be shared: the load average is printed at start and end.
 
-Goal 4 of issue 16 (``--whole-1m``): whole processes on the 1M store, all in one run —
+``--whole-1m``: whole processes on the 1M store, all in one run —
 ``ooc-svm train --solver perf`` (one process per variant, from the already ingested lz4
 store, ``--store`` or generated: 1M x 50,000, ~80 non-zeros per row, seed 1), SVMperf's
 ``svm_perf_learn`` (``$SVMPERF_LEARN``) and LIBLINEAR's C ``train -s 3 -B 1``
@@ -70,12 +70,12 @@ DATASETS = {
     "ijcnn1": ("ijcnn1/ijcnn1.bz2", 22),
 }
 
-#: SVMperf's reference figures from DESIGN.md (C=1 with bias), measured earlier
+#: SVMperf's reference figures (C=1 with bias), measured earlier
 SVMPERF_REF = {
     "synth1m": {"iterations": 108, "seconds": 22.4},
     "a9a": {"iterations": 423, "seconds": 2.3},
 }
-#: LIBLINEAR's in-memory time on the 1M store in DESIGN.md (same machine kind, idle)
+#: LIBLINEAR's in-memory time on the 1M store (an earlier run, same machine kind, idle)
 LIBLINEAR_REF_1M = 14.4
 
 
@@ -377,7 +377,7 @@ def write_text_of_store(store_path: str, out: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# goal 4: whole processes on the 1M store
+# whole processes on the 1M store
 # ------------------------------------------------------------------------------------------
 
 
@@ -454,7 +454,7 @@ def store_objective(store_path: str, w, wb: float, positive: float, C: float) ->
 
 
 def whole_1m(args, svmperf: str | None) -> None:
-    """Goal 4: whole-process wall times on the 1M store (module docstring)."""
+    """Whole-process wall times on the 1M store (module docstring)."""
     import statistics
 
     path = args.store or make_synth_store(args.work, args.rows, args.features, 80.0, 1, "lz4")
@@ -570,7 +570,7 @@ def main() -> int:
     ap.add_argument(
         "--whole-1m",
         action="store_true",
-        help="only goal 4: whole-process runs on the 1M store (ooc-svm, SVMperf, LIBLINEAR)",
+        help="only the whole-process runs on the 1M store (ooc-svm, SVMperf, LIBLINEAR)",
     )
     ap.add_argument("--store", help="--whole-1m: an already ingested store to use")
     ap.add_argument("--whole-variants", default="accelerated,selective")
@@ -604,7 +604,7 @@ def main() -> int:
         f"load average at start: {os.getloadavg()}; cores: {os.cpu_count()}; "
         f"C={args.C} eps={args.eps} bias=1; page cache: {'cold' if args.cold else 'warm'}"
     )
-    print(f"SVMperf: {svmperf or 'not available ($SVMPERF_LEARN unset) - DESIGN.md figures'}")
+    print(f"SVMperf: {svmperf or 'not available ($SVMPERF_LEARN unset) - reference figures'}")
     if args.whole_1m:
         whole_1m(args, svmperf)
         return 0
@@ -714,12 +714,12 @@ def main() -> int:
                 f"{a['seconds']:.2f}s / {p['seconds']:.2f}s"
             )
         if name == "synth1m" and "svmperf" not in res and "seconds" in res["liblinear"]:
-            # load normalisation: DESIGN.md measured LIBLINEAR at 14.4 s and SVMperf's
+            # load normalisation: a reference run measured LIBLINEAR at 14.4 s and SVMperf's
             # optimisation at 22.4 s on this store on an idle machine of this kind
             scale = res["liblinear"]["seconds"] / LIBLINEAR_REF_1M
             print(
                 f"{name}: LIBLINEAR took {res['liblinear']['seconds']:.1f}s here vs "
-                f"{LIBLINEAR_REF_1M}s in DESIGN.md: this run's machine is {scale:.2f}x "
+                f"{LIBLINEAR_REF_1M}s in the reference run: this run's machine is {scale:.2f}x "
                 f"slower; SVMperf's 22.4s scales to {22.4 * scale:.1f}s"
             )
             for label, r in res.items():
@@ -736,7 +736,7 @@ def main() -> int:
                     if "seconds" in r:
                         print(
                             f"{name}: {label}: {r['seconds']:.2f}s vs SVMperf's "
-                            f"{ref['seconds']}s optimisation (DESIGN.md, "
+                            f"{ref['seconds']}s optimisation (reference run, "
                             f"{ref['iterations']} iterations): "
                             f"{r['seconds'] / ref['seconds']:.2f}x"
                         )

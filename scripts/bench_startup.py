@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Whole-process ``ooc-svm train --solver perf`` beside LIBLINEAR's C ``train`` program.
 
-Issues 16 (goal 3, "no start-up tax") and 26 (goals 3-4, "honest references"): the command a
+Start-up counts and the reference is the program users run: the command a
 user runs, start-up (imports, numba cache loading) included, against the C program users
 compare with — LIBLINEAR's ``train``, found through ``$LIBLINEAR_TRAIN`` (built outside the
 project from the public LIBLINEAR source; without it the bench stops with a message).

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Iteration fidelity of ``--variant svmperf`` and ``paper`` against SVMperf 3.00 (issue 16 goal 5).
+"""Iteration fidelity of ``--variant svmperf`` and ``paper`` against SVMperf 3.00.
 
 For a9a, w8a, ijcnn1 (``$OOC_SVM_DATA`` or ../shared/data) and the 1M synthetic store
 (``ooc-svm synth``: 1M rows x 50,000 features, 77 non-zeros per row, seed 1, zstd — the "1M
-store" of DESIGN.md and ``bench_perf.py``), in ONE run:
+store" of ``bench_perf.py``), in ONE run:
 
 - SVMperf 3.00 (``$SVMPERF_LEARN``, its default algorithm ``-w 9`` with shrinking) trains on the
   SVMlight text at ``-c C·n/100 -e 100·ε`` (bias ``--b 1`` is its default); its iterations,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark perf at any width (issue 28 goal 2): the same rows at 20,000,000 and at 50,000
+"""Benchmark perf at any width: the same rows at 20,000,000 and at 50,000
 features, default flags, whole ``ooc-svm train`` processes.
 
 Builds (once, ``ooc-svm synth``) two stores of ``--rows`` rows with ``--nnz`` non-zeros per
@@ -9,7 +9,7 @@ flags: perf, accelerated, C = 1, eps = 0.001), the narrow store first, ``--repea
 interleaved. For every run: wall and CPU seconds, the child's peak RSS (``os.wait4``),
 passes, iterations, objective, converged and whether progress lines came from the first
 pass on; then the ratios wide / narrow of the medians, and the load average at start and
-end. Target (issue 28): wide <= 2 x narrow time, wide peak RSS <= 2 GB (2000 MB).
+end. Target: wide <= 2 x narrow time, wide peak RSS <= 2 GB (2000 MB).
 
     python scripts/bench_width.py --dir /tmp/bw                    # 1,000,000 rows
     python scripts/bench_width.py --dir /tmp/bw --rows 300000      # quicker

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Where a ``--solver perf`` run spends its wall time, and which of it runs on one thread.
 
-Issue 26, goal 1 ("no serial tail"). Trains one store in this process with the local engine
+Serial work bounds the speed-up on many cores. Trains one store in this process with the
+local engine
 (``--threads`` compute threads, default: the CPUs of this process's affinity mask, so
 ``taskset -c 0`` / ``taskset -c 0,1`` choose it) and times, without changing what runs:
 

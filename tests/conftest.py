@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from ooc_svm.store.backends import backends
+
 ROOT = Path(__file__).resolve().parents[1]
+
+#: the store formats of the registry (:mod:`ooc_svm.store.backends`), by name and by usual
+#: suffix: a test that runs on every format takes them from here
+STORE_FORMATS = [b.name for b in backends()]
+STORE_SUFFIXES = [b.suffixes[0] for b in backends()]
 
 
 def data_dir() -> Path | None:
@@ -94,8 +101,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_workers(address: str, n: int, timeout: float = 60.0) -> None:
-    """Block until the scheduler at ``address`` has ``n`` workers."""
+def wait_workers(address: str, n: int, timeout: float = 300.0) -> None:
+    """Block until the scheduler at ``address`` has ``n`` workers (``timeout``: a hang guard,
+    generous: a loaded machine takes long to import Dask in each process)."""
     from distributed import Client
 
     with Client(address, timeout=timeout) as c:
@@ -211,9 +219,76 @@ def latest_checkpoint_iteration(ckpt) -> int:
     return int(name.split("-")[1])
 
 
+_SIGNAL_AT_CHECKPOINT = """
+import os, sys
+from ooc_svm import checkpoint
+at, signum, suffix = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+save = checkpoint.Checkpointer.save
+def save_then_signal(self, iteration, *args, **kwargs):
+    path = save(self, iteration, *args, **kwargs)
+    if iteration >= at and self.directory.endswith(suffix):
+        os.kill(os.getpid(), signum)
+    return path
+checkpoint.Checkpointer.save = save_then_signal
+from ooc_svm.cli import main
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+def signal_at_checkpoint(args, iteration: int, signum: int, directory_suffix: str = "") -> list:
+    """The command line ``args`` (``[python, "-m", "ooc_svm", ...]``) made to send itself
+    ``signum`` right after it wrote its first checkpoint of iteration >= ``iteration`` (in a
+    checkpoint directory whose path ends with ``directory_suffix``): a kill at a point fixed
+    by the run itself, not by a timer racing the training (a loaded machine made the run end
+    before the test's poll saw a checkpoint)."""
+    assert list(args[1:3]) == ["-m", "ooc_svm"], args
+    sig = int(signum)
+    return [args[0], "-c", _SIGNAL_AT_CHECKPOINT, str(iteration), str(sig), directory_suffix] + [
+        str(a) for a in args[3:]
+    ]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds used so far by process ``pid`` (all its threads), from
+    /proc: reaction times measured in CPU time do not grow with the machine's load."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_cpu_seconds(p, timeout: float = 120.0) -> float:
+    """Wait for ``subprocess.Popen`` ``p`` to exit (killing it after ``timeout`` s) and
+    return its total CPU seconds (``os.wait4``); sets ``p.returncode``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            p.kill()
+            pid, status, usage = os.wait4(p.pid, 0)
+            break
+        time.sleep(0.01)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
 def default_sigint() -> None:
     """``preexec_fn`` of a child that must stop on SIGINT: a test run started in the
     background inherits SIGINT ignored; Ctrl-C needs the default."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def fake_memory_budget(monkeypatch, nbytes: int):
+    """Make the process's memory budget ``nbytes`` (as ``--memory-mb`` would, with no reserve
+    and ooc-svm's code already loaded) for one test; returns the budget."""
+    from ooc_svm import memory_budget as mb
+
+    lim = mb.Limit("--memory-mb", int(nbytes), 0, "test")
+    budget = mb.MemoryBudget((lim,), lim, int(nbytes), rss=int(mb.CODE_MB * 2**20))
+    monkeypatch.setattr(mb, "_CURRENT", [budget])
+    return budget

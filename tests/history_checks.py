@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def assert_history_timed(res) -> None:
-    """issue 13 item 3: every history record of ``res`` carries elapsed ``seconds`` and
+    """Every history record of ``res`` carries elapsed ``seconds`` and
     streamed ``passes``, both non-decreasing, the last at most the result's passes."""
     recs = res.history
     assert len(recs) > 3

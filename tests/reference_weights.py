@@ -1,7 +1,7 @@
-"""Reference optima of the class-weighted soft-margin SVM, for solver tests (issue 15 item 1).
+"""Reference optima of the class-weighted soft-margin SVM, for solver tests.
 
 Not a test module: tests import it (``from reference_weights import ...``; pytest puts
-``tests/`` on ``sys.path``). Conventions are written up in ``notes/class-weights.md``.
+``tests/`` on ``sys.path``). The conventions are those of docs/GUIDE.md, "Class weights".
 
 The weighted problem, in LIBLINEAR units, with per-class costs ``C_k = C · weight_k``
 (LIBLINEAR / LIBSVM ``-wk weight``; classes without a weight keep ``C``)::

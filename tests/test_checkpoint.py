@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 from conftest import default_sigint as _default_sigint
 from conftest import latest_checkpoint_iteration as _latest_iteration
-from conftest import ooc_cmd
+from conftest import ooc_cmd, signal_at_checkpoint
 from sklearn.datasets import make_classification
 
 from ooc_svm.checkpoint import Checkpointer, CheckpointError
@@ -72,17 +71,17 @@ def _args(case, store, out, ckpt, tmp):
     ]
 
 
-def _run_until(args, ckpt: Path, min_iter: int, sig) -> subprocess.CompletedProcess:
+def _run_until(
+    args, ckpt: Path, min_iter: int, sig, suffix: str = ""
+) -> subprocess.CompletedProcess:
+    """Run ``args``; the run sends itself ``sig`` right after writing its first checkpoint of
+    iteration >= ``min_iter`` in a directory ending with ``suffix`` (a fixed point, whatever
+    the machine's speed)."""
+    cmd = signal_at_checkpoint(args, min_iter, sig, suffix)
     p = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint
     )
-    deadline = time.time() + 300
-    while time.time() < deadline and p.poll() is None:
-        if _latest_iteration(ckpt) >= min_iter:
-            p.send_signal(sig)
-            break
-        time.sleep(0.005)
-    out, err = p.communicate(timeout=120)
+    out, err = p.communicate(timeout=600)
     return subprocess.CompletedProcess(args, p.returncode, out, err)
 
 
@@ -193,7 +192,11 @@ def test_kill_and_resume_ovr_same_model(mc_store, tmp_path):
     assert n_ckpt >= 4
     ck = tmp_path / "ck"
     killed = _run_until(
-        args(tmp_path / "m", ck), ck / "class-0000", max(1, n_ckpt // 2), signal.SIGKILL
+        args(tmp_path / "m", ck),
+        ck / "class-0000",
+        max(1, n_ckpt // 2),
+        signal.SIGKILL,
+        suffix="class-0000",
     )
     assert killed.returncode == -signal.SIGKILL, "training ended before it could be killed"
     assert not (tmp_path / "m").exists()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 
 import numpy as np
@@ -12,13 +11,10 @@ from sklearn.datasets import make_blobs
 from sklearn.utils.estimator_checks import check_estimator
 
 from ooc_svm.estimators import SVC, LinearSVC, OrdinalSVM
+from ooc_svm.solvers import available_solvers
 from ooc_svm.store import StoreWriter, csr_to_shards
 
-SOLVERS = [
-    s
-    for s in ("perf", "smo", "active-set", "irwls")
-    if importlib.util.find_spec(f"ooc_svm.solvers.{s.replace('-', '_')}") is not None
-]
+SOLVERS = available_solvers()
 
 
 def _run_checks(est):

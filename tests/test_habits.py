@@ -1,4 +1,4 @@
-"""House habits checked by the suite (issue 14 item 6): module loggers named by ``__name__``."""
+"""House habits checked by the suite: module loggers named by ``__name__``."""
 
 from __future__ import annotations
 

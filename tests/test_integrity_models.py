@@ -1,4 +1,4 @@
-"""Tampered, truncated and crafted models (issue 17 findings 2, 3, 4): every edit is refused on
+"""Tampered, truncated and crafted models: every edit is refused on
 load with a one-line ``ModelError`` naming the model and the field, or is harmless (the same
 scores bit for bit). ``predict`` runs in a subprocess so that a crash (SIGSEGV) would show as
 a negative exit status instead of taking the test runner down."""

@@ -3,6 +3,7 @@ every block of commands is run by a test, and an architecture page that places e
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -136,3 +137,128 @@ def test_license_is_the_declared_bsd_3_clause():
     assert "Redistribution and use in source and binary forms" in text
     assert "Neither the name of the copyright holder nor the names of its" in text
     assert "the ooc-svm developers" in text
+
+
+#: the longest module and the longest Python function the package holds (numba kernels are
+#: exempt from the second: a compiled loop is one function so that it stays in machine code)
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def _package_sources() -> list[Path]:
+    return sorted((ROOT / "ooc_svm").rglob("*.py"))
+
+
+def test_no_module_is_too_long():
+    long = {
+        p.relative_to(ROOT).as_posix(): n
+        for p in _package_sources()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them): {long}"
+
+
+def _is_numba(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any("jit" in ast.unparse(d) for d in fn.decorator_list)
+
+
+def test_no_python_function_is_too_long():
+    long = {}
+    for p in _package_sources():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_numba(node):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long[f"{p.relative_to(ROOT).as_posix()}:{node.name}"] = n
+    assert not long, f"Python functions over {MAX_FUNCTION_LINES} lines (split them): {long}"
+
+
+#: the modules every solver package has (docs/ARCHITECTURE.md, "Solvers")
+SOLVER_SHAPE = ("__init__.py", "params.py", "driver.py", "passes.py", "working_set.py")
+
+
+def _solver_packages() -> list[Path]:
+    """The solver packages: every package of ``ooc_svm/solvers/`` with a ``params.py``."""
+    return sorted(p.parent for p in (ROOT / "ooc_svm" / "solvers").glob("*/params.py"))
+
+
+def test_solver_packages_have_one_shape():
+    packages = _solver_packages()
+    assert len(packages) >= 4, packages
+    for pkg in packages:
+        missing = [m for m in SOLVER_SHAPE if not (pkg / m).is_file()]
+        assert not missing, f"{pkg.name}: missing {missing}"
+        numba = pkg / "_numba"
+        assert numba.with_suffix(".py").is_file() or (numba / "__init__.py").is_file(), pkg.name
+        outside = [
+            p.relative_to(pkg).as_posix()
+            for p in pkg.rglob("*.py")
+            if "_numba" not in p.relative_to(pkg).parts[0]
+            and re.search(r"^@(numba\.)?njit", p.read_text(), re.M)
+        ]
+        assert not outside, f"{pkg.name}: numba kernels outside _numba: {outside}"
+        # the card and the facade only: reading Params loads no numba
+        assert "njit" not in (pkg / "__init__.py").read_text(), pkg.name
+
+
+def test_make_test_and_the_readme_agree_on_the_cluster_tests():
+    """``make test`` (what CI runs) and the README's account of it say the same about the
+    tests that start a Dask cluster."""
+    make = (ROOT / "Makefile").read_text()
+    m = re.search(r"^test: .*\n\t(.*)$", make, re.M)
+    assert m is not None
+    marks = re.search(r'-m "([^"]*)"', m.group(1))
+    excluded = marks is not None and "not cluster" in marks.group(1)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    included = "cluster tests included" in readme
+    assert excluded != included, (
+        m.group(1),
+        "README: 'cluster tests included'" if included else "",
+    )
+
+
+#: ``.md`` names in code and docs that are not files of the repository, on purpose: what the
+#: scripts write (placeholders in capitals, ``scale_table.md``) and the papers beside it
+_MD_NOT_FILES = re.compile(r"(^|/)(OUT|NAME|STEM)(/|\.md$)|^\.\./shared/|^scale_table\.md$")
+
+
+def test_every_md_named_in_code_or_docs_exists():
+    sources = [
+        *_package_sources(),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "scripts").rglob("*.py"),
+        *(ROOT / "docs").glob("*.md"),
+        ROOT / "README.md",
+    ]
+    name = re.compile(r"(?<![\w.-])((?:\.\./|[\w-]+/)*[\w.-]+\.md)(?![\w/-])")
+    missing = set()
+    for src in sources:
+        for m in name.finditer(src.read_text()):
+            md = m.group(1)
+            if _MD_NOT_FILES.search(md):
+                continue
+            where = (ROOT / md, ROOT / "docs" / md, src.parent / md)
+            if not any(p.is_file() for p in where):
+                missing.add(f"{src.relative_to(ROOT)}: {md}")
+    assert not missing, f"named but not in the repository: {sorted(missing)}"
+
+
+def test_no_issue_or_goal_numbers_in_docs_code_or_tests():
+    """Docs, docstrings and tests give reasons, not the tracker's numbers (CHANGELOG.md, the
+    history, keeps them)."""
+    numbered = re.compile(r"\b[Ii]ssues? \d+|\b[Gg]oals? \d+(?! ?[%×x])")
+    sources = [
+        *_package_sources(),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "scripts").rglob("*.py"),
+        *(ROOT / "docs").rglob("*.md"),
+        ROOT / "README.md",
+    ]
+    found = [
+        f"{src.relative_to(ROOT)}:{n}: {line.strip()[:80]}"
+        for src in sources
+        if src.name != "test_layout.py"
+        for n, line in enumerate(src.read_text().splitlines(), 1)
+        if numbered.search(line)
+    ]
+    assert not found, found

@@ -43,3 +43,69 @@ def test_unusable_cache_home_leaves_numba_its_default(tmp_path):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")  # mkdir under it fails, for root too
     assert _cache_dir({"XDG_CACHE_HOME": str(not_a_dir)}) == ""
+
+
+def _no_home_run(tmp: Path, uid: int | None) -> subprocess.CompletedProcess:
+    """``import ooc_svm`` and ``ooc-svm --version`` without HOME (and, as root, as a uid that
+    has no passwd entry): the cache folder it chose."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    env["TMPDIR"] = str(tmp)
+    code = (
+        "import os, sys, ooc_svm; from ooc_svm.cli import main; "
+        "print(os.environ.get('NUMBA_CACHE_DIR', '')); sys.argv = ['ooc-svm', '--version']; "
+        "main()"
+    )
+
+    cmd = [sys.executable, "-c", code]
+    if uid is not None:  # (setpriv: the interpreter may lie below a folder only root enters)
+        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
+    return subprocess.run(
+        cmd, env=env, cwd=tmp, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        timeout=300,
+    )  # fmt: skip
+
+
+def test_no_home_folder_uses_a_private_temporary_cache(tmp_path):
+    """Containers often run a uid with no passwd entry and no HOME: ooc-svm used to die at
+    import ("Could not determine home directory")."""
+    import pwd
+    import shutil
+    import stat
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="ooc-svm-test-"))  # reachable by another uid
+    try:
+        os.chmod(tmp, 0o1777)
+        uid = None
+        if os.geteuid() == 0 and shutil.which("setpriv"):  # a uid with no passwd entry
+            uid = next(u for u in range(23456, 24000) if not _has_passwd(pwd, u))
+        r = _no_home_run(tmp, uid)
+        assert r.returncode == 0, r.stderr
+        assert "ooc-svm" in r.stdout.splitlines()[-1]  # the version line
+        me = os.getuid() if uid is None else uid
+        folder = tmp / f"ooc-svm-cache-{me}"
+        got = Path(r.stdout.splitlines()[0])
+        if uid is not None or not Path("~").expanduser().is_dir():
+            assert got.is_relative_to(folder)
+        if got.is_relative_to(folder):
+            st = folder.stat()
+            assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (me, 0o700)
+        if uid is not None:  # another user's folder there first: not used (numba's default)
+            shutil.rmtree(folder)
+            folder.mkdir()
+            os.chmod(folder, 0o777)
+            r = _no_home_run(tmp, uid)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.splitlines()[0] == ""
+            assert not list(folder.iterdir())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _has_passwd(pwd, uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from ooc_svm.commands.train_flags import config_file, load_config
+from ooc_svm.solvers import available_solvers
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLVERS = ("perf", "smo", "active-set", "irwls")
+SOLVERS = available_solvers()
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
@@ -74,6 +75,7 @@ def test_wheel_installs_in_a_fresh_venv_and_runs(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for s in SOLVERS:
         assert f"ooc_svm/conf/{s}.toml" in names
+    assert "ooc_svm/py.typed" in names  # PEP 561: the type hints reach users' type checkers
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not [n for n in names if not n.startswith(("ooc_svm/", "ooc_svm-"))], names
 

@@ -1,4 +1,4 @@
-"""Issue 13 item 1: progress of the commands (``ooc_svm/progress.py``).
+"""Progress of the commands (``ooc_svm/progress.py``).
 
 Without a terminal: plain lines (iteration, passes, objective, gap and its target, elapsed)
 on stderr, at most one per ``$OOC_SVM_PROGRESS_SECONDS`` (5 s) plus the first and the last;
@@ -20,6 +20,7 @@ import pytest
 import scipy.sparse as sp
 
 from ooc_svm.progress import Meter, TrainProgress, progress_mode, sci, stop_target
+from ooc_svm.solvers import get_solver
 from ooc_svm.store import csr_to_shards, write_store
 
 LINE = re.compile(r"^iter (\d+)  passes \d+  obj \S+  \|W\| \d+  gap (\S+) \(target 1e-3\)  \S+s$")
@@ -138,10 +139,10 @@ def test_mode_and_target():
     class P:
         variant, eps, tol = "accelerated", 1e-3, 1e-2
 
-    assert stop_target("perf", P()) == ("gap", 1e-3)
+    assert stop_target(get_solver("perf"), P()) == ("gap", 1e-3)
     P.variant = "paper"
-    assert stop_target("perf", P()) == ("viol", 1e-3)
-    assert stop_target("smo", P()) == ("KKT", 1e-2)
+    assert stop_target(get_solver("perf"), P()) == ("viol", 1e-3)
+    assert stop_target(get_solver("smo"), P()) == ("KKT", 1e-2)
     assert [sci(v) for v in (0.0031, 0.001, 0.02, 123.0, 2.5e6)] == [
         "3.1e-3",
         "1e-3",
@@ -154,7 +155,7 @@ def test_mode_and_target():
 def test_lines_are_throttled(caplog, monkeypatch):
     monkeypatch.setenv("OOC_SVM_PROGRESS_SECONDS", "3600")
     caplog.set_level(logging.INFO, logger="ooc_svm.progress")
-    p = TrainProgress("smo", ("KKT", 1e-3), "log")
+    p = TrainProgress("smo", ("KKT", 1e-3), "log", record_labels=get_solver("smo").record_labels)
     for i in range(50):
         p({"iteration": i, "violation": 1.0 / (i + 1), "objective": -float(i + 1)})
     p.close()

@@ -24,6 +24,30 @@ def add_model_and_input(p) -> None:
         help="score data with more than 10%% more features than the model (refused by "
         "default: another feature space?); features beyond the model's weigh 0",
     )
+    p.add_argument(
+        "--allow-narrower",
+        action="store_true",
+        help="score a store with less than half the model's features (refused by default: "
+        "another feature space?)",
+    )
+
+
+def load_scored_model(args):
+    """The model of ``predict``/``evaluate``; when it is not one but the data argument is,
+    the error says the model comes first (LIBLINEAR's ``predict`` takes DATA MODEL)."""
+    import os
+
+    from ..model.model import ModelError, load_model
+
+    try:
+        return load_model(args.model)
+    except ModelError as e:
+        if os.path.isfile(os.path.join(str(args.store), "model.json")):
+            raise ModelError(
+                f"{e}; {args.store} is a model: give the model first, then the data "
+                f"(ooc-svm {args.command} MODEL DATA; LIBLINEAR's predict takes DATA MODEL)"
+            ) from None
+        raise
 
 
 def open_scored_input(args, model):
@@ -48,3 +72,31 @@ def warn_leftovers(path: str, left, *, count: bool = True) -> None:
         print(f"ooc-svm: warning: {path}: {left.summary()}", file=sys.stderr)
     if left.busy:
         print(f"ooc-svm: note: {path} is being written by {left.busy}", file=sys.stderr)
+
+
+def add_memory(p) -> None:
+    """``--memory-mb``: the process's memory budget (every automatic size draws from it)."""
+    p.add_argument(
+        "--memory-mb",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="memory budget of this process in MiB (also $OOC_SVM_MEMORY_MB); default: the "
+        "tightest of the container's limit (cgroup v1/v2), ulimit -v / -d, the host's "
+        "available memory and a Dask worker's limit. Every automatic size (shard cache, "
+        "selective's rows, perf's planes, kernel caches, buffers) draws from it; a run that "
+        "needs more is refused before it starts",
+    )
+
+
+def apply_memory(args) -> None:
+    """Set the explicit budget of ``--memory-mb`` (checked) and report the budget: on stderr
+    with ``-v``, in the debug log otherwise."""
+    import logging
+
+    from ..memory_budget import current, parse_memory_mb, set_explicit
+
+    mb = getattr(args, "memory_mb", None)
+    set_explicit(None if mb is None else parse_memory_mb(mb))
+    level = logging.INFO if getattr(args, "verbose", 0) else logging.DEBUG
+    logging.getLogger("ooc_svm.memory_budget").log(level, "%s", current().describe())

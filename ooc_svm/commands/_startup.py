@@ -1,5 +1,5 @@
 """Start-up of the commands that run numba kernels: numba's CPU target without the imports
-ooc-svm never uses (issue 16, "no start-up tax").
+ooc-svm never uses (a command pays no start-up it does not need).
 
 numba loads the implementations of its CPU target (``BaseContext.refresh``) the first time a
 function is compiled *or loaded from its on-disk cache*, so every command pays it once. Two of

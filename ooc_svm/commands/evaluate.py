@@ -10,6 +10,7 @@ store whose task or labels do not fit the model is refused (see ``ooc-svm predic
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from .._util import json_text
@@ -53,7 +54,7 @@ def _description() -> str:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
-    from ._common import add_model_and_input, add_scheduler
+    from ._common import add_memory, add_model_and_input, add_scheduler
 
     p = sub.add_parser(
         "evaluate",
@@ -71,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--k", type=int, default=10, help="cut-off of NDCG (default 10)")
     add_scheduler(p)
+    add_memory(p)
     p.add_argument(
         "--plot",
         default=None,
@@ -81,28 +83,41 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation.evaluation import evaluate_store
-    from ..model.model import load_model
-    from ._common import open_scored_input
+    from ..evaluation.evaluation import PlotError, evaluate_store
+    from ._common import apply_memory, load_scored_model, open_scored_input
     from ._startup import init_numba_target
 
+    apply_memory(args)
     init_numba_target()
-    model = load_model(args.model)
+    model = load_scored_model(args)
     model.info.setdefault("path", args.model)  # named in the --plot title
     store = open_scored_input(args, model)  # a store, or SVMlight text
-    res = evaluate_store(
-        model,
-        store,
-        args.k,
-        args.plot,
-        args.scheduler,
-        model_name=args.model,
-        allow_wider=args.allow_wider,
-    )
+    plot_error = None
+    try:
+        res = evaluate_store(
+            model,
+            store,
+            args.k,
+            args.plot,
+            args.scheduler,
+            model_name=args.model,
+            allow_wider=args.allow_wider,
+            allow_narrower=args.allow_narrower,
+        )
+    except PlotError as e:  # the metrics first, then the one-line error
+        res, plot_error = e.metrics, str(e)
+    _print_metrics(args, model, res)
+    if plot_error is not None:
+        print(f"ooc-svm: error: {plot_error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_metrics(args: argparse.Namespace, model, res: dict) -> None:
     if args.json:
         # the metrics and what was scored; nothing that changes between two identical runs
         print(json_text({**res, "n_rows": res.get("n"), "model": args.model}))
-        return 0
+        return
     if res.get("threshold_trained") is False:
         at_zero = [k for k in ("accuracy", "precision", "recall", "f1") if k in res]
         print(
@@ -118,4 +133,3 @@ def run(args: argparse.Namespace) -> int:
         if key == "threshold_trained":
             continue
         print(f"{key:18s} {v:.6f}" if isinstance(v, float) else f"{key:18s} {v}")
-    return 0

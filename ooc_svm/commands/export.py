@@ -3,6 +3,7 @@ LIBLINEAR's ``predict``, LIBSVM's ``svm-predict`` or SVMlight's ``svm_classify``
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from .._util import json_text
@@ -38,6 +39,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="LIBLINEAR (linear models), LIBSVM or SVMlight/SVMperf model file",
     )
     p.add_argument("output", help="model file to write")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an existing OUTPUT (else refused)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -48,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
     from ..model.model import load_model
 
     model = load_model(args.model)
+    if args.output != "-" and os.path.lexists(args.output) and not args.overwrite:
+        from .._util import OutputError
+
+        raise OutputError(
+            f"{args.output}: exists; pass --overwrite to replace it (or give another output)"
+        )
     export_model(model, args.fmt, args.output)
     if args.json:
         print(json_text({"model": args.model, "format": args.fmt, "output": args.output}))

@@ -45,18 +45,25 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _add_options(p, _LAYOUT_OPTIONS)
     _add_options(p.add_mutually_exclusive_group(), _MODE_OPTIONS)
     _add_options(p, _PARSE_OPTIONS)
+    from ._common import add_memory
+
+    add_memory(p)
     p.set_defaults(func=run)
 
 
 def _add_options(p, options: tuple[tuple[str, dict[str, Any]], ...]) -> None:
+    from ..store.backends import backend_names
+
     for flag, keywords in options:
+        if flag == "--format":  # the store formats of the registry
+            keywords = {**keywords, "choices": backend_names()}
         p.add_argument(flag, **keywords)
 
 
 #: Options of ``ingest`` (flag, ``add_argument`` keywords) in ``--help`` order: the store's
 #: layout, then --append / --overwrite (one of them), then how the text is read.
 _LAYOUT_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("--format", {"choices": ["zarr", "parquet"], "default": None,
+    ("--format", {"default": None,
                   "help": "store backend (default: parquet for *.parquet / *.pq, else zarr)"}),
     ("--zero-based", {"action": "store_true",
                       "help": "indices in the text start at 0 (default: 1-based)"}),
@@ -64,7 +71,7 @@ _LAYOUT_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
                       "help": "at most N rows per shard"}),
     ("--shard-mb", {"type": float, "default": None, "metavar": "M",
                     "help": "at most M MB of decoded CSR per shard (default 64 unless "
-                    "--shard-rows is given)"}),
+                    "--shard-rows is given; less when the memory budget is small)"}),
 )  # fmt: skip
 _MODE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--append", {"action": "store_true",
@@ -137,10 +144,16 @@ def run(args: argparse.Namespace) -> int:
     import gc
     import signal
 
+    from ..memory_budget import current
     from ..progress import Meter, progress_mode
-    from ..store.ingest import DEFAULT_BLOCK_MB, ingest_with_stats
+    from ..store.ingest import budget_sizes, ingest_with_stats
+    from ._common import apply_memory
     from ._startup import init_numba_target
 
+    apply_memory(args)
+    shard_mb, block_mb = budget_sizes(current(), args.threads, args.shard_mb, args.block_mb)
+    if args.shard_rows is None:
+        args.shard_mb = shard_mb
     init_numba_target()  # before the parser threads start
     inputs, store = args.inputs, args.store
     total = _total_bytes(inputs)
@@ -155,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         meta, stats = ingest_with_stats(
             inputs,
             store,
-            block_mb=args.block_mb or DEFAULT_BLOCK_MB,
+            block_mb=block_mb,
             progress=bar.update if mode != "off" else None,
             **{name: getattr(args, name) for name in _PASSED_ON},
         )

@@ -36,13 +36,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     try:
+        from ..api import history_labels
         from ..evaluation.reports import plot_history, plot_sweep, read_sweep
 
         sweep = read_sweep(args.history)
         if sweep is not None:
             plot_sweep(sweep, args.output)
         else:
-            plot_history(args.history, args.output)
+            plot_history(args.history, args.output, history_labels)
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("matplotlib"):
             raise OSError("plotting needs matplotlib: pip install 'ooc-svm[plot]'") from None

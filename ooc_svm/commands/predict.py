@@ -59,7 +59,7 @@ examples:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import HelpFormatter
-    from ._common import add_model_and_input, add_scheduler
+    from ._common import add_memory, add_model_and_input, add_scheduler
 
     p = sub.add_parser(
         "predict",
@@ -85,10 +85,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--batch-rows",
         type=int,
         metavar="N",
-        default=1_000_000,
-        help="rows scored per batch of shards (bounds memory; default 1000000)",
+        default=None,
+        help="rows scored per batch of shards (bounds memory; default 1000000, fewer when a "
+        "batch's scores would take more than a quarter of the memory budget)",
     )
     add_scheduler(p)
+    add_memory(p)
     p.add_argument(
         "--json",
         action="store_true",
@@ -104,6 +106,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run)
 
 
+#: rows of a batch of ``predict`` unless the memory budget asks for fewer
+BATCH_ROWS = 1_000_000
+
+#: the share of the memory budget a batch's output columns may take
+BATCH_SHARE = 0.25
+
+
+def batch_rows(model) -> int:
+    """Rows of a batch: :data:`BATCH_ROWS`, fewer when the batch's columns (label, one score
+    per class, prediction, qid: 8 bytes each, twice for their text or Arrow form) would take
+    more than :data:`BATCH_SHARE` of the memory budget."""
+    from ..memory_budget import current
+
+    classes = getattr(model, "classes", None)
+    per_row = 2 * 8 * (3 + (len(classes) if classes is not None and len(classes) > 2 else 1))
+    return max(1, min(BATCH_ROWS, current().share(BATCH_SHARE) // per_row))
+
+
 def _quiet_stdout() -> None:
     """After a closed pipe: point stdout at /dev/null so the exit flush stays silent."""
     try:
@@ -117,14 +137,15 @@ def _quiet_stdout() -> None:
 def run(args: argparse.Namespace) -> int:
     from .._util import is_special_output, json_text
     from ..evaluation.scoring import check_compatible, predict_store
-    from ..model.model import load_model
+    from ..memory_budget import current
     from ..progress import Meter, progress_mode
-    from ._common import open_scored_input
+    from ._common import apply_memory, load_scored_model, open_scored_input
     from ._startup import init_numba_target
 
+    apply_memory(args)
     init_numba_target()
     t0 = time.perf_counter()
-    model = load_model(args.model)
+    model = load_scored_model(args)
     if args.probability:
         from ..model.model import require_probability
 
@@ -141,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         args.store,
         labels_matter=not dummy,
         allow_wider=args.allow_wider,
+        allow_narrower=args.allow_narrower,
     )
     streamed = is_special_output(args.output)
     meter = Meter("predict", progress_mode(args), total=store.meta.n_rows, unit="rows")
@@ -150,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             store,
             args.output,
             args.format,
-            args.batch_rows,
+            args.batch_rows or batch_rows(model),
             args.scheduler,
             progress=meter.update,
             probability=args.probability,
@@ -171,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
             "format": info["format"],
             "n_rows": info["rows"],
             "seconds": time.perf_counter() - t0,
+            "memory_budget": current().as_dict(),
         }
         print(json_text(summary), file=sys.stderr if streamed else sys.stdout)
         return 0

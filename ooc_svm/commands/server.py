@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +29,12 @@ loop, small stores); a long training gains only the start-up.
 A server serves the checkout or install it was started from, with the NUMBA_*, OMP_*, ...
 variables it was started with: after an update, or with other such variables, commands run
 in their own process as before (start a new server). OOC_SVM_SERVER=0 bypasses it for one
-command. It exits after --idle-minutes without a command, or with `ooc-svm server stop`."""
+command. It exits after --idle-minutes without a command, or with `ooc-svm server stop`.
+
+Only this user's server is ever used: its socket folder ($XDG_RUNTIME_DIR/ooc-svm, else
+$TMPDIR/ooc-svm-UID) must be a real folder owned by you with mode 0700, and the server must
+run as you; otherwise commands run in their own process (-v says why) and `start` refuses.
+A command ends with its caller: killing the ooc-svm process (even with kill -9) kills it."""
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,14 +59,60 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run)
 
 
-def _alive(path: Path) -> dict | None:
-    """The pid file's content when the server of ``path`` runs, else None."""
+def _pid_file(path: Path) -> dict:
     try:
         info = json.loads(path.with_suffix(".pid").read_text())
-        os.kill(int(info["pid"]), 0)
-    except (OSError, ValueError, KeyError):
-        return None
-    return info if path.exists() else None
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _find(path: Path) -> tuple[dict | None, int | None]:
+    """The server listening at ``path``: ``({"pid": ..., pid file's fields}, pidfd)``, or
+    ``(None, None)`` when none answers. Its pid is the one the kernel reports for the
+    socket's listener (never the pid file's alone), and the pidfd, opened while connected,
+    names that process only: a signal sent through it can reach no other.
+
+    Raises
+    ------
+    PermissionError
+        The socket's folder, the socket or the server is not this user's.
+    """
+    try:
+        sock = server_link.connect_trusted(path, timeout=10.0)
+    except PermissionError:
+        raise
+    except OSError:  # no answer within the timeout (a server stopped with SIGSTOP, say)
+        return None, None
+    if sock is None:
+        return None, None
+    try:
+        pid, _ = server_link.peer_ids(sock)
+        try:
+            pidfd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # Linux before 5.3: the start time below
+            pidfd = None
+    finally:
+        sock.close()
+    info: dict = {"pid": pid}
+    recorded = _pid_file(path)
+    if recorded.get("pid") == pid:
+        start = recorded.get("start_ticks")
+        if start is not None and start != server_link.proc_start_time(pid):
+            if pidfd is not None:
+                os.close(pidfd)
+            return None, None  # it ended since: that pid is another process's now
+        info.update(recorded)
+    if pidfd is None and server_link.proc_start_time(pid) is None:
+        return None, None
+    return info, pidfd
+
+
+def _refused(e: OSError) -> str:
+    return (
+        f"{e}: not this user's, so not used (commands run in their own process); remove it, "
+        "or set XDG_RUNTIME_DIR to a private folder"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,11 +124,17 @@ def _start(path: Path, args: argparse.Namespace) -> int:
     if args.idle_minutes <= 0:
         print("ooc-svm server: error: --idle-minutes must be > 0", file=sys.stderr)
         return 1
-    if info := _alive(path):
+    try:
+        os.close(server_link.make_private_folder(path.parent))  # never someone else's folder
+        info, pidfd = _find(path)
+    except PermissionError as e:
+        print(f"ooc-svm server: error: {_refused(e)}", file=sys.stderr)
+        return 1
+    if pidfd is not None:
+        os.close(pidfd)
+    if info:
         print(f"ooc-svm server: already running (pid {info['pid']}, {path})")
         return 0
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
     # not ``-m``: the module runs under its own name (its logger's)
     code = "import sys; from ooc_svm.server.server import main; sys.exit(main())"
     cmd = [sys.executable, "-c", code, "--socket", str(path)]
@@ -86,7 +145,13 @@ def _start(path: Path, args: argparse.Namespace) -> int:
             env={**os.environ, "OOC_SVM_SERVER": "0"},
         )  # fmt: skip
     t0 = time.monotonic()
-    while not (path.exists() and _alive(path)):
+    while True:
+        if path.exists():
+            info, pidfd = _find(path)
+            if pidfd is not None:
+                os.close(pidfd)
+            if info and info["pid"] == proc.pid:
+                break
         if proc.poll() is not None:
             print(
                 f"ooc-svm server: error: the server ended at start-up (status "
@@ -107,37 +172,76 @@ def _start(path: Path, args: argparse.Namespace) -> int:
 
 
 def _stop(path: Path, args: argparse.Namespace) -> int:
-    info = _alive(path)
-    if info is None:
+    try:
+        info, pidfd = _find(path)
+    except PermissionError as e:
+        print(f"ooc-svm server: error: {_refused(e)}", file=sys.stderr)
+        return 1
+    if info is None:  # a pid file left by a killed server names nobody we may signal
         print("ooc-svm server: not running")
         return 0
     pid = int(info["pid"])
-    os.kill(pid, 15)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 30:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
+    try:
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+            gone = bool(select.select([pidfd], [], [], 30.0)[0])  # readable once it ended
+        else:
+            os.kill(pid, signal.SIGTERM)
+            gone = _gone_within(pid, info.get("start_ticks"), 30.0)
+    except ProcessLookupError:
+        gone = True
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+    if not gone:
+        print(
+            f"ooc-svm server: error: pid {pid} still runs 30 s after SIGTERM "
+            f"(stopped with SIGSTOP?); `kill -9 {pid}` ends it",
+            file=sys.stderr,
+        )
+        return 1
     print(f"ooc-svm server: stopped (pid {pid})")
     return 0
 
 
+def _gone_within(pid: int, start: int | None, seconds: float) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        now = server_link.proc_start_time(pid)
+        if now is None or (start is not None and now != start):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _status(path: Path, args: argparse.Namespace) -> int:
-    info = _alive(path)
+    try:
+        info, pidfd = _find(path)
+        problem = None
+    except PermissionError as e:
+        info, pidfd, problem = None, None, _refused(e)
+    if pidfd is not None:
+        os.close(pidfd)
     out = {"running": info is not None, "socket": str(path)}
-    if info:
+    if info and "started" in info:
         out.update(pid=info["pid"], up_s=round(time.time() - info["started"], 1))
         out["idle_minutes"] = info["idle_s"] / 60
+    elif info:
+        out["pid"] = info["pid"]
+    if problem:
+        out["problem"] = problem
     if args.json:
         print(json.dumps(out))
-    elif info:
+    elif info and "started" in info:
         print(
             f"ooc-svm server: running (pid {info['pid']}, up {out['up_s']:.0f} s, exits after "
             f"{out['idle_minutes']:g} idle minutes); socket {path}; log "
             f"{path.with_suffix('.log')}"
         )
+    elif info:
+        print(f"ooc-svm server: running (pid {info['pid']}); socket {path}")
+    elif problem:
+        print(f"ooc-svm server: not running: {problem}")
     else:
         print(f"ooc-svm server: not running (for this install and environment: {path})")
     return 0

@@ -34,7 +34,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         ),
     )
     p.add_argument("out", help="output file (SVMlight text), store (.zarr/.parquet/.pq) or '-'")
+    from ..store.backends import backend_names
+
     for flag, options in _OPTIONS:
+        if flag == "--format":  # text, or a store format of the registry
+            options = {**options, "choices": ["svmlight", *backend_names()]}
         p.add_argument(flag, **options)
     p.set_defaults(func=run)
 
@@ -77,7 +81,7 @@ _OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--score-noise", {"type": float, "default": None,
                        "help": "Gaussian noise added to the hidden score, in units of its sd "
                        "(default 0.01)"}),
-    ("--format", {"choices": ["svmlight", "zarr", "parquet"], "default": None,
+    ("--format", {"default": None,
                   "help": "output kind (default: from the suffix of OUT)"}),
     ("--store", {"action": "store_true",
                  "help": "write a store even without a .zarr/.parquet suffix (Zarr)"}),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING
 
 from .._util import json_text
 from .train_flags import (
+    _add_follow_flags,
     _add_output_flags,
     _add_run_flags,
     _add_sweep_flags,
@@ -46,7 +48,9 @@ examples:
   ooc-svm train --solver smo small.zarr -o m2 --kernel rbf --gamma 0.5 --C 10
   ooc-svm train --solver irwls a9a.zarr -o m3 --kernel rbf --working-set 150
   ooc-svm train --solver perf sector.zarr -o m4   # one-vs-rest, 105 classes
-  ooc-svm train --solver perf train.zarr -o m5 --config perf  # conf/perf.toml"""
+  ooc-svm train --solver perf train.zarr -o m5 --config perf  # conf/perf.toml
+  ooc-svm train train.zarr -o m6 --init m5   # warm, after `ingest --append`
+  ooc-svm train train.zarr -o m7 --follow    # refit after every append"""
 
 EPILOG = """\
 Output: progress on stderr (a bar with the stopping target on a terminal; one plain line
@@ -82,10 +86,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--solver",
         choices=solver_names(),
-        default="perf",
-        help="which solver (see above; default perf)",
+        default=None,
+        help="which solver (see above; default perf, or smo when --kernel is not linear)",
     )
     _add_run_flags(p)
+    _add_follow_flags(p)
     _add_output_flags(p)
     _add_sweep_flags(p)
     add_solver_flags(p, classes)
@@ -100,10 +105,13 @@ def run(args: argparse.Namespace) -> int:
     from ..api import SolverError, get_solver, train
     from ..progress import TrainProgress, progress_mode, stop_target
     from ..store import open_store
+    from ._common import apply_memory
     from ._startup import init_numba_target
 
     typed, params = solver_params_from_args(args)
     check_output(args.output, args.overwrite)
+    apply_memory(args)
+    check_follow(args)
     init_numba_target()
     if getattr(args, "c_values", None) is not None or args.validation or args.folds is not None:
         return run_sweep(args, typed)
@@ -116,12 +124,14 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     kind = store.meta.label_kind
     ovr = args.multiclass == "ovr" or (args.multiclass is None and kind == "multiclass")
+    spec = get_solver(args.solver)
     progress = TrainProgress(
         args.solver,
-        stop_target(args.solver, typed),
+        stop_target(spec, typed),
         progress_mode(args),
         n_classes=len(store.meta.labels or []) if ovr else None,
-        fused=hasattr(get_solver(args.solver), "solve_ovr"),
+        fused=spec.solve_ovr is not None,
+        record_labels=spec.record_labels,
     )
 
     history = None
@@ -148,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint=args.checkpoint,
             resume=args.resume,
             shard_cache_mb=args.shard_cache_mb,
+            scheduler_timeout=args.scheduler_timeout,
             probability=args.probability,
             probability_folds=args.probability_folds,
             params=typed,
@@ -165,6 +176,100 @@ def run(args: argparse.Namespace) -> int:
         print(json_text(summary))
     elif not getattr(args, "quiet", False):
         print(_summary_line(args, typed, result, summary))
+    if args.follow:
+        sys.stdout.flush()
+        return run_follow(args, typed, result.model)
+    return 0
+
+
+def check_follow(args: argparse.Namespace) -> None:
+    """``--follow`` trains one model again and again: refuse what does not fit it."""
+    from ..api import SolverError
+
+    if not args.follow:
+        for flag in ("follow_seconds", "max_refits"):
+            if getattr(args, flag) is not None:
+                raise SolverError(f"--{flag.replace('_', '-')} belongs to --follow")
+        return
+    clash = [
+        flag
+        for flag, on in (
+            ("--C with several values", isinstance(getattr(args, "C", None), list)),
+            ("--validation", args.validation is not None),
+            ("--folds", args.folds is not None),
+            ("--probability", args.probability),
+            ("--checkpoint", args.checkpoint is not None),
+            ("--resume", args.resume),
+        )
+        if on
+    ]
+    if clash:
+        raise SolverError(
+            f"--follow refits one model after every append; drop {', '.join(clash)} (train "
+            "once with them, then follow with --init MODEL)"
+        )
+    if args.follow_seconds is not None and not args.follow_seconds > 0:
+        raise SolverError(f"--follow-seconds must be positive (got {args.follow_seconds})")
+    if args.max_refits is not None and args.max_refits < 0:
+        raise SolverError(f"--max-refits must be >= 0 (got {args.max_refits})")
+
+
+def run_follow(args: argparse.Namespace, typed, model) -> int:
+    """After the first fit: refit warm after every append (:func:`ooc_svm.follow.follow`),
+    one line per refit on stderr (``--json``: one JSON object per refit on stdout)."""
+    from ..follow import follow
+    from ..progress import stop_target
+
+    name, target = stop_target(args.solver, typed)
+    quiet = getattr(args, "quiet", False)
+    if not quiet:
+        print(
+            f"follow: watching {args.store} every {args.follow_seconds or 5.0:g}s "
+            f"(Ctrl-C stops; {args.output} is always a complete model)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def on_refit(r) -> None:
+        if args.json:
+            print(
+                json_text(
+                    {
+                        "refit": r.index,
+                        "rows_added": r.rows_added,
+                        "n_rows": r.n_rows,
+                        "passes": r.passes,
+                        "seconds": r.seconds,
+                        "stop": {"name": name, "value": r.stop_value, "target": target},
+                        "converged": r.converged,
+                        "objective": r.result.objective,
+                        "model": args.output,
+                    }
+                ),
+                flush=True,
+            )
+        elif not quiet:
+            ok = "<=" if r.converged else "> (not converged)"
+            print(
+                f"follow: refit {r.index}: +{r.rows_added} rows ({r.n_rows} in all), "
+                f"{r.passes} passes, {r.seconds:.2f}s, {name} {r.stop_value:.3g} {ok} "
+                f"{target:g} -> {args.output}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        follow(
+            args.store, args.output, args.solver, typed, model,
+            scheduler=args.scheduler, shard_cache_mb=args.shard_cache_mb,
+            multiclass=args.multiclass,
+            poll_seconds=args.follow_seconds if args.follow_seconds is not None else 5.0,
+            max_refits=args.max_refits, on_refit=on_refit,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        if not quiet:
+            print(f"follow: stopped; {args.output} is the last complete model", file=sys.stderr)
+        raise
     return 0
 
 
@@ -179,6 +284,8 @@ def _summary_line(args, typed, result, summary: dict) -> str:
             status = f", not converged ({result.stop_reason or 'stopped early'})"
     pr = result.model.info.get("probability") if args.probability else None
     cv = f" (+ {pr['folds']} probability folds, {pr['passes']} passes)" if pr else ""
+    if typed.init is not None:
+        cv += f" (warm start from {typed.init})"
     return (
         f"{args.solver}: objective {obj if obj is None else f'{obj:.8g}'}, "
         f"{summary['iterations']} iterations, {summary['passes']} passes{cv}, "

@@ -5,6 +5,7 @@ the typed parameters back from the parsed arguments (:func:`solver_params_from_a
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ def _fmt(v) -> str:
 #: what "no value" means for parameters whose help text does not say it
 _NONE_MEANS = {
     "c_perf": "unset: --C is used",
-    "init": "unset: a cold start, alpha = 0",
+    "init": "unset: a cold start",
 }
 _DEFAULT_IN_HELP = re.compile(r"\s*(?:[;,.]\s*|\()[Dd]efault:?\s+(?P<what>[^()]*?)\)?\s*$")
 _METAVARS = {"C": "C", "class_weight": "SPEC", "init": "MODEL"}
@@ -143,6 +144,15 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         "scheduler address tcp://HOST:PORT / scheduler-file.json",
     )
     p.add_argument(
+        "--scheduler-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with a Dask scheduler address: seconds it may go without answering, when "
+        "connecting and while passes run (asked every few seconds), before the run stops "
+        "with an error (default $OOC_SVM_SCHEDULER_TIMEOUT, else 60)",
+    )
+    p.add_argument(
         "--shard-cache-mb",
         type=_cache_mb,
         default=None,
@@ -150,11 +160,15 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         metavar="MB|auto",
         help="keep up to this many MiB of decoded shards in memory between passes (per "
         "process; 0: off). Default $OOC_SVM_SHARD_CACHE_MB, else auto: at most half the "
-        "available memory (auto:SHARE for another share), at most 8 GiB, filled from the "
-        "second pass on, so a store that fits is read and decoded twice, not every pass. "
+        "memory budget (--memory-mb) the run leaves (auto:SHARE for another share), at "
+        "most 8 GiB, filled from the second pass on, so a store that fits is read and "
+        "decoded twice, not every pass. "
         "The process's peak memory grows with the store up to that cap (decoded CSR: ~8 "
         "bytes a non-zero); with 0 it stays flat as rows grow",
     )
+    from ._common import add_memory
+
+    add_memory(p)
     p.add_argument(
         "--config",
         default=None,
@@ -179,6 +193,34 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         "--resume",
         action="store_true",
         help="continue from the latest checkpoint in --checkpoint DIR (same parameters)",
+    )
+
+
+def _add_follow_flags(p: argparse.ArgumentParser) -> None:
+    """``--follow``: refit warm after every ``ingest --append``."""
+    g = p.add_argument_group(
+        "following a growing store (--follow)",
+        "After the first fit, watch STORE's metadata; each `ingest --append` (by another "
+        "process) triggers a warm refit from the last model (as --init) and an atomic "
+        "replacement of -o MODEL, with one line per refit (rows added, passes, seconds, "
+        "stopping value). Ctrl-C or SIGTERM stops it with the last complete model in place "
+        "(exit status 130 / 143); a store overwritten, shrunk or unreadable stops it with a "
+        "one-line reason (exit status 1).",
+    )
+    g.add_argument("--follow", action="store_true", help="keep refitting after appends")
+    g.add_argument(
+        "--follow-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds between two looks at the store's metadata (default 5)",
+    )
+    g.add_argument(
+        "--max-refits",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N refits (default: until interrupted)",
     )
 
 
@@ -266,6 +308,14 @@ def config_file(name: str) -> str:
     return str(shipped) if shipped.is_file() else name
 
 
+def shipped_configs() -> list[str]:
+    """Names of the parameter files shipped with the package (``--config NAME``)."""
+    from importlib.resources import files
+
+    conf = files("ooc_svm") / "conf"
+    return sorted(p.name[:-5] for p in conf.iterdir() if p.name.endswith(".toml"))
+
+
 def load_config(path: str, solver: str) -> dict:
     """Parameters from a TOML file: top-level keys, overridden by a ``[solver]`` table."""
     import tomllib
@@ -275,7 +325,10 @@ def load_config(path: str, solver: str) -> dict:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
     except FileNotFoundError:
-        raise OSError(f"{path}: config file not found") from None
+        raise OSError(
+            f"{path}: config file not found; give a TOML file or one of the shipped names "
+            f"({', '.join(shipped_configs())})"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise OSError(f"{path}: invalid TOML ({e})") from None
     out = {k.replace("-", "_"): v for k, v in doc.items() if not isinstance(v, dict)}
@@ -289,6 +342,15 @@ def solver_params_from_args(args: argparse.Namespace) -> tuple[SolverParams, dic
     on the command line. Raises SolverError (one line) on an unknown or invalid value."""
     from ..api import SolverError, flag_name, solver_catalogue
 
+    if args.solver is None:  # a kernel asks for a kernel solver (it took a second try)
+        kernel = getattr(args, "kernel", None) or "linear"
+        args.solver = "perf" if kernel == "linear" else "smo"
+        if args.solver == "smo":
+            logging.getLogger("ooc_svm").info(
+                "--kernel %s: training with --solver smo (LIBSVM's method; --solver "
+                "active-set scales to larger data)",
+                kernel,
+            )
     cls = solver_catalogue()[args.solver][0]
     given = {k: getattr(args, k) for k in args._param_names if getattr(args, k, None) is not None}
     if isinstance(given.get("C"), list):  # a C sweep: Params holds the smallest value

@@ -59,6 +59,8 @@ def json_summary(
     result: Any, solver: str, typed: Any, store: Store, output: str, store_path: str
 ) -> dict:
     """The ``train --json`` object: :data:`COMMON_JSON_KEYS` first, then the solver's extras."""
+    from ..api import get_solver
+
     extra = {_RENAMED.get(k, k): _plain(v) for k, v in result.to_json_dict(solver).items()}
     meta = store.meta
     model = result.model
@@ -84,7 +86,7 @@ def json_summary(
         "passes": extra.get("passes"),
         "seconds": extra.get("seconds"),
         "stop_value": extra.get("stop_value"),
-        "tolerance": getattr(typed, "eps", None) if solver == "perf" else typed.tol,
+        "tolerance": getattr(typed, get_solver(solver).tolerance, None),
         "converged": bool(result.converged),
         "stop_reason": None if result.converged else result.stop_reason,
         "n_sv": n_sv,
@@ -119,6 +121,7 @@ def run_sweep(args: argparse.Namespace, typed: SolverParams) -> int:
         metric=args.sweep_metric,
         scheduler=args.scheduler,
         shard_cache_mb=args.shard_cache_mb,
+        scheduler_timeout=args.scheduler_timeout,
         params=typed,
     )
     out.result.model.save(args.output)

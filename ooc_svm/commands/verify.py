@@ -104,5 +104,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"ooc-svm: {len(bad)} of {store.n_shards} shards damaged", file=sys.stderr)
         return 1
     if not (args.json or quiet):
-        print(f"{store.path}: {store.n_shards} shards, {store.meta.n_rows} rows, all checksums OK")
+        n, rows = store.n_shards, store.meta.n_rows
+        print(
+            f"{store.path}: {n} shard{'' if n == 1 else 's'}, {rows} row{'' if rows == 1 else 's'}"
+            ", all checksums OK"
+        )
     return 0

@@ -283,6 +283,15 @@ class Engine(abc.ABC):
         """Return the per-shard states, in the order of ``state.ids``, to the caller."""
         return list(state.items)
 
+    def memory_need(self, store: Store) -> int:
+        """Bytes this process holds for a pass over ``store`` whatever the caches (the
+        decoded shards in flight); the Dask engine's workers hold theirs."""
+        return 0
+
+    def release_buffers(self) -> None:
+        """Drop the free read buffers kept for the next shards of a pass (a caller that holds
+        the shards it has read and reads no more calls it; the next pass allocates again)."""
+
     def close(self) -> None:
         """Release threads / cluster connections."""
 

@@ -2,7 +2,7 @@
 
 A shard holds tens of millions of non-zeros when a store is written with the default shard
 size; parallel over shards only, a pass on a store of 6 shards keeps at most 6 cores busy,
-and the last shards of a pass run alone (issue 26: the serial tail). :class:`Blocked` makes
+and the last shards of a pass run alone (the serial tail). :class:`Blocked` makes
 a pass function's partial over a shard the reduction, in a fixed binary tree, of its
 partials over the shard's row blocks of about ``block_nnz`` non-zeros (:func:`row_blocks`:
 the boundaries depend on the shard alone, never on the number of threads).

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from .base import EngineError
 
 if TYPE_CHECKING:
     from distributed import Client
+
+    from ..store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,74 @@ class DaskConnection:
     _address: str
     _cluster: Any
     _client: Client | None
+    #: (workers, bytes each, threads each) of a local cluster sized from the memory budget
+    _worker_limit: tuple[int, int, int] | None = None
+    #: seconds the scheduler went without answering, once the watchdog gave up on it
+    _frozen: float | None = None
+    _watch_stop: threading.Event | None = None
+
+    def _start_watchdog(self, timeout: float) -> None:
+        """Ask the scheduler who it is every few seconds (a daemon thread); after
+        ``timeout`` seconds without an answer, record it in ``_frozen`` and close the
+        client, so that whatever waits on the cluster fails at once (the engine then says
+        why, see ``DaskEngine._lost_scheduler``)."""
+        stop = threading.Event()
+        self._watch_stop = stop
+        client = self._client
+        every = max(0.5, min(5.0, timeout / 2))
+
+        def watch() -> None:
+            while not stop.wait(every):
+                sched = None if client is None else client.scheduler
+                if client is None or sched is None or client.status != "running":
+                    return
+                try:
+                    client.sync(sched.identity, callback_timeout=timeout)
+                except Exception as e:
+                    if stop.is_set() or client.status != "running":
+                        return
+                    if not isinstance(e, TimeoutError):
+                        log.debug("scheduler watchdog: %r", e)
+                        continue  # a lost connection: the client notices by itself
+                    self._frozen = timeout
+                    log.debug("the scheduler did not answer within %g s: closing", timeout)
+                    try:
+                        client.close(timeout=min(timeout, 5.0))
+                    except Exception:  # pragma: no cover - best effort
+                        pass
+                    return
+
+        threading.Thread(target=watch, name="ooc-svm-scheduler-watchdog", daemon=True).start()
+
+    def memory_need(self, store: Store) -> int:
+        """Nothing in this process (the workers hold the decoded shards); but the workers of
+        a local cluster sized from the memory budget must hold a pass: their code, their
+        shard cache and, per worker thread, a decoded shard plus the reader's two free
+        buffers, below Dask's pause
+        threshold (80 % of a worker's limit). A store whose pass does not fit is refused
+        here, before any work, in one line naming the minimum."""
+        if self._worker_limit is None or not store.n_shards:
+            return 0
+        from ..memory_budget import CODE_MB, MemoryBudgetError, MiB
+        from .local import _decoded_bytes
+
+        workers, limit, threads = self._worker_limit
+        largest = max(_decoded_bytes(store, s) for s in range(store.n_shards))
+        # its decoded-shard cache: an automatic one takes at most a quarter of the limit
+        cache = int(getattr(self, "cache_bytes", 0) or 0)
+        cache = limit // 4 if cache < 0 else min(cache, limit)
+        need = int(CODE_MB * MiB) + (threads + 2) * largest + cache
+        if need > 0.8 * limit:
+            raise MemoryBudgetError(
+                f"--scheduler processes: each of the {workers} workers gets "
+                f"{limit / MiB:,.0f} MiB of the memory budget, but a pass over {store.path} "
+                f"needs about {need / 0.8 / MiB:,.0f} MiB in a worker (its code and "
+                f"{threads + 2} decoded shards of up to {largest / MiB:,.0f} MiB, its shard cache "
+                f"{cache / MiB:,.0f} MiB, under Dask's "
+                "80 % pause threshold): give more memory (--memory-mb, the container's limit), "
+                "fewer workers, a store of smaller shards, or use --scheduler local"
+            )
+        return 0
 
     def _connect(self, n_workers, threads_per_worker, timeout, memory_limit, cluster_kwargs):
         s = self.scheduler
@@ -46,6 +117,18 @@ class DaskConnection:
 
         address = self._scheduler_address(s)
         t0 = time.monotonic()
+        # a scheduler that accepts the connection but never answers (SIGSTOPped, hung) would
+        # keep Client() waiting for ever: ask it who it is first, within the timeout
+        try:
+            probe_scheduler(address, timeout)
+        except TimeoutError:
+            raise EngineError(
+                f"the Dask scheduler at {address} accepted the connection but did not answer "
+                f"within {timeout:g} s (stopped or hung?); check it, or give it longer with "
+                "--scheduler-timeout SECONDS"
+            ) from None
+        except Exception as e:  # refused, unreachable: Client() retries until the timeout
+            log.debug("probing %s: %r", address, e)
         try:
             self._client = Client(address, timeout=timeout)
         except Exception as e:
@@ -118,6 +201,21 @@ class DaskConnection:
             dashboard_address=None,
             silence_logs=logging.ERROR,
         )
+        if procs and memory_limit is None and "memory_limit" not in cluster_kwargs:
+            # the worker processes share this process's memory budget (the container's
+            # limit, or --memory-mb) with it: each worker and this process get one part
+            # (this one holds the solver's own state: its QP, selective's rows, the model);
+            # each worker's own budget honours its part
+            from ..memory_budget import current
+
+            budget = current()
+            workers = int(n_workers or (cores if procs else 1))
+            memory_limit = max(1, budget.free // (workers + 1))
+            budget.require(
+                "Dask workers", memory_limit * workers, "--scheduler processes",
+                "use --scheduler local (one process)",
+            )  # fmt: skip
+            self._worker_limit = (workers, memory_limit, int(threads_per_worker or 1))
         if memory_limit is not None:
             kw["memory_limit"] = memory_limit
         kw.update(cluster_kwargs)
@@ -189,6 +287,8 @@ class DaskConnection:
         kill them (Dask's default, 4 s, is short on a loaded machine: the kill is what
         prints "Worker process ... was killed by signal 9"), then the scheduler.
         """
+        if self._watch_stop is not None:
+            self._watch_stop.set()
         client, cluster = self._client, self._cluster
         self._client = self._cluster = None
         t0 = time.monotonic()
@@ -213,6 +313,21 @@ class DaskConnection:
             self.close()
         except Exception:
             pass
+
+
+async def _identity(address: str, timeout: float) -> dict:
+    from distributed.core import rpc
+
+    async with rpc(address, timeout=timeout) as r:
+        return await r.identity()
+
+
+def probe_scheduler(address: str, timeout: float) -> dict:
+    """The scheduler's ``identity`` over a fresh connection; ``TimeoutError`` when it does
+    not answer within ``timeout`` seconds (connection errors are raised as they are)."""
+    import asyncio
+
+    return asyncio.run(asyncio.wait_for(_identity(address, timeout), timeout))
 
 
 async def _stop_workers(cluster, timeout: float) -> None:

@@ -9,7 +9,10 @@
   --scheduler-file``).
 
 An unreachable scheduler raises :class:`~ooc_svm.engine.base.EngineError` after
-``connect_timeout`` seconds (a missing scheduler file at once) instead of hanging.
+``connect_timeout`` seconds (a missing scheduler file at once) instead of hanging; one that
+stops answering (SIGSTOPped, hung) while passes run is noticed by a watchdog that asks it
+every few seconds and gives up after ``scheduler_timeout`` seconds without an answer: the
+waiting call then raises one :class:`~ooc_svm.engine.base.EngineError` that says so.
 
 A ``processes`` cluster forks its workers from a fork server that imported Dask and this
 package once (see :mod:`ooc_svm.engine.dask_cluster`); :meth:`DaskEngine.close` closes the
@@ -88,6 +91,8 @@ from .dask_worker import (
     _worker_rss_kb,
     store_identity,
 )
+from .options import DEFAULT_SCHEDULER_TIMEOUT
+from .options import scheduler_timeout as scheduler_timeout_option
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -150,8 +155,13 @@ class DaskEngine(DaskConnection, Engine):
         Default 1 for ``processes``, the number of cores for ``threads``.
     cache_mb : float
         Decoded-shard cache per worker process, MiB (0 = none).
-    connect_timeout : float
-        Seconds to wait for an existing scheduler before raising :class:`EngineError`.
+    connect_timeout : float, optional
+        Seconds to wait for an existing scheduler before raising :class:`EngineError`
+        (default ``scheduler_timeout`` when that is given, else 15).
+    scheduler_timeout : float, optional
+        Seconds an existing scheduler may leave the watchdog's request unanswered while the
+        engine is open before the run stops with :class:`EngineError` (default
+        ``$OOC_SVM_SCHEDULER_TIMEOUT``, else 60).
     state_replicas : int
         Copies of every per-shard state kept on distinct workers (1 or 2).
     max_attempts : int
@@ -168,7 +178,8 @@ class DaskEngine(DaskConnection, Engine):
         n_workers: int | None = None,
         threads_per_worker: int | None = None,
         cache_mb: float = 0.0,
-        connect_timeout: float = 15.0,
+        connect_timeout: float | None = None,
+        scheduler_timeout: float | None = None,
         state_replicas: int = 2,
         max_attempts: int = 4,
         fast_read: bool = True,
@@ -206,7 +217,13 @@ class DaskEngine(DaskConnection, Engine):
             ) from None
         if n_threads is not None and threads_per_worker is None:
             threads_per_worker = n_threads
+        given = scheduler_timeout_option(scheduler_timeout)
+        self.scheduler_timeout = DEFAULT_SCHEDULER_TIMEOUT if given is None else given
+        if connect_timeout is None:
+            connect_timeout = 15.0 if given is None else given
         self._connect(n_workers, threads_per_worker, connect_timeout, memory_limit, cluster_kwargs)
+        if self.scheduler not in ("threads", "processes"):  # a cluster of its own is local
+            self._start_watchdog(self.scheduler_timeout)
 
     def worker_cache_stats(self) -> dict[str, dict[str, int]]:
         """Shard cache of every worker process: ``budget``, ``used`` (bytes), hits, misses."""
@@ -324,6 +341,13 @@ class DaskEngine(DaskConnection, Engine):
         return c is None or c.status != "running" or getattr(c, "scheduler", None) is None
 
     def _lost_scheduler(self, e: BaseException) -> EngineError:
+        if self._frozen is not None:
+            return EngineError(
+                f"the Dask scheduler at {self._address} did not answer for {self._frozen:g} s "
+                "(stopped, hung or overloaded?); gave up (--scheduler-timeout "
+                f"{self._frozen:g}); the cluster's state is lost: check the scheduler and run "
+                "again (a run with --checkpoint can --resume)"
+            )
         detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         return EngineError(
             f"lost the Dask scheduler at {self._address}: {detail[:200]}; the cluster's state "

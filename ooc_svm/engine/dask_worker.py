@@ -88,9 +88,11 @@ _W_AUTO: dict[float, int] = {}
 
 
 def _worker_auto_budget(share: float) -> int:
-    """Automatic cache budget of this worker process: SHARE of MemAvailable, at most the cap
-    and at most a quarter of the worker's Dask memory limit (so the cache never pushes a
-    worker towards Dask's spill / pause thresholds). Computed once per process."""
+    """Automatic cache budget of this worker process: SHARE of its memory budget
+    (:func:`ooc_svm.memory_budget.current`, measured in the worker: its container's limit and
+    its Dask memory limit among the others), at most the cap and at most a quarter of the
+    worker's Dask memory limit (so the cache never pushes a worker towards Dask's spill /
+    pause thresholds). Computed once per process."""
     if share not in _W_AUTO:
         limit = None
         try:

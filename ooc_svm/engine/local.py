@@ -26,6 +26,7 @@ cache or by a pass function that keeps it — keeps its buffers out of the pool)
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -37,6 +38,11 @@ from .blocks import Blocked
 from .reader import ShardCache, read_ahead, shard_files, shard_reader, store_token
 
 log = logging.getLogger(__name__)
+
+
+#: the share of the memory budget left (beyond the shard cache) the page cache of the shards
+#: read ahead may take, for a store that streams
+READAHEAD_SHARE = 0.25
 
 
 class LocalEngine(Engine):
@@ -100,8 +106,12 @@ class LocalEngine(Engine):
         self.readahead = max(0, int(window if readahead is None else readahead))
         spec = parse_cache_mb(cache_mb if cache_mb is not None else 0)
         self.auto_cache = isinstance(spec, str)
-        budget = auto_cache_bytes(spec) if isinstance(spec, str) else int(spec * 2**20)
-        self.cache = ShardCache(budget)
+        #: an automatic cache sizes itself on the first pass that reads (``_size_cache``),
+        #: once the run has claimed from the memory budget what it cannot do without
+        self._auto_spec = spec if isinstance(spec, str) else None
+        self.cache = ShardCache(0 if isinstance(spec, str) else int(spec * 2**20))
+        #: stores whose pages are dropped from the page cache once read (``_streams``)
+        self._stream: dict[str, bool] = {}
         self._seen: dict[str, set[int]] = {}  # shards read once per store (auto caches from then)
         self.passes = 0
         self.partial_passes = 0
@@ -131,6 +141,10 @@ class LocalEngine(Engine):
             state.check(ids)
         token = store_token(store) if read else ""  # the cache is used only when read
         reader = self._reader(store) if read else None
+        if reader is not None:
+            self._size_cache()
+            if self._streams(store, token):
+                reader = _dropping(reader, store)
         fill = self._fill_set(token, ids, read)
         run = self._run_threaded
         if len(ids) <= 1 or sum(int(store.meta.shards[s].nnz) for s in ids) <= self.inline_nnz:
@@ -141,6 +155,70 @@ class LocalEngine(Engine):
         else:
             self.partial_passes += 1
         return result
+
+    def memory_need(self, store) -> int:
+        """The decoded shards of a pass: ``n_threads + prefetch`` in flight (at most every
+        shard) plus the two the store's reader keeps as free buffers, each counted at the
+        largest shard's size."""
+        if not store.n_shards:
+            return 0
+        largest = max(_decoded_bytes(store, s) for s in range(store.n_shards))
+        return (min(self.n_threads + self.prefetch, store.n_shards) + 2) * largest
+
+    def _size_cache(self) -> None:
+        """Size an automatic cache (once): its share of the memory budget not claimed."""
+        if self._auto_spec is not None:
+            self.cache.resize(auto_cache_bytes(self._auto_spec))
+            log.debug("shard cache: %.0f MiB (auto)", self.cache.budget / 2**20)
+            self._auto_spec = None
+
+    def _streams(self, store, token: str) -> bool:
+        """Whether the files of this store's shards are dropped from the page cache once
+        read: when the part of the store the shard cache cannot hold is larger than the
+        memory budget left. Under a cgroup v1 limit the page cache counts, and cached pages
+        of a store that cannot stay cached anyway would push the process's own memory out
+        before the kernel reclaims them."""
+        hit = self._stream.get(token)
+        if hit is None:
+            from ..memory_budget import current
+
+            on_disk = sum(
+                os.path.getsize(f)
+                for s in range(store.n_shards)
+                for f in shard_files(store, s)
+                if os.path.isfile(f)
+            )
+            left = current().free - self.cache.budget
+            hit = bool(on_disk) and on_disk * (1.0 - self._cached_share(store)) > left
+            self._stream[token] = hit
+            if hit:
+                log.debug(
+                    "streaming %s: %.0f MiB on disk, its pages dropped once read", token,
+                    on_disk / 2**20,
+                )  # fmt: skip
+        return hit
+
+    def _readahead_for(self, store, token: str) -> int:
+        """Shards whose files are read ahead: ``readahead``, fewer for a store that streams
+        (:meth:`_streams`) when their page cache, which a cgroup v1 limit counts, would take
+        more than :data:`READAHEAD_SHARE` of the memory budget left (at least one)."""
+        if not self._stream.get(token):
+            return self.readahead
+        from ..memory_budget import current
+
+        largest = max(
+            (sum(os.path.getsize(f) for f in shard_files(store, s) if os.path.isfile(f))
+             for s in range(store.n_shards)),
+            default=0,
+        )  # fmt: skip
+        room = READAHEAD_SHARE * max(0, current().free - self.cache.budget)
+        fit = int(room // largest) if largest else self.readahead
+        return max(1, min(self.readahead, fit)) if self.readahead else 0
+
+    def _cached_share(self, store) -> float:
+        """The share of the store's decoded bytes the shard cache can hold."""
+        total = sum(_decoded_bytes(store, s) for s in range(store.n_shards))
+        return min(1.0, self.cache.budget / total) if total else 0.0
 
     def _max_reads(self, store, read: bool) -> int:
         """Shards read at a time: ``io_threads``, at most ``local_reads`` for a local store."""
@@ -205,6 +283,12 @@ class LocalEngine(Engine):
                 state.set(sid, st)
         return fold.result()
 
+    def release_buffers(self) -> None:
+        for rd in list(self._readers.values()):
+            pool = getattr(rd, "pool", None)
+            if pool is not None:
+                pool.clear()
+
     def close(self) -> None:
         c = self.cache
         if c.budget:
@@ -223,6 +307,28 @@ class LocalEngine(Engine):
         self.cache.clear()
 
 
+def _decoded_bytes(store, sid: int) -> int:
+    """Bytes of shard ``sid`` decoded: int32 columns and float32 values a non-zero, int64
+    row pointers, float64 labels (and int64 query ids)."""
+    meta = store.meta
+    sh = meta.shards[sid]
+    per_row = 16 if getattr(meta, "has_qid", False) else 8
+    return int(sh.nnz) * 8 + (int(sh.n_rows) + 1) * 8 + int(sh.n_rows) * per_row
+
+
+def _dropping(reader: Callable, store) -> Callable:
+    """``reader`` that drops a shard's files from the page cache once it is read."""
+    from ..memory_budget import drop_cache_of
+
+    def read(sid: int):
+        shard = reader(sid)
+        for f in shard_files(store, sid):
+            drop_cache_of(f)
+        return shard
+
+    return read
+
+
 class _ThreadedPass:
     """One pass of :meth:`LocalEngine._run_threaded`: shards read on the reader threads (or
     taken from the cache), computed on the compute threads, folded in shard order."""
@@ -236,7 +342,9 @@ class _ThreadedPass:
         self.max_reads = engine._max_reads(store, read)
         self.max_ahead = 2 * self.window + 2  # bound on partials waiting for an earlier shard
         self.hinted = 0  # shards [0, hinted) had their files read ahead
-        self.ahead = engine.readahead if read and shard_files(store, ids[0]) else 0
+        self.ahead = (
+            engine._readahead_for(store, token) if read and shard_files(store, ids[0]) else 0
+        )
         # a Blocked pass function: the row blocks of a shard run as separate tasks on all
         # compute threads and are reduced in the function's own fixed tree (same bits as
         # calling it on the whole shard)

@@ -24,6 +24,28 @@ DASK = "dask"
 BOTH = (LOCAL, DASK)
 
 
+#: seconds a Dask scheduler may go without answering before a run gives up
+DEFAULT_SCHEDULER_TIMEOUT = 60.0
+
+
+def scheduler_timeout(value: Any) -> float | None:
+    """A checked ``--scheduler-timeout`` (seconds > 0), else ``$OOC_SVM_SCHEDULER_TIMEOUT``,
+    else None (the engine's default, ``DEFAULT_SCHEDULER_TIMEOUT``)."""
+    where = "--scheduler-timeout"
+    if value is None:
+        value = os.environ.get("OOC_SVM_SCHEDULER_TIMEOUT", "").strip() or None
+        where = "$OOC_SVM_SCHEDULER_TIMEOUT"
+        if value is None:
+            return None
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        t = float("nan")
+    if not (t > 0 and t < float("inf")):
+        raise EngineError(f"{where} must be a number of seconds > 0 (got {value!r})")
+    return t
+
+
 def option(help: str, engines: tuple[str, ...] = BOTH) -> Any:
     """An engine option (default None: the engine's own default) with its help text and the
     engines that take it."""
@@ -48,6 +70,12 @@ class EngineOptions:
     n_workers: int | None = option("workers of a local cluster", (DASK,))
     threads_per_worker: int | None = option("threads of each worker", (DASK,))
     connect_timeout: float | None = option("seconds to reach a scheduler", (DASK,))
+    scheduler_timeout: float | None = option(
+        "seconds a Dask scheduler may leave a request unanswered (connecting, and checked "
+        "every few seconds while passes run) before the run stops with an error; default "
+        "$OOC_SVM_SCHEDULER_TIMEOUT, else 60",
+        (DASK,),
+    )
     state_replicas: int | None = option("copies of each shard's solver state (1 or 2)", (DASK,))
     max_attempts: int | None = option("tries of a task whose worker was lost", (DASK,))
     memory_limit: str | float | None = option("memory limit of each local worker", (DASK,))
@@ -69,6 +97,7 @@ class EngineOptions:
             except ValueError as e:
                 raise EngineError(f"--shard-cache-mb: {e}") from None
         object.__setattr__(self, "cache_mb", spec)
+        object.__setattr__(self, "scheduler_timeout", scheduler_timeout(self.scheduler_timeout))
 
     @classmethod
     def from_kwargs(cls, kind: str, **kwargs: Any) -> EngineOptions:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..store.backends import shard_suffixes
 from ..store.base import held_bytes
 from ..store.format import Shard
 
@@ -79,12 +80,23 @@ def shard_reader(store: Store, fast: bool = True) -> Callable[[int], Shard]:
     """
     if hasattr(store, "base") and hasattr(store, "transform"):
         base_read = shard_reader(store.base, fast=fast)
-        return lambda i: readonly(store.transform(base_read(i)))
+
+        def view_read(i: int) -> Shard:
+            return readonly(store.transform(base_read(i)))
+
+        view_read.pool = getattr(base_read, "pool", None)  # type: ignore[attr-defined]
+        return view_read
     make = getattr(store, "shard_reader", None)
     if make is None:  # a minimal store object (tests): read_shard only
         return lambda i: readonly(store.read_shard(i))
     read = make(fast=fast)
-    return lambda i: readonly(read(i))
+
+    def read_only(i: int) -> Shard:
+        return readonly(read(i))
+
+    # the reader's buffer pool, for Engine.release_buffers
+    read_only.pool = getattr(read, "pool", None)  # type: ignore[attr-defined]
+    return read_only
 
 
 def shard_files(store: Store, sid: int) -> list[str]:
@@ -100,7 +112,7 @@ def shard_files(store: Store, sid: int) -> list[str]:
     p = os.path.join(local_path(path), store.meta.shards[sid].name)
     if os.path.isdir(p):
         return [os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs]
-    return [p + ".parquet"] if os.path.isfile(p + ".parquet") else []
+    return [p + s for s in shard_suffixes() if s and os.path.isfile(p + s)][:1]
 
 
 def read_ahead(files: list[str]) -> None:

@@ -101,11 +101,12 @@ def evaluate_model(
     *,
     model_name: str | None = None,
     allow_wider: bool = False,
+    allow_narrower: bool = False,
 ) -> dict:
     """Stream ``store`` against ``model`` and return the metrics (see the module docstring).
 
-    ``allow_wider``: score a store with many more features than the model (see
-    :func:`~ooc_svm.scoring.check_width`).
+    ``allow_wider`` / ``allow_narrower``: score a store with many more / far fewer features
+    than the model (see :func:`~ooc_svm.scoring.check_width`).
 
     Raises
     ------
@@ -119,7 +120,12 @@ def evaluate_model(
     if kind == "real":
         raise SolverError(f"{store.path}: real-valued labels; evaluate needs classes or ranks")
     check_compatible(
-        model, meta, model_name or "the model", str(store.path), allow_wider=allow_wider
+        model,
+        meta,
+        model_name or "the model",
+        str(store.path),
+        allow_wider=allow_wider,
+        allow_narrower=allow_narrower,
     )
     mode, classes = _mode(model, kind)
     if plot and mode != "binary":  # the metrics are still computed and printed
@@ -131,7 +137,7 @@ def evaluate_model(
         return {"n": 0}
     qid = np.concatenate(part["qid"]) if "qid" in part else None
     if mode == "binary":
-        out = _binary_metrics(model, part, qid, k, plot, str(store.path))
+        out = _binary_metrics(model, part, qid, k)
     elif mode == "rank":
         s = np.concatenate(part["scores"])
         y = np.concatenate(part["y"])
@@ -142,23 +148,39 @@ def evaluate_model(
     out["label_kind"] = kind
     if is_ranking_model(model):
         out["threshold_trained"] = False
-    return M.json_safe(out)
+    out = M.json_safe(out)
+    if plot and mode == "binary":  # after the metrics: a plot that fails keeps them
+        from .reports import plot_roc_pr
+
+        s = np.concatenate(part["scores"])
+        t = np.concatenate(part["pos"])
+        try:
+            plot_roc_pr(s, t, plot, model.info.get("path"), str(store.path))
+        except OSError as e:
+            raise PlotError(
+                f"--plot {plot}: cannot write the figure ({e.strerror or e}); the metrics "
+                "above are complete",
+                out,
+            ) from None
+        log.info("wrote %s (ROC and precision-recall curves)", plot)
+    return out
 
 
-def _binary_metrics(
-    model: Model, part: dict, qid, k: int, plot: str | None, store_path: str
-) -> dict:
+class PlotError(OSError):
+    """``--plot`` could not be written; ``metrics`` holds the complete metrics."""
+
+    def __init__(self, message: str, metrics: dict) -> None:
+        super().__init__(message)
+        self.metrics = metrics
+
+
+def _binary_metrics(model: Model, part: dict, qid, k: int) -> dict:
     tp, fp, tn, fn = (int(v) for v in part["counts"])
     counts = {"n": tp + fp + tn + fn}
     counts.update(M.counts_metrics(tp, fp, tn, fn))
     s = np.concatenate(part["scores"])
     t = np.concatenate(part["pos"])
     free = {"prbep": M.prbep(t, s, True), "auc": M.roc_auc(t, s, True)}
-    if plot:
-        from .reports import plot_roc_pr
-
-        plot_roc_pr(s, t, plot, model.info.get("path"), store_path)
-        log.info("wrote %s (ROC and precision-recall curves)", plot)
     if qid is not None:
         free["pairwise_accuracy"] = M.pairwise_accuracy(t.astype(np.float64), s, qid)
         free[f"ndcg@{k}"] = M.ndcg_at_k(t.astype(np.float64), s, qid, k)
@@ -177,14 +199,16 @@ def evaluate_store(
     *,
     model_name: str | None = None,
     allow_wider: bool = False,
+    allow_narrower: bool = False,
 ) -> dict:
     """:func:`evaluate_model` on an engine made for ``scheduler`` (None: local default)."""
     from ..engine import make_engine
 
     with make_engine(scheduler) as engine:
         return evaluate_model(
-            model, store, engine, k, plot, model_name=model_name, allow_wider=allow_wider
-        )
+            model, store, engine, k, plot, model_name=model_name, allow_wider=allow_wider,
+            allow_narrower=allow_narrower,
+        )  # fmt: skip
 
 
-__all__ = ["evaluate_model", "evaluate_store"]
+__all__ = ["PlotError", "evaluate_model", "evaluate_store"]

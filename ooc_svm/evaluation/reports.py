@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
@@ -117,22 +118,40 @@ GAP_FLOOR = 1e-10
 MAX_CLASS_LINES = 8
 
 
-def _tolerance(header: dict) -> tuple[float | None, str]:
-    """The stopping tolerance of the run (header params, else the solver's default)."""
+@dataclass(frozen=True)
+class HistoryLabels:
+    """How a solver's history reads, from the solver's spec (:func:`ooc_svm.api.history_labels`;
+    this module sits below the solvers and names none): the parameter holding its stopping
+    tolerance and its default, the name of its recorded violation, whether the ``objective``
+    of its records is a primal value, and why a history may hold a single iteration. The
+    defaults read a history of unknown origin."""
+
+    tolerance: str = "tol"
+    tolerance_default: float | None = None
+    violation: str = "KKT violation"
+    primal_objective: bool = False
+    few_records_hint: str = ""
+
+
+#: how a history names its solver → how it reads (None: the defaults)
+LabelsFor = Callable[[str], "HistoryLabels | None"]
+
+
+def _labels(header: dict, labels_for: LabelsFor | None) -> HistoryLabels:
     solver = str(header.get("solver", "") or "")
+    found = labels_for(solver) if labels_for is not None and solver else None
+    return found or HistoryLabels()
+
+
+def _tolerance(header: dict, labels: HistoryLabels) -> tuple[float | None, str]:
+    """The stopping tolerance of the run (header params, else the solver's default)."""
     params = header.get("params") or {}
-    name = "eps" if solver == "perf" else "tol"
+    name = labels.tolerance
     for key in (name, "eps", "tol"):
         if params.get(key) is not None:
             return float(params[key]), key
-    try:
-        import importlib
-
-        mod = importlib.import_module(f"ooc_svm.solvers.{solver.replace('-', '_')}")
-        if name in mod.DEFAULTS:
-            return float(mod.DEFAULTS[name]), name
-    except (ImportError, AttributeError, ValueError, TypeError):
-        pass
+    if labels.tolerance_default is not None:
+        return float(labels.tolerance_default), name
     return None, name
 
 
@@ -266,7 +285,7 @@ def _draw_lines(axes, col: int, xkey: str, pn: _Panels) -> None:
             pn.floors[(1, col)] = min(pn.floors.get((1, col), np.inf), floor)
 
 
-def history_figure(path: str) -> Figure:
+def history_figure(path: str, labels_for: LabelsFor | None = None) -> Figure:
     """Build the convergence figure of a history file (matplotlib Figure, Agg backend).
 
     Layout: two rows — the certified gap (perf: primal − lower bound; dual solvers: primal
@@ -276,7 +295,8 @@ def history_figure(path: str) -> Figure:
     so instead of drawing a false panel. One-vs-rest histories get one line per class (at
     most :data:`MAX_CLASS_LINES`, else the worst class in colour and the others in grey).
     Values below a floor (gap: :data:`GAP_FLOOR` of the objective; violation: tolerance / 1000) are
-    drawn at the floor with a triangle marker, so nothing plunges to 1e-16.
+    drawn at the floor with a triangle marker, so nothing plunges to 1e-16. ``labels_for``
+    gives the :class:`HistoryLabels` of the solver the header names.
 
     Raises
     ------
@@ -285,28 +305,22 @@ def history_figure(path: str) -> Figure:
     """
     header, recs = _iteration_records(path)
     solver = str(header.get("solver", "") or "")
+    labels = _labels(header, labels_for)
     groups = _groups(recs)
     if groups and all(len(g) < 2 for _, g in groups):
-        hint = (
-            " (smo in memory records once per --checkpoint-every SMO steps: train again with "
-            "a smaller --checkpoint-every to record more)"
-            if solver == "smo"
-            else ""
-        )
+        hint = labels.few_records_hint
         raise HistoryError(
             f"{path}: one iteration recorded{' per class' if len(groups) > 1 else ''}; nothing "
             f"to plot{hint}"
         )
     plt = _pyplot()
-    tol, tol_name = _tolerance(header)
+    tol, tol_name = _tolerance(header, labels)
     gap_label = next(
         (lab for _, g in groups for gap, lab in [_certified_gap(g)] if gap is not None), ""
     )
     obj_key = "objective" if _has(recs, "objective") else "dual_objective"
     viol_key = "violation" if _has(recs, "violation") else "gap"
-    viol_label = (
-        "ξ violation of the most\nviolated constraint" if solver == "perf" else "KKT violation"
-    )
+    viol_label = labels.violation
     have_passes = _has(recs, "passes")
     pn = _Panels(groups, _worst_group(groups), obj_key, viol_key, tol, {})
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex="col", squeeze=False)
@@ -324,7 +338,7 @@ def history_figure(path: str) -> Figure:
             ax0.set_yscale("log")
             ax0.set_ylabel(gap_label)
         else:
-            ax0.set_ylabel(_objective_label(recs, obj_key, solver))
+            ax0.set_ylabel(_objective_label(recs, obj_key, labels.primal_objective))
         ax1.set_yscale("log")
         ax1.set_ylabel(viol_label)
         if tol:
@@ -361,11 +375,11 @@ def _grid_legend(ax) -> None:
         ax.legend(fontsize=8, loc="best")
 
 
-def _objective_label(recs: list[dict], key: str, solver: str) -> str:
+def _objective_label(recs: list[dict], key: str, primal: bool) -> str:
     """Axis label of an objective drawn as recorded (no bound to make a gap from)."""
     v = _series(recs, key)
     v = v[~np.isnan(v)]
-    if key == "dual_objective" or (solver != "perf" and v.size and np.all(v <= 0)):
+    if key == "dual_objective" or (not primal and v.size and np.all(v <= 0)):
         # dual solvers that record only ½αᵀQα − eᵀα (≤ 0) under "objective"
         return "dual objective ½αᵀQα − eᵀα\n(as recorded; no primal recorded)"
     return "primal objective\n(no lower bound recorded)"
@@ -384,11 +398,11 @@ def _log_line(ax, x, y, floor, style) -> None:
         ax.plot(x[low], yy[low], "v", color="k", ms=5, label=None if seen else label)
 
 
-def plot_history(path: str, out: str) -> None:
+def plot_history(path: str, out: str, labels_for: LabelsFor | None = None) -> None:
     """Write the convergence plot of a history file (see :func:`history_figure`) as PNG."""
     import matplotlib.pyplot as plt
 
-    fig = history_figure(path)
+    fig = history_figure(path, labels_for)
     try:
         parent = os.path.dirname(os.path.abspath(out))
         os.makedirs(parent, exist_ok=True)

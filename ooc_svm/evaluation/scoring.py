@@ -67,14 +67,16 @@ def check_compatible(
     *,
     labels_matter: bool = True,
     allow_wider: bool = False,
+    allow_narrower: bool = False,
 ) -> None:
     """Refuse a store whose task differs from the model's, or (``labels_matter``) whose labels
     share no value with the model's classes, or hashed unlike the model, or much wider than
     the model (:func:`check_width`, unless ``allow_wider``); warn when it has a few more
     features than the model.
 
-    A store with fewer features than the model is fine (LIBLINEAR's behaviour: a test split
-    that never uses the last features, as a9a.t vs a9a).
+    A store with a few fewer features than the model is fine (LIBLINEAR's behaviour: a test
+    split that never uses the last features, as a9a.t vs a9a); one with less than
+    ``1 - NARROWER_SHARE`` of the model's is refused unless ``allow_narrower``.
 
     Raises
     ------
@@ -105,20 +107,35 @@ def check_compatible(
         )
     if labels is not None:
         _check_labels(model, labels, classes, model_name, store_name, labels_matter)
-    check_width(model, meta, model_name, store_name, allow_wider=allow_wider)
+    check_width(
+        model, meta, model_name, store_name, allow_wider=allow_wider, allow_narrower=allow_narrower
+    )
 
 
 #: ``check_compatible`` refuses a store with more than this share of columns beyond the
 #: model's width (without ``allow_wider``)
 WIDER_SHARE = 0.10
+#: ``check_compatible`` refuses a store with fewer than ``1 - NARROWER_SHARE`` of the
+#: model's columns (without ``allow_narrower``): a test split that never uses the last few
+#: features is a little narrower (a9a.t: 122 of a9a's 123), another feature space can be
+#: much narrower (a9a's 123 under w8a's 300-feature model scored silently, AUC 0.34)
+NARROWER_SHARE = 0.5
 
 
 def check_width(
-    model: Model, meta: StoreMeta, model_name: str, store_name: str, *, allow_wider: bool = False
+    model: Model,
+    meta: StoreMeta,
+    model_name: str,
+    store_name: str,
+    *,
+    allow_wider: bool = False,
+    allow_narrower: bool = False,
 ) -> None:
     """Refuse a store hashed unlike the model, or (unless ``allow_wider``) much wider than
     the model: more than :data:`WIDER_SHARE` more columns (another feature space, such as an
-    a9a model on w8a); warn when it is a little wider (those columns weigh 0)."""
+    a9a model on w8a); warn when it is a little wider (those columns weigh 0). Refuse one
+    (unless ``allow_narrower``) with fewer than ``1 - NARROWER_SHARE`` of the model's
+    columns (such as a w8a model on a9a)."""
     from ..store.format import hashing_label, same_hashing
 
     mh, sh = model_hashing(model, model_name), getattr(meta, "hashing", None)
@@ -129,6 +146,12 @@ def check_width(
             + (f"with --hash-bits {mh['bits']}" if mh else "without --hash-bits")
         )
     nf, mf = int(meta.n_features), int(model.n_features)
+    if nf < mf * (1.0 - NARROWER_SHARE) and not allow_narrower:
+        raise MismatchError(
+            f"{store_name} has {nf:,} features, {model_name} was trained on {mf:,} "
+            f"({(mf - nf) / max(mf, 1):.0%} fewer): is it from another feature space? Pass "
+            f"--allow-narrower to score it anyway (or ingest it with --n-features {mf})"
+        )
     if nf <= mf:
         return
     if nf > mf * (1.0 + WIDER_SHARE) and not allow_wider:

@@ -5,8 +5,8 @@ run them on several shards at once without the GIL. Conventions:
 
 - ``indptr`` is int64, ``data`` float32 (or float64), dense vectors are float64;
 - ``indices`` are passed as a **uint32 view** of the stored int32 (:func:`u32`), which lets
-  numba drop the negative-index wrap-around check in the inner loop (about 2x faster
-  measured on this machine, see DESIGN.md);
+  numba drop the negative-index wrap-around check in the inner loop (about 2x faster,
+  measured);
 - outputs are written into caller-provided arrays (``out``, ``g``, ...) and also returned;
 - accumulation is always in float64 and in row order, so a kernel gives bit-identical
   results for the same rows whatever engine or thread runs it.

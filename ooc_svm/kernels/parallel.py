@@ -132,9 +132,19 @@ def _block_chunk(
         for i in range(na):
             scatter_row(a_indptr, a_indices, a_data, i, work)
             sqi = a_sq[i]
-            for j in range(j0, j1):
-                d = gather_dot(b_indptr, b_indices, b_data, j, work)
-                out[i, j] = kernel_from_dot(code, d, sqi, b_sq[j], gamma, degree, coef0)
+            j = j0
+            while j + 4 <= j1:
+                d0, d1, d2, d3 = gather_dot4(
+                    b_indptr, b_indices, b_data, j, j + 1, j + 2, j + 3, work
+                )
+                out[i, j] = kernel_from_dot(code, d0, sqi, b_sq[j], gamma, degree, coef0)
+                out[i, j + 1] = kernel_from_dot(code, d1, sqi, b_sq[j + 1], gamma, degree, coef0)
+                out[i, j + 2] = kernel_from_dot(code, d2, sqi, b_sq[j + 2], gamma, degree, coef0)
+                out[i, j + 3] = kernel_from_dot(code, d3, sqi, b_sq[j + 3], gamma, degree, coef0)
+                j += 4
+            for r in range(j, j1):
+                d = gather_dot(b_indptr, b_indices, b_data, r, work)
+                out[i, r] = kernel_from_dot(code, d, sqi, b_sq[r], gamma, degree, coef0)
             clear_row(a_indptr, a_indices, i, work)
     else:
         for i in range(na):
@@ -173,6 +183,35 @@ def kernel_block_par(
 
 
 @njit(cache=True, nogil=True)
+def gather_dot4(indptr, indices, data, k0, k1, k2, k3, work):
+    """:func:`~.kernel_functions.gather_dot` of four rows at once: each row's sum in its own
+    order (the same values bit for bit), the four dependency chains interleaved so the
+    additions' latency overlaps (about twice the throughput of four separate calls)."""
+    a0, a1, a2, a3 = indptr[k0], indptr[k1], indptr[k2], indptr[k3]
+    l0, l1 = indptr[k0 + 1] - a0, indptr[k1 + 1] - a1
+    l2, l3 = indptr[k2 + 1] - a2, indptr[k3 + 1] - a3
+    m = min(min(l0, l1), min(l2, l3))
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    for j in range(m):
+        s0 += float(data[a0 + j]) * work[indices[a0 + j]]
+        s1 += float(data[a1 + j]) * work[indices[a1 + j]]
+        s2 += float(data[a2 + j]) * work[indices[a2 + j]]
+        s3 += float(data[a3 + j]) * work[indices[a3 + j]]
+    for j in range(m, l0):
+        s0 += float(data[a0 + j]) * work[indices[a0 + j]]
+    for j in range(m, l1):
+        s1 += float(data[a1 + j]) * work[indices[a1 + j]]
+    for j in range(m, l2):
+        s2 += float(data[a2 + j]) * work[indices[a2 + j]]
+    for j in range(m, l3):
+        s3 += float(data[a3 + j]) * work[indices[a3 + j]]
+    return s0, s1, s2, s3
+
+
+@njit(cache=True, nogil=True)
 def _column_chunk(i, t0, t1, order, X, kp, col, with_y, width):
     indptr, indices, data, sq, y = X
     code, gamma, degree, coef0 = kp
@@ -181,8 +220,21 @@ def _column_chunk(i, t0, t1, order, X, kp, col, with_y, width):
     if width <= WORK_MAX:
         work = np.zeros(max(width, 1))
         scatter_row(indptr, indices, data, i, work)
-        for t in range(t0, t1):
-            k = order[t]
+        t = t0
+        while t + 4 <= t1:
+            k0, k1, k2, k3 = order[t], order[t + 1], order[t + 2], order[t + 3]
+            d0, d1, d2, d3 = gather_dot4(indptr, indices, data, k0, k1, k2, k3, work)
+            v0 = kernel_from_dot(code, d0, sqi, sq[k0], gamma, degree, coef0)
+            v1 = kernel_from_dot(code, d1, sqi, sq[k1], gamma, degree, coef0)
+            v2 = kernel_from_dot(code, d2, sqi, sq[k2], gamma, degree, coef0)
+            v3 = kernel_from_dot(code, d3, sqi, sq[k3], gamma, degree, coef0)
+            col[k0] = yi * y[k0] * v0 if with_y else v0
+            col[k1] = yi * y[k1] * v1 if with_y else v1
+            col[k2] = yi * y[k2] * v2 if with_y else v2
+            col[k3] = yi * y[k3] * v3 if with_y else v3
+            t += 4
+        for r in range(t, t1):
+            k = order[r]
             d = gather_dot(indptr, indices, data, k, work)
             v = kernel_from_dot(code, d, sqi, sq[k], gamma, degree, coef0)
             col[k] = yi * y[k] * v if with_y else v

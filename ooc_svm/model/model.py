@@ -88,6 +88,14 @@ class Model:
     probA_: np.ndarray | None = None
     probB_: np.ndarray | None = None
     probability_method: str | None = None
+    #: perf: the α-weighted mean of the last working set's cutting planes over the features
+    #: and the bias entry (one row per class for one-vs-rest), which a later training on the
+    #: grown store starts from (:mod:`ooc_svm.solvers.warm`); None for other models
+    warm_cut_: np.ndarray | None = None
+    #: perf: the points its last active cutting planes were computed at (rows over the
+    #: features and the bias entry; one-vs-rest: the classes' rows one after the other,
+    #: ``info["warm_points_per_class"]`` of them each), re-evaluated by a warm start
+    warm_points_: np.ndarray | None = None
 
     # -- probabilities --------------------------------------------------------------------
     def set_probability(self, probA: ArrayLike, probB: ArrayLike) -> None:
@@ -168,7 +176,11 @@ class Model:
             arrays["dual_coef"] = np.asarray(self.dual_coef_, dtype=np.float64)
         if self.support_ is not None:
             arrays["support"] = np.asarray(self.support_, dtype=np.int64)
-        for name in ("coef", "intercept", "sv_data", "dual_coef"):
+        if self.warm_cut_ is not None and self.kind == "linear":
+            arrays["warm_cut"] = np.asarray(self.warm_cut_, dtype=np.float64)
+        if self.warm_points_ is not None and self.kind == "linear":
+            arrays["warm_points"] = np.asarray(self.warm_points_, dtype=np.float32)
+        for name in ("coef", "intercept", "sv_data", "dual_coef", "warm_cut", "warm_points"):
             if name in arrays and not np.all(np.isfinite(arrays[name])):
                 # load_model refuses it: never write a model that cannot be read back
                 raise ModelError(
@@ -283,6 +295,8 @@ def load_model(path: str) -> Model:
         degree=m["degree"],
         coef0=m["coef0"],
         info=dict(m["info"]),
+        warm_cut_=a["warm_cut"],
+        warm_points_=a["warm_points"],
     )
     if model.kind == "ovo":
         validate_ovo(model, path)

@@ -28,7 +28,19 @@ class ModelError(Exception):
 # --------------------------------------------------------------------------------------------
 
 #: arrays a model may hold (``arrays.npz`` members, without ``.npy``)
-_ARRAY_NAMES = ("coef", "intercept", "sv_indptr", "sv_indices", "sv_data", "dual_coef", "support")
+_ARRAY_NAMES = (
+    "coef",
+    "intercept",
+    "sv_indptr",
+    "sv_indices",
+    "sv_data",
+    "dual_coef",
+    "support",
+    "warm_cut",
+    "warm_points",
+)
+#: perf models keep at most this many points of cutting planes per class (warm starts)
+WARM_POINTS_MAX = 32
 #: largest model.json read (bytes)
 MAX_META_BYTES = 64 << 20
 #: largest declared (uncompressed) size of all arrays together (bytes)
@@ -65,6 +77,8 @@ def _size_bounds(m: dict) -> dict[str, int]:
         "sv_data": 16 * n_sv * nf + hdr,
         "dual_coef": 16 * k * n_sv + hdr,
         "support": 16 * n_sv + hdr,
+        "warm_cut": 16 * k * (nf + 1) + hdr,
+        "warm_points": 16 * WARM_POINTS_MAX * k * (nf + 1) + hdr,
     }
 
 
@@ -258,6 +272,23 @@ def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
     if b.shape[0] != n_out:
         raise _fail(where, "intercept", f"has {b.shape[0]} values; expected {n_out}")
     out["intercept"] = float(b[0]) if m["scalar"] else b
+    out["warm_cut"] = None
+    if "warm_cut" in arrays:  # perf's aggregated cutting plane (warm starts)
+        wc = _real_array(where, arrays, "warm_cut", (1,) if m["scalar"] else (2,))
+        want_wc = (nf + 1,) if m["scalar"] else (k, nf + 1)
+        if m["kind"] != "linear" or wc.shape != want_wc:
+            raise _fail(where, "warm_cut", f"has shape {wc.shape}; expected {want_wc}")
+        out["warm_cut"] = wc
+    out["warm_points"] = None
+    if "warm_points" in arrays:  # perf: the points of its last planes (warm starts)
+        wp = _real_array(where, arrays, "warm_points", (2,))
+        if m["kind"] != "linear" or wp.shape[1] != nf + 1 or wp.shape[0] > WARM_POINTS_MAX * k:
+            raise _fail(
+                where,
+                "warm_points",
+                f"has shape {wp.shape}; expected (<= {WARM_POINTS_MAX * k}, {nf + 1})",
+            )
+        out["warm_points"] = wp
     if m["kind"] == "linear":
         coef = _real_array(where, arrays, "coef", (1,) if m["scalar"] else (2,))
         want = (nf,) if m["scalar"] else (k, nf)

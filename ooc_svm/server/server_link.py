@@ -1,7 +1,7 @@
 """The ``ooc-svm`` process's link to a warm server (``ooc-svm server start``).
 
 A command line pays ~0.5 s of start-up before its first shard is read: numpy, numba and zarr
-imports, numba's CPU target, loading the cached kernels (issue 26, goal 4: on a9a that is
+imports, numba's CPU target, loading the cached kernels (on a9a that is
 three times LIBLINEAR's whole run). A warm server has done all of that once; for each
 command it forks a copy of itself, which runs the command with this process's arguments,
 working directory, environment, standard input/output/error (the descriptors themselves,
@@ -13,17 +13,32 @@ A server serves one install, one set of source files and one set of the environm
 variables read when numba, OpenMP or BLAS load (``NUMBA_*``, ``OMP_*``, ...): its socket is
 named after all three, so a changed checkout or a different ``NUMBA_NUM_THREADS`` finds no
 server and runs in this process as before. ``OOC_SVM_SERVER=0`` runs in this process
-whatever runs. Only the user who started a server can use it (the socket's folder is
-private to the user, and the server checks the peer's uid).
+whatever runs.
+
+Trust, both ways: a command (its arguments, environment and standard streams) goes only to a
+server that is provably this user's. The socket's folder must be a real folder (not a
+symbolic link), owned by this uid, mode 0700, and the socket in it owned by this uid; after
+connecting, the server's uid (``SO_PEERCRED``) must be this uid, checked before a byte is
+sent. Anything else (a folder another user made first in a shared ``/tmp``, say) is not
+used: the command runs in this process (``-v`` says why). The server checks the client's
+uid the same way.
+
+The protocol: the request (with descriptors 0-2 attached), the command process's pid back,
+a "go" from this process, and the exit status. The command starts only on "go", so until
+then this process may still run it itself (nothing ran in the server); after it, the
+command belongs to this process: the server kills it when this process goes away (even
+by SIGKILL), and the status is the command's.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import signal
 import socket
+import stat
 import struct
 import sys
 import tempfile
@@ -55,9 +70,12 @@ def server_key() -> str:
     root = Path(__file__).resolve().parents[1]
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{root}\n{_numba_cache.sources_key(root)}\n{sys.executable}\n".encode())
+    # arguments, paths and environment are decoded with it (a server started under another
+    # locale would read the same bytes as other names)
+    h.update(f"{sys.getfilesystemencoding()}:{sys.getfilesystemencodeerrors()}\n".encode())
     for k in sorted(os.environ):
         if k.startswith(_STARTUP_ENV):
-            h.update(f"{k}={os.environ[k]}\n".encode())
+            h.update(os.fsencode(f"{k}={os.environ[k]}\n"))
     return h.hexdigest()
 
 
@@ -66,8 +84,10 @@ def socket_path(key: str | None = None) -> Path:
 
 
 def send_message(sock: socket.socket, obj: dict, fds: list[int] | None = None) -> None:
-    """One length-prefixed JSON message, with descriptors attached when given."""
-    data = json.dumps(obj).encode()
+    """One length-prefixed JSON message, with descriptors attached when given. JSON's
+    ``\\u`` escapes carry every string as it is, lone surrogates included (the
+    ``surrogateescape`` form of arguments, paths and environment values that are not UTF-8)."""
+    data = json.dumps(obj, ensure_ascii=True).encode("ascii")
     head = struct.pack("!I", len(data))
     if fds:
         socket.send_fds(sock, [head + data], fds)
@@ -75,22 +95,225 @@ def send_message(sock: socket.socket, obj: dict, fds: list[int] | None = None) -
         sock.sendall(head + data)
 
 
-def recv_message(sock: socket.socket, maxfds: int = 0) -> tuple[dict, list[int]]:
-    """The message :func:`send_message` sent and the descriptors attached to it."""
-    if maxfds:
-        buf, fds, _, _ = socket.recv_fds(sock, 1 << 16, maxfds)
-    else:
-        buf, fds = sock.recv(1 << 16), []
-    if len(buf) < 4:
-        raise ConnectionError("short message")
-    (n,) = struct.unpack("!I", buf[:4])
-    buf = buf[4:]
+#: the longest message accepted (a request is the environment and arguments: kilobytes)
+MAX_MESSAGE = 64 << 20
+
+
+def _recv_exact(sock: socket.socket, n: int, maxfds: int = 0) -> tuple[bytes, list[int]]:
+    """Exactly ``n`` bytes, and the descriptors attached to them: never a byte of the next
+    message (two messages often arrive in one segment)."""
+    buf = bytearray()
+    fds: list[int] = []
     while len(buf) < n:
-        more = sock.recv(n - len(buf))
-        if not more:
-            raise ConnectionError("message cut short")
-        buf += more
-    return json.loads(buf[:n]), list(fds)
+        if maxfds and not fds:
+            data, got, _, _ = socket.recv_fds(sock, n - len(buf), maxfds)
+            fds += got
+        else:
+            data = sock.recv(n - len(buf))
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            raise ConnectionError("connection closed" if not buf else "message cut short")
+        buf += data
+    return bytes(buf), fds
+
+
+def recv_message(sock: socket.socket, maxfds: int = 0) -> tuple[dict, list[int]]:
+    """The next message :func:`send_message` sent and the descriptors attached to it.
+
+    Raises
+    ------
+    ConnectionError
+        The peer closed the connection (before or within the message), or sent a length no
+        message has.
+    """
+    head, fds = _recv_exact(sock, 4, maxfds)
+    (n,) = struct.unpack("!I", head)
+    if n > MAX_MESSAGE:
+        for fd in fds:
+            os.close(fd)
+        raise ConnectionError(f"message of {n} bytes")
+    try:
+        data, more = _recv_exact(sock, n, maxfds - len(fds) if maxfds else 0)
+        obj = json.loads(data)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return obj, fds + more
+
+
+# private folders: the sockets' (and numba's cache without a home folder)
+
+#: open a folder itself, never what a symbolic link in its place points to
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def private_folder_problem(st: os.stat_result) -> str | None:
+    """Why a folder with status ``st`` is not private to this process's user, or None when
+    it is: a folder owned by this uid that no other user can read, write or enter."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & 0o077:
+        return f"mode {stat.S_IMODE(st.st_mode):04o}: other users can use it (not 0700)"
+    return None
+
+
+def _open_folder(path: str | os.PathLike) -> int:
+    try:
+        return os.open(path, _FOLDER_FLAGS)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):  # O_NOFOLLOW on a link, or a file
+            raise PermissionError(f"{path}: a symbolic link or not a folder") from None
+        raise
+
+
+def open_private_folder(path: str | os.PathLike) -> int:
+    """A descriptor of the folder ``path`` once it is known to be private to this user: not
+    a symbolic link, owned by this uid, mode 0700 (checked on the open descriptor, so the
+    folder cannot be swapped between the check and its use).
+
+    Raises
+    ------
+    FileNotFoundError
+        There is no such folder.
+    PermissionError
+        It is not private (the message says why); nothing in it can be trusted.
+    """
+    fd = _open_folder(path)
+    problem = private_folder_problem(os.fstat(fd))
+    if problem:
+        os.close(fd)
+        raise PermissionError(f"{path}: {problem}")
+    return fd
+
+
+def make_private_folder(path: str | os.PathLike) -> int:
+    """Create the folder ``path`` with mode 0700, or take it when it already is this user's;
+    a descriptor of it. A folder of this user that others can use is made 0700, and what
+    others may have put in it meanwhile is removed (symbolic links, entries of other users,
+    files with other hard links: a pid file written through a planted link would overwrite
+    its target); a symbolic link, a file, or a folder of another user is refused (never
+    changed).
+
+    Raises
+    ------
+    PermissionError
+        ``path`` is another user's, a symbolic link or not a folder (the message says which).
+    """
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    fd = _open_folder(path)
+    st = os.fstat(fd)
+    problem = private_folder_problem(st)
+    if problem and (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()):
+        os.close(fd)
+        raise PermissionError(f"{path}: {problem}")
+    if problem:  # ours, but open to others: closed, then cleared of what others put there
+        os.fchmod(fd, 0o700)
+        _remove_foreign(fd)
+    return fd
+
+
+def _remove_foreign(fd: int) -> None:
+    """Remove the entries of the folder open as ``fd`` that this user did not make: symbolic
+    links, entries owned by another uid, regular files with more than one link."""
+    import shutil
+
+    for name in os.listdir(fd):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        mode = st.st_mode
+        if not (
+            stat.S_ISLNK(mode)
+            or st.st_uid != os.getuid()
+            or (stat.S_ISREG(mode) and st.st_nlink > 1)
+        ):
+            continue
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(name, dir_fd=fd)
+        else:
+            os.unlink(name, dir_fd=fd)
+
+
+def proc_start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/PID/stat``), or None
+    where it cannot be read: with the pid, it names one process, never a later one that
+    reuses the pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2 :].split()[19])  # field 22, after "comm"
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def peer_ids(sock: socket.socket) -> tuple[int, int]:
+    """The (pid, uid) of the process at the other end of a connected Unix socket, as the
+    kernel recorded them (``SO_PEERCRED``: when it connected, or listened)."""
+    fmt = "3i"
+    pid, uid, _ = struct.unpack(
+        fmt, sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(fmt))
+    )
+    return pid, uid
+
+
+def _in_folder(fd: int, folder: Path, name: str) -> str:
+    """A path to ``name`` in the folder open as ``fd``: through the descriptor (the folder
+    that was checked, whatever happens to its path since; and short enough for a socket
+    address) where ``/proc`` allows, else through its path."""
+    via = f"/proc/self/fd/{fd}/{name}"
+    if len(via) < 100 and os.path.isdir(f"/proc/self/fd/{fd}"):
+        return via
+    return str(folder / name)
+
+
+def connect_trusted(path: Path, timeout: float) -> socket.socket | None:
+    """A connection to the server socket ``path`` when it is provably this user's: its
+    folder private (:func:`open_private_folder`), the socket owned by this
+    uid, and the server's uid, read from the connection before anything is sent, this uid.
+    None when there is no server there (no folder, no socket, nobody listening).
+
+    Raises
+    ------
+    PermissionError
+        Something there is not this user's: nothing may be sent (the message says what).
+    """
+    if not hasattr(socket, "SO_PEERCRED"):  # cannot tell whose server it is
+        raise PermissionError("this system cannot tell a server's user (no SO_PEERCRED)")
+    try:
+        dfd = open_private_folder(path.parent)
+    except FileNotFoundError:  # no server was ever started
+        return None
+    try:
+        try:
+            st = os.stat(path.name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+            what = f"owned by uid {st.st_uid}" if stat.S_ISSOCK(st.st_mode) else "not a socket"
+            raise PermissionError(f"{path}: {what}")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(_in_folder(dfd, path.parent, path.name))
+            _, uid = peer_ids(sock)
+            if uid != os.getuid():
+                raise PermissionError(f"{path}: the server runs as uid {uid}, not {os.getuid()}")
+        except (ConnectionRefusedError, FileNotFoundError):  # a stale socket
+            sock.close()
+            return None
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    finally:
+        os.close(dfd)
 
 
 def _request(argv: list[str]) -> dict:
@@ -110,21 +333,39 @@ def _request(argv: list[str]) -> dict:
         "affinity": sorted(os.sched_getaffinity(0)),
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "limits": limits,
+        # how this process's standard streams encode: the command's are made the same
+        "stdio": [
+            [getattr(f, "encoding", None), getattr(f, "errors", None)]
+            for f in (sys.stdin, sys.stdout, sys.stderr)
+        ],
     }
+
+
+def _interrupted() -> int:
+    print("ooc-svm: interrupted", file=sys.stderr)
+    return 130
+
+
+def _verbose(argv: list[str]) -> bool:
+    """Whether ``-v`` / ``--verbose`` is among the options."""
+    for a in argv:
+        if a == "--":
+            break
+        if a == "--verbose" or (len(a) > 1 and a[0] == "-" and set(a[1:]) == {"v"}):
+            return True
+    return False
 
 
 def forward(argv: list[str]) -> int | None:
     """Run ``ooc-svm ARGV`` in a warm server when one serves this process; its exit status,
-    or None when there is none (or it cannot take the command): then run it here."""
+    or None when there is none (or it cannot take the command, or it is not provably this
+    user's): then run it here."""
     if os.environ.get("OOC_SVM_SERVER", "1") == "0" or not argv:
         return None
     command = next((a for a in argv if not a.startswith("-")), None)
     if command is None or command in _LOCAL:
         return None
-    if not socket_dir().is_dir():  # no server was ever started: the common case, one stat
-        return None
-    path = socket_path()
-    if not path.exists():
+    if not os.path.lexists(socket_dir()):  # no server was ever started: the common case
         return None
     try:
         for fd in (0, 1, 2):
@@ -133,20 +374,30 @@ def forward(argv: list[str]) -> int | None:
         return None
     relay = _Relay()  # from the connection on: a Ctrl-C is never lost or half-handled
     old = relay.install()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = None
     try:
-        sock.settimeout(HANDSHAKE_S)
-        sock.connect(str(path))
+        sock = connect_trusted(socket_path(), HANDSHAKE_S)
+        if sock is None:  # no server: the common case
+            relay.restore(old)
+            return _interrupted() if relay.pending else None
         send_message(sock, _request(argv), [0, 1, 2])
         hello, _ = recv_message(sock)
         relay.started(int(hello["pid"]))  # signals that came meanwhile go to it now
-    except (OSError, ValueError, KeyError, ConnectionError):
-        sock.close()
+        send_message(sock, {"go": True})  # from here on the command is the server's to run
+    except PermissionError as e:  # not this user's: nothing was sent
+        if sock is not None:
+            sock.close()
         relay.restore(old)
-        if relay.pending:  # interrupted before any command started: nothing ran
-            print("ooc-svm: interrupted", file=sys.stderr)
-            return 130
-        return None  # no server, a stale socket, or a server that did not answer: run here
+        if _verbose(argv):
+            print(f"ooc-svm: warm server not used: {e}; running in this process", file=sys.stderr)
+        return None
+    except (OSError, ValueError, KeyError, ConnectionError):
+        if sock is not None:
+            sock.close()  # a command the server forked waits for "go": it never starts
+        relay.restore(old)
+        # interrupted before any command started (nothing ran), or a stale socket, a server
+        # that did not answer: run here
+        return _interrupted() if relay.pending else None
     sock.settimeout(None)
     try:
         return _wait(sock)

@@ -1,49 +1,37 @@
-"""The four solvers behind one interface.
+"""The solvers behind one interface: :class:`Result`, :class:`SolverError` and the registry.
 
-Each solver module (``perf``, ``smo``, ``active_set``, ``irwls``) provides
+Each solver package (``perf``, ``smo``, ``active_set``, ``irwls``) exports ``SPEC``, its
+:class:`~ooc_svm.solvers.contract.SolverSpec`: name, ``Params`` (the frozen dataclass of its
+parameters, :mod:`ooc_svm.solvers.params`: type, default and help of each; ``train``
+generates its flags and ``--help`` from it), stopping rule, progress labels, capabilities and
+``solve(store, engine, params, *, callback=None, checkpoint=None) -> Result`` (``params`` may
+also be a dict, converted by ``Params.from_mapping``). :func:`get_solver` gives a solver's
+spec; the registry is :mod:`ooc_svm.solvers.contract`.
 
-- ``Params``: the frozen dataclass of its parameters (:mod:`ooc_svm.solvers.params`: type,
-  default and help of each; ``train`` generates its flags and ``--help`` from it);
-- ``DEFAULTS``: ``Params.defaults()``, the dict of parameter names and defaults;
-- ``STOPPING_RULE``: one line describing its stopping rule;
-- ``solve(store, engine, params: Params, *, callback=None, checkpoint=None) -> Result``
-  (``params`` may also be a dict, converted by ``Params.from_mapping``);
-- ``SUPPORTS_CHECKPOINT`` (and ``SUPPORTS_OVR_CHECKPOINT``, ``solve_ovr`` for perf).
-
-One-vs-rest training of multiclass stores is :mod:`ooc_svm.solvers.ovr`.
+One-vs-rest training of multiclass stores is :mod:`ooc_svm.solvers.ovr`; several values of
+C, :mod:`ooc_svm.solvers.sweep`.
 
 Solvers do no I/O, printing or progress drawing: they report each iteration through
 ``callback(record: dict)`` and the ``ooc_svm`` logger.
 
-Importing a solver package is cheap: its ``__init__`` holds ``Params``, ``DEFAULTS``,
-``STOPPING_RULE``, ``SUPPORTS_CHECKPOINT`` and a ``solve`` that imports the algorithm (numba
-kernels included) when it runs; its other names are imported on first use
-(:func:`lazy_exports`). ``ooc-svm train`` builds its flags and ``--help`` from
-:func:`ooc_svm.api.solver_catalogue` without loading any solver's algorithm.
+Importing a solver package is cheap: its ``__init__`` holds the card, ``Params`` and the
+spec, whose entry points import the algorithm (numba kernels included) when first called;
+its other names are imported on first use (:func:`lazy_exports`). ``ooc-svm train`` builds
+its flags and ``--help`` from the specs without loading any solver's algorithm.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     from ..model.model import Model
     from ..store.format import StoreMeta
-
-SOLVER_MODULES = {
-    "perf": "ooc_svm.solvers.perf",
-    "smo": "ooc_svm.solvers.smo",
-    "active-set": "ooc_svm.solvers.active_set",
-    "irwls": "ooc_svm.solvers.irwls",
-}
+    from .contract import SolverSpec
 
 
 class SolverError(Exception):
@@ -156,34 +144,19 @@ def check_finite(result: Result, solver: str, where: str = "") -> None:
             )
 
 
-def get_solver(name: str) -> ModuleType:
-    """Import and return the solver module for ``--solver name``."""
-    if name not in SOLVER_MODULES:
-        raise SolverError(f"unknown solver {name!r}; choose one of {', '.join(SOLVER_MODULES)}")
-    try:
-        return importlib.import_module(SOLVER_MODULES[name])
-    except ModuleNotFoundError as e:
-        if e.name == SOLVER_MODULES[name]:
-            raise SolverError(f"solver {name!r} is not available in this build") from None
-        raise
+def get_solver(name: str) -> SolverSpec:
+    """The spec of ``--solver name`` (:func:`ooc_svm.solvers.contract.get_spec`)."""
+    from .contract import get_spec
+
+    return get_spec(name)
 
 
 def available_solvers() -> list[str]:
-    """Solvers whose module is present and complete (``Params``, ``STOPPING_RULE``, ``solve``)."""
-    out = []
-    for name, mod in SOLVER_MODULES.items():
-        if importlib.util.find_spec(mod) is None:
-            continue
-        try:
-            m = importlib.import_module(mod)
-        except Exception:  # a broken solver must not take the CLI down
-            logging.getLogger(__name__).debug("solver %s failed to import", name, exc_info=True)
-            continue
-        # declared, not fetched: a lazily exported ``solve`` stays unimported until it runs
-        names = set(vars(m)) | set(getattr(m, "__all__", ()))
-        if {"Params", "STOPPING_RULE", "solve"} <= names:
-            out.append(name)
-    return out
+    """The names of the solvers in the registry (a package that failed to import is left
+    out: :func:`ooc_svm.solvers.contract.unavailable_solvers` says why)."""
+    from .contract import solver_names
+
+    return solver_names()
 
 
 def lazy_exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
@@ -222,3 +195,15 @@ def binary_classes(meta: StoreMeta) -> tuple[float, float]:
 
 
 Callback = Callable[[dict], None]
+
+
+def tagged(callback: Callback | None, **fields: Any) -> Callback | None:
+    """``callback`` with ``fields`` added to every record (a C sweep's ``C``, a class's
+    ``class``); None stays None."""
+    if callback is None:
+        return None
+
+    def cb(rec: dict) -> None:
+        callback({**rec, **fields})
+
+    return cb

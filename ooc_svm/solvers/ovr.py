@@ -1,7 +1,7 @@
 """One-vs-rest training of multiclass stores: one binary problem per class.
 
-Solvers with a fused driver (``solve_ovr``: perf, every class's pass sharing one streamed
-pass) use it; the others train one binary problem after the other on a
+Solvers with a fused driver (a ``solve_ovr`` in their spec: perf, every class's pass
+sharing one streamed pass) use it; the others train one binary problem after the other on a
 :class:`~ooc_svm.store.views.BinaryView` ("class c vs the rest"). :func:`combine_ovr_models`
 stacks the binary models into one OvR model.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,32 +23,38 @@ if TYPE_CHECKING:
     from ..checkpoint import Checkpointer
     from ..engine import Engine
     from ..store.base import Store
+    from .contract import SolverSpec
 
 
 def train_ovr(
     store: Store,
-    mod: ModuleType,
+    spec: SolverSpec,
     engine: Engine,
     params: SolverParams,
     *,
     callback: Callback | None = None,
     checkpoint: Callable[[int, float], Checkpointer] | None = None,
 ) -> Result:
-    """One-vs-rest: one binary problem per class (shared passes when the solver has
+    """One-vs-rest: one binary problem per class (shared passes when the solver has a
     ``solve_ovr``, else one binary training after the other).
 
-    ``checkpoint(k, c)`` gives the checkpointer of class k (solvers with
-    ``SUPPORTS_OVR_CHECKPOINT`` only).
+    ``checkpoint(k, c)`` gives the checkpointer of class k (solvers whose spec declares
+    ``ovr_checkpoint`` only).
     """
     classes = [float(c) for c in (store.meta.labels or [])]
     if len(classes) < 2:
         raise SolverError(f"{store.path}: one-vs-rest needs at least two classes")
-    if hasattr(mod, "solve_ovr"):
-        return mod.solve_ovr(
+    if spec.solve_ovr is not None and (spec.ovr_fused is None or spec.ovr_fused(params)):
+        return spec.solve_ovr(
             store, engine, params, classes, callback=callback, checkpoint=checkpoint
         )
     t0 = time.perf_counter()
     _class_params(params, classes[0], classes)  # refuse a bad --class-weight before training
+    init = None
+    if params.init is not None:  # one class of the one-vs-rest model starts each problem
+        from .warm import init_model
+
+        init = init_model(params.init)
     results = []
     for k, c in enumerate(classes):
 
@@ -58,7 +63,11 @@ def train_ovr(
                 callback({**rec, "class": c, "class_index": k})
 
         sub = _class_params(params, c, classes)
-        results.append(mod.solve(BinaryView(store, c), engine, sub, callback=cb))
+        if init is not None:
+            from .warm import class_model
+
+            sub = sub.replace(init=class_model(init, k, len(classes), labels=(0.0, 1.0)))
+        results.append(spec.solve(BinaryView(store, c), engine, sub, callback=cb))
     return ovr_result(results, classes, t0)
 
 
@@ -133,8 +142,10 @@ def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
     first = models[0]
     info = dict(first.info)
     info["multiclass"] = "ovr"
-    if all(m.kind == "linear" for m in models):
-        return Model(
+    linear = all(m.kind == "linear" for m in models)
+    keep_sv = all(m.support_ is not None and m.support_vectors_ is not None for m in models)
+    if linear and not keep_sv:
+        out = Model(
             kind="linear",
             n_features=first.n_features,
             classes=classes,
@@ -143,7 +154,26 @@ def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
             kernel=first.kernel,
             info=info,
         )
-    # kernel models: union of support vectors (by global row index), one coefficient row each
+        info.pop("warm_cut", None)
+        if any(m.warm_cut_ is not None for m in models):  # perf: one plane per class
+            cut = np.zeros((len(models), first.n_features + 1))
+            specs = []
+            for k, m in enumerate(models):
+                if m.warm_cut_ is not None:
+                    cut[k] = m.warm_cut_
+                specs.append(m.info.get("warm_cut", {"r": 0.0, "count": 0}))
+            out.warm_cut_ = cut
+            info["warm_cut"] = specs
+        info.pop("warm_points_per_class", None)
+        if any(m.warm_points_ is not None for m in models):
+            per = [0 if m.warm_points_ is None else int(m.warm_points_.shape[0]) for m in models]
+            out.warm_points_ = np.concatenate(
+                [m.warm_points_ for m in models if m.warm_points_ is not None]
+            )
+            info["warm_points_per_class"] = per
+        return out
+    # kernel models (and linear ones that keep their SVs, for warm starts): union of support
+    # vectors (by global row index), one coefficient row each
     index: dict[int, int] = {}
     rows: list[Any] = []  # one-row scipy CSR matrices
     for m in models:
@@ -159,9 +189,12 @@ def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
         for j, g in enumerate(np.asarray(m.support_, dtype=np.int64)):
             coef[k, index[int(g)]] = dual[j]
     return Model(
-        kind="kernel",
+        kind="linear" if linear else "kernel",
         n_features=first.n_features,
         classes=classes,
+        coef_=(
+            np.vstack([np.asarray(m.coef_, dtype=np.float64) for m in models]) if linear else None
+        ),
         intercept_=np.array([float(m.intercept_) for m in models]),
         support_vectors_=sp.vstack(rows).tocsr() if rows else None,
         dual_coef_=coef,

@@ -19,6 +19,8 @@ Both raise :class:`~ooc_svm.solvers.SolverError`.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +29,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import SolverError
 
 if TYPE_CHECKING:
+    from ..memory_budget import MemoryBudget
     from ..store.format import StoreMeta
+
+log = logging.getLogger(__name__)
 
 P = TypeVar("P", bound="SolverParams")
 
@@ -91,6 +96,9 @@ class SolverParams:
     SOLVER: typing.ClassVar[str] = ""
     #: whether the solver implements ``class_weight`` (others refuse it)
     SUPPORTS_CLASS_WEIGHT: typing.ClassVar[bool] = False
+    #: sizes in MiB that draw from the process's memory budget, and the share of the budget
+    #: left unclaimed that each may take at most (:meth:`fit_memory`)
+    BUDGET_SHARES: typing.ClassVar[dict[str, float]] = {}
 
     C: float = param(
         1.0, "regularisation: minimise 1/2 |w|^2 + C * sum_i xi_i (LIBLINEAR units)", gt=0
@@ -105,6 +113,24 @@ class SolverParams:
     )
     checkpoint_seconds: float = param(
         60.0, "with --checkpoint: save at least every this many seconds (solvers that can)", gt=0
+    )
+    init: str | None = field(
+        default=None,
+        compare=False,
+        metadata={
+            "help": "warm start from MODEL, a model of this store or of its first rows (before "
+            "`ingest --append`): perf starts from its w and its cutting plane, smo, "
+            "active-set and irwls from its alpha (rows found by index, or by fingerprint "
+            "in a rebuilt store; new rows at 0); the result is the one a cold start reaches, "
+            "usually in far fewer passes",
+            "choices": None,
+            "cli": None,
+            "gt": None,
+            "ge": None,
+            "note": "",
+            # in Python: a model directory or a Model (kept as given)
+            "object": True,
+        },
     )
 
     # -- construction ---------------------------------------------------------------------
@@ -163,6 +189,15 @@ class SolverParams:
                 if not _optional(tp):
                     object.__setattr__(self, f.name, f.default)
                 continue
+            if f.metadata.get("object") and not isinstance(v, str | os.PathLike):
+                if not hasattr(v, "kind") or not hasattr(v, "n_features"):
+                    raise SolverError(
+                        f"{flag_name(f.name)} must be a model directory or a Model "
+                        f"(got {type(v).__name__})"
+                    )
+                continue
+            if f.metadata.get("object") and isinstance(v, os.PathLike):
+                v = os.fspath(v)
             object.__setattr__(self, f.name, _coerce(f.name, v, _base_type(tp)))
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
@@ -196,9 +231,94 @@ class SolverParams:
         """Rules that depend on the store (``meta``: its metadata)."""
         if meta.n_rows == 0:
             raise SolverError("the store has no rows")
+        self.check_costs(int(meta.n_rows))
+
+    def base_C(self, n_rows: int) -> float:
+        """The C the run uses (LIBLINEAR units) on ``n_rows`` rows."""
+        return float(self.C)
+
+    def C_text(self, C: float) -> str:
+        """How the user gave C, for messages."""
+        return f"--C {C:g}"
+
+    def check_costs(self, n_rows: int) -> None:
+        """Refuse a C or class weight whose products overflow or vanish in the solvers'
+        arithmetic (a dual variable is at most C·weight; their sum, C·weight·n, is squared
+        in objectives and Gram products): ``COST_MIN <= C·weight`` and
+        ``C·weight·n <= COST_MAX``, naming the culprit."""
+        C = self.base_C(n_rows)
+        weights: dict[str, float] = {}
+        if self.class_weight is not None:
+            parsed = parse_class_weight(self.class_weight)
+            if isinstance(parsed, dict):
+                weights = parsed
+        for key, w in [("", 1.0), *weights.items()]:
+            c = C * w
+            blame_weight = bool(key)  # C alone passed (checked first, with weight 1)
+            what = f"--class-weight {key}={w:g}" if blame_weight else self.C_text(C)
+            product = "C x weight x rows" if key else "C x rows"
+            if not c * n_rows <= COST_MAX:
+                raise SolverError(
+                    f"{what} is too large: {product} = {c * n_rows:.3g} overflows the "
+                    f"solvers' arithmetic (limit {COST_MAX:g}); use a smaller "
+                    + ("class weight" if blame_weight else "--C")
+                )
+            if not c >= COST_MIN:
+                raise SolverError(
+                    f"{what} is too small: {'C x weight' if key else 'C'} = {c:.3g} vanishes "
+                    "in the solvers' "
+                    f"arithmetic (limit {COST_MIN:g}); use a larger "
+                    + ("class weight" if blame_weight else "--C")
+                )
+
+    def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
+        """Bytes this solver cannot do without on this store (name -> bytes); none here."""
+        return {}
+
+    def fit_memory(self: P, meta: StoreMeta, budget: MemoryBudget) -> P:
+        """These parameters within the process's memory budget.
+
+        First the solver's :meth:`memory_needs` are claimed (a budget below them is refused
+        before any work, :class:`~ooc_svm.memory_budget.MemoryBudgetError`); then every size
+        of :attr:`BUDGET_SHARES` is lowered to its share of what is left (``-vv`` logs it;
+        ``--json`` reports the claims), and
+        claimed, so the sizes sized after it (the shard cache) share what remains.
+        """
+        for name, nbytes in self.memory_needs(meta).items():
+            budget.require(name, nbytes, f"--solver {self.SOLVER} on this store")
+        changes: dict[str, float] = {}
+        for name, share in self.BUDGET_SHARES.items():
+            mib = float(getattr(self, name))
+            cap = budget.share(share) / 2**20
+            if mib > cap:
+                floor = self._budget_floor_mib(name, meta)
+                cap = max(cap, floor)
+                if mib > cap:
+                    log.debug(
+                        "%s %g lowered to %.0f MiB: its share of the %s",
+                        flag_name(name), mib, cap, budget.describe(),
+                    )  # fmt: skip
+                    changes[name] = cap
+                    mib = cap
+            budget.require(
+                flag_name(name), self._claim_bytes(name, mib, meta), f"--solver {self.SOLVER}"
+            )
+        return self.replace(**changes) if changes else self
+
+    def _budget_floor_mib(self, name: str, meta: StoreMeta) -> float:
+        """The least a :attr:`BUDGET_SHARES` size may be lowered to (MiB)."""
+        return 1.0
+
+    def _claim_bytes(self, name: str, mib: float, meta: StoreMeta) -> int:
+        """What a :attr:`BUDGET_SHARES` size of ``mib`` claims beyond :meth:`memory_needs`."""
+        return int(mib * 2**20)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The parameters as plain values (a Model given as ``init`` is named, not copied)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if out.get("init") is not None and not isinstance(out["init"], str):
+            out["init"] = "<model>"
+        return out
 
     def replace(self: P, **changes: Any) -> P:
         return dataclasses.replace(self, **changes)
@@ -250,7 +370,11 @@ class KernelSolverParams(SolverParams):
     degree: int = param(3, "poly kernel degree", ge=0)
     coef0: float = param(0.0, "poly / sigmoid kernel coef0")
     tol: float = param(1e-3, "stopping tolerance on the KKT conditions (LIBSVM -e)", gt=0)
-    cache_mb: float = param(256.0, "kernel cache budget in MiB", ge=0)
+    cache_mb: float = param(
+        256.0, "kernel cache budget in MiB (at most a quarter of the memory budget)", ge=0
+    )
+
+    BUDGET_SHARES: typing.ClassVar[dict[str, float]] = {"cache_mb": 0.25}
 
     @classmethod
     def misplaced_hint(cls, unknown: list[str]) -> str | None:
@@ -361,9 +485,19 @@ def class_weights(
     return w_neg, w_pos
 
 
+#: range of a class's cost C·weight (lower bound) and of C·weight·rows (upper bound), the
+#: scale of the dual variables and of their sum: squared in the objectives they stay finite
+#: and above float64's underflow
+COST_MIN = 1e-100
+COST_MAX = 1e100
+
+
 #: MiB a dense float64 vector over the features may take in the dual solvers (their linear
 #: ``w``, the support vectors' feature index): a store beyond it is refused up front
 DUAL_DENSE_LIMIT_MB = 4096
+#: MiB of dense per-feature vectors a dual solver may always take; beyond it they must not
+#: be larger than the store's decoded non-zeros (a width the data does not use)
+DUAL_WIDE_FREE_MB = 256
 
 
 def check_dense_features(meta: Any, limit_mb: float = DUAL_DENSE_LIMIT_MB) -> None:
@@ -378,4 +512,15 @@ def check_dense_features(meta: Any, limit_mb: float = DUAL_DENSE_LIMIT_MB) -> No
             f"the store has {int(meta.n_features):,} features: a dense vector over them needs "
             f"{need:,.0f} MiB, more than this solver's bound of {limit_mb:,.0f} MiB; hash the "
             "features into fewer columns or re-ingest with a smaller --n-features"
+        )
+    # a width the data does not use: 2 rows declaring 2e8 features took 3.2 GB to train
+    nnz = int(getattr(meta, "nnz", 0) or 0)
+    data_mb = 12.0 * nnz / 2**20  # the store's own non-zeros (value + column), decoded
+    if need > max(DUAL_WIDE_FREE_MB, data_mb):
+        raise SolverError(
+            f"the store declares {int(meta.n_features):,} features but holds only {nnz:,} "
+            f"non-zeros: the linear kernel's dense w over that width needs {need:,.0f} MiB, "
+            f"more than the data itself ({data_mb:,.1f} MiB) and {DUAL_WIDE_FREE_MB:g} MiB; "
+            "re-ingest with --hash-bits B or a smaller --n-features, or use a non-linear "
+            "--kernel (kernel models keep no vector over the features)"
         )

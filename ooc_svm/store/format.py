@@ -235,9 +235,11 @@ class StoreMeta:
         """Check internal consistency and sanity bounds; raise StoreError on anything absurd."""
         if self.label_kind not in LABEL_KINDS:
             raise StoreError(f"{where}: unknown label kind {self.label_kind!r}")
-        if self.backend not in ("zarr", "parquet"):
+        from .backends import CODECS, backend_names
+
+        if self.backend not in backend_names():
             raise StoreError(f"{where}: unknown backend {self.backend!r}")
-        if self.compression not in ("zstd", "lz4", "none"):
+        if self.compression not in CODECS:
             raise StoreError(f"{where}: unknown compression {self.compression!r}")
         if self.labels is not None and (
             any(b <= a for a, b in zip(self.labels, self.labels[1:], strict=False))

@@ -19,12 +19,21 @@ import shutil
 import socket
 from dataclasses import dataclass, field
 
+from .backends import shard_suffixes
 from .lock import LOCK_NAME, _alive
 from .paths import is_local, local_path
 
 log = logging.getLogger(__name__)
 
-_SHARD_ENTRY = re.compile(r"^s\d{7}(\.parquet)?$")
+
+def _shard_entry(name: str) -> str | None:
+    """The shard a store directory's entry holds (its name without a backend's shard
+    suffix), or None when it is not a shard."""
+    for suffix in shard_suffixes():
+        base = name.removesuffix(suffix) if suffix else name
+        if (not suffix or name.endswith(suffix)) and re.fullmatch(r"s\d{7}", base):
+            return base
+    return None
 
 
 @dataclass
@@ -119,8 +128,8 @@ def find_leftovers(path: str, shard_names: list[str] | None) -> Leftovers:
         p = os.path.join(root, s)
         if re.match(r"^\..*\.part-[0-9a-f]{12}$", s):
             lo.parts.append(p)
-        elif shard_names is not None and _SHARD_ENTRY.match(s):
-            if s.removesuffix(".parquet") not in known:
+        elif shard_names is not None and (shard := _shard_entry(s)) is not None:
+            if shard not in known:
                 lo.orphans.append(p)
     return lo
 

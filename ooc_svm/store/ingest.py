@@ -23,16 +23,18 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._util import cpu_count
 from ..kernels.hashing import hash_csr_inplace
+from . import ingest_input
 from . import svmlight as sv
 from .format import MAX_FEATURES, MAX_HASH_BITS, StoreMeta
 from .ingest_input import (
     IngestError,
+    LongLineError,
     _background,
     _Block,
     _BufferPool,
@@ -56,6 +58,9 @@ from .ingest_shards import (
     _ShardWriters,
 )
 from .writer import StoreWriter, backend_from_path
+
+if TYPE_CHECKING:
+    from ..memory_budget import MemoryBudget
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +128,8 @@ def ingest_with_stats(
     ----------
     inputs, store
         As in :func:`ingest`.
-    format : {"zarr", "parquet"}, optional
-        Store backend (default from ``store``'s suffix; with ``append`` the store's).
+    format : str, optional
+        Store format (:mod:`.backends`; default: ``store``'s suffix, with ``append`` the store's).
     zero_based : bool
         Indices in the text start at 0 (default: at 1; column j = feature j + 1).
     shard_rows : int, optional
@@ -257,6 +262,35 @@ def _make_job(
     )
 
 
+def budget_sizes(
+    budget: MemoryBudget,
+    threads: int | None = None,
+    shard_mb: float | None = None,
+    block_mb: float | None = None,
+) -> tuple[float | None, float]:
+    """``(shard_mb, block_mb)`` of an ingest within the process's memory budget.
+
+    Ingest holds, besides its code, a block of text and its parsed rows per parser thread and
+    two more queued per thread (``3 × threads`` blocks, the parsed form about the size of the
+    text), and the shard being assembled three times (its rows, its CSR arrays, its
+    compressed chunks). Defaults (:data:`DEFAULT_SHARD_MB`, :data:`DEFAULT_BLOCK_MB`) are
+    lowered so that these fit the budget left; a given value is kept. What cannot go lower
+    (one 1 MiB block per thread, a 1 MB shard) is claimed: a budget below it is refused
+    before any input is read.
+    """
+    from ..memory_budget import code_need
+
+    t = max(1, int(threads)) if threads else min(4, cpu_count())
+    budget.require("ooc-svm's code and libraries", code_need(budget))
+    budget.require("ingest's buffers", (3 * t + 3) * (1 << 20), "ingest", "give fewer --threads")
+    free_mb = (budget.free + (3 * t + 3) * (1 << 20)) / (1 << 20)
+    if block_mb is None:
+        block_mb = max(1.0, min(DEFAULT_BLOCK_MB, free_mb / 2 / (6 * t)))
+    if shard_mb is None:
+        shard_mb = max(1.0, min(DEFAULT_SHARD_MB, free_mb / 2 / 3))
+    return shard_mb, float(block_mb)
+
+
 def _check_append_options(store: str, format: str | None, compression: str | None) -> None:
     """``--format`` / ``--compression`` with ``--append`` must match the existing store."""
     from .writer import open_store
@@ -352,7 +386,10 @@ class _Pipeline:
 
     def _blocks(self):
         for i, (inp, path) in enumerate(zip(self.infos, self.paths, strict=True)):
-            yield from _read_blocks(i, inp, path, self.job.block_bytes, self.stop, self.buffers)
+            yield from _read_blocks(
+                i, inp, path, self.job.block_bytes, self.stop, self.buffers,
+                ingest_input.MAX_LINE_BYTES,
+            )  # fmt: skip
 
     def _submit(self, block: _Block) -> None:
         j = self.job
@@ -375,6 +412,8 @@ class _Pipeline:
                         self._submit(next(src))
                     except StopIteration:
                         src_done = True
+                    except LongLineError as e:
+                        self._long_line(e)
                 if not self.pending:
                     break
                 res: _Parsed = self.pending.popleft().result()
@@ -388,6 +427,19 @@ class _Pipeline:
                     self.wt.put(item)
         finally:
             src.close()
+
+    def _long_line(self, e: LongLineError) -> None:
+        """Parse the blocks before an over-long line (an error in them comes first), then
+        name the line by its number."""
+        while self.pending:
+            res: _Parsed = self.pending.popleft().result()
+            self._take(res)
+        line = self.line0[e.input_index] + 1
+        raise IngestError(
+            f"{e.name}: line {line:,} (byte {e.offset:,}) is longer than {e.limit:,} bytes "
+            "without a newline: not SVMlight text (a device or binary file?); nothing was "
+            "written"
+        ) from None
 
     def _count_input(self, blk: _Block) -> None:
         """Progress and ``input_bytes`` from the block's count of raw input bytes."""
@@ -477,6 +529,7 @@ class _Pipeline:
 
 __all__ = [
     "DEFAULT_BLOCK_MB",
+    "budget_sizes",
     "DEFAULT_SHARD_MB",
     "LABEL_KIND_CHOICES",
     "IngestError",

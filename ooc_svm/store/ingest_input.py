@@ -30,6 +30,27 @@ class IngestError(Exception):
     """The input cannot be ingested; the message names the file, the line and the fix."""
 
 
+#: longest line accepted (bytes, 64 MiB: at least four million features): a longer one is
+#: an error, so a stream without newlines (``/dev/zero`` piped in, a binary file) cannot
+#: make ingest hold it all in memory (peak: about twice this)
+MAX_LINE_BYTES = 1 << 26
+
+
+class LongLineError(IngestError):
+    """A line of input ``input_index`` starting at byte ``offset`` (of its text) is longer
+    than ``limit`` bytes; the pipeline turns it into a message naming the line number."""
+
+    def __init__(self, name: str, input_index: int, offset: int, limit: int) -> None:
+        super().__init__(
+            f"{name}: the line at byte {offset:,} is longer than {limit:,} bytes (no newline); "
+            "not an SVMlight text file?; nothing was written"
+        )
+        self.name = name
+        self.input_index = input_index
+        self.offset = offset
+        self.limit = limit
+
+
 # ------------------------------------------------------------------------------------------
 # Opening inputs
 # ------------------------------------------------------------------------------------------
@@ -99,6 +120,13 @@ def _check_input(path: str) -> _Input:
         raise IngestError(f"{path}: cannot open input ({e.strerror or e})") from None
     if stat.S_ISDIR(st.st_mode):
         raise IngestError(f"{path}: is a directory, not an SVMlight file")
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        # /dev/zero, /dev/urandom, a terminal: endless or interactive, never a data file
+        kind = "character" if stat.S_ISCHR(st.st_mode) else "block"
+        raise IngestError(
+            f"{path}: is a {kind} device, not an SVMlight file; give a file path, or pipe the "
+            "data in with '-'"
+        )
     size = st.st_size if stat.S_ISREG(st.st_mode) else None
     return _Input(path, os.path.abspath(path), size)
 
@@ -198,17 +226,29 @@ class _BufferPool:
 
 
 def _read_blocks(
-    idx: int, inp: _Input, path: str, block_bytes: int, stop: threading.Event, pool: _BufferPool
+    idx: int,
+    inp: _Input,
+    path: str,
+    block_bytes: int,
+    stop: threading.Event,
+    pool: _BufferPool,
+    max_line: int = MAX_LINE_BYTES,
 ):
-    """Blocks of complete lines from one input (runs in the reader thread)."""
+    """Blocks of complete lines from one input (runs in the reader thread); a line longer
+    than ``max_line`` bytes raises :class:`LongLineError`."""
     stream, raw, kind, close = _open_stream(inp, path)
-    carry = b""
+    carry: bytes | np.ndarray = b""
     offset = 0
     try:
         while not stop.is_set():
+            # a line longer than a block doubles the read (few copies), up to max_line + 1
             size = len(carry) + block_bytes
+            if len(carry) > block_bytes:
+                size = min(2 * len(carry), max(max_line + 1, size))
             buf = pool.get(size)
-            buf[: len(carry)] = np.frombuffer(carry, np.uint8)
+            buf[: len(carry)] = (
+                np.frombuffer(carry, np.uint8) if isinstance(carry, bytes) else carry
+            )
             filled = len(carry)
             mv = buf.data
             try:
@@ -234,8 +274,10 @@ def _read_blocks(
                 cut = filled
             else:
                 cut = sv.rfind_newline(buf, filled) + 1
-                if cut == 0:  # a line longer than the block: read on
-                    carry = buf[:filled].tobytes()
+                if cut == 0:  # a line longer than the block: read on, up to max_line
+                    if filled > max_line:
+                        raise LongLineError(inp.name, idx, offset, max_line)
+                    carry = buf[:filled]  # copied into the next, larger buffer
                     continue
             carry = buf[cut:filled].tobytes()
             yield _Block(idx, buf, cut, offset, raw.count, eof)

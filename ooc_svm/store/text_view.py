@@ -59,8 +59,7 @@ from .ingest_input import (
 from .ingest_parse import _fallback_error, _status_error
 
 if TYPE_CHECKING:
-    from .parquet_store import ParquetStore
-    from .zarr_store import ZarrStore
+    from .base import Store
 
 log = logging.getLogger(__name__)
 
@@ -373,9 +372,7 @@ def is_store_path(path: str) -> bool:
     return p != "-" and ("://" in p or os.path.isdir(p))
 
 
-def open_input(
-    path: str, n_features: int | None = None, **options: Any
-) -> ZarrStore | ParquetStore | TextStore:
+def open_input(path: str, n_features: int | None = None, **options: Any) -> Store | TextStore:
     """A store for a store path, a :class:`TextStore` for a text file (or ``"-"``).
 
     Parameters

@@ -184,14 +184,17 @@ def row_folds(row_start: int, n_rows: int, k: int, seed: int) -> np.ndarray:
 
 
 class DropRowFold:
-    """Shard transform of :class:`RowFoldView` (picklable): rows of fold ``fold`` removed,
-    the others renumbered from ``new_start``."""
+    """Shard transform of :class:`RowFoldView` (picklable): rows of fold ``fold`` removed
+    (``held``: only they kept), the others renumbered from ``new_start``."""
 
-    def __init__(self, k: int, seed: int, fold: int, new_start: dict[int, int]) -> None:
+    def __init__(
+        self, k: int, seed: int, fold: int, new_start: dict[int, int], held: bool = False
+    ) -> None:
         self.k, self.seed, self.fold, self.new_start = int(k), int(seed), int(fold), new_start
+        self.held = bool(held)
 
     def __call__(self, s: Shard) -> Shard:
-        keep = row_folds(s.row_start, s.n_rows, self.k, self.seed) != self.fold
+        keep = (row_folds(s.row_start, s.n_rows, self.k, self.seed) == self.fold) == self.held
         lens = np.diff(s.indptr)
         sel = np.repeat(keep, lens)  # entries of the kept rows
         indptr = np.zeros(int(keep.sum()) + 1, dtype=s.indptr.dtype)
@@ -209,22 +212,32 @@ class DropRowFold:
 class RowFoldView(_TransformView):
     """Store view without the rows of one cross-validation fold made of rows within shards
     (:func:`row_folds`): the training set of that fold when the store has fewer shards than
-    folds. ``fold_nnz[i]`` is the number of non-zeros of fold ``fold`` in shard ``i``."""
+    folds. ``fold_nnz[i]`` is the number of non-zeros of fold ``fold`` in shard ``i``.
+    ``held``: the view holds the rows of the fold instead (its held-out set)."""
 
     _kind = "rowfold"
 
-    def __init__(self, base: Store, k: int, seed: int, fold: int, fold_nnz: Iterable[int]) -> None:
+    def __init__(
+        self,
+        base: Store,
+        k: int,
+        seed: int,
+        fold: int,
+        fold_nnz: Iterable[int],
+        held: bool = False,
+    ) -> None:
         self.base = base
         self.k, self.seed, self.fold = int(k), int(seed), int(fold)
+        self.held = bool(held)
         self.fold_nnz = tuple(int(v) for v in fold_nnz)
         meta = copy.copy(base.meta)
         infos = []
         new_start: dict[int, int] = {}
         row = nnz = 0
         for i, s in enumerate(base.meta.shards):
-            held = int(np.count_nonzero(np.arange(s.n_rows) % self.k == self.fold))
-            n_keep = int(s.n_rows) - held
-            nz = int(s.nnz) - self.fold_nnz[i]
+            n_fold = int(np.count_nonzero(np.arange(s.n_rows) % self.k == self.fold))
+            n_keep = n_fold if self.held else int(s.n_rows) - n_fold
+            nz = self.fold_nnz[i] if self.held else int(s.nnz) - self.fold_nnz[i]
             new_start[int(s.row_start)] = row
             infos.append(dataclasses.replace(s, row_start=row, n_rows=n_keep, nnz=nz))
             row += n_keep
@@ -233,12 +246,55 @@ class RowFoldView(_TransformView):
         meta.n_rows = row
         meta.nnz = nnz
         self.meta = meta
-        self.transform = DropRowFold(self.k, self.seed, self.fold, new_start)
+        self.transform = DropRowFold(self.k, self.seed, self.fold, new_start, self.held)
         self.path = base.path
         self.backend = base.backend
 
     def _args(self) -> tuple:
-        return (self.k, self.seed, self.fold, self.fold_nnz)
+        return (self.k, self.seed, self.fold, self.fold_nnz, self.held)
+
+
+class RemapColumns:
+    """Shard transform of :class:`ColumnMapView`: column j becomes ``gmap[j]`` (picklable).
+
+    The new ids of a row are not in increasing order (consumers that need sorted rows sort
+    them); a column mapped to -1 must hold no entry of the store."""
+
+    def __init__(self, gmap: np.ndarray) -> None:
+        self.gmap = np.asarray(gmap, dtype=np.int32)
+
+    def __call__(self, s: Shard) -> Shard:
+        return Shard(s.indptr, self.gmap[s.indices], s.data, s.y, s.qid, s.row_start)
+
+
+class ColumnMapView(_TransformView):
+    """Store view over fewer columns: column j of the base store is column ``gmap[j]`` of the
+    view, which has ``n_columns`` columns (e.g. only the columns the rows hold, so that a
+    solver's dense vectors over the features are as long as the columns used, not the
+    store's width). Every column holding an entry must map to an id in [0, n_columns)."""
+
+    _kind = "columns"
+
+    def __init__(self, base: Store, gmap: np.ndarray, n_columns: int) -> None:
+        import hashlib
+
+        self.base = base
+        self.remap = RemapColumns(gmap)
+        self.transform = self.remap
+        self.n_columns = int(n_columns)
+        self.path = base.path
+        self.backend = base.backend
+        meta = copy.copy(base.meta)
+        meta.n_features = self.n_columns
+        self.meta = meta
+        self._digest = hashlib.blake2b(self.remap.gmap.tobytes(), digest_size=12).hexdigest()
+
+    @property
+    def cache_key(self) -> tuple:
+        return (getattr(self.base, "cache_key", self.path), self._kind, self._digest)
+
+    def _args(self) -> tuple:
+        return (self.remap.gmap, self.n_columns)
 
 
 def _reopen_view(cls: type, path: str, args: tuple) -> _TransformView:

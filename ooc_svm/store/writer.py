@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .backends import backend_for_path, backends, detect_backend, get_backend
 from .format import (
     FORMAT_VERSION,
     LABEL_KINDS,
@@ -29,8 +30,7 @@ from .lock import RemoteStoreLock, StoreLock
 from .paths import check_bucket, get_fs, is_local, local_path, remote_errors, temp_sibling
 
 if TYPE_CHECKING:
-    from .parquet_store import ParquetStore
-    from .zarr_store import ZarrStore
+    from .base import Store
 
 # the backends (zarr, pyarrow) are imported when a store of their kind is opened or written:
 # reading a Zarr store needs neither package, and a command that opens no store none at all
@@ -39,13 +39,14 @@ log = logging.getLogger(__name__)
 
 
 def backend_from_path(path: str) -> str:
-    """``parquet`` for paths ending in ``.parquet`` / ``.pq``, else ``zarr``."""
-    p = str(path).rstrip("/").lower()
-    return "parquet" if p.endswith((".parquet", ".pq")) else "zarr"
+    """The format a new store at ``path`` gets from its suffix (:mod:`.backends`:
+    ``.parquet`` / ``.pq`` Parquet, else Zarr)."""
+    return backend_for_path(path).name
 
 
-def open_store(path: str) -> ZarrStore | ParquetStore:
-    """Open an existing store (Zarr or Parquet, detected from its contents).
+def open_store(path: str) -> Store:
+    """Open an existing store (its format detected from its contents: the marker file of a
+    backend of :mod:`.backends`).
 
     Raises
     ------
@@ -57,36 +58,27 @@ def open_store(path: str) -> ZarrStore | ParquetStore:
         root = local_path(path)
         if not os.path.exists(root):
             raise StoreError(f"{path}: no such store")
-        if os.path.exists(f"{root}/_ooc_svm.json"):
-            from .parquet_store import ParquetStore
-
-            return ParquetStore(path)
-        if os.path.exists(f"{root}/zarr.json"):
-            from .zarr_store import ZarrStore
-
-            return ZarrStore(path)
+        found = detect_backend(os.path.exists, root)
+        if found is not None:
+            return found.reader_class()(path)
     else:
         fs, root = get_fs(path)
         with remote_errors(path, fs):
             if not fs.exists(root):
                 check_bucket(fs, path)
                 raise StoreError(f"{path}: no such store")
-            if fs.exists(f"{root}/_ooc_svm.json"):
-                from .parquet_store import ParquetStore
-
-                return ParquetStore(path)
-            if fs.exists(f"{root}/zarr.json"):
-                from .zarr_store import ZarrStore
-
-                return ZarrStore(path)
+            found = detect_backend(fs.exists, root)
+            if found is not None:
+                return found.reader_class()(path)
+    markers = " nor ".join(b.marker for b in backends())
     raise StoreError(
-        f"{path}: not an ooc-svm store (neither zarr.json nor _ooc_svm.json found); "
+        f"{path}: not an ooc-svm store (neither {markers} found); "
         "create one with `ooc-svm ingest INPUT STORE`"
     )
 
 
-#: shard codec when none is asked for, per backend (see :class:`StoreWriter`)
-DEFAULT_COMPRESSION = {"zarr": "lz4", "parquet": "zstd"}
+#: shard codec when none is asked for, per built-in backend (see :class:`StoreWriter`)
+DEFAULT_COMPRESSION = {b.name: b.default_codec for b in backends()}
 
 
 class StoreWriter:
@@ -96,12 +88,13 @@ class StoreWriter:
     ----------
     path : str
         Destination store.
-    backend : {"zarr", "parquet"} or None
-        Default: from the suffix of ``path``.
+    backend : str or None
+        A format of :mod:`.backends` (``zarr``, ``parquet``); default: from the suffix of
+        ``path``.
     compression : {"zstd", "lz4", "none"} or None
-        Default (None): :data:`DEFAULT_COMPRESSION` of the backend — lz4 for Zarr (measured
-        smaller or equal to zstd level 1 on our stores and 1.1–2.7× faster to decode), zstd
-        for Parquet (the codec other Parquet readers handle best).
+        Default (None): the backend's ``default_codec`` — lz4 for Zarr (measured smaller or
+        equal to zstd level 1 on our stores and 1.1–2.7× faster to decode), zstd for Parquet
+        (the codec other Parquet readers handle best).
     overwrite : bool
         Replace an existing store at ``path``.
     append : bool
@@ -171,17 +164,12 @@ class StoreWriter:
                     "(overwrite=True in Python) or add rows to it with --append (append=True)"
                 )
             self.target = temp_sibling(self.path, "ingest")
-        self.backend = backend or backend_from_path(self.path)
-        if self.backend not in ("zarr", "parquet"):
-            raise StoreError(f"unknown store format {self.backend!r}; use zarr or parquet")
+        self._format = get_backend(backend) if backend else backend_for_path(self.path)
+        self.backend = self._format.name
         if compression is None:
-            compression = DEFAULT_COMPRESSION[self.backend]
+            compression = self._format.default_codec
         self.compression = compression
-        if self.backend == "zarr":
-            from .zarr_store import ZarrShardWriter as cls
-        else:
-            from .parquet_store import ParquetShardWriter as cls  # type: ignore[assignment]
-        self._writer = cls(self.target, compression=compression)
+        self._writer = self._format.writer_class()(self.target, compression=compression)
         if not append and is_local(self.target):
             # marks the temporary store as in use (`verify --repair` leaves it alone)
             self._lock = StoreLock(local_path(self.target), self.target).acquire()
@@ -423,7 +411,7 @@ class StoreWriter:
             base_names = {s.name for s in (self._base.shards if self._base else [])}
             for s in self.shards:
                 if s.name not in base_names:
-                    p = f"{self.root}/{s.name}" + (".parquet" if self.backend == "parquet" else "")
+                    p = f"{self.root}/{s.name}{self._format.shard_suffix}"
                     self._remove(p)
         else:
             self._remove(self.target)

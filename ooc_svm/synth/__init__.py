@@ -67,6 +67,7 @@ from typing import Any
 import numpy as np
 
 from .._util import cpu_count
+from ..store.backends import backends
 from ..store.format import Shard
 from .dataset import (
     SPLITS,
@@ -109,18 +110,27 @@ __all__ = [
 # writing: SVMlight text (optionally compressed) or a store
 # ----------------------------------------------------------------------------------------
 _TEXT_COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz"}
-_STORE_SUFFIXES = {".zarr": "zarr", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def _store_suffixes() -> dict[str, str]:
+    """Path suffix -> store format, from the store backends' registry."""
+    return {s: b.name for b in backends() for s in b.suffixes}
 
 
 def output_format(out: str, fmt: str | None = None) -> str:
-    """``svmlight``, ``zarr`` or ``parquet``: explicit ``fmt``, else from the suffix of ``out``."""
+    """``svmlight`` or a store format (``zarr``, ``parquet``, ...): explicit ``fmt``, else
+    from the suffix of ``out``."""
+    suffix = os.path.splitext(str(out).rstrip("/"))[1].lower()
     if fmt:
         if fmt == "store":
-            fmt = _STORE_SUFFIXES.get(os.path.splitext(str(out).rstrip("/"))[1].lower(), "zarr")
-        if fmt not in ("svmlight", "zarr", "parquet"):
-            raise SynthError(f"unknown output format {fmt!r}; use svmlight, zarr or parquet")
+            fmt = _store_suffixes().get(suffix, backends()[0].name)
+        formats = ["svmlight", *(b.name for b in backends())]
+        if fmt not in formats:
+            raise SynthError(
+                f"unknown output format {fmt!r}; use {', '.join(formats[:-1])} or {formats[-1]}"
+            )
         return fmt
-    return _STORE_SUFFIXES.get(os.path.splitext(str(out).rstrip("/"))[1].lower(), "svmlight")
+    return _store_suffixes().get(suffix, "svmlight")
 
 
 def _text_compressor(out: str, level: int | None) -> Callable[[memoryview], bytes] | None:

@@ -1,4 +1,4 @@
-"""Issue 13 items 1-2 (command-line part) and issue 16 goal 3: the ``ooc-svm`` command itself.
+"""The ``ooc-svm`` command itself.
 
 Bare ``ooc-svm`` lists the commands, ``--version``, ``-v``/``-q`` after the sub-command,
 one-line argument errors pointing to ``--help``, ``python -m ooc_svm``, and a start-up that

@@ -1,4 +1,4 @@
-"""Issue 13 item 2: help that teaches, and ``--json`` with one name per idea.
+"""Help that teaches, and ``--json`` with one name per idea.
 
 Every command's ``--help`` fits in 100 columns (even on a 200-column terminal) and shows no
 module names or RST markup; ``train --help`` opens with a which-solver-when guide and has an
@@ -19,10 +19,11 @@ from conftest import run_ooc
 
 from ooc_svm.cli import COMMANDS, main
 from ooc_svm.commands.train_summary import COMMON_JSON_KEYS
+from ooc_svm.solvers import available_solvers
 from ooc_svm.store import csr_to_shards, write_store
 
 ROOT = Path(__file__).resolve().parents[2]
-SOLVERS = ("perf", "smo", "active-set", "irwls")
+SOLVERS = available_solvers()
 
 
 def _help(command: str, capsys, monkeypatch, columns: int = 200) -> str:
@@ -156,7 +157,7 @@ def test_predict_and_evaluate_json(store):
     r = _ooc(store, "predict", "mp", "s.zarr", "-o", "scores.parquet", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert set(d) == {"model", "store", "output", "format", "n_rows", "seconds"}
+    assert set(d) == {"model", "store", "output", "format", "n_rows", "seconds", "memory_budget"}
     assert d["model"] == "mp" and d["store"] == "s.zarr" and d["output"] == "scores.parquet"
     assert d["n_rows"] == 200 and d["format"] == "parquet"
     r = _ooc(store, "predict", "-q", "mp", "s.zarr", "-o", "scores.txt")

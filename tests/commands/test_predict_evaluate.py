@@ -149,7 +149,7 @@ def test_one_vs_rest_linear_model(tmp_path, make_store):
         ev = evaluate_model(model, st, eng)
     t = pq.read_table(out).to_pydict()
     S = model.decision_function(X)
-    for k in range(3):  # columns named by class label (issue 13 item 5): score_1 .. score_3
+    for k in range(3):  # columns named by class label: score_1 .. score_3
         np.testing.assert_allclose(t[f"score_{k + 1}"], S[:, k], rtol=1e-12)
     np.testing.assert_array_equal(t["prediction"], model.predict(X))
     assert ev["accuracy"] == pytest.approx(np.mean(model.predict(X) == y))
@@ -185,7 +185,7 @@ def test_store_with_more_features_than_model(binary, tmp_path, make_store):
     np.testing.assert_allclose(t["score"], model.decision_function(X), rtol=1e-12, atol=1e-12)
 
 
-# --- issue 13 item 5: ranking models, class-label columns, CSV -------------------------------
+# --- ranking models, class-label columns, CSV -------------------------------
 
 
 def test_ranking_model_evaluate_says_threshold_not_trained(tmp_path, capsys, make_store):
@@ -233,7 +233,7 @@ def test_multiclass_columns_by_label_and_csv(tmp_path, make_store):
 
 
 def test_ovr_kernel_model_streamed_equals_in_memory(tmp_path, make_store):
-    """One-vs-rest kernel models (issue 12 item 4): the streamed multi-class expansion gives
+    """One-vs-rest kernel models: the streamed multi-class expansion gives
     each class the same value as that class's binary expansion, bit for bit."""
     from ooc_svm.model.expansion import score_shard, scoring_broadcast
 

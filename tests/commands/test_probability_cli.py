@@ -1,4 +1,4 @@
-"""Issue 15 item 2 wiring: ``train --probability`` / ``predict --probability`` end to end.
+"""``train --probability`` / ``predict --probability`` end to end.
 
 The CLI runs as a user would (``python -m ooc_svm``, relative paths in a temporary working
 directory) on a small store made of the first 4,000 rows of a9a (8 shards of 500 rows), and

@@ -1,4 +1,4 @@
-"""Issue 16 goal 3: no start-up tax. ``ooc-svm train --solver perf`` on a Zarr store imports
+"""No start-up tax. ``ooc-svm train --solver perf`` on a Zarr store imports
 only what the command needs: no zarr, pyarrow or fsspec (a local store is read through its
 chunk files with os calls), no scipy.sparse (a linear model does not need it), no Dask; not
 scipy.linalg nor cffi, which numba imports while its CPU target loads unless

@@ -244,7 +244,7 @@ def _has_worker(shard, bc):
 
 
 def test_worker_threads_run_its_shards_same_bits(local, stores):
-    """issue 24: one task per worker runs its shards on all the worker's threads (here one
+    """One task per worker runs its shards on all the worker's threads (here one
     in-process worker with 3 threads); same tree, same bits, states included."""
     st = stores["zarr"]
     with make_engine("threads", n_workers=1, threads_per_worker=3) as eng:
@@ -457,7 +457,7 @@ def test_worker_killed_mid_state_pass(engine, local, stores):
 
 
 def test_auto_shard_cache_on_workers(stores, tmp_path):
-    """issue 16: make_engine's default cache (auto) on Dask: the first pass over a store
+    """``make_engine``'s default cache (auto) on Dask: the first pass over a store
     caches nothing, later passes hit the workers' caches, each bounded by its budget (at most
     a quarter of the worker's memory limit)."""
     X, y = _data()
@@ -492,7 +492,7 @@ def _slow_exit(seconds):
 
 
 def test_close_lets_slow_workers_exit():
-    """issue 24: a worker that takes a while to exit (a loaded machine) is not killed on a
+    """A worker that takes a while to exit (a loaded machine) is not killed on a
     normal close: no "Worker process ... was killed by signal 9" / "still alive ... killing"
     (Dask's nanny kills a worker still running 4 s after it was asked to stop)."""
     import logging

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import STORE_FORMATS
 
 from ooc_svm.engine import LocalEngine, concat_partials
 from ooc_svm.kernels.csr import csr_matvec, hinge_violated, u32
@@ -173,7 +174,7 @@ def test_fast_reader_matches_store(tmp_path, comp):
     X = sp.random(900, 70, density=0.1, format="csr", random_state=5, dtype=np.float32)
     y = rng.choice([-1.0, 1.0], 900)
     qid = np.repeat(np.arange(90), 10)
-    for fmt in ("zarr", "parquet"):
+    for fmt in STORE_FORMATS:
         path = str(tmp_path / f"s-{comp}.{fmt}")
         write_store(path, csr_to_shards(X, y, qid=qid, shard_rows=400), compression=comp)
         s = open_store(path)
@@ -244,7 +245,7 @@ def test_train_shard_cache_flag(store, tmp_path, monkeypatch):
 
     monkeypatch.delenv("OOC_SVM_SHARD_CACHE_MB", raising=False)
     monkeypatch.setattr(api, "make_engine", spy)
-    # issue 16: the default is now "auto"; 0 turns the cache off (was the default)
+    # the default is now "auto"; 0 turns the cache off (was the default)
     for cache, out in ((0, "plain"), (64, "cached"), (None, "auto")):
         argv = ["train", "--solver", "perf", st.path, "-o", str(tmp_path / out), "--C", "1"]
         assert main(argv + ([] if cache is None else ["--shard-cache-mb", str(cache)])) == 0
@@ -271,10 +272,10 @@ def test_auto_cache_not_filled_by_batched_scoring(store, tmp_path):
     st, _, _ = store
     model = api.train(st, "perf", max_iter=2, shard_cache_mb=0).model
     with LocalEngine(cache_mb="auto") as eng:
-        assert eng.cache.budget > 0
         # one whole prediction, 2 shards a batch: every shard read once, none cached
         n = sum(len(y) for y, _, _ in iter_scored(st, eng, model, max_rows=1400))
         assert n == st.meta.n_rows
+        assert eng.cache.budget > 0  # sized from the memory budget on the first pass
         assert eng.cache.used == 0 and eng.shards_read == st.n_shards
         # a second one reads every shard a second time: now they are cached
         sum(len(y) for y, _, _ in iter_scored(st, eng, model, max_rows=1400))
@@ -284,20 +285,22 @@ def test_auto_cache_not_filled_by_batched_scoring(store, tmp_path):
 
 @pytest.mark.parametrize("inline_nnz", [0, 10**9])
 def test_auto_cache_bounded_and_filled_from_second_pass(store, monkeypatch, inline_nnz):
-    """issue 16: ``auto`` never caches beyond SHARE × MemAvailable; a single pass caches
-    nothing; later passes come from the cache (threaded and inline passes alike)."""
-    import ooc_svm._util as util
+    """``auto`` never caches beyond SHARE × the memory budget left (sized on the first pass
+    that reads); a single pass caches nothing; later passes come from the cache (threaded and
+    inline passes alike)."""
+    from conftest import fake_memory_budget
+
     from ooc_svm.engine import make_engine
     from ooc_svm.engine.passes import hinge_pass
 
     st, _, _ = store
     shard_bytes = st.read_shard(0).nbytes
-    # pretend 3 shards' worth of memory is available: auto may use half of it
-    monkeypatch.setattr(util, "mem_available_bytes", lambda: 3 * shard_bytes + 10)
+    # a budget of 3 shards: auto may use half of it
+    fake_memory_budget(monkeypatch, 3 * shard_bytes + 10)
     w = np.zeros(200)
     with LocalEngine(cache_mb="auto", inline_nnz=inline_nnz) as eng:
-        assert eng.cache.budget == int(0.5 * (3 * shard_bytes + 10))
         ref = eng.map_reduce(st, hinge_pass, (w, 1.0, 0.0))
+        assert eng.cache.budget == int(0.5 * (3 * shard_bytes + 10))
         assert eng.cache.used == 0 and eng.shards_read == st.n_shards
         for _ in range(3):
             again = eng.map_reduce(st, hinge_pass, (w, 1.0, 0.0))
@@ -306,13 +309,18 @@ def test_auto_cache_bounded_and_filled_from_second_pass(store, monkeypatch, inli
         # only some shards fit (1.5 shards of budget): passes 3 and 4 read the others
         assert 2 * st.n_shards < eng.shards_read < 4 * st.n_shards
     # the whole store fits: after pass 2, no reads
-    monkeypatch.setattr(util, "mem_available_bytes", lambda: 4 * 10 * shard_bytes)
+    budget = fake_memory_budget(monkeypatch, 4 * 10 * shard_bytes)
     monkeypatch.setenv("OOC_SVM_SHARD_CACHE_MB", "auto:0.25")
     with make_engine("local", inline_nnz=inline_nnz) as eng:
-        assert eng.cache.budget == int(0.25 * 4 * 10 * shard_bytes)
         for _ in range(4):
             eng.map_reduce(st, hinge_pass, (w, 1.0, 0.0))
+        assert eng.cache.budget == int(0.25 * 4 * 10 * shard_bytes)
         assert eng.shards_read == 2 * st.n_shards
+    # what a run claimed is not the cache's
+    budget.require("rows", 2 * 10 * shard_bytes)
+    with make_engine("local", inline_nnz=inline_nnz) as eng:
+        eng.map_reduce(st, hinge_pass, (w, 1.0, 0.0))
+        assert eng.cache.budget == int(0.25 * 2 * 10 * shard_bytes)
     monkeypatch.setenv("OOC_SVM_SHARD_CACHE_MB", "0")
     with make_engine("local") as eng:
         assert eng.cache.budget == 0

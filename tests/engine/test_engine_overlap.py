@@ -1,4 +1,4 @@
-"""Issue 16 goal 1 (second half): passes over a store that does not fit the shard cache overlap
+"""Passes over a store that does not fit the shard cache overlap
 reading (the kernel's read-ahead of the next shards' files), decoding and computing.
 
 The timing is ``scripts/bench_pass.py --overlap``; these tests check the mechanism (every

@@ -1,4 +1,4 @@
-"""Issue 26: every core on every shard (row blocks), and the same model bytes for any
+"""Every core on every shard (row blocks), and the same model bytes for any
 number of threads."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_row_blocks_cover_the_shard_in_order(tmp_path, make_store):
 def test_same_model_bytes_for_one_two_three_threads(tmp_path, make_store, monkeypatch, variant):
     """Shards split into row blocks run on every thread; the model bytes do not depend on
     the number of threads, nor on the engine running the blocks in its own thread."""
-    from ooc_svm.solvers.perf import selective as ps
+    from ooc_svm.solvers.perf import selective_inner as ps
 
     monkeypatch.setattr(blocks, "BLOCK_NNZ", 4000)
     # selective: the rows in memory in several groups, the line search in several chunks

@@ -1,4 +1,4 @@
-"""Kernel work on every core (issue 23) and kernel solvers at any width (issue 28, goal 4).
+"""Kernel work on every core and kernel solvers at any width.
 
 - the parallel kernels of :mod:`ooc_svm.kernels.parallel` give the serial kernels' values bit
   for bit, with 1 and 2 threads, on the scatter (narrow) and the merge (wide) paths;
@@ -104,7 +104,7 @@ def ref_block_row(b, bsq, i, kp, width):
 
 
 def test_smo_scans_on_threads_equal_serial_loops():
-    """smo's WSS2 scans and gradient update on all threads (issue 23): the same rows, values
+    """smo's WSS2 scans and gradient update on all threads: the same rows, values
     and gradients as one serial loop, ties included (the serial loops keep the last row of a
     tie; many tied and ±0 values here), with 1 and 2 threads."""
     from ooc_svm.solvers.smo._numba import wss2 as sk
@@ -262,7 +262,7 @@ def dense_problem(tmp_path_factory):
 
 @pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
 def test_duals_within_1e6_of_libsvm_for_1_2_and_3_threads(solver, dense_problem):
-    """Issue 23, goal 4: every dual coefficient y_i α_i (not only the objective) within 1e-6
+    """Every dual coefficient y_i α_i (not only the objective) within 1e-6
     relative of LIBSVM's, with 1, 2 and 3 kernel threads; the models identical to the bit."""
     store, gamma, ref, b_ref, three = dense_problem
     models = []
@@ -288,7 +288,7 @@ def test_duals_within_1e6_of_libsvm_for_1_2_and_3_threads(solver, dense_problem)
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
 def test_two_rows_with_2e8_features_train_under_2_gb(tmp_path, solver):
-    """Issue 28: smo on a two-row store with 2×10^8 features used 2.5–3.3 GB (a dense
+    """smo on a two-row store with 2×10^8 features used 2.5–3.3 GB (a dense
     workspace per kernel row, the support vectors' CSC index over every feature); under a
     2 GB address-space limit it failed. Now the kernel solvers keep nothing dense over the
     features: exit 0, the two rows are the support vectors."""

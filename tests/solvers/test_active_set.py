@@ -1,6 +1,6 @@
 """``--solver active-set`` (Scheinberg 2006 SVM-QP) against LIBSVM at tol=1e-8.
 
-Acceptance (issue 6): dual objective within 1e-6 relative of LIBSVM's (scikit-learn SVC,
+Acceptance: dual objective within 1e-6 relative of LIBSVM's (scikit-learn SVC,
 tol=1e-8; its dual is computed here from ``dual_coef_`` and the kernel matrix) and every row
 within ``tol`` of its KKT condition in an independent check pass, for a9a (first 5,000
 rows, RBF γ=0.05, C=1 and 100), mushrooms (linear), duplicate rows with opposite labels and
@@ -449,7 +449,7 @@ def test_same_model_on_local_cluster(tmp_path, make_store):
 
 
 def test_history_records_carry_seconds_and_passes(tmp_path, make_store):
-    """issue 13 item 3: every history record has elapsed ``seconds`` and streamed ``passes``."""
+    """Every history record has elapsed ``seconds`` and streamed ``passes``."""
     rng = np.random.default_rng(3)
     X = rng.normal(size=(400, 6)).astype(np.float32)
     y = np.where(X[:, 0] + 0.5 * rng.normal(size=400) > 0, 1.0, -1.0)

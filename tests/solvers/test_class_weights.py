@@ -1,4 +1,4 @@
-"""Class weights (issue 15 item 1) for perf, active-set and irwls.
+"""Class weights for perf, active-set and irwls.
 
 ``--class-weight`` multiplies C per class (LIBLINEAR / LIBSVM ``-wi``): the problem is
 ``½‖w‖² + Σᵢ C_{y_i} ξᵢ``. Conventions and references: ``tests/reference_weights.py``.
@@ -36,7 +36,7 @@ from reference_weights import (
 )
 
 from ooc_svm.engine import LocalEngine
-from ooc_svm.solvers import SolverError, active_set, irwls, perf
+from ooc_svm.solvers import SolverError, active_set, available_solvers, irwls, perf
 
 pytest.importorskip("liblinear")
 pytest.importorskip("libsvm")
@@ -327,7 +327,7 @@ def test_cli_class_weight(tmp_path):
 def test_cli_class_weight_every_solver(tmp_path):
     """Every solver trains with --class-weight from the command line."""
     _cli_store(tmp_path)
-    for solver in ("perf", "smo", "active-set", "irwls"):
+    for solver in available_solvers():
         _cli_train(tmp_path, solver, "pos=4")
 
 

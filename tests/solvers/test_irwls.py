@@ -358,7 +358,7 @@ def test_conf_file_matches_defaults():
 
 @pytest.mark.parametrize("kernel", ["rbf", "linear"])
 def test_history_records_carry_seconds_and_passes(tmp_path, kernel, make_store):
-    """issue 13 item 3: every history record has elapsed ``seconds`` and streamed ``passes``
+    """Every history record has elapsed ``seconds`` and streamed ``passes``
     (non-decreasing; the last equals the result's passes before the final model passes)."""
     X, y = tiny_problem(7, n=300)
     st = make_store(X, y, shard_rows=60, n_features=0)
@@ -369,13 +369,13 @@ def test_history_records_carry_seconds_and_passes(tmp_path, kernel, make_store):
 
 
 def test_large_system_factor_on_threads_is_bit_identical_and_matches_the_serial_one(monkeypatch):
-    """Issue 23: the system (3) above ``_NUMBA_CHOL_MAX`` rows is factored by the numba
+    """The system (3) above ``_NUMBA_CHOL_MAX`` rows is factored by the numba
     Cholesky on all threads (was LAPACK, whose spinning threads made a 600-row factor take
     0.26 s on a loaded 2-core machine): the same bits for 1, 2 and 3 threads, and the values
     of the serial Cholesky to rounding."""
     import numba
 
-    from ooc_svm.solvers.irwls.working_set import _schur_solve, _schur_solve_par
+    from ooc_svm.solvers.irwls._numba import _schur_solve, _schur_solve_par
 
     rng = np.random.default_rng(3)
     n = 301
@@ -400,7 +400,7 @@ def test_large_system_factor_on_threads_is_bit_identical_and_matches_the_serial_
 
 
 def test_missing_columns_in_small_blocks_give_the_same_model(tmp_path, make_store, monkeypatch):
-    """Issue 23: the error pass computes a shard's missing kernel columns in blocks of at most
+    """The error pass computes a shard's missing kernel columns in blocks of at most
     ``_BLOCK_BYTES`` (a 100k-row shard at q = 600 peaked at 1.2 GB); blocks of 3 columns give
     the model of one block, bit for bit (the same sums in the same order)."""
     from ooc_svm.solvers.irwls import passes

@@ -1,4 +1,4 @@
-"""The typed solver contract (issue 14) and LIBSVM-style parameter checks (issue 12 items 3, 10).
+"""The typed solver contract and LIBSVM-style parameter checks.
 
 - one frozen ``Params`` dataclass per solver, validated once with one wording per rule;
 - one ``solve(store, engine, params, *, callback=None, checkpoint=None)`` signature;
@@ -25,11 +25,11 @@ from conftest import build_store
 
 from ooc_svm.api import train
 from ooc_svm.engine import LocalEngine
-from ooc_svm.solvers import SOLVER_MODULES, SolverError, get_solver
+from ooc_svm.solvers import SolverError, available_solvers, get_solver
 from ooc_svm.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
-SOLVERS = list(SOLVER_MODULES)
+SOLVERS = available_solvers()
 
 
 def _binary(n=120, d=5, seed=0):
@@ -274,7 +274,7 @@ def test_irwls_scratch_is_per_run():
 
 
 # --------------------------------------------------------------------------------------------
-# issue 12 item 10: parameter checks as LIBSVM does them
+# parameter checks as LIBSVM does them
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("gamma", ["-1", "0"])
 def test_gamma_must_be_positive(work, gamma):
@@ -336,7 +336,7 @@ def test_max_iter_reached_is_not_converged(work, solver, flags):
 
 
 # --------------------------------------------------------------------------------------------
-# issue 12 item 3 (solver side): rank data and --loss ordinal on binary labels
+# rank data and --loss ordinal on binary labels
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
 def test_rank_data_points_to_perf(work, solver):

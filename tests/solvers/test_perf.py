@@ -517,7 +517,7 @@ def test_conf_file_matches_defaults():
 
 
 # ------------------------------------------------------------------------------------------
-# extreme C (issue 17 finding 10)
+# extreme C
 # ------------------------------------------------------------------------------------------
 
 
@@ -537,9 +537,9 @@ def test_extreme_C_finishes_or_stops_in_bounded_time(tmp_path, variant, make_sto
         if rec["lower_bound"] is not None:
             lbs.append(rec["lower_bound"])
 
-    t = time.perf_counter()
+    t = time.process_time()  # CPU seconds: a hang guard that does not grow with the load
     res = train(st, "perf", C=C, eps=eps, variant=variant, callback=cb)
-    assert time.perf_counter() - t < 120
+    assert time.process_time() - t < 120
     assert lbs and all(b >= a - 1e-9 * abs(a) for a, b in zip(lbs, lbs[1:], strict=False))
     # stopped by the QP stall rule: the best point, flagged; else the guarantee holds
     assert res.converged or res.stop_reason in ("stalled", "max_iter")
@@ -554,11 +554,16 @@ def test_extreme_C_finishes_or_stops_in_bounded_time(tmp_path, variant, make_sto
 def test_extreme_C_cli_one_line(tmp_path, make_store):
     import subprocess
     import sys
-    import time
 
     X, y = _tiny_binary(0)
     make_store(X, y, shard_rows=97)
-    t = time.perf_counter()
+    import resource
+
+    def children_cpu() -> float:
+        u = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return u.ru_utime + u.ru_stime
+
+    t = children_cpu()  # CPU seconds: a hang guard that does not grow with the load
     p = subprocess.run(
         [sys.executable, "-m", "ooc_svm", "train", "--solver", "perf", "--C", "1e9", "s.zarr"]
         + ["-o", "m.json"],
@@ -567,7 +572,7 @@ def test_extreme_C_cli_one_line(tmp_path, make_store):
         text=True,
         timeout=300,
     )
-    assert time.perf_counter() - t < 120
+    assert children_cpu() - t < 120
     assert p.returncode == 0, p.stderr
     if "the cutting-plane QP stalls" in p.stderr:
         assert "not converged (stalled)" in p.stderr + p.stdout
@@ -575,7 +580,7 @@ def test_extreme_C_cli_one_line(tmp_path, make_store):
 
 
 # ------------------------------------------------------------------------------------------
-# bounded dense memory (issue 17 finding 3)
+# bounded dense memory
 # ------------------------------------------------------------------------------------------
 
 _RSS = (
@@ -635,7 +640,7 @@ def test_dense_limit_bounds_memory(tmp_path, extra):
 
 
 # ------------------------------------------------------------------------------------------
-# checkpoint / resume of the ranking losses (issue 12 item 7)
+# checkpoint / resume of the ranking losses
 # ------------------------------------------------------------------------------------------
 
 

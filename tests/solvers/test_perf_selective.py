@@ -25,6 +25,7 @@ from ooc_svm.engine import LocalEngine, make_engine
 from ooc_svm.evaluation.metrics import primal_objective
 from ooc_svm.solvers.perf import selection as psel
 from ooc_svm.solvers.perf import selective as ps
+from ooc_svm.solvers.perf import selective_inner as psi
 from ooc_svm.store import csr_to_shards, open_store, write_store
 
 _DATA = {
@@ -295,7 +296,7 @@ def test_segment_line_search_is_exact():
         u, v = rng.normal(0.5, 1.0, size=nw), rng.normal(0.0, 1.0, size=nw)
 
         args = (a0, a1, a2, L0, L1, C, Cp, mb, dm, u, v)
-        k, f = segment_min(*args, ps.LINE_STEPS)
+        k, f = segment_min(*args, psi.LINE_STEPS)
         ks = np.linspace(0, max(4.0, 2 * k), 40001)
         assert k >= 0.0
         assert f <= _segment_F(ks, *args).min() + 1e-7 * abs(f)
@@ -310,8 +311,8 @@ def test_threaded_line_search_is_exact_and_the_same_for_any_threads(monkeypatch)
 
     from ooc_svm.solvers.perf._numba.selective import segment_min
 
-    monkeypatch.setattr(ps, "LINE_CHUNK", 37)  # several chunks
-    monkeypatch.setattr(ps, "LINE_FEW", 20)  # several rounds of binning
+    monkeypatch.setattr(psi, "LINE_CHUNK", 37)  # several chunks
+    monkeypatch.setattr(psi, "LINE_FEW", 20)  # several rounds of binning
     rng = np.random.default_rng(11)
     pools = [ThreadPoolExecutor(t) for t in (1, 2, 3)]
     try:
@@ -329,8 +330,8 @@ def test_threaded_line_search_is_exact_and_the_same_for_any_threads(monkeypatch)
             got = []
             for pool in pools:
                 out = np.empty(m)
-                got.append(ps.segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, mc,
-                                                   out, u, v, ps.LINE_STEPS))  # fmt: skip
+                got.append(psi.segment_min_threaded(pool, a0, a1, a2, L0, L1, C, Cp, mb, mc,
+                                                   out, u, v, psi.LINE_STEPS))  # fmt: skip
                 np.testing.assert_array_equal(out, dm)
             assert got[0] == got[1] == got[2]
             k, f = got[0]
@@ -339,7 +340,7 @@ def test_threaded_line_search_is_exact_and_the_same_for_any_threads(monkeypatch)
             assert k >= 0.0
             assert f <= _segment_F(ks, *args).min() + 1e-7 * abs(f)
             assert f == pytest.approx(_segment_F(np.array([k]), *args)[0], rel=1e-12)
-            assert f <= segment_min(*args, ps.LINE_STEPS)[1] + 1e-9 * abs(f)
+            assert f <= segment_min(*args, psi.LINE_STEPS)[1] + 1e-9 * abs(f)
     finally:
         for pool in pools:
             pool.shutdown()
@@ -551,7 +552,7 @@ def test_qp_stall_stops_the_run(tmp_path, monkeypatch):
 
 
 def test_inner_mb_auto_is_a_share_of_available_memory(tmp_path, monkeypatch):
-    """``--inner-mb auto`` (the default): a quarter of MemAvailable, at most what every row
+    """``--inner-mb auto`` (the default): half of the memory budget, at most what every row
     needs — so with memory to spare the whole store is selected and one pass certifies,
     and with little available the selection shrinks to that share (never beyond it);
     ``auto:SHARE`` sets the share; anything else but MiB >= 0 is refused."""
@@ -564,15 +565,18 @@ def test_inner_mb_auto_is_a_share_of_available_memory(tmp_path, monkeypatch):
         full = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3})
     assert full.summary["selected_rows"] == X.shape[0] and full.passes == 1
     whole = psel.ROW_BYTES * X.shape[0] + psel.NZ_BYTES * X.nnz
-    avail = 2 * whole  # a quarter of it: half the store's rows at most
-    monkeypatch.setattr(pp, "mem_available_bytes", lambda: avail)
+    avail = whole  # half of it: half the store's rows at most
+    from conftest import fake_memory_budget
+
+    budget = fake_memory_budget(monkeypatch, avail)
     with LocalEngine() as e:
         part = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3})
-        half = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3, "inner_mb": "auto:0.5"})
-    assert part.summary["inner_mb"] == pytest.approx(0.25 * avail / 2**20)
-    assert 0 < part.summary["selected_mb"] * 2**20 <= 0.25 * avail
+        quarter = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3, "inner_mb": "auto:0.25"})
+    assert part.summary["inner_mb"] == pytest.approx(0.5 * avail / 2**20)
+    assert 0 < part.summary["selected_mb"] * 2**20 <= 0.5 * avail
     assert 0 < part.summary["selected_rows"] < X.shape[0]
-    assert half.summary["inner_mb"] == pytest.approx(0.5 * avail / 2**20)
+    assert quarter.summary["inner_mb"] == pytest.approx(0.25 * avail / 2**20)
+    assert budget.claims == {}  # the rows' claim ends with the run
     _check(part, X, y, 1.0, 1e-3, _liblinear(X, y, 1.0))
     for bad in ("-1", "auto:0", "auto:2", "lots"):
         with pytest.raises(SolverError, match="--inner-mb"):
@@ -626,3 +630,64 @@ def test_inner_model_is_a_lower_bound_exact_at_the_pass_point_and_its_cuts_are_v
             for u in (w, w_p, rng.normal(0.0, 2.0, d + 1)):
                 xi = np.maximum(0.0, 1.0 - margins(u)).sum() / n
                 assert r - u @ g <= xi + 1e-9
+
+
+# ------------------------------------------------------------------------------------------
+# wide stores: over the columns the rows hold
+# ------------------------------------------------------------------------------------------
+
+
+def _wide(seed=4, n=1500, used=200, width=100_000):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, used, density=0.05, random_state=seed, format="csr", dtype=np.float64)
+    X = _csr32(X)
+    y = np.where(X @ rng.normal(size=used) + 0.3 + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
+    cols = np.sort(rng.choice(width, used, replace=False))
+    return sp.csr_matrix((X.data, cols[X.indices], X.indptr), shape=(n, width)), y, cols
+
+
+def test_wide_store_within_a_small_dense_limit(make_store, monkeypatch):
+    """Above REMAP_MIN_DIM columns selective trains over the held columns: a --dense-limit-mb
+    that ten vectors of the store's width exceed is enough, on Zarr and Parquet alike, and
+    the model (expanded to the store's width) is LIBLINEAR's within the certificate."""
+    from ooc_svm.api import train
+    from ooc_svm.solvers import SolverError, perf
+
+    X, y, cols = _wide()
+    n = X.shape[0]
+    z = make_store(X, y, shard_rows=500, name="w.zarr")
+    p = make_store(X, y, shard_rows=500, name="w.parquet")
+    with pytest.raises(SolverError, match="perf keeps 10 such vectors"):
+        train(z, "perf", variant="selective", eps=1e-4, dense_limit_mb=2.0)
+    monkeypatch.setattr(perf, "REMAP_MIN_DIM", 50_000, raising=False)
+    a = train(z, "perf", variant="selective", eps=1e-4, dense_limit_mb=2.0)
+    b = train(p, "perf", variant="selective", eps=1e-4, dense_limit_mb=2.0)
+    np.testing.assert_array_equal(b.model.coef_, a.model.coef_)
+    assert a.model.coef_.shape == (100_000,) and a.model.n_features == 100_000
+    assert np.all(np.delete(a.model.coef_, cols) == 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ll = LinearSVC(C=1.0, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
+    p_ref = primal_objective(X, y, ll.coef_.ravel(), float(ll.intercept_[0]), 1.0)
+    assert a.converged and a.objective <= p_ref + n * 1e-4
+    assert a.summary["lower_bound"] <= p_ref * (1 + 1e-9)
+    m = a.model
+    assert a.objective == pytest.approx(
+        primal_objective(X, y, m.coef_, m.intercept_, 1.0, positive=m.classes[1]), rel=1e-9
+    )
+
+
+@pytest.mark.cluster
+def test_wide_store_same_model_on_processes(make_store, monkeypatch):
+    from ooc_svm.api import train
+    from ooc_svm.solvers import perf
+
+    pytest.importorskip("distributed")
+    X, y, _ = _wide(5, n=800)
+    st = make_store(X, y, shard_rows=400)
+    monkeypatch.setattr(perf, "REMAP_MIN_DIM", 50_000, raising=False)
+    local = train(st, "perf", variant="selective", eps=1e-3, dense_limit_mb=2.0)
+    with make_engine("processes", n_workers=2, threads_per_worker=1) as de:
+        dask = train(st, "perf", engine=de, variant="selective", eps=1e-3, dense_limit_mb=2.0)
+    np.testing.assert_array_equal(dask.model.coef_, local.model.coef_)
+    assert dask.objective == local.objective

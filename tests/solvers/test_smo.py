@@ -1,6 +1,6 @@
 """``--solver smo`` against LIBSVM (scikit-learn SVC at tol=1e-6) and a brute-force QP.
 
-Acceptance (issue 5): dual objective within 1e-3 relative of LIBSVM's optimum and >= 99.5 %
+Acceptance: dual objective within 1e-3 relative of LIBSVM's optimum and >= 99.5 %
 identical predictions, both selection rules, on a9a (5,000 rows, RBF γ=0.05, C=1 and 10),
 mushrooms (linear, C=1, labels 1/2), w8a (10,000 rows, linear, C=1) and reuters_acq (RBF);
 the same model from the local engine and a 2-worker LocalCluster.
@@ -305,7 +305,7 @@ def test_history_records_seconds_and_passes(tmp_path, make_store):
 
 
 def test_progress_inside_a_chunk_same_model(tmp_path, make_store, monkeypatch, caplog):
-    """Issue 23 goal 3: a chunk of SMO steps (here one chunk: the whole solve) reports progress
+    """A chunk of SMO steps (here one chunk: the whole solve) reports progress
     while it runs — at 300,000 rows under a small --cache-mb one chunk took 400+ s without a
     line. With a record after every slice (``PROGRESS_SECONDS`` = 0) the command logs more
     than one line, each with the steps so far and the cache hit rate; the model is the same
@@ -347,7 +347,7 @@ def test_progress_inside_a_chunk_same_model(tmp_path, make_store, monkeypatch, c
 
 
 # --------------------------------------------------------------------------------------------
-# class weights (issue 15 item 1) vs libsvm-official -wi
+# class weights vs libsvm-official -wi
 # --------------------------------------------------------------------------------------------
 WEIGHTED = {
     # name: (file, rows, n_features, --class-weight, reference weights (None: balanced))

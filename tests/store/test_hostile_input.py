@@ -421,3 +421,53 @@ def test_deeply_nested_json_is_one_line(tmp_path, target, commands):
         _one_line_error(r, command.split()[1])
         assert "RecursionError" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("how", ["path", "symlink"])
+def test_ingest_refuses_a_device_given_as_a_path(tmp_path, how):
+    """/dev/zero (or a link to it) is endless: refused before reading, nothing written."""
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    src = "/dev/zero"
+    if how == "symlink":
+        os.symlink("/dev/zero", tmp_path / "z.svm")
+        src = "z.svm"
+    r = _cli(tmp_path, "ingest", src, "s.zarr", timeout=60)
+    _one_line_error(r, src, "character device", "'-'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["z.svm"] if how == "symlink" else [])
+
+
+_LINE_LIMIT = (
+    "import sys; from ooc_svm.store import ingest_input; ingest_input.MAX_LINE_BYTES = 1 << 20; "
+    "from ooc_svm.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_ingest_of_endless_stdin_stops_at_the_line_limit(tmp_path):
+    """``ingest - < /dev/zero`` used to grow without bound (1 GB at 72 s): a line longer than
+    the limit (here lowered to 1 MiB) ends it with the line number and the limit."""
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    with open("/dev/zero", "rb") as zero:
+        r = subprocess.run(
+            [sys.executable, "-c", _LINE_LIMIT, "ingest", "-", "s.zarr", "--block-mb", "0.1"],
+            cwd=tmp_path, stdin=zero, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    _one_line_error(r, "<stdin>: line 1 (byte 0)", "1,048,576 bytes")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ingest_names_the_over_long_line(tmp_path, monkeypatch):
+    """Lines before the long one are counted (the blocks before it are parsed first); a long
+    line under the limit is read."""
+    from ooc_svm.store import ingest_input
+
+    monkeypatch.setattr(ingest_input, "MAX_LINE_BYTES", 1 << 16)
+    ok = "1 " + " ".join(f"{j}:1" for j in range(1, 5000)) + "\n"  # ~37 KB
+    (tmp_path / "a.svm").write_text("1 1:1\n-1 2:1\n" * 500 + ok + "1 1:" + "0" * 70_000 + "\n")
+    with pytest.raises(IngestError, match=r"a\.svm: line 1,002 \(byte [0-9,]+\) is longer than "):
+        ingest(str(tmp_path / "a.svm"), str(tmp_path / "s.zarr"), block_mb=0.004)
+    assert not (tmp_path / "s.zarr").exists()
+    (tmp_path / "b.svm").write_text("1 1:1\n-1 2:1\n" * 500 + ok)
+    ingest(str(tmp_path / "b.svm"), str(tmp_path / "t.zarr"), block_mb=0.004)
+    assert open_store(str(tmp_path / "t.zarr")).meta.n_rows == 1001

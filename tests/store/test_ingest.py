@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import dataset, ooc_cmd
+from conftest import STORE_SUFFIXES, dataset, ooc_cmd
 
 from ooc_svm.cli import main
 from ooc_svm.store import open_store
@@ -132,7 +132,7 @@ def _check_dataset(tmp_path, rel, qid, kind, shard_rows, suffix):
 
 
 # every dataset, both backends: about 20 s in all on this machine, so not marked slow
-@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
+@pytest.mark.parametrize("suffix", STORE_SUFFIXES)
 @pytest.mark.parametrize("rel,qid,kind,shard_rows", DATASETS, ids=[s[0] for s in DATASETS])
 def test_real_dataset_matches_sklearn(tmp_path, rel, qid, kind, shard_rows, suffix):
     _check_dataset(tmp_path, rel, qid, kind, shard_rows, suffix)
@@ -392,7 +392,7 @@ def test_label_kinds(tmp_path):
     (tmp_path / "r.svm").write_bytes(b"0.5 1:1\n1.25 2:1\n-3 1:2\n")
     assert ingest(str(tmp_path / "r.svm"), str(tmp_path / "r.zarr")).label_kind == "real"
     (tmp_path / "o.svm").write_bytes(b"1 1:1\n2 2:1\n3 1:2\n")
-    # issue 12 item 3: integer class ids without qid are classes (LIBSVM); ordinal on request
+    # integer class ids without qid are classes (LIBSVM); ordinal on request
     assert ingest(str(tmp_path / "o.svm"), str(tmp_path / "o.zarr")).label_kind == "multiclass"
     m = ingest(str(tmp_path / "o.svm"), str(tmp_path / "od.zarr"), label_kind="ordinal")
     assert m.label_kind == "ordinal"
@@ -404,7 +404,7 @@ def test_label_kinds(tmp_path):
     assert m.label_kind == "real"
 
 
-@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
+@pytest.mark.parametrize("suffix", STORE_SUFFIXES)
 def test_append(tmp_path, suffix):
     t1, t2 = _random_text(120, 6), _random_text(80, 7)
     (tmp_path / "1.svm").write_bytes(t1)

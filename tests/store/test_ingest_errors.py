@@ -11,7 +11,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import ooc_cmd
+from conftest import STORE_SUFFIXES, ooc_cmd
 
 from ooc_svm.cli import main
 from ooc_svm.store import open_store
@@ -208,7 +208,7 @@ def test_overwrite_failure_keeps_old_store(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["a.svm", "b.svm", "o.parquet"]
 
 
-@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
+@pytest.mark.parametrize("suffix", STORE_SUFFIXES)
 def test_append_failure_leaves_store_unchanged(tmp_path, capsys, suffix):
     (tmp_path / "a.svm").write_text(GOOD)
     (tmp_path / "b.svm").write_text(GOOD * 50 + "1 2:1 1:1\n")
@@ -338,7 +338,7 @@ def test_cli_subprocess_truncated_stdin(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
+@pytest.mark.parametrize("suffix", STORE_SUFFIXES)
 def test_interrupt_leaves_nothing(tmp_path, suffix):
     """Ctrl-C in the middle (simulated from the progress callback, which runs in the main
     thread): the temporary store is removed and the threads stop."""

@@ -1,4 +1,4 @@
-"""Issue 17 (store side): nothing lost, nothing misread, nothing crashes.
+"""Nothing lost, nothing misread, nothing crashes.
 
 Every test works on real stores on disk and runs the CLI as a user would
 (``sys.executable -m ooc_svm`` in a temporary working directory, relative paths).
@@ -559,7 +559,7 @@ def test_million_shard_table_is_refused_quickly_in_bounded_memory(tmp_path):
     assert rss is None or rss < 500_000, rss
 
 
-# -- issue 12 item 3: label kinds -----------------------------------------------------------------
+# -- label kinds -----------------------------------------------------------------
 def test_label_kind_is_chosen_and_said(tmp_path):
     (tmp_path / "c.svm").write_text(_text(300, labels=(1, 2, 3, 4, 5)))
     r = cli("ingest", "c.svm", "c.zarr", cwd=tmp_path)
@@ -579,7 +579,7 @@ def test_label_kind_is_chosen_and_said(tmp_path):
     assert json.loads(r.stdout)["label_kind"] == "ordinal"
 
 
-# -- issue 12 item 9: stores follow the umask -----------------------------------------------
+# -- stores follow the umask -----------------------------------------------
 @pytest.mark.parametrize("umask", [0o022, 0o077])
 def test_store_modes_follow_umask(tmp_path, umask):
     (tmp_path / "a.svm").write_text(_text(100))

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import build_store, dataset, ooc_cmd
+from conftest import STORE_FORMATS, build_store, dataset, ooc_cmd
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -145,7 +145,7 @@ def _run(args, env, cwd, check=True, timeout=600):
 # ------------------------------------------------------------------------------------------
 # quick: in-process, small stores
 # ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("suffix", ["zarr", "parquet"])
+@pytest.mark.parametrize("suffix", STORE_FORMATS)
 def test_s3_store_reads_and_trains_like_local(s3, tmp_path, suffix):
     """The same shards written to S3 and to local disk: identical metadata and arrays, and a
     training pass by pass identical (bit-identical weights)."""
@@ -305,7 +305,7 @@ def test_s3_append_is_locked(s3, tmp_path):
 # ------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.cluster
-@pytest.mark.parametrize("fmt", ["zarr", "parquet"])
+@pytest.mark.parametrize("fmt", STORE_FORMATS)
 def test_s3_cli_a9a_end_to_end(s3, tmp_path, fmt):
     """`ingest` a9a into s3://, then `info`, `verify`, `train` (local engine and
     `--scheduler processes`, a 2-worker LocalCluster whose workers read S3 themselves),

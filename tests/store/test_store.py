@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import STORE_SUFFIXES
 
 from ooc_svm.store import (
     ShardCorruptError,
@@ -35,7 +36,7 @@ def _read_all(store):
     return X, y, q, shards
 
 
-@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
+@pytest.mark.parametrize("suffix", STORE_SUFFIXES)
 @pytest.mark.parametrize("qid", [False, True])
 def test_round_trip(tmp_path, suffix, qid):
     X, y, q = _data(qid=qid)
@@ -58,7 +59,7 @@ def test_round_trip(tmp_path, suffix, qid):
     assert sorted(os.listdir(tmp_path)) == [f"s{suffix}"]
 
 
-@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
+@pytest.mark.parametrize("suffix", STORE_SUFFIXES)
 def test_append_and_overwrite(tmp_path, suffix):
     X, y, _ = _data()
     path = str(tmp_path / f"s{suffix}")
@@ -76,7 +77,7 @@ def test_append_and_overwrite(tmp_path, suffix):
     assert sorted(os.listdir(tmp_path)) == [f"s{suffix}"]
 
 
-@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
+@pytest.mark.parametrize("suffix", STORE_SUFFIXES)
 def test_failed_write_leaves_nothing(tmp_path, suffix):
     X, y, _ = _data()
     path = str(tmp_path / f"s{suffix}")

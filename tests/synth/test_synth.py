@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import STORE_SUFFIXES
 from sklearn.datasets import load_svmlight_file
 
 from ooc_svm.store import open_store
@@ -74,7 +75,7 @@ def test_compressed_text_reproducible_and_decompresses_to_plain(tmp_path):
     assert _same_csr(X, Xp) and np.array_equal(y, yp)
 
 
-@pytest.mark.parametrize("suffix", [".zarr", ".parquet"])
+@pytest.mark.parametrize("suffix", STORE_SUFFIXES)
 def test_store_identical_across_runs_threads_and_block_sizes(tmp_path, suffix):
     p1, p2 = str(tmp_path / f"a{suffix}"), str(tmp_path / f"b{suffix}")
     synth(p1, **SMALL, shard_rows=1000)

@@ -14,7 +14,7 @@ the free variables solving the reduced problem (4) exactly; then an independent 
 Paper sections → modules:
 
 - §2 Steps 0–2, §2.1–2.2 (reduced problem through an updated Cholesky factor, infinite
-  steps when Q_ss is singular): :mod:`.working_set`, :mod:`..cholesky`;
+  steps when Q_ss is singular): :mod:`.working_set`, :mod:`.cholesky`;
 - §4.1 pricing (major iteration = one streamed pass; ``sprint`` / ``shrinking``):
   :mod:`.passes`;
 - §4.2 memory saving (Q columns of I_s over the working rows only): :mod:`.columns`;
@@ -25,6 +25,7 @@ Paper sections → modules:
 from __future__ import annotations
 
 from .. import lazy_exports
+from ..contract import Entry, SolverSpec
 from .params import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
 
 #: imported on first use: the package stays light (``train`` reads ``Params`` and
@@ -39,11 +40,14 @@ __getattr__ = lazy_exports(
         "WorkingSet": ".working_set",
         # solve(store, engine, params, *, callback=None, checkpoint=None) -> Result
         "solve": ".driver",
+        # solve_warm(store, engine, params, init, *, callback=None) -> Result (a C sweep)
+        "solve_warm": ".driver",
     },
 )
 
 __all__ = [
     "DEFAULTS",
+    "SPEC",
     "STOPPING_RULE",
     "SUPPORTS_CHECKPOINT",
     "Counters",
@@ -53,4 +57,15 @@ __all__ = [
     "Params",
     "WorkingSet",
     "solve",
+    "solve_warm",
 ]
+
+SPEC = SolverSpec(
+    name="active-set",
+    Params=Params,
+    stopping_rule=STOPPING_RULE,
+    solve=Entry(f"{__name__}.driver", "solve"),
+    solve_warm=Entry(f"{__name__}.driver", "solve_warm"),
+    checkpoint=SUPPORTS_CHECKPOINT,
+    checkpoint_often={"checkpoint_seconds": 1e-9},
+)

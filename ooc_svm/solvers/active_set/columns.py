@@ -5,13 +5,18 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from numba import njit
 
 from ...kernels.csr import csr_matvec_rows, csr_rmatvec_rows_add, csr_take_rows
 from ...kernels.kernel_functions import KernelParams, kernel_row, kernel_row_subset, linear_scores
 from ...kernels.parallel import gradient_rows_par
 from ..dual import WorkingRows
-from ._numba.blocks import DENSE_BLOCK_MAX, _dense_transposed, dense_kernel_block, dense_kernel_col
+from ._numba.blocks import (
+    DENSE_BLOCK_MAX,
+    _dense_transposed,
+    dense_kernel_block,
+    dense_kernel_col,
+    gather_matvec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +36,15 @@ class KernelColumns:
     def __init__(
         self, rows: WorkingRows, y: np.ndarray, kp: KernelParams, n_features: int, capacity: int
     ) -> None:
-        self.ip, self.ix, self.data = rows.csr()
+        self.ip, ix, self.data = rows.csr()
         self.sq = rows.sq_norms()
         self.y = y
         self.kp = kp
         self.n = rows.n
-        # the rows' own width, not the store's (no workspace grows with n_features)
-        width = max(int(self.ix.max()) + 1 if self.ix.size else 0, 1)
+        # the rows' own width, not the store's (no workspace grows with n_features); columns
+        # spread over a wide (e.g. hashed, 2^31) space are renumbered 0 .. k-1 over those the
+        # rows use, in increasing order: every kernel value is unchanged
+        self.feats, self.ix, width = _compact_columns(ix)
         self.width = width
         self.work = np.zeros(width)
         self.tmp = np.empty(self.n)
@@ -231,6 +238,9 @@ class KernelColumns:
         """The same columns restricted to the rows ``kept`` (keys renamed by ``mapping``)."""
         new = KernelColumns.__new__(KernelColumns)
         new.ip, new.ix, new.data = rows.csr()
+        new.feats = self.feats
+        if self.feats is not None:  # the kept rows' columns, in the same numbering
+            new.ix = np.searchsorted(self.feats, new.ix).astype(np.uint32)
         new.sq = self.sq[kept]
         new.y = rows.y
         new.kp = self.kp
@@ -250,16 +260,16 @@ class KernelColumns:
         return new
 
 
-@njit(cache=True, nogil=True)
-def gather_matvec(Qt, rows, cols, v, out):
-    """out[a] = Σ_b Qt[rows[a], cols[b]] v[b] (Q_ss v from the stored columns)."""
-    for a in range(rows.shape[0]):
-        r = Qt[rows[a]]
-        s = 0.0
-        for b in range(cols.shape[0]):
-            s += r[cols[b]] * v[b]
-        out[a] = s
-    return out
+def _compact_columns(ix: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, int]:
+    """``(features, indices, width)``: ``ix`` itself and its width when it is dense enough,
+    else the sorted distinct columns and ``ix`` renumbered over them (uint32)."""
+    if ix.size == 0:
+        return None, ix, 1
+    hi = int(ix.max()) + 1
+    if hi <= max(4 * ix.size, 1 << 16):
+        return None, ix, hi
+    feats, inv = np.unique(ix, return_inverse=True)
+    return feats, inv.astype(np.uint32).reshape(ix.shape), int(feats.size)
 
 
 class LinearColumns:

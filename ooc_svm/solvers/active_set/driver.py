@@ -96,6 +96,7 @@ from .working_set import S_FREE, S_UPPER, S_ZERO, Counters, WorkingSet
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
     from ...engine.base import Engine
+    from ...model.model import Model
     from ...store.base import Store
 
 log = logging.getLogger(__name__)
@@ -166,9 +167,13 @@ class _Run:
 
     def _warm_start(self) -> None:
         """§4.3–4.4: α, β (and w or the expansion to add to f) from the ``--init`` model."""
+        from ..warm import dual_init, init_name
+
         p, C, nf = self.p, self.C, self.nf
+        where = init_name(p.init)
+        model = dual_init(p, self.store, self.engine, "active-set", self.costs)
         gids, coef, sv_rows, w_init, intercept, C_old = _load_init(
-            str(p.init), C, self.kp, self.meta.n_rows, self.costs
+            model, C, self.kp, self.meta.n_rows, self.costs, where
         )
         bad = (
             self.engine.map_reduce(
@@ -183,7 +188,7 @@ class _Run:
         )
         if bad:
             raise SolverError(
-                f"--init {p.init}: {bad} support vector(s) have the opposite label in this "
+                f"{where}: {bad} support vector(s) have the opposite label in this "
                 "store; the model was trained on another store"
             )
         self.beta = -intercept
@@ -202,12 +207,12 @@ class _Run:
         else:
             if sv_rows is None:
                 raise SolverError(
-                    f"--init {p.init}: kernel warm start needs the support vectors in the model"
+                    f"{where}: kernel warm start needs the support vectors in the model"
                 )
             self.delta = _exp_tuple(sv_rows, coef)
         log.info(
             "active-set: warm start from %s: %d SVs (%d free), C %.6g -> %.6g",
-            p.init,
+            where,
             gids.size,
             int(free.sum()),
             C_old,
@@ -494,6 +499,8 @@ class _Run:
             summary["kkt_n_violators"] = chk["n_violators"]
             summary["kkt_ok"] = chk["ok"]
             summary["kkt_gap"] = chk["gap"]
+            summary["kkt_source"] = chk.get("source", "exact")
+            summary["kkt_drift"] = chk.get("drift")
         seconds = time.perf_counter() - self.t0
         summary["seconds"] = seconds
         return dual_result(
@@ -571,3 +578,26 @@ def solve(
         del ws
         run.save()
     return run.result()
+
+
+def solve_warm(
+    store: Store,
+    engine: Engine,
+    params: Params,
+    init: Model | None,
+    *,
+    callback: Callback | None = None,
+) -> Result:
+    """:func:`solve` started from ``init`` (a C sweep's next value: a model of this store at
+    another C; None: cold) by Scheinberg's incremental mode (§4.3–4.4), which reads the model
+    it starts from: ``init`` is saved in a temporary directory for it (``--init``)."""
+    if init is None:
+        return solve(store, engine, params, callback=callback)
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ooc-svm-warm-") as tmp:
+        path = os.path.join(tmp, "init")
+        init.save(path)
+        p = as_params(Params, params).replace(init=path)
+        return solve(store, engine, p, callback=callback)

@@ -45,11 +45,6 @@ class Params(KernelSolverParams):
     shrink_after: int = param(
         100, "shrinking: drop a row after this many non-negative pricings in a row", ge=1
     )
-    init: str | None = param(
-        None,
-        "warm start from a model of this store (or of its first rows, before `ingest "
-        "--append`): alpha from its dual coefficients by global row index",
-    )
     check: bool = param(True, "final independent KKT check pass (--no-check skips it)", cli="no")
 
 

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ...kernels.kernel_functions import (
     KernelParams,
 )
-from ...model.model import load_model
 from .. import SolverError
 from ..dual import (
     WorkingRows,
@@ -45,27 +46,30 @@ def _candidate_count(
     return int(max(MIN_CANDIDATES, min(k, n_rows)))
 
 
-def _load_init(path: str, C: float, kp: KernelParams, n_rows: int, costs=None):
-    """(sorted gids, signed coefficients yα rescaled to C, SV rows, w, intercept) of a model.
+def _load_init(
+    init: Any, C: float, kp: KernelParams, n_rows: int, costs=None, where: str | None = None
+):
+    """(sorted gids, signed coefficients yα rescaled to C, SV rows, w, intercept) of a model
+    (a :class:`~ooc_svm.model.Model` or a model directory).
 
     ``costs`` (class weights): each |yα| is clipped to its class's C_{y_i} instead of C.
     """
-    try:
-        model = load_model(path)
-    except Exception as e:
-        raise SolverError(f"--init {path}: {e}") from None
+    from ..warm import init_model, init_name
+
+    path = where or init_name(init)
+    model = init_model(init)
     if model.support_ is None or model.dual_coef_ is None:
         raise SolverError(
-            f"--init {path}: the model keeps no dual coefficients with their row indices "
+            f"{path}: the model keeps no dual coefficients with their row indices "
             "(support_); kernel models and active-set models of any kernel do"
         )
     coef = np.asarray(model.dual_coef_, dtype=np.float64)
     if coef.ndim != 1:
-        raise SolverError(f"--init {path}: one-vs-rest models cannot seed a binary problem")
+        raise SolverError(f"{path}: one-vs-rest models cannot seed a binary problem")
     gids = np.asarray(model.support_, dtype=np.int64)
     if gids.size and (gids.min() < 0 or gids.max() >= n_rows):
         raise SolverError(
-            f"--init {path}: support vector row {int(gids.max())} is outside this store "
+            f"{path}: support vector row {int(gids.max())} is outside this store "
             f"({n_rows} rows); the model was trained on another store"
         )
     C_old = float(model.info.get("C", C))

@@ -18,7 +18,7 @@ from ...model.expansion import (
     primal_w,
 )
 from ...model.model import Model
-from .kkt import kkt_violation_pass
+from .kkt import MaintainedCheck, kkt_violation_pass, maintained_kkt_pass
 from .rows import WorkingRows, shard_rows
 from .state import apply_alpha_updates, init_alpha_state
 
@@ -124,8 +124,9 @@ def finish_dual(
     w: np.ndarray | None = None,
     keep_dual: bool = False,
     kkt: dict | None = None,
+    maintained: MaintainedCheck | None = None,
 ) -> DualFinish:
-    """The dual solvers' epilogue: independent KKT pass, then the model.
+    """The dual solvers' epilogue: the KKT check, then the model.
 
     Parameters
     ----------
@@ -147,19 +148,26 @@ def finish_dual(
     keep_dual : bool
         Linear models keep their SVs, dual coefficients and global row indices (so they can
         warm-start a later run).
+    maintained : callable, optional
+        The check from the f the solver maintained (:func:`~.kkt.maintained_kkt_pass`), given
+        the final expansion; when it returns None (drift found on its exact sample), or is not
+        given, the independent pass is made.
     """
     nf = int(store.meta.n_features)
     pos = float(classes[1])
     if kkt is None and check:
-        if state is None:
-            state = init_alpha_state(engine, store)
-            apply_alpha_updates(store, engine, state, sv.gids, sv.alpha)
         exp = (
             make_expansion(kp, nf, sv, sv.y * sv.alpha)
             if w is None
             else make_expansion(kp, nf, w=w)
         )
-        kkt = kkt_violation_pass(store, engine, state, exp, intercept, C, pos, tol)
+        if maintained is not None:
+            kkt = maintained(exp)
+        if kkt is None:
+            if state is None:
+                state = init_alpha_state(engine, store)
+                apply_alpha_updates(store, engine, state, sv.gids, sv.alpha)
+            kkt = kkt_violation_pass(store, engine, state, exp, intercept, C, pos, tol)
     model_info = info(kkt) if callable(info) else info
     model = make_model(sv, intercept, kp, nf, classes, info=model_info)
     if w is not None:
@@ -181,13 +189,23 @@ def finish_run(
     run: Any, sv: WorkingRows, intercept: float, info: Any, check: bool = True
 ) -> DualFinish:
     """:func:`finish_dual` of an active-set or irwls run (``run`` has ``store``, ``engine``,
-    ``kp``, ``C``, ``costs``, ``tol``, ``neg`` and ``pos``), keeping the dual coefficients
-    (a C sweep starts its next value from them)."""
+    ``state``, ``kp``, ``C``, ``costs``, ``tol``, ``neg`` and ``pos``), keeping the dual
+    coefficients (a C sweep starts its next value from them). A kernel run's shard state is
+    ``(α, f − intercept)``, kept up to date by its last pass: the KKT check starts from that f
+    (:func:`~.kkt.maintained_kkt_pass`)."""
     C = run.C if run.costs is None else run.costs
     classes = (run.neg, run.pos)
+    maintained = None
+    if run.kp.kernel != "linear":
+
+        def maintained(exp):
+            return maintained_kkt_pass(
+                run.store, run.engine, run.state, exp, intercept, C, run.pos, run.tol
+            )
+
     return finish_dual(
         run.store, run.engine, sv, intercept, run.kp, C, run.tol, classes, info, check=check,
-        keep_dual=True,
+        keep_dual=True, maintained=maintained,
     )  # fmt: skip
 
 

@@ -20,12 +20,14 @@ Paper sections → modules:
   change, checks (9)–(11) and draws the next working set; kernel column cache):
   :mod:`.passes`;
 - the driver (outer loop, b reset, checkpoints, the model), parameters: :mod:`.driver`
-  (its module docstring has the full description of the method and its choices).
+  (its module docstring has the full description of the method and its choices);
+- numba kernels (the linear systems, the SMO finish, the pass's column update): :mod:`._numba`.
 """
 
 from __future__ import annotations
 
 from .. import lazy_exports
+from ..contract import Entry, SolverSpec
 from .params import DEFAULTS, STOPPING_RULE, SUPPORTS_CHECKPOINT, Params
 
 #: imported on first use: the package stays light (``train`` reads ``Params`` and
@@ -44,6 +46,7 @@ __getattr__ = lazy_exports(
 
 __all__ = [
     "DEFAULTS",
+    "SPEC",
     "STOPPING_RULE",
     "SUPPORTS_CHECKPOINT",
     "Params",
@@ -52,3 +55,13 @@ __all__ = [
     "solve",
     "solve_warm",
 ]
+
+SPEC = SolverSpec(
+    name="irwls",
+    Params=Params,
+    stopping_rule=STOPPING_RULE,
+    solve=Entry(f"{__name__}.driver", "solve"),
+    solve_warm=Entry(f"{__name__}.driver", "solve_warm"),
+    checkpoint=SUPPORTS_CHECKPOINT,
+    checkpoint_often={"checkpoint_seconds": 1e-9},
+)

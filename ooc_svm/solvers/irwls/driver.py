@@ -262,7 +262,7 @@ class _Run:
             self.delta_coef = coef
             if not self.cache_bytes:
                 self.delta = self._expansion()
-        log.info("irwls: warm start from %d support vectors", gids.size)
+        log.debug("irwls: warm start from %d support vectors", gids.size)
 
     def _expansion(self) -> Expansion:
         r = self.delta_rows
@@ -507,6 +507,8 @@ class _Run:
             "kkt_n_violators": chk["n_violators"],
             "kkt_ok": chk["ok"],
             "kkt_gap": chk["gap"],
+            "kkt_source": chk.get("source", "exact"),
+            "kkt_drift": chk.get("drift"),
             "sum_y_alpha": chk["sum_y_alpha"],
             "seconds": seconds,
             **({} if self.costs is None else {"class_costs": list(self.costs)}),
@@ -562,6 +564,11 @@ def _train(store, engine, params, callback, checkpoint, init=None) -> Result:
     p.validate(store.meta)
     run = _Run(store, engine, p, callback, checkpoint)
     run.start()
+    resuming = checkpoint is not None and checkpoint.resume
+    if init is None and p.init is not None and not resuming:  # train --init MODEL
+        from ..warm import dual_init
+
+        init = dual_init(p, store, engine, "irwls", run.costs)
     if init is not None:
         run.warm(init)
     while True:

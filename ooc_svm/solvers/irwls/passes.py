@@ -6,7 +6,6 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from ...engine.base import WorkerScratch
 from ...kernels.kernel_functions import KernelParams, linear_scores, row_sq_norms
@@ -14,6 +13,7 @@ from ...kernels.parallel import kernel_block_par, thread_share
 from ..dual import Expansion, WorkingRows, check_interrupt, row_costs, shard_rows
 from ..kernel_cache import KernelCache
 from ..reduce import none_is_identity
+from ._numba import _axpy
 
 log = logging.getLogger(__name__)
 
@@ -207,12 +207,6 @@ def _cached_delta(shard, ip, ix, bc: _PassBroadcast, hm: list) -> np.ndarray:
         if c != 0.0:  # column by column, in the order of the changed rows
             _axpy(float(c), col, out)
     return out
-
-
-@njit(cache=True, nogil=True)
-def _axpy(c, x, out):
-    for i in range(out.shape[0]):
-        out[i] += c * x[i]
 
 
 def _init_state(linear: bool, info, _i):

@@ -40,12 +40,18 @@ with fused passes), :mod:`.common` (driver helpers).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .. import SolverError, lazy_exports
+from ..contract import Entry, SolverSpec
 from .params import DEFAULTS, DENSE_VECTORS, LOSSES, VARIANTS, Params
+
+if TYPE_CHECKING:
+    from ...store.format import StoreMeta
 
 #: names imported from a submodule on first use (the package itself stays light: ``train``
 #: reads ``Params`` and ``STOPPING_RULE`` to build its flags without loading numba);
-#: the private helpers are those perf_selective and scripts/scale.py import from here
+#: the private helpers are those selective and scripts/scale.py import from here
 _LAZY = {
     **dict.fromkeys(("_cut_grid", "_finite", "_line_grid", "_Progress", "_resolve_C"), ".common"),
     **dict.fromkeys(("_error_steps", "_solve_error"), ".error"),
@@ -93,6 +99,7 @@ __all__ = [
     "QP_STALL_FAILS",
     "QP_MAX_STEPS",
     "QP_MAX_SMO_STEPS",
+    "SPEC",
     "STOPPING_RULE",
     "SUPPORTS_CHECKPOINT",
     "SUPPORTS_OVR_CHECKPOINT",
@@ -120,8 +127,48 @@ STOPPING_RULE = (
     "Alg. 1 line 9); accelerated: P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs "
     "for roc/ordinal); selective: the accelerated certificate, P(w_best) measured by a full "
     "pass; svmperf: a full round with ceps <= eps (SVMperf 3.00), then P(w) - dual(W) <= "
-    "eps * C * n"
+    "eps * C * n; dcd: P(w) - D(alpha) <= eps * C * n after an epoch"
 )
 
 #: ``--checkpoint`` / ``--resume`` are supported (every loss, both variants).
 SUPPORTS_CHECKPOINT = True
+
+
+def fused_ovr(params: Params) -> bool:
+    """Whether one-vs-rest runs the classes fused (:func:`solve_ovr`); ``dcd`` trains one
+    class after the other (its sweeps update w row by row: nothing to share)."""
+    return params.variant != "dcd"
+
+
+def _progress_label(params: Params) -> str:
+    """paper stops on the most violated constraint's violation, the others on the gap."""
+    return "viol" if params.variant == "paper" else "gap"
+
+
+def _sweep_mode(spec: SolverSpec, params: Params, meta: StoreMeta) -> str:
+    """The error loss (not selective) sweeps C in shared passes, every class of a multiclass
+    store too; the other losses and variants train every C on its own."""
+    if meta.label_kind == "multiclass":
+        shared = params.variant not in ("selective", "dcd") and params.loss in (None, "error")
+    else:
+        shared = params.variant not in ("selective", "dcd") and params.resolve_loss(meta) == "error"
+    return "shared" if shared else "independent"
+
+
+SPEC = SolverSpec(
+    name="perf",
+    Params=Params,
+    stopping_rule=STOPPING_RULE,
+    problem="liblinear",
+    tolerance="eps",
+    progress_label=_progress_label,
+    violation_label="ξ violation of the most\nviolated constraint",
+    primal_objective=True,
+    solve=Entry(f"{__name__}.driver", "solve"),
+    solve_ovr=Entry(f"{__name__}.ovr", "solve_ovr"),
+    ovr_fused=fused_ovr,
+    solve_sweep=Entry(f"{__name__}.ovr", "solve_sweep"),
+    checkpoint=SUPPORTS_CHECKPOINT,
+    ovr_checkpoint=True,
+    sweep_mode=_sweep_mode,
+)

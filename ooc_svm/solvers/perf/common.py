@@ -198,10 +198,55 @@ def iteration_done(
         "lower_bound": lower_bound,
     }
     run.prog.emit({**rec, **extra})
+    _check_finite_iteration(run, objective, xi)
     if run.stop <= run.eps:
         run.converged = True
         return True
-    if getattr(run, "stalled", False):
+    if getattr(run, "stalled", False) or _no_progress(run, objective, lower_bound):
         run.prog.stalled = True  # the Result says why (stop_reason "stalled")
         return True
     return run.it >= run.max_iter
+
+
+#: the run stops (not converged, best point kept) when its certified gap, best objective
+#: minus best lower bound, has not shrunk by ``NO_PROGRESS_FACTOR`` over this many
+#: iterations: a count, so the same run stops at the same iteration on any machine
+NO_PROGRESS_ITERATIONS = 200
+NO_PROGRESS_FACTOR = 0.99
+
+
+def _no_progress(run: Any, objective: float, lower_bound: float | None) -> bool:
+    """Whether the certified gap has not shrunk for ``NO_PROGRESS_ITERATIONS`` iterations
+    (warns once, naming the gap)."""
+    best = min(getattr(run, "_best_obj", math.inf), float(objective))
+    run._best_obj = best
+    if lower_bound is None or not math.isfinite(lower_bound):
+        return False
+    gap = best - float(lower_bound)
+    ref = getattr(run, "_gap_ref", None)
+    if ref is None or gap < NO_PROGRESS_FACTOR * ref[0]:
+        run._gap_ref = (gap, run.it)
+        return False
+    if run.it - ref[1] < NO_PROGRESS_ITERATIONS:
+        return False
+    log.warning(
+        "perf: no progress: the certified gap (best objective - lower bound) stayed at %.6g "
+        "(%.3g relative) for %d iterations; stopping with the best point so far, not "
+        "converged; use a smaller --C or a larger --eps, or --solver active-set",
+        gap, gap / max(abs(best), 1e-300), NO_PROGRESS_ITERATIONS,
+    )  # fmt: skip
+    return True
+
+
+def _check_finite_iteration(run: Any, objective: float, xi: float) -> None:
+    """A non-finite objective, slack or stopping value ends the run with its cause."""
+    from .. import SolverError
+
+    for name, v in (("objective", objective), ("slack", xi), ("gap", run.stop)):
+        if not math.isfinite(float(v)):
+            raise SolverError(
+                f"perf: the {name} is {float(v)} at iteration {run.it}: the arithmetic "
+                f"overflowed (C x rows = {float(getattr(run, 'Cp', math.nan)):.3g}; feature "
+                "values up to the float32 limit 3.4e38?); scale the features (e.g. to "
+                "[-1, 1]) or use a smaller --C; no model written"
+            )

@@ -3,11 +3,14 @@ package docstring for the problems and the stopping rules)."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from .. import Callback, Result
 from ..params import as_params
 from .params import Params
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
@@ -32,11 +35,18 @@ def solve(
     params = as_params(Params, params)
     meta = store.meta
     params.validate(meta)
-    loss, variant = params.resolve_loss(meta), params.variant
+    loss, variant = params.resolve_loss(meta), params.resolve_variant(meta, checkpoint is not None)
+    if variant != params.variant:
+        log.info("perf: variant %s (auto: the store does not fit the memory budget)", variant)
+        params = params.replace(variant=variant)
     if variant == "selective":
         from .selective import solve_selective
 
         return solve_selective(store, engine, params, callback=callback, checkpoint=checkpoint)
+    if variant == "dcd":
+        from .dcd import solve_dcd
+
+        return solve_dcd(store, engine, params, callback=callback, checkpoint=checkpoint)
     if variant == "svmperf":
         from .svmperf import solve_svmperf
 

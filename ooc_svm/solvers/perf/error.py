@@ -41,14 +41,16 @@ from .common import (
 from .passes import (
     REMAP_MIN_DIM,
     acc_cut,
+    acc_row,
     column_remap,
     pass_column_counts,
     pass_count_pos,
     reduce_cut,
     segment_blocks,
     single_blocks,
+    warm_blocks,
 )
-from .working_set import WorkingSet, _qp_atol, check_qp
+from .working_set import WorkingSet, _qp_atol, check_qp, points_budget
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
@@ -106,6 +108,8 @@ class _ErrorRun:
     #: ``(gmap, cols)`` of :func:`~.passes.column_remap` when the run works over the
     #: remapped columns (then ``dim`` is their number + 1; ``d`` stays the store's width)
     remap: tuple[np.ndarray, np.ndarray] | None = None
+    #: ``train --init``: the model's w and cutting plane (:func:`~..warm.perf_start`)
+    warm: Any = None
 
     def _weights(self) -> tuple:
         if self.remap is not None:
@@ -126,6 +130,51 @@ class _ErrorRun:
         out[cols] = w[: cols.shape[0]]
         out[self.d] = w[cols.shape[0]]
         return out
+
+    def work(self, v: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`full`: a vector over the store's columns (+ bias entry) over
+        the working columns."""
+        if self.remap is None:
+            return np.asarray(v, dtype=np.float64).copy()
+        cols = self.remap[1]
+        out = np.zeros(self.dim)
+        out[: cols.shape[0]] = v[cols]
+        out[self.dim - 1] = v[self.d]
+        return out
+
+    def warm_request(self, w: np.ndarray):
+        """The first pass of a warm start (:func:`~.passes.pass_warm`): cuts at ``w`` and
+        at the points of the model's planes, in one pass."""
+        st = self.warm
+        pts = [w] + [self.work(p) for p in st.points]
+        d = self.dim - 1
+        P = np.ascontiguousarray(np.stack([p[:d] for p in pts], axis=1))
+        pb = np.array([float(p[d]) for p in pts])
+        bc: tuple = (P, pb, self.bias, self.pos, self.dim, self.sw or (1.0, 1.0))
+        if self.remap is not None:
+            bc = (*bc, self.remap[0])
+        self.warm_points = pts
+        return warm_blocks, (bc, st.n_rows)
+
+    def warm_cuts(self, part: dict) -> tuple[np.ndarray, float, float]:
+        """Working set of a warm start: the cuts at the model's w and at its planes' points
+        over every row, and the model's aggregated plane completed over the appended rows
+        (module :mod:`..warm`); returns the best of these points ``(w, P(w), ξ(w))``."""
+        n, st, C = self.n, self.warm, self.C
+        best = (math.inf, 0)
+        for j, pt in enumerate(self.warm_points):
+            self.ws.add(acc_cut(part["g"], j, n=n), float(part["cnt"][j]) / n, point=pt)
+            obj = 0.5 * float(vdot(pt, pt)) + C * float(part["hinge"][j])
+            best = min(best, (obj, j))
+        if st.cut is not None and st.count > 0:
+            ext = self.work(st.cut) * (st.count / n)
+            if part.get("g_new") is not None:
+                ext += acc_row(part["g_new"], 0) / n
+            self.ws.add(ext, (st.r * st.count + float(part["cnt_new"][0])) / n)
+        obj, j = best
+        w = self.warm_points[j]
+        self.warm_points = []
+        return w, obj, float(part["hinge"][j]) / n
 
     def save(self, scalars: dict, arrays: dict) -> None:
         save_run(self, scalars, arrays)
@@ -155,6 +204,7 @@ def _error_run(
     # counted at the store's width: the model and the pass's vectors are that wide at the end,
     # and over remapped columns the per-pass accumulators grow with the planes' budget
     ws = WorkingSet(dim, max(limit / 4, limit - params.dense_vectors(meta) * 8.0 * (d + 1)))
+    ws.points_limit = points_budget(ws.limit, dim)
     prog = _Progress(engine, callback)
     run = _ErrorRun(
         meta, neg, pos, params, variant, checkpoint, ws, prog, n=n, d=d, dim=dim,
@@ -207,11 +257,17 @@ def _error_steps(
         run.sw = relative_costs(params.class_weight, neg, pos, n_pos, run.n)
         costs = (run.C * run.sw[0], run.C * run.sw[1])
         log.info("perf: class costs C_neg = %.6g, C_pos = %.6g", *costs)
+    if params.init is not None and run.resume is None:
+        from ..warm import perf_start
+
+        run.warm = perf_start(
+            params.init, meta, [neg, pos], "error", run.bias, weights=run.sw or (1.0, 1.0)
+        )
     if variant == "paper":
         final = yield from _paper_steps(run)
     else:
         final = yield from _accelerated_steps(run, share)
-    if not run.converged and not run.stalled:
+    if not run.converged and not run.stalled and not run.prog.stalled:
         log.warning(
             "perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
             run.it,
@@ -233,17 +289,29 @@ def _paper_steps(run: _ErrorRun):
     w = np.zeros(run.dim)
     if run.resume is not None:
         w = np.array(run.resume.arrays["w"], dtype=np.float64)
+    warm = run.warm is not None
+    if warm:
+        w = run.work(run.warm.w)
     while True:
-        part, run.pt = yield run.single_request(w)
+        part, run.pt = yield (run.warm_request(w) if warm else run.single_request(w))
         hinge = float(part["hinge"][0])
         cnt = float(part["cnt"][0])
         obj = 0.5 * float(vdot(w, w)) + C * hinge
         xi_new = hinge / n
-        xi_w = ws.slack()
-        run.stop = xi_new - xi_w
-        if iteration_done(run, obj, xi_new, _finite(run.dual)):
-            break
-        ws.add(acc_cut(part["g"], 0, n=n), cnt / n)
+        if warm:  # the model's w is no QP solution over W: no stop test at it
+            emit_start(run, obj, xi_new, warm=True)
+            run.warm_cuts(part)
+            warm = False
+            w = run.qp()
+            run.it += 1
+            run.save({}, {"w": w})
+            continue
+        else:
+            xi_w = ws.slack()
+            run.stop = xi_new - xi_w
+            if iteration_done(run, obj, xi_new, _finite(run.dual)):
+                break
+            ws.add(acc_cut(part["g"], 0, n=n), cnt / n, point=w)
         ws.drop_inactive(run.max_inactive)
         w = run.qp()
         run.it += 1
@@ -267,7 +335,17 @@ def _accelerated_start(run: _ErrorRun):
     Pb = 0.5 * float(vdot(wb, wb)) + run.C * hinge
     xib = hinge / run.n
     emit_start(run, Pb, xib, step=0.0)
-    run.ws.add(acc_cut(part["g"], 0, n=run.n), float(part["cnt"][0]) / run.n)
+    run.ws.add(acc_cut(part["g"], 0, n=run.n), float(part["cnt"][0]) / run.n, point=wb)
+    run.save({"Pb": Pb, "xib": xib}, {"wb": wb})
+    return wb, Pb, xib
+
+
+def _accelerated_warm(run: _ErrorRun):
+    """Iteration 0 of a warm start: one pass at the model's w (every row, and the appended
+    rows apart); returns (w_b, P(w_b), ξ(w_b)) with W holding the two warm planes."""
+    part, run.pt = yield run.warm_request(run.work(run.warm.w))
+    wb, Pb, xib = run.warm_cuts(part)
+    emit_start(run, Pb, xib, step=0.0, warm=True)
     run.save({"Pb": Pb, "xib": xib}, {"wb": wb})
     return wb, Pb, xib
 
@@ -284,7 +362,16 @@ def _accelerated_steps(run: _ErrorRun, share: int):
     # shards hold, are no bigger when the store has as many non-zeros as columns)
     K = int(max(min(K, 2), min(K, ws.limit / (3 * 8.0 * dim * max(1, share)))))
     kg = _cut_grid(K, mu)
-    wb, Pb, xib = yield from _accelerated_start(run)
+    if run.warm is not None:
+        wb, Pb, xib = yield from _accelerated_warm(run)
+        # the stop test needs no pass: P(w_b) is known and W holds two valid planes
+        run.it += 1
+        run.qp()
+        run.stop = (Pb - run.dual) / run.Cp
+        if iteration_done(run, Pb, xib, run.dual, step=0.0):
+            return wb, Pb, xib
+    else:
+        wb, Pb, xib = yield from _accelerated_start(run)
     # w_b lives in column 0 of the pass's two-column array (w_c in column 1) and its bias
     # entry in wb_bias: with the QP's w_c while column 1 is filled, at most three dense
     # vectors over the features are alive (two between iterations)
@@ -306,6 +393,8 @@ def _accelerated_steps(run: _ErrorRun, share: int):
         vals = 0.5 * (a0 + 2 * kv * a1 + kv * kv * a2) + C * part["hinge"]
         q = int(np.argmin(vals))
         kstar = float(kv[q]) if vals[q] < Pb else 0.0
+        p = int(np.argmin(np.abs(kg - (kstar + mu * (1.0 - kstar)))))
+        point = _segment_point(w2, wb_bias, wc_bias, float(kg[p])) if ws.points_limit else None
         if vals[q] < Pb:
             step_towards(w2[:, 0], w2[:, 1], kstar)
             wb_bias = wb_bias + kstar * (wc_bias - wb_bias)
@@ -314,17 +403,25 @@ def _accelerated_steps(run: _ErrorRun, share: int):
         run.stop = (Pb - run.dual) / run.Cp
         if iteration_done(run, Pb, xib, run.dual, step=kstar):
             break
-        p = int(np.argmin(np.abs(kg - (kstar + mu * (1.0 - kstar)))))
         cut = acc_cut(part["g"], p, upto=True, n=n)
         cnt = float(part["cnt"][: p + 1].sum()) / n
         del part
-        ws.add(cut, cnt)
+        ws.add(cut, cnt, point=point)
+        del point
         del cut
         ws.drop_inactive(run.max_inactive)
         if run.checkpoint is not None:
             run.save({"Pb": Pb, "xib": xib}, {"wb": np.append(w2[:, 0], wb_bias)})
     wb = np.append(w2[:, 0], wb_bias)
     return wb, Pb, xib
+
+
+def _segment_point(w2: np.ndarray, wb_bias: float, wc_bias: float, k: float) -> np.ndarray:
+    """w_b + k(w_c − w_b) with its bias entry (float32: where a plane was computed)."""
+    out = np.empty(w2.shape[0] + 1, dtype=np.float32)
+    out[:-1] = w2[:, 0] + k * (w2[:, 1] - w2[:, 0])
+    out[-1] = wb_bias + k * (wc_bias - wb_bias)
+    return out
 
 
 def _segment_terms(w2: np.ndarray, wb_bias: float, wc_bias: float) -> tuple[float, float]:
@@ -342,12 +439,19 @@ def _sq_norm(w2: np.ndarray, wb_bias: float) -> float:
 
 def _error_result(run: _ErrorRun, w_final, obj_final: float, xi_final: float) -> Result:
     """The binary linear model and the :class:`Result` of one error-loss problem."""
+    from ..warm import aggregate_cut, attach_cut, attach_points
+
     C, sw = run.C, run.sw
     costs = None if sw is None else [C * sw[0], C * sw[1]]
-    return binary_result(
+    res = binary_result(
         run, w_final, run.variant, obj_final, run.it, run.converged, run.stop, xi_final,
         run.dual, costs,
     )  # fmt: skip
+    attach_cut(res.model, aggregate_cut(run.ws, run.full), run.n, run.bias, sw)
+    attach_points(res.model, run.ws.active_points(), run.full)
+    if run.warm is not None:
+        res.model.info["warm_start"] = True
+    return res
 
 
 def relative_costs(

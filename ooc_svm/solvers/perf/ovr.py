@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import Callback, Result, SolverError
+from .. import Callback, Result, SolverError, binary_classes, tagged
 from ..params import as_params
 from .error import _error_steps
 from .params import Params
@@ -54,7 +54,7 @@ def solve_ovr(
         raise SolverError("the store has no rows")
     if params.loss not in (None, "error"):
         raise SolverError("one-vs-rest perf trains --loss error only")
-    variant = params.variant
+    variant = "accelerated" if params.variant == "auto" else params.variant
     if variant in ("selective", "svmperf"):
         raise SolverError(
             f"one-vs-rest perf does not support --variant {variant} yet; use accelerated"
@@ -63,6 +63,11 @@ def solve_ovr(
 
     classes = [float(c) for c in classes]
     params.check_dense(meta, copies=len(classes))
+    init = None
+    if params.init is not None:  # one class of the one-vs-rest model starts each problem
+        from ..warm import init_model
+
+        init = init_model(params.init)
     t0 = time.perf_counter()
     steps = []
     for k, c in enumerate(classes):
@@ -74,6 +79,10 @@ def solve_ovr(
         # neg: "the rest" (the binary model's classes are replaced by combine_ovr_models)
         ck = None if checkpoint is None else checkpoint(k, c)
         sub = _class_params(params, c, classes)  # --class-weight of "c vs the rest"
+        if init is not None:
+            from ..warm import class_model
+
+            sub = sub.replace(init=class_model(init, k, len(classes)))
         g = _error_steps(meta, math.nan, c, engine, sub, variant, cb, ck, share=len(classes))
         steps.append(g)
     res = run_fused(store, engine, steps, "perf ovr", "classes")
@@ -125,3 +134,43 @@ def _ovr_result(res: list[Result], classes: list[float], variant: str, t0: float
     from ..ovr import ovr_result
 
     return ovr_result(res, classes, t0, shared_variant=variant)
+
+
+def solve_sweep(
+    store: Store, engine: Engine, params: Params, Cs: list[float], callback: Callback | None
+) -> list[Result]:
+    """A C sweep with the error loss: every C's (and, on a multiclass store, every class's)
+    cutting-plane iteration as a generator, one fused pass per round (:func:`run_fused`).
+    Records get ``C`` and ``C_index`` (and ``class``, ``class_index``)."""
+    meta = store.meta
+    multi = meta.label_kind == "multiclass"
+    if multi:
+        classes = [float(c) for c in (meta.labels or [])]
+        pos_list = [(math.nan, c) for c in classes]  # "class c vs the rest"
+    else:
+        pos_list = [binary_classes(meta)]
+    share = len(Cs) * len(pos_list)
+    params.check_dense(meta, copies=share)
+    t0 = time.perf_counter()
+    steps = []
+    for k, c in enumerate(Cs):
+        p = params.replace(C=c, c_perf=None)
+        for j, (neg, pos) in enumerate(pos_list):
+            cb = tagged(callback, C=c, C_index=k)
+            if multi and cb is not None:
+                cb = tagged(cb, **{"class": pos, "class_index": j})
+            variant = "accelerated" if p.variant == "auto" else p.variant
+            steps.append(_error_steps(meta, neg, pos, engine, p, variant, cb, None, share=share))
+    res = run_fused(store, engine, steps, "perf C sweep", "problems", logging.DEBUG)
+    if not multi:
+        return res
+    m = len(pos_list)
+    return [
+        _ovr_result(
+            res[k * m : (k + 1) * m],
+            classes,
+            "accelerated" if params.variant == "auto" else params.variant,
+            t0,
+        )
+        for k in range(len(Cs))
+    ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..._util import mem_available_bytes
+from ...memory_budget import current as memory_budget
 from .. import SolverError, binary_classes
 from ..params import KERNELS, SolverParams, param, parse_class_weight
 
@@ -23,11 +24,32 @@ DENSE_VECTORS = 10
 #: plus w_c while that copy is made (solvers/perf/error.py; docs/WIDTH.md)
 DENSE_VECTORS_ACCELERATED = 4
 
-#: ``--inner-mb auto``: this share of ``MemAvailable`` at the start of the training
-AUTO_INNER_SHARE = 0.25
+#: ``--inner-mb auto``: this share of the memory budget not claimed at the start of the
+#: training (:mod:`ooc_svm.memory_budget`); the shard cache takes its share of the rest. Rows
+#: near the margin cut passes, a cached shard only a pass's reads of itself: on a 4M-row store
+#: under a 1,500 MB limit a quarter of the budget took 13 passes (11.9 reads of the store from
+#: disk), half of it 10 passes (8.4 reads; docs/BENCHMARKS.md)
+AUTO_INNER_SHARE = 0.5
+
+#: the share of the memory budget left unclaimed that ``dense_limit_mb`` may take at most
+#: (it bounds the working set of cutting planes, which rarely grows to it)
+DENSE_BUDGET_SHARE = 0.0625
+
+#: ... but never below the dense vectors plus this many dense planes
+DENSE_FLOOR_PLANES = 16
+
+#: stores with at least this many columns train over the columns they hold (accelerated,
+#: selective, dcd; ``ooc_svm.solvers.perf.REMAP_MIN_DIM`` overrides it, as tests do)
+REMAP_MIN_DIM = 1 << 20
 
 LOSSES = ("error", "roc", "ordinal")
-VARIANTS = ("paper", "accelerated", "selective", "svmperf")
+VARIANTS = ("auto", "paper", "accelerated", "selective", "svmperf", "dcd")
+
+#: dense vectors over the features of ``--variant dcd``: w, and the column map of a wide
+#: store with its counts (int32, counted as one more float64 vector)
+DENSE_VECTORS_DCD = 2
+
+HINGES = ("l1", "l2")
 
 
 @dataclass(frozen=True)
@@ -36,6 +58,7 @@ class Params(SolverParams):
 
     SOLVER: ClassVar[str] = "perf"
     SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
+    BUDGET_SHARES: ClassVar[dict[str, float]] = {"dense_limit_mb": DENSE_BUDGET_SHARE}
 
     eps: float = param(
         0.001,
@@ -54,13 +77,19 @@ class Params(SolverParams):
         choices=LOSSES,
     )
     variant: str = param(
-        "accelerated",
-        "paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line search to the "
-        "best point, same single pass per iteration; selective = many inner cutting planes on "
-        "the rows near the margin kept in memory (--inner-mb), full passes only to refresh "
-        "them and certify (loss error; ooc_svm/solvers/perf/selective.py); svmperf = SVMperf "
-        "3.00's loop (loose QP, shrinking; loss error; solvers/perf/svmperf.py) plus the "
-        "dual-gap certificate",
+        "auto",
+        "auto = accelerated, or selective when the decoded store is larger than the share of "
+        "the memory budget (--memory-mb) the shard cache can have (binary, loss error, no class"
+        " weights or checkpoints): out of core, few full passes; both stop on the same "
+        "certificate. paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line "
+        "search to the best point, same single pass per iteration; selective = many inner "
+        "cutting planes on the rows near the margin kept in memory (--inner-mb), full passes "
+        "only to refresh them and certify (loss error; ooc_svm/solvers/perf/selective.py); "
+        "svmperf = SVMperf 3.00's loop (loose QP, shrinking; loss error; "
+        "solvers/perf/svmperf.py) plus the dual-gap certificate; dcd = block-minimization dual "
+        "coordinate descent over the shards (LIBLINEAR -s 3 / -s 1 in blocks, Yu et al. KDD "
+        "2010; loss error; solvers/perf/dcd.py) with the same certificate: fastest on wide "
+        "sparse stores",
         choices=VARIANTS,
     )
     c_perf: float | None = param(
@@ -78,7 +107,8 @@ class Params(SolverParams):
         1024.0,
         "memory for the working set of cutting planes (float64 up to half of it, float32 "
         "beyond; sparse where smaller); perf's dense vectors over the features (10 per "
-        "problem, 8 bytes per feature each) must fit it too, else the store is refused",
+        "problem, 8 bytes per feature each) must fit it too, else the store is refused; at "
+        "most a sixteenth of the memory budget (--memory-mb)",
         gt=0,
     )
     line_points: int = param(32, "accelerated: line-search grid points in (0, 1]", ge=1)
@@ -89,9 +119,21 @@ class Params(SolverParams):
         "auto",
         "selective: MiB for the rows near the margin kept in memory between full passes (64 "
         "bytes per row + 8 per non-zero; their share of a pass's candidates is bounded by it "
-        "too), or auto (auto:SHARE): SHARE (0.25) of the memory available at the start, at "
-        "most what every row of the store needs (then one pass suffices); svmperf: MiB of the "
-        "rows kept for its partial rounds (auto: 256)",
+        "too), or auto (auto:SHARE): SHARE (0.5) of the memory budget (--memory-mb) at the "
+        "start, at most what every row of the store needs (then one pass suffices); svmperf: "
+        "MiB of the rows kept for its partial rounds (auto: 256); dcd: MiB of decoded shards "
+        "held between epochs (auto: the shard cache's budget; else read every epoch)",
+    )
+    hinge: str = param(
+        "l1",
+        "dcd: l1 = hinge loss (LIBLINEAR -s 3, perf's problem), l2 = squared hinge "
+        "(LIBLINEAR -s 1); the other variants train the hinge only",
+        choices=HINGES,
+    )
+    shrinking: bool = param(
+        True,
+        "dcd: drop rows at a bound from the sweeps until they may move (LIBLINEAR)",
+        cli="bool",
     )
     max_inner: int = param(2000, "selective: inner cutting planes between two full passes", ge=1)
     inner_share: float = param(
@@ -129,13 +171,23 @@ class Params(SolverParams):
                 "perf: --class-weight is not supported with --variant selective yet; use "
                 "--variant accelerated or paper"
             )
+        if self.variant != "dcd" and self.hinge != "l1":
+            raise SolverError(
+                f"--hinge {self.hinge} needs --variant dcd (the cutting-plane variants "
+                "train the hinge loss)"
+            )
+        if self.variant == "dcd" and self.loss not in (None, "error"):
+            raise SolverError(
+                f"--variant dcd trains --loss error only (got --loss {self.loss}); use "
+                "--variant accelerated for roc and ordinal"
+            )
         self.inner_mib()  # a number >= 0, auto or auto:SHARE
 
     def inner_mib(self, whole_mib: float | None = None, auto_mib: float = 256.0) -> float:
         """``inner_mb`` in MiB: the number given, or for ``auto[:SHARE]`` SHARE
-        (:data:`AUTO_INNER_SHARE`) of ``MemAvailable`` now, at most ``whole_mib`` (what the
-        whole store needs); ``auto_mib`` when ``whole_mib`` is not given or the memory cannot
-        be read."""
+        (:data:`AUTO_INNER_SHARE`) of the memory budget not claimed yet
+        (:func:`ooc_svm.memory_budget.current`), at most ``whole_mib`` (what the whole store
+        needs); ``auto_mib`` when ``whole_mib`` is not given (at most the budget's share)."""
         v = str(self.inner_mb).strip().lower()
         if v == "auto" or v.startswith("auto:"):
             try:
@@ -144,10 +196,10 @@ class Params(SolverParams):
                 share = -1.0
             if not 0.0 < share <= 1.0:
                 raise SolverError(f"--inner-mb auto:SHARE needs 0 < SHARE <= 1 (got {v})")
-            avail = mem_available_bytes()
-            if whole_mib is None or not avail:
-                return float(auto_mib)
-            return float(min(share * avail / 2**20, whole_mib))
+            avail = memory_budget().share(share) / 2**20
+            if whole_mib is None:
+                return float(min(auto_mib, avail))
+            return float(min(avail, whole_mib))
         try:
             mib = float(v)
         except ValueError:
@@ -158,19 +210,67 @@ class Params(SolverParams):
             )
         return mib
 
+    def base_C(self, n_rows: int) -> float:
+        """C in LIBLINEAR units: ``--C``, or ``100·c_perf/n`` (SVMperf's scale)."""
+        if self.c_perf is not None:
+            return 100.0 * float(self.c_perf) / max(1, n_rows)
+        return float(self.C)
+
+    def C_text(self, C: float) -> str:
+        if self.c_perf is not None:
+            return f"--c-perf {self.c_perf:g} (C = {C:g})"
+        return f"--C {C:g}"
+
     def validate(self, meta: StoreMeta) -> None:
         super().validate(meta)
         self.resolve_loss(meta)
         self.check_dense(meta)
 
+    def resolve_variant(self, meta: StoreMeta, checkpoint: bool = False) -> str:
+        """The variant to run: ``auto`` is ``selective`` when the store, decoded, is larger
+        than what the shard cache may take of the memory budget left (its passes would read
+        the store from disk every time; selective needs few of them) and selective can train
+        it (binary labels, loss error, no class weights, no checkpoint, its dense vectors
+        within ``dense_limit_mb``); ``accelerated`` otherwise. Other values as given."""
+        if self.variant != "auto":
+            return self.variant
+        from ..._util import AUTO_CACHE_CAP_MB, AUTO_CACHE_SHARE
+
+        if (
+            checkpoint
+            or self.class_weight is not None
+            or meta.label_kind != "binary"
+            or self.resolve_loss(meta) != "error"
+            or DENSE_VECTORS * 8.0 * (int(meta.n_features) + 1) > self.dense_limit_mb * 2**20
+        ):
+            return "accelerated"
+        decoded = 8 * int(meta.nnz) + 16 * int(meta.n_rows)
+        room = memory_budget().share(AUTO_CACHE_SHARE, cap=int(AUTO_CACHE_CAP_MB * 2**20))
+        return "selective" if decoded > room else "accelerated"
+
+    def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
+        """perf's dense vectors over the features (:meth:`dense_vectors`)."""
+        return {"perf dense vectors": self.dense_vectors(meta) * 8 * (int(meta.n_features) + 1)}
+
+    def _budget_floor_mib(self, name: str, meta: StoreMeta) -> float:
+        # the dense vectors and a few dense planes: check_dense and the working set's needs
+        dim = int(meta.n_features) + 1
+        return (self.dense_vectors(meta) + DENSE_FLOOR_PLANES) * 8.0 * dim / 2**20
+
+    def _claim_bytes(self, name: str, mib: float, meta: StoreMeta) -> int:
+        # the dense vectors are inside --dense-limit-mb and claimed already
+        return max(0, int(mib * 2**20) - sum(self.memory_needs(meta).values()))
+
     def dense_vectors(self, meta: StoreMeta) -> int:
         """Dense vectors over the features this run holds at once (per problem)."""
         loss = self.loss or ("ordinal" if meta.label_kind == "ordinal" else "error")
-        if self.variant == "accelerated" and loss == "error":
+        if self.variant in ("accelerated", "auto") and loss == "error":
             return DENSE_VECTORS_ACCELERATED
+        if self.variant == "dcd":
+            return DENSE_VECTORS_DCD
         return DENSE_VECTORS
 
-    def check_dense(self, meta: StoreMeta, copies: int = 1) -> None:
+    def check_dense(self, meta: StoreMeta, copies: int = 1, extra_bytes: float = 0.0) -> None:
         """Refuse up front a store whose dense vectors would not fit ``dense_limit_mb``.
 
         perf keeps about ``DENSE_VECTORS`` dense float64 vectors over the features (w, the
@@ -180,9 +280,16 @@ class Params(SolverParams):
         also bounds the working set of cutting planes. A legal line such as
         ``1 2147483648:1`` would otherwise make training ask for tens of GiB.
         """
+        if self.variant == "selective" and int(meta.n_features) >= remap_min_dim():
+            return  # checked over the columns the store holds, once counted (selective.py)
         dim = int(meta.n_features) + 1
         vectors = self.dense_vectors(meta)
-        need = vectors * 8.0 * dim * max(1, copies)
+        if self.variant == "dcd" and dim - 1 >= remap_min_dim():
+            # w over the columns the rows hold (at most their non-zeros) and the int32 map
+            dim = min(dim, int(meta.nnz) + 1)
+            vectors = 1
+            extra_bytes += 4.0 * int(meta.n_features)
+        need = vectors * 8.0 * dim * max(1, copies) + float(extra_bytes)
         limit = float(self.dense_limit_mb) * 2**20
         if need > limit:
             raise SolverError(
@@ -216,6 +323,12 @@ class Params(SolverParams):
                 f"{meta.label_kind!r}"
             )
         return loss
+
+
+def remap_min_dim() -> int:
+    """:data:`REMAP_MIN_DIM`, or ``ooc_svm.solvers.perf.REMAP_MIN_DIM`` where set."""
+    pkg = sys.modules.get(__name__.rsplit(".", 1)[0])
+    return int(getattr(pkg, "REMAP_MIN_DIM", REMAP_MIN_DIM))
 
 
 DEFAULTS: dict[str, Any] = Params.defaults()

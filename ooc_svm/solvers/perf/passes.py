@@ -17,6 +17,7 @@ from ...engine.blocks import Blocked
 from ...kernels.csr import csr_matvec, u32
 from ._numba.cuts import (
     accumulate_rows,
+    cut_points,
     cut_segment,
     cut_segment_weighted,
     cut_single,
@@ -24,6 +25,7 @@ from ._numba.cuts import (
     merge_sparse_rows,
     scores_two,
 )
+from .params import REMAP_MIN_DIM as _REMAP_MIN_DIM
 
 if TYPE_CHECKING:
     from ...store.format import Shard
@@ -44,7 +46,7 @@ def _compact_min_dim() -> int:
 
 #: stores with at least this many columns train in the remapped column space
 #: (:func:`column_remap`): the columns the store holds, most frequent first
-REMAP_MIN_DIM = 1 << 20
+REMAP_MIN_DIM = _REMAP_MIN_DIM
 
 
 def shard_columns(shard: Any, ix: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -221,8 +223,12 @@ def reduce_cut(a: Any, b: Any) -> Any:
         return a
     out = {}
     for k, v in a.items():
-        out[k] = merge_acc(v, b[k]) if k == "g" else v + b[k]
+        out[k] = merge_acc(v, b[k]) if k in _ACC_KEYS else v + b[k]
     return out
+
+
+#: the partials' entries that are accumulators (merged by :func:`merge_acc`; may be None)
+_ACC_KEYS = ("g", "g_new")
 
 
 def reduce_cut_consuming(a: Any, b: Any) -> Any:
@@ -242,7 +248,7 @@ def reduce_cut_consuming(a: Any, b: Any) -> Any:
                 and v.shape == u.shape and v.dtype == u.dtype and v.flags.writeable):  # fmt: skip
             out[k] = np.add(v, u, out=v)
         else:
-            out[k] = merge_acc(v, u) if k == "g" else v + u
+            out[k] = merge_acc(v, u) if k in _ACC_KEYS else v + u
     return out
 
 
@@ -313,6 +319,51 @@ def pass_segment(shard: Shard, bc: Any) -> dict[str, Any]:
 #: number of threads and either engine)
 single_blocks = Blocked(pass_single, reduce_cut)
 segment_blocks = Blocked(pass_segment, reduce_cut)
+
+
+def pass_points(shard: Shard, bc: Any) -> dict[str, Any]:
+    """Cuts, sizes and hinge sums at K points at once (:func:`~._numba.cuts.cut_points`).
+
+    ``bc = (P, pb, bias, pos, dim, (s_neg, s_pos)[, gmap])``: ``P`` (features, K) the
+    points over the (working) columns, ``pb`` their bias entries.
+    """
+    P, pb, bias, pos, dim, sw = bc[:6]
+    ix = remapped_indices(shard, bc[6]) if len(bc) > 6 else None
+    K = P.shape[1]
+    acc, gidx, bias_slot, cols = _new_accumulator(shard, dim, K, True, ix)
+    wix = u32(shard.indices) if ix is None else ix
+    cnt = np.zeros(K)
+    hinge = np.zeros(K)
+    cut_points(
+        shard.indptr, wix, gidx, shard.data, shard.y, pos, P, pb, bias, acc, cnt, hinge,
+        bias_slot, sw[0], sw[1],
+    )  # fmt: skip
+    return {"g": _finish_accumulator(acc, cols, dim, True), "cnt": cnt, "hinge": hinge}
+
+
+def pass_warm(shard: Shard, bc: Any) -> dict[str, Any]:
+    """The first pass of a warm start: :func:`pass_points` at the model's w (point 0) and
+    the points of its planes over every row, and the cut at point 0 over the rows appended
+    since the model apart (``g_new``, ``cnt_new``: the rows from global row ``n_old`` on, a
+    shard boundary; None / 0 elsewhere).
+
+    ``bc = (points broadcast, n_old)``.
+    """
+    points_bc, n_old = bc
+    part = pass_points(shard, points_bc)
+    g = part["g"]
+    if int(shard.row_start) >= int(n_old):
+        part["g_new"] = (
+            g[:1].copy() if isinstance(g, np.ndarray) else ("s", g[1], g[2][:1].copy(), g[3])
+        )
+        part["cnt_new"] = part["cnt"][:1].copy()
+    else:
+        part["g_new"] = None
+        part["cnt_new"] = np.zeros(1)
+    return part
+
+
+warm_blocks = Blocked(pass_warm, reduce_cut)
 
 
 def pass_count_pos(shard: Shard, bc: Any) -> dict[str, Any]:

@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from ._numba.cuts import matvec, vdot
+from ._numba.qp import _lu_solve, _smo_simplex
 
 
 @dataclass
@@ -60,126 +60,8 @@ class QPResult:
     gap: float
     iterations: int
     converged: bool
-
-
-@njit(cache=True, nogil=True)
-def _smo_simplex(Q, b, x, g, tol, max_iter):
-    """SMO on {x ≥ 0, Σx = const}: min ½xᵀQx − bᵀx; ``g`` = Qx − b is kept up to date.
-
-    ``Q`` already contains the slack coordinate. Returns (steps, final violation).
-    """
-    m = x.shape[0]
-    tau = 1e-14
-    viol = np.inf
-    it = 0
-    refresh = 0
-    while it < max_iter:
-        # j: the coordinate to increase (smallest gradient); gmax over the support
-        j = -1
-        gmin = np.inf
-        gmax = -np.inf
-        for t in range(m):
-            if g[t] < gmin:
-                gmin = g[t]
-                j = t
-            if x[t] > 0.0 and g[t] > gmax:
-                gmax = g[t]
-        viol = gmax - gmin
-        if viol <= tol:
-            break
-        # i: the coordinate to decrease, second-order choice among the support
-        i = -1
-        best = -1.0
-        qjj = Q[j, j]
-        for t in range(m):
-            if x[t] > 0.0 and g[t] > gmin:
-                a = Q[t, t] + qjj - 2.0 * Q[t, j]
-                if a < tau:
-                    a = tau
-                d = g[t] - gmin
-                v = d * d / a
-                if v > best:
-                    best = v
-                    i = t
-        if i < 0 or i == j:
-            break
-        a = Q[i, i] + qjj - 2.0 * Q[i, j]
-        d = g[i] - gmin
-        if a <= tau:
-            delta = x[i]
-        else:
-            delta = d / a
-        if delta >= x[i]:
-            delta = x[i]
-            x[i] = 0.0
-        else:
-            x[i] -= delta
-        if delta <= 0.0:
-            break
-        x[j] += delta
-        for t in range(m):
-            g[t] += delta * (Q[t, j] - Q[t, i])
-        it += 1
-        refresh += 1
-        if refresh >= 2000:
-            # recompute the gradient to stop round-off drift
-            refresh = 0
-            for t in range(m):
-                s = -b[t]
-                for u in range(m):
-                    if x[u] != 0.0:
-                        s += Q[t, u] * x[u]
-                g[t] = s
-    return it, viol
-
-
-@njit(cache=True, nogil=True)
-def _lu_solve(K, rhs):
-    """Solve K x = rhs by Gaussian elimination with partial pivoting (no BLAS threads).
-
-    Returns (x, ok); ok is False when a pivot is negligible (singular to working precision).
-    """
-    n = K.shape[0]
-    A = K.copy()
-    x = rhs.copy()
-    scale = 0.0
-    for i in range(n):
-        for j in range(n):
-            v = abs(A[i, j])
-            if v > scale:
-                scale = v
-    tiny = 1e-13 * max(scale, 1e-300)
-    for c in range(n):
-        p = c
-        best = abs(A[c, c])
-        for r in range(c + 1, n):
-            v = abs(A[r, c])
-            if v > best:
-                best = v
-                p = r
-        if best <= tiny:
-            return x, False
-        if p != c:
-            for j in range(c, n):
-                t = A[c, j]
-                A[c, j] = A[p, j]
-                A[p, j] = t
-            t = x[c]
-            x[c] = x[p]
-            x[p] = t
-        inv = 1.0 / A[c, c]
-        for r in range(c + 1, n):
-            f = A[r, c] * inv
-            if f != 0.0:
-                for j in range(c + 1, n):
-                    A[r, j] -= f * A[c, j]
-                x[r] -= f * x[c]
-    for c in range(n - 1, -1, -1):
-        s = x[c]
-        for j in range(c + 1, n):
-            s -= A[c, j] * x[j]
-        x[c] = s / A[c, c]
-    return x, True
+    #: the SMO fallback used up its whole step budget without reaching its tolerance
+    exhausted: bool = False
 
 
 def _augment(Q: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,18 +109,44 @@ def _kkt_step(Qa: np.ndarray, F: np.ndarray, g: np.ndarray) -> tuple[np.ndarray,
     return sol[:k], False
 
 
-def _active_set(Qa, ba, xa, s, atol, max_steps):
+#: the active-set method hands over to SMO when its objective has not decreased (beyond
+#: round-off) for this many steps, or when its KKT solves have cost this many (free set
+#: size + 1)³ units in all: its work is bounded by counts, never by seconds (one QP of a9a
+#: at C = 1e9 took 350 s of 5000 dense solves before)
+ACTIVE_SET_STALL_STEPS = 50
+ACTIVE_SET_MAX_WORK = 2e9
+
+
+def _active_set(Qa, ba, xa, s, atol, max_steps, floor: float = 0.0):
     """Primal active-set method on the simplex {xa ≥ 0, Σ xa = s}; modifies ``xa``.
 
-    Returns (steps, converged).
+    Returns (steps, converged). Gives up (not converged) after ``max_steps`` steps,
+    after ``ACTIVE_SET_STALL_STEPS`` steps without a decrease of the objective by more than
+    ``s·floor``, or once its solves have cost ``ACTIVE_SET_MAX_WORK``.
     """
     m1 = xa.shape[0]
     F = np.flatnonzero(xa > 0.0)
     at_eqp_optimum = False
+    best = np.inf
+    since_best = 0
+    work = 0.0
     for step in range(max_steps):
         g = matvec(Qa, xa) - ba
+        f = 0.5 * float(vdot(xa, g)) - 0.5 * float(vdot(ba, xa))
+        if f < best - s * floor:
+            best, since_best = f, 0
+        else:
+            since_best += 1
+            if since_best > ACTIVE_SET_STALL_STEPS:
+                return step, False
+        if work > ACTIVE_SET_MAX_WORK:
+            return step, False
+        work += float(F.size + 1) ** 3
         if not at_eqp_optimum:
-            p, unbounded = _kkt_step(Qa, F, g)
+            try:
+                p, unbounded = _kkt_step(Qa, F, g)
+            except np.linalg.LinAlgError:  # (SVD did not converge): SMO finishes
+                return step, False
             if unbounded or np.abs(p).max() > 1e-15 * s:
                 neg = p < 0.0
                 alpha = np.inf if unbounded else 1.0
@@ -387,6 +295,11 @@ def solve_simplex_qp(
     """
     Q, b, Qa, ba, xa = _warm_start(Q, b, s, x0)
     m = b.shape[0]
+    if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(b)) and np.isfinite(s)):
+        raise ValueError(
+            "the cutting-plane QP has non-finite entries (overflow: feature values, C or "
+            "class weights too large)"
+        )
     scale = max(
         1.0,
         float(np.abs(b).max()) if m else 0.0,
@@ -398,15 +311,18 @@ def solve_simplex_qp(
     # round-off level of a gradient entry: with a huge ``s`` (extreme C) the gradient
     # Qx − b is a difference of large terms and cannot be resolved below this
     floor = 64.0 * np.finfo(np.float64).eps * (s * (float(np.abs(Q).max()) if m else 0.0) + 1.0)
-    steps, ok = _active_set(Qa, ba, xa, s, atol, max_steps)
+    steps, ok = _active_set(Qa, ba, xa, s, atol, max_steps, floor)
     if ok and not _no_worse(Qa, ba, xa, f_start, s, floor):
         ok = False  # breakdown: the active-set method left the warm start uphill
     ga = matvec(Qa, xa) - ba
+    exhausted = False
     if not ok:
         if not _no_worse(Qa, ba, xa, f_start, s, floor):
             xa = start.copy()
             ga = matvec(Qa, xa) - ba
-        steps += _smo_chunked(Qa, ba, xa, ga, max(atol, floor), max_smo_iter)
+        smo_steps = _smo_chunked(Qa, ba, xa, ga, max(atol, floor), max_smo_iter)
+        steps += smo_steps
+        exhausted = smo_steps >= max_smo_iter
         if not _no_worse(Qa, ba, xa, f_start, s, floor):  # pragma: no cover - SMO descends
             xa = start
         ga = matvec(Qa, xa) - ba
@@ -418,4 +334,5 @@ def solve_simplex_qp(
         gap=max(_fw_gap(xa, ga, s), 0.0),
         iterations=int(steps),
         converged=bool(ok),
+        exhausted=bool(exhausted),
     )

@@ -198,11 +198,38 @@ class _RankRun:
             self.pt = 0.0
             log.info("perf: resuming at iteration %d", self.it)
             return
+        if self.params.init is not None:
+            self.warm_start()
+            return
         viol, lossv, coef = self.rk.cut(np.zeros(self.rk.n))
         g, self.pt = self.accumulate(coef)
         self.wb, self.Pb, self.xib = np.zeros(self.dim), self.C * lossv, lossv / self.m
         emit_start(self, self.Pb, self.xib)
         ws.add(g / self.m, viol / self.m)
+        self.save()
+
+    def warm_start(self) -> None:
+        """Iteration 0 from the ``--init`` model (:func:`~..warm.perf_start`): its w, the
+        cut there, and its aggregated plane over its pairs (cᵢⱼ = 0 on the pairs the
+        appended rows make: a valid plane of the grown problem)."""
+        from ..warm import perf_start
+
+        classes = self.labels if self.loss == "ordinal" else self.labels[:2]
+        weights = (self.pair_weight, self.pair_weight)
+        st = perf_start(self.params.init, self.store.meta, classes, self.loss, 0.0, weights=weights)
+        w = np.ascontiguousarray(st.w[: self.d])
+        (s,), t1 = self.scores(w)
+        viol, lossv, coef = self.rk.cut(s)
+        g, t2 = self.accumulate(coef)
+        self.pt = t1 + t2
+        self.wb = w
+        self.Pb = 0.5 * float(vdot(w, w)) + self.C * lossv
+        self.xib = lossv / self.m
+        emit_start(self, self.Pb, self.xib, warm=True)
+        self.ws.add(g / self.m, viol / self.m)
+        if st.cut is not None and 0 < st.count <= self.m:
+            f = st.count / self.m
+            self.ws.add(np.ascontiguousarray(st.cut[: self.d]) * f, st.r * f)
         self.save()
 
     def step_paper(self, wc: np.ndarray):
@@ -265,7 +292,7 @@ class _RankRun:
             ws.add(g / self.m, viol / self.m)
             ws.drop_inactive(self.max_inactive)
             self.save()
-        if not self.converged and not self.stalled:
+        if not self.converged and not self.stalled and not self.prog.stalled:
             log.warning(
                 "perf: stopped after %d iterations (max_iter) with violation %.3g > eps",
                 self.it,
@@ -310,6 +337,9 @@ class _RankRun:
             "pair_weight": self.pair_weight,
             "converged": self.converged,
         }
+        from ..warm import aggregate_cut, attach_cut
+
+        attach_cut(model, aggregate_cut(ws), self.m, 0.0, (self.pair_weight, self.pair_weight))
         return perf_result(self.prog, ws, model, Pb, self.it, self.stop, self.xib, summary)
 
 

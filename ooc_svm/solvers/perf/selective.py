@@ -77,13 +77,15 @@ keeps P(w_b) monotone when the proposal overshoots (rows outside S changed sides
 Memory: the selection — the candidates of a pass, kept as they are until the next pass —
 takes at most ``SELECTION_SHARE`` (3/4) of ``inner_mb`` as the quotas count it (64 bytes per
 row plus 8 per non-zero); the inner loop's per-row arrays (margins, ~40 bytes a row) fit the
-rest. ``--inner-mb auto`` (the default): a quarter of the memory available at the start
-(``MemAvailable``), at most what holds every row (then one pass; the 1M store needs ~1.1
-GiB). Besides the selection a pass holds what the accelerated pass holds: the decoded shards
-in flight and one dense plane accumulator of ``len(GRID)`` × (d + 1) floats per partial
-alive in the reduction (~log₂ S + the engine's window of them) — independent of the budget;
-and the engine's shard cache (``--shard-cache-mb``, auto by default) fills from the second
-pass on (up to 8 GiB: most likely the bulk of the 10.5 GB peak of an earlier 50M-row run;
+rest. ``--inner-mb auto`` (the default): half of the process's memory budget left at the
+start (:mod:`ooc_svm.memory_budget`: the container's limit, ``--memory-mb``, ...), at most
+what holds every row (then one pass; the 1M store needs ~1.1 GiB). Besides the selection a
+pass holds what the accelerated pass holds: the decoded shards in flight and one dense plane
+accumulator of ``len(GRID)`` × (d + 1) floats per partial alive in the reduction (~log₂ S +
+the engine's window of them) — independent of the budget; and the engine's shard cache
+(``--shard-cache-mb``, auto by default: a share of what the budget has left once the rows in
+memory are claimed) fills from the second pass on (up to 8 GiB: most likely the bulk of the
+10.5 GB peak of an earlier 50M-row run;
 ``scripts/scale.py --shard-cache-mb`` sets it). Checkpoints are not supported by this variant (yet).
 """
 
@@ -93,30 +95,20 @@ import logging
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..._util import cpu_count
 from ...engine.blocks import Blocked
-from ...kernels.csr import u32
+from ...memory_budget import current as memory_budget
+from ...store.views import ColumnMapView
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
-from ._numba.cuts import accumulate_rows, matvec, vdot
-from ._numba.selective import (
-    bins_eval,
-    flip_cut,
-    narrow,
-    segment_bin_sums,
-    segment_bisect,
-    signed_margins,
-    step_flip,
-    violated_at,
-)
+from ._numba.cuts import matvec, vdot
 from .common import _finite, _Progress, _resolve_C, binary_result
-from .params import Params
-from .passes import acc_row
+from .params import Params, remap_min_dim
+from .passes import acc_row, column_remap, pass_column_counts, reduce_cut
 from .selection import (
     GRID,
     NZ_BYTES,
@@ -127,6 +119,7 @@ from .selection import (
     selection_bytes,
     threshold_from_hist,
 )
+from .selective_inner import _Inner, segment
 from .working_set import WorkingSet, _qp_atol, check_qp
 
 if TYPE_CHECKING:
@@ -153,321 +146,16 @@ STOPPING_RULE = (
 
 
 # ------------------------------------------------------------------------------------------
-# the lower model P~ on the rows in memory
-# ------------------------------------------------------------------------------------------
-
-
-class _Inner:
-    """P̃ of the module docstring: the selected rows (CSR) and the fixed part of the others.
-
-    ``G`` = Σ_{i∉S} cᵢ⁰yᵢx̃ᵢ and ``R`` = Σ_{i∉S} cᵢ⁰ (unnormalised), so that for w
-    P̃(w) = ½‖w‖² + C(max(0, R − w·G) + Σ_{i∈S} max(0, 1 − mᵢ(w))) (``agg``: the aggregated
-    row; when every row is in memory there is none and R = 0, G = 0). The S-part of the last cut,
-    ``gS`` = Σ_{i∈S} cᵢyᵢx̃ᵢ, is updated by the rows whose cᵢ flips only (as SVMperf's
-    incremental cut): late inner cuts touch few rows.
-    """
-
-    def __init__(self, sel: list, kg, q: int, G_p, cnt_p: float, d: int, n_rows: int, bias, pool):
-        # the selection stays in its per-shard chunks (no copy into one CSR)
-        self.chunks = [
-            (c["indptr"], u32(np.ascontiguousarray(c["indices"])), c["data"])
-            for c in sel
-            if c["ys"].shape[0]
-        ]
-        sel = [c for c in sel if c["ys"].shape[0]]
-        cat = lambda k: np.concatenate([c[k] for c in sel]) if sel else np.zeros(0)  # noqa: E731
-        self.ys = cat("ys")
-        self.d = d
-        self.bias = bias
-        self.pool = pool
-        n = self.ys.shape[0]
-        self.off = np.zeros(len(self.chunks) + 1, dtype=np.int64)
-        np.cumsum([ip.shape[0] - 1 for ip, _, _ in self.chunks], out=self.off[1:])
-        #: every row of the store is in memory (then P~ = P exactly)
-        self.whole = n == n_rows
-        # groups of consecutive chunks of about PART_NNZ non-zeros: the margin sweeps and the
-        # cut updates run group by group on every thread of the pool (a split that depends
-        # on the selection only, never on the number of threads)
-        self.parts = []
-        a = acc = 0
-        for j, (ip, _, _) in enumerate(self.chunks):
-            acc += int(ip[-1])
-            if acc >= PART_NNZ:
-                self.parts.append((a, j + 1))
-                a, acc = j + 1, 0
-        if a < len(self.chunks) or not self.parts:
-            self.parts.append((a, len(self.chunks)))
-        # the cut updates' groups: of at least PLANE_COLS dense planes' worth of non-zeros
-        # each (a group's plane is zeroed and summed whatever its flips), so fewer than the
-        # sweeps' groups on narrow stores; per-group planes (summed in group order) while
-        # they take at most PLANE_PARTS_BYTES
-        self.plane_groups = []
-        a = acc = 0
-        for j, (ip, _, _) in enumerate(self.chunks):
-            acc += int(ip[-1])
-            if acc >= max(PART_NNZ, PLANE_COLS * (d + 1)):
-                self.plane_groups.append((a, j + 1))
-                a, acc = j + 1, 0
-        if a < len(self.chunks) or not self.plane_groups:
-            self.plane_groups.append((a, len(self.chunks)))
-        self.plane_parts = len(self.plane_groups) * 8 * (d + 1) <= PLANE_PARTS_BYTES
-        # the S rows' coefficients in the pass's plane at kg[q], by the pass's own rule, so
-        # that G, R hold exactly the other rows' part of that plane
-        viol = np.empty(n)
-        mb, mc, rng = cat("mb"), cat("mc"), line_chunks(n)
-        list(pool.map(violated_at, [mb[a:b] for a, b in rng], [mc[a:b] for a, b in rng],
-                      repeat(kg), repeat(q), [viol[a:b] for a, b in rng]))  # fmt: skip
-        del mb, mc
-        self.gS = self.plane(viol * self.ys)
-        self.G = G_p - self.gS
-        self.R = float(cnt_p) - float(np.count_nonzero(viol))
-        #: the rows outside S that the pass's plane counts as violated enter P~ as one
-        #: aggregated row, max(0, R − w·G) (≤ their hinge sum), not as the linear R − w·G,
-        #: which falls without bound as w moves to satisfy them: its margin 1 − R + w·G is
-        #: the last entry of :meth:`margins` and its coefficient c the last of ``self.c``
-        self.agg = 1 if (not self.whole and self.R > 0.0) else 0
-        self.c = np.zeros(n + self.agg, dtype=np.bool_)
-        self.c[:n] = viol > 0.0
-        self.c[n:] = True
-        self.ysx = np.concatenate([self.ys, np.ones(self.agg)])
-
-    def _plane(self, coef: np.ndarray, a: int, b: int) -> tuple[np.ndarray, float]:
-        g = np.zeros(self.d + 1)
-        tot = 0.0
-        for j in range(a, b):
-            ip, idx, data = self.chunks[j]
-            tot += accumulate_rows(ip, idx, data, coef[self.off[j] : self.off[j + 1]], g)
-        return g, tot
-
-    def plane(self, coef: np.ndarray) -> np.ndarray:
-        """Σ_{i∈S} coefᵢ x̃ᵢ as a dense vector of length d + 1 (group by group on the pool,
-        the groups' vectors summed in group order column block by column block on the pool,
-        when the per-group vectors fit ``PLANE_PARTS_BYTES``)."""
-        if not self.plane_parts or len(self.plane_groups) == 1:
-            g, tot = self._plane(coef, 0, len(self.chunks))
-        else:
-            parts = list(self.pool.map(lambda ab: self._plane(coef, *ab), self.plane_groups))
-            g = sum_in_order(self.pool, [p[0] for p in parts])
-            tot = 0.0
-            for _, tj in parts:
-                tot += tj
-        g[self.d] += tot * self.bias
-        return g
-
-    def _margins(self, w: np.ndarray, out: np.ndarray, a: int, b: int) -> None:
-        tb = float(w[self.d]) * self.bias
-        for j in range(a, b):
-            ip, idx, data = self.chunks[j]
-            o, e = self.off[j], self.off[j + 1]
-            signed_margins(ip, idx, data, self.ys[o:e], w[: self.d], tb, out[o:e])
-
-    def margins(self, w: np.ndarray) -> np.ndarray:
-        """yᵢ·wᵀx̃ᵢ of the rows in S, then (when ``agg``) the aggregated row's 1 − R + w·G."""
-        n = self.ys.shape[0]
-        out = np.empty(n + self.agg)
-        if len(self.parts) == 1:
-            self._margins(w, out, *self.parts[0])
-        else:
-            list(self.pool.map(lambda ab: self._margins(w, out, *ab), self.parts))
-        if self.agg:
-            out[n] = 1.0 - self.R + float(vdot(w, self.G))
-        return out
-
-    def linear(self, w: np.ndarray) -> float:
-        """The linear part of P~ at w: R − w·G, or 0 when the aggregated row holds it."""
-        return 0.0 if self.agg else self.R - float(vdot(w, self.G))
-
-    def value(self, w: np.ndarray, m: np.ndarray, C: float) -> float:
-        hinge = float(np.maximum(0.0, 1.0 - m).sum())
-        return 0.5 * float(vdot(w, w)) + C * (self.linear(w) + hinge)
-
-    def flip(self, mb: np.ndarray, dm: np.ndarray, k: float, t: float, move: bool) -> tuple:
-        """After a line search, on the pool (chunks of ``LINE_CHUNK`` rows): the cut point's
-        margins mb + t·dm give the next cut's coefficients (:meth:`cut`) and, when ``move``,
-        the best point's margins mb += k·dm in place. Returns (coef, flips, violated)."""
-        coef = np.empty(mb.shape[0])
-        c, ys = self.c, self.ysx
-
-        def run(ab: tuple[int, int]) -> tuple[int, int]:
-            a, b = ab
-            return step_flip(mb[a:b], dm[a:b], k, t, move, c[a:b], ys[a:b], coef[a:b])
-
-        flips = viol = 0
-        for f, v in self.pool.map(run, line_chunks(mb.shape[0])):
-            flips += int(f)
-            viol += int(v)
-        return coef, flips, viol
-
-    def cut(self, m: np.ndarray | None, n: int, flipped: tuple | None = None):
-        """The plane whose S-coefficients are [mᵢ < 1] (and the other rows' c⁰ when the
-        aggregated row is violated, else 0): (g, r) normalised by n. ``flipped``: what
-        :meth:`flip` returned for the margins m (then ``m`` is not read)."""
-        if flipped is None:
-            coef = np.empty(m.shape[0])  # type: ignore[union-attr]
-            flips, viol = flip_cut(m, self.c, self.ysx, coef)  # one sweep; updates self.c
-        else:
-            coef, flips, viol = flipped
-        if flips:
-            self.gS += self.plane(coef)  # the rows of S only (coef's last entry: ignored)
-        if not self.agg:
-            return (self.G + self.gS) / n, (self.R + float(viol)) / n
-        if self.c[-1]:
-            return (self.G + self.gS) / n, (self.R + float(viol - 1)) / n
-        return self.gS / n, float(viol) / n
-
-
-def line_chunks(n: int) -> list[tuple[int, int]]:
-    """Row ranges of ``LINE_CHUNK`` rows: the tasks of the line search and of the inner
-    loop's update (a split that depends on n only, never on the number of threads)."""
-    return [(a, min(n, a + LINE_CHUNK)) for a in range(0, max(n, 1), LINE_CHUNK)]
-
-
-def sum_in_order(pool: ThreadPoolExecutor, vecs: list[np.ndarray]) -> np.ndarray:
-    """Σ of equal-length vectors, added in list order (same bits as a plain loop), column
-    block by column block on the pool; the first vector is overwritten and returned."""
-    out = vecs[0]
-    n = out.shape[0]
-
-    def add(a: int) -> None:
-        b = min(n, a + SUM_BLOCK)
-        for v in vecs[1:]:
-            out[a:b] += v[a:b]
-
-    list(pool.map(add, range(0, n, SUM_BLOCK)))
-    return out
-
-
-def segment(
-    inner: _Inner,
-    ws: WorkingSet,
-    gwb: Any,
-    gwc: Any,
-    wb: Any,
-    wc: Any,
-    mb: np.ndarray,
-    mc: np.ndarray,
-    C: float,
-    Cp: float,
-) -> tuple[Any, Any, Any, Any]:
-    """Minimise F = max(P̃, M) on wb + k(wc − wb) (:func:`segment_min`), M the working set's
-    model ½‖w‖² + C_perf·max(0, maxⱼ rⱼ − w·gⱼ) (``gwb``, ``gwc``: the gⱼ·wb, gⱼ·wc);
-    returns (k, F(k), wc − wb, mc − mb)."""
-    dw = wc - wb
-    dm = np.empty_like(mb)
-    L1 = 0.0 if inner.agg else float(vdot(dw, inner.G))
-    k, f = segment_min_threaded(
-        inner.pool,
-        float(vdot(wb, wb)), float(vdot(wb, dw)), float(vdot(dw, dw)),
-        inner.linear(wb), L1, C, Cp, mb, mc, dm,
-        np.asarray(ws.r) - gwb, gwc - gwb, LINE_STEPS,
-    )  # fmt: skip
-    return k, f, dw, dm
-
-
-def segment_min_threaded(
-    pool: ThreadPoolExecutor,
-    a0: float,
-    a1: float,
-    a2: float,
-    L0: float,
-    L1: float,
-    C: float,
-    Cp: float,
-    mb: np.ndarray,
-    mc: np.ndarray,
-    dm: np.ndarray,
-    u: Any,
-    v: Any,
-    steps: int,
-) -> tuple[float, float]:
-    """The minimiser k ≥ 0 of F of :func:`~ooc_svm.solvers.perf._numba.selective.segment_min`
-    (``dm`` = ``mc`` − ``mb``, written here), with its sweeps of every row on the threads of
-    ``pool`` (chunks of ``LINE_CHUNK`` rows, summed in chunk order: same bits for any number
-    of threads).
-
-    Instead of one sweep per bisection step: one sweep bins every row's hinge by where on
-    the grid ``LINE_GRID`` (``LINE_BINS`` equal steps on [0, 1], doublings to 2⁶⁰) it changes sign
-    (:func:`~ooc_svm.solvers.perf._numba.selective.segment_bins`), which gives F and F'(k⁺) at
-    every grid point (:func:`~ooc_svm.solvers.perf._numba.selective.bins_eval`); the bracket is the
-    first grid interval where F' turns non-negative; a second sweep keeps the rows whose
-    hinge changes sign in it (the others become a linear term). While they are more than
-    ``LINE_FEW``, the same is done on them with ``LINE_BINS`` equal bins of the bracket
-    (at most ``LINE_ROUNDS`` rounds); the last halvings, to the precision of ``steps``
-    halvings of the doubling bracket, run on the few rows left
-    (:func:`~ooc_svm.solvers.perf._numba.selective.segment_bisect`)."""
-    n = mb.shape[0]
-    bounds = line_chunks(n)
-    cmb = [mb[a:b] for a, b in bounds]
-    cdm = [dm[a:b] for a, b in bounds]
-    cmc = [mc[a:b] for a, b in bounds]
-    grid = LINE_GRID
-    h0 = h1 = 0.0
-    lo = hi = fl = fh = 0.0
-    for rnd in range(LINE_ROUNDS):
-        G = grid.shape[0]
-        ends = cmc if rnd == 0 else [np.zeros(0)] * len(cmb)  # round 0 also writes dm
-        parts = pool.map(segment_bin_sums, cmb, ends, cdm, repeat(grid), repeat(LINE_BINS))
-        bins = np.zeros((5, G + 1))
-        for b in parts:
-            bins += b
-        F, S = np.empty(G), np.empty(G)
-        bins_eval(grid, bins, h0, h1, a0, a1, a2, L0, L1, C, Cp, u, v, F, S)
-        up = np.flatnonzero(S >= 0.0)
-        j = int(up[0]) if up.shape[0] else G - 1
-        if j == 0:
-            return float(grid[0]), float(F[0])
-        lo, hi, fl, fh = float(grid[j - 1]), float(grid[j]), float(F[j - 1]), float(F[j])
-        few = int(bins[4, j]) <= LINE_FEW
-        nar = list(pool.map(narrow, cmb, cdm, repeat(lo), repeat(hi)))
-        cmb = [x[0] for x in nar]
-        cdm = [x[1] for x in nar]
-        for x in nar:
-            h0 += x[2]
-            h1 += x[3]
-        if few or hi - lo <= 1e-12 * max(1.0, hi):
-            break
-        grid = np.linspace(lo, hi, LINE_BINS + 1)
-    # halvings left: the bracket down to 2^-steps of the doubling bracket holding it
-    w0 = 1.0 if hi <= 1.0 else 0.5 * hi
-    left = min(steps, max(0, steps + math.ceil(math.log2(max(hi - lo, 1e-300) / w0))))
-    rows_b = np.concatenate(cmb) if cmb else np.zeros(0)
-    rows_d = np.concatenate(cdm) if cdm else np.zeros(0)
-    return segment_bisect(lo, hi, fl, fh, a0, a1, a2, L0, L1, C, Cp, rows_b, rows_d, u, v,
-                          h0, h1, left)  # fmt: skip
-
-
-# ------------------------------------------------------------------------------------------
 # the solver
 # ------------------------------------------------------------------------------------------
 
 
-#: the rows in memory form groups of about this many non-zeros: the inner margin sweeps and
-#: cut updates run group by group on every thread
-PART_NNZ = 1 << 20
-#: a group of the cut updates holds at least this many times d + 1 non-zeros (and
-#: ``PART_NNZ``): its plane's zeroing and summing stay small beside its rows
-PLANE_COLS = 64
-#: per-group planes of the cut updates while they take at most this many bytes in all
-#: (very wide stores: one plane, one thread)
-PLANE_PARTS_BYTES = 64 << 20
-#: rows per chunk of the threaded line search and of the inner loop's update
-LINE_CHUNK = 1 << 16
-#: bisection steps of the inner line search (its precision: 2^-LINE_STEPS of the doubling
-#: bracket [0, 1], [1, 2], [2, 4], ... that holds the minimiser)
-LINE_STEPS = 32
-#: the line search's first grid: ``LINE_BINS`` equal steps on [0, 1], then doublings to 2^60
-LINE_GRID = np.concatenate([np.linspace(0.0, 1.0, 1025), 2.0 ** np.arange(1, 61, dtype=np.float64)])
-#: equal bins of [0, 1] in the line search's first round, of the bracket in the later ones
-LINE_BINS = 1024
-#: at most this many rounds of binning (sweeps of the rows still in the bracket)
-LINE_ROUNDS = 3
-#: rows left in the bracket below which the last halvings run on one thread
-LINE_FEW = 4096
-#: columns per task when the groups' planes are summed on the pool
-SUM_BLOCK = 1 << 13
 #: the selection takes this share of ``inner_mb``; the pass's candidate lists and their
 #: merge the rest (module docstring, "Memory")
 SELECTION_SHARE = 0.75
+
+#: the name of the rows' claim on the memory budget
+ROWS_CLAIM = "selective rows in memory"
 
 
 class _Run:
@@ -487,6 +175,12 @@ class _Run:
         #: inner_mb in MiB (auto: at most what holds every row, with the quotas' slack)
         self.inner_mb = params.inner_mib(whole_mib=self.sbytes * SHARE / SELECTION_SHARE / 2**20)
         self.budget = int(self.inner_mb * 2**20 * SELECTION_SHARE / SHARE)
+        # the rows in memory are the budget's before the shard cache sizes itself on the
+        # first pass (the cache takes a share of what they leave)
+        memory_budget().require(
+            ROWS_CLAIM, int(self.inner_mb * 2**20), "--variant selective",
+            "give a smaller --inner-mb",
+        )  # fmt: skip
         self.ws = WorkingSet(self.d + 1, float(params.dense_limit_mb) * 2**20)
         self.prog = _Progress(engine, callback)
         self.atol = _qp_atol(self.eps)
@@ -619,7 +313,48 @@ def solve_selective(
         raise SolverError(
             f"perf --variant selective trains --loss error only (got {loss}); use accelerated"
         )
+    t0 = time.perf_counter()
+    remap = None
+    meta = store.meta
+    if meta.n_features >= remap_min_dim():
+        # train over the columns the rows hold (a counting pass): the dense vectors and the
+        # planes are as long as those, and the model is expanded at the end
+        part = engine.map_reduce(store, pass_column_counts, (meta.n_features,), reduce=reduce_cut)
+        remap = column_remap(part["g"], meta.n_features)
+        del part
+        store = ColumnMapView(store, remap[0], remap[1].shape[0])
+        params.check_dense(store.meta, extra_bytes=remap[0].nbytes + remap[1].nbytes)
+        log.info(
+            "perf selective: %d of the %d columns hold non-zeros; training over them",
+            remap[1].shape[0],
+            meta.n_features,
+        )
     run = _Run(store, engine, params, callback)
+    if remap is not None:  # the counting pass is one of the run's passes and its time
+        run.prog.p0 -= 1
+        run.prog.t0 = t0
+    try:
+        if params.init is not None:  # train --init: the first pass selects around its w
+            from ..warm import perf_start
+
+            neg, pos = binary_classes(meta)
+            w = perf_start(params.init, meta, [neg, pos], "error", run.bias).w
+            if remap is not None:  # the model's w over the columns trained
+                w = np.concatenate([w[: meta.n_features][remap[1]], w[meta.n_features :]])
+            run.w_b = w.copy()
+        res = _iterate(run, engine, params)
+    finally:
+        memory_budget().release(ROWS_CLAIM)
+    if remap is not None:
+        m = res.model
+        coef = np.zeros(meta.n_features)
+        coef[remap[1]] = m.coef_
+        m.coef_, m.n_features = coef, int(meta.n_features)
+    return res
+
+
+def _iterate(run: _Run, engine, params: Params) -> Result:
+    """The passes and inner loops of :func:`solve_selective` until the certificate."""
     w_c = run.w_b
     with ThreadPoolExecutor(int(getattr(engine, "n_threads", 0) or cpu_count())) as pool:
         while True:

@@ -16,8 +16,9 @@ solved tightly (1e-4·ε) once; if that dual still does not certify, the loop go
 tight α (later QPs at tolerance ε/2). So P(w) ≤ P* + C·n·ε as for every other variant.
 
 What SVMperf 3.00 does beyond Algorithm 1 (default ``-w 9``: ``svm_struct_main.c:84-85`` →
-``svm_learn_struct_joint_custom_linear``, ``svm_struct_learn_custom.c:123-486``; measured in
-``notes/svmperf-fidelity.md``: on a9a these halve ``paper``'s 940 iterations to SVMperf's 423):
+``svm_learn_struct_joint_custom_linear``, ``svm_struct_learn_custom.c:123-486``; measured
+by ``scripts/bench_svmperf_fidelity.py``: on a9a these halve ``paper``'s 940 iterations to
+SVMperf's 423):
 
 1. *Loose, warm-started inner QP* (the main cause). OP3 is solved only until the largest KKT
    violation is ≤ ε_best/2, ε_best = min over full rounds of max(ceps, ε), starting at 1
@@ -64,13 +65,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numba import njit
 
 from ...kernels.csr import csr_take_rows, u32
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
 from ..reduce import none_is_identity
 from ._numba.cuts import matvec, vdot
+from ._numba.svmperf import full_round, partial_round
 from .common import _finite, _Progress, _resolve_C, binary_result
 from .params import Params
 from .passes import _finish_accumulator, _new_accumulator, acc_row, merge_acc
@@ -99,80 +100,6 @@ FULL_RATIO = 5.0
 #: SVMperf's first rounds are full (numIt < 5)
 FIRST_FULL = 5
 
-
-# ------------------------------------------------------------------------------------------
-# kernels
-# ------------------------------------------------------------------------------------------
-
-
-@njit(cache=True, nogil=True)
-def _stats(mean, var, conf, i, d):
-    var[i] = 0.5 * var[i] + 0.5 * (mean[i] - d) * (mean[i] - d)
-    mean[i] = 0.5 * mean[i] + 0.5 * d
-    conf[i] = abs(mean[i]) - math.sqrt(var[i])
-
-
-@njit(cache=True, nogil=True)
-def full_round(indptr, indices, gidx, data, y, pos, w, tb, bias, g, bias_slot, inv_n, st, out):
-    """Full round on one shard: scores every row, accumulates the most violated cut
-    Σ_{mᵢ<1} yᵢx̃ᵢ into ``g`` and updates the statistics ``st`` = (mean, var) rows.
-
-    ``out`` (2, n) receives conf and cᵢ. Returns (count, hinge).
-    """
-    n = indptr.shape[0] - 1
-    count = 0
-    hinge = 0.0
-    mean = st[0]
-    var = st[1]
-    conf = out[0]
-    for i in range(n):
-        s = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            s += data[k] * w[indices[k]]
-        yi = 1.0 if y[i] == pos else -1.0
-        m = yi * (s + tb)
-        out[1, i] = 0.0
-        if m < 1.0:
-            out[1, i] = 1.0
-            count += 1
-            hinge += 1.0 - m
-            for k in range(indptr[i], indptr[i + 1]):
-                g[gidx[k]] += yi * data[k]
-            g[bias_slot] += yi * bias
-        _stats(mean, var, conf, i, (1.0 - m) * inv_n)
-    return count, hinge
-
-
-@njit(cache=True, nogil=True)
-def partial_round(indptr, indices, data, ys, w, tb, bias, inv_n, c, mean, var, conf, dg):
-    """Partial round over the rows of S with conf < 0: flipped rows add (c_new − c_old)·yᵢx̃ᵢ
-    to ``dg`` (bias at ``dg[-1]``). Returns (change of Σcᵢ, rows scored)."""
-    dc = 0
-    checked = 0
-    last = dg.shape[0] - 1
-    for i in range(indptr.shape[0] - 1):
-        if conf[i] >= 0.0:
-            continue
-        checked += 1
-        s = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            s += data[k] * w[indices[k]]
-        m = ys[i] * (s + tb)
-        new = 1.0 if m < 1.0 else 0.0
-        if new != c[i]:
-            f = (new - c[i]) * ys[i]
-            for k in range(indptr[i], indptr[i + 1]):
-                dg[indices[k]] += f * data[k]
-            dg[last] += f * bias
-            dc += 1 if new > c[i] else -1
-            c[i] = new
-        _stats(mean, var, conf, i, (1.0 - m) * inv_n)
-    return dc, checked
-
-
-# ------------------------------------------------------------------------------------------
-# the set S of rows kept in memory (bounded, deterministic)
-# ------------------------------------------------------------------------------------------
 
 _PER_ROW = ("conf", "row", "ys", "c", "mean", "var")
 
@@ -437,15 +364,22 @@ def solve_svmperf(
             f"perf --variant svmperf trains --loss error only (got {loss}); use accelerated"
         )
     run = _Run(store, engine, params, callback)
-    return _loop(run)
+    w0 = None
+    if params.init is not None:  # train --init: SVMperf's loop from the model's w
+        from ..warm import perf_start
+
+        neg, pos = binary_classes(meta)
+        w0 = perf_start(params.init, meta, [neg, pos], "error", run.bias).w
+    return _loop(run, w0)
 
 
-def _loop(run: _Run) -> Result:
-    """SVMperf's ``svm_learn_struct_joint_custom_linear`` loop plus the certificate."""
+def _loop(run: _Run, w0: np.ndarray | None = None) -> Result:
+    """SVMperf's ``svm_learn_struct_joint_custom_linear`` loop plus the certificate
+    (``w0``: the first iterate, default 0)."""
     n, C, Cp, eps, ws = run.n, run.C, run.Cp, run.eps, run.ws
     max_iter = int(run.params.max_iter)
     max_inactive = int(run.params.max_inactive)
-    w = np.zeros(run.dim)
+    w = np.zeros(run.dim) if w0 is None else np.asarray(w0, dtype=np.float64).copy()
     eps_full = eps_part = 1.0
     ceps = math.inf
     D = -math.inf

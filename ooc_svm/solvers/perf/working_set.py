@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import numpy as np
 
 from ...kernels.kernel_functions import sparse_sparse_dot
+from .. import SolverError
 from ._numba.cuts import matvec, sparse_vdot, vdot
 from ._numba.sparse import axpy, scatter_add
 from .qp import solve_simplex_qp
@@ -42,6 +44,11 @@ class WorkingSet:
         self._warned = False
         #: consecutive QPs that used up their step budget (:meth:`solve`)
         self.failed_in_a_row = 0
+        #: the point each plane was computed at (float32, or None: not kept), so that the
+        #: model can keep them for a warm start on a grown store (:mod:`..warm`); kept while
+        #: they take at most ``points_limit`` bytes (0: never)
+        self.points: list[np.ndarray | None] = []
+        self.points_limit = 0.0
 
     def __len__(self) -> int:
         return len(self.vecs)
@@ -87,10 +94,16 @@ class WorkingSet:
                 )
         return v, size
 
-    def add(self, g: Any, r: float, bound: bool = True) -> None:
+    def add(self, g: Any, r: float, bound: bool = True, point: np.ndarray | None = None) -> None:
         """Add plane (g, r); g is a dense float64 vector of length ``dim`` or a sparse
         ``(sorted columns, float64 values)`` pair (then no dense vector is formed).
-        ``bound``: then keep the set within ``limit`` (:meth:`_bound`)."""
+        ``bound``: then keep the set within ``limit`` (:meth:`_bound`). ``point``: where
+        the plane was computed (kept as float32 within ``points_limit``)."""
+        kept = sum(p.nbytes for p in self.points if p is not None)
+        if point is not None and kept + 4 * self.dim <= self.points_limit:
+            self.points.append(np.asarray(point, dtype=np.float32).copy())
+        else:
+            self.points.append(None)
         v, size = self._store(g)
         if isinstance(g, tuple) and isinstance(v, tuple):
             row = np.array([self._dot_sparse(u, v) for u in self.vecs] + [_sq(v[1])])
@@ -99,6 +112,7 @@ class WorkingSet:
             gq = v if isinstance(v, np.ndarray) and v.dtype == np.float64 else self._as_dense(v)
             row = np.array([self._dot(u, gq) for u in self.vecs] + [float(vdot(gq, gq))])
             del gq
+        check_plane(row[-1])
         m = len(self.vecs)
         Q = np.empty((m + 1, m + 1))
         Q[:m, :m] = self.Q
@@ -165,6 +179,7 @@ class WorkingSet:
             if j not in kept:
                 self.nbytes -= self._size(self.vecs[j])
         self.vecs = [self.vecs[j] for j in keep]
+        self.points = [self.points[j] for j in keep]
         self.r = [self.r[j] for j in keep]
         self.inactive = [self.inactive[j] for j in keep]
         self.alpha = self.alpha[keep]
@@ -194,11 +209,14 @@ class WorkingSet:
 
         Counts in :attr:`failed_in_a_row` the consecutive QPs that used up their step budget
         without reaching their tolerance (see :func:`check_qp`)."""
-        res = solve_simplex_qp(
-            self.Q, np.asarray(self.r), C_perf, x0=self.alpha, atol=atol,
-            max_steps=QP_MAX_STEPS, max_smo_iter=QP_MAX_SMO_STEPS,
-        )  # fmt: skip
-        exhausted = not res.converged and res.iterations >= QP_MAX_STEPS + QP_MAX_SMO_STEPS
+        try:
+            res = solve_simplex_qp(
+                self.Q, np.asarray(self.r), C_perf, x0=self.alpha, atol=atol,
+                max_steps=QP_MAX_STEPS, max_smo_iter=QP_MAX_SMO_STEPS,
+            )  # fmt: skip
+        except ValueError as e:
+            raise SolverError(f"perf: {e}; scale the features or use a smaller --C") from None
+        exhausted = res.exhausted
         self.failed_in_a_row = self.failed_in_a_row + 1 if exhausted else 0
         self.alpha = res.x
         w = self.combine(res.x)
@@ -206,6 +224,11 @@ class WorkingSet:
         for j, a in enumerate(res.x):
             self.inactive[j] = 0 if a > 0.0 else self.inactive[j] + 1
         return w, dual, res.gap
+
+    def active_points(self) -> list[np.ndarray]:
+        """The points of the planes with αⱼ > 0 (those kept), largest α first."""
+        order = np.argsort(-np.asarray(self.alpha), kind="stable")
+        return [p for j in order if self.alpha[j] > 0.0 and (p := self.points[j]) is not None]
 
     def slack(self) -> float:
         """ξ_W = max(0, maxⱼ rⱼ − w·gⱼ) at w = Σ αⱼgⱼ (w·gⱼ = (Qα)ⱼ)."""
@@ -269,6 +292,38 @@ class WorkingSet:
         self.peak_bytes = int(scalars["ws_peak_bytes"])
         self.float32 = int(scalars["ws_float32"])
         self._warned = bool(scalars["ws_warned"])
+        self.points = [None] * n  # not checkpointed: a resumed run keeps fewer
+
+
+#: bytes of plane points a working set keeps at most (float32; for warm starts)
+POINTS_MAX_BYTES = 64 << 20
+
+
+def points_budget(limit: float, dim: int) -> float:
+    """Bytes of plane points to keep: a quarter of the planes' budget, at most
+    :data:`POINTS_MAX_BYTES`, 0 when fewer than four points fit (no warm points then)."""
+    b = min(limit / 4, float(POINTS_MAX_BYTES))
+    return b if b >= 16.0 * dim else 0.0
+
+
+#: largest squared norm of a cutting plane (an average of y·x over rows, so at most the
+#: largest squared row norm R²) the method can work with: at R² beyond it, ‖w‖² ~ 1/R² sits
+#: below float64's resolution of the loss terms (~1) and the QP's gradients lose all
+#: precision (feature values near 3.4e38 ran for ever with the gap stuck at 0.97)
+PLANE_NORM2_MAX = 1e30
+
+
+def check_plane(norm2: float) -> None:
+    """Refuse a cutting plane whose squared norm is non-finite or beyond
+    ``PLANE_NORM2_MAX``: the feature values are too large for the method (one line)."""
+    if math.isfinite(norm2) and norm2 <= PLANE_NORM2_MAX:
+        return
+    raise SolverError(
+        f"perf: the feature values are too large: a cutting plane (an average of label x "
+        f"row) has squared norm {norm2:.3g} (limit {PLANE_NORM2_MAX:g}), beyond what float64 "
+        "arithmetic resolves; scale the features (e.g. to [-1, 1]) and train again; no "
+        "model written"
+    )
 
 
 def _sq(v: np.ndarray) -> float:

@@ -35,9 +35,18 @@ the support vectors (kernel models need them), O(n_features) vectors and the ker
 from __future__ import annotations
 
 from .. import lazy_exports
+from ..contract import Entry, SolverSpec
 from .params import DEFAULTS, Params
 
-__all__ = ["DEFAULTS", "STOPPING_RULE", "SUPPORTS_CHECKPOINT", "Params", "solve", "solve_warm"]
+__all__ = [
+    "DEFAULTS",
+    "SPEC",
+    "STOPPING_RULE",
+    "SUPPORTS_CHECKPOINT",
+    "Params",
+    "solve",
+    "solve_warm",
+]
 
 #: imported on first use: the package stays light (``train`` reads ``Params`` and
 #: ``STOPPING_RULE`` to build its flags without loading numba)
@@ -58,4 +67,20 @@ SUPPORTS_CHECKPOINT = True
 STOPPING_RULE = (
     "wss2: maximal violating pair m(a)-M(a) <= tol over all rows (LIBSVM); platt: an "
     "examine-all pass changes nothing; both confirmed by an independent KKT pass"
+)
+
+SPEC = SolverSpec(
+    name="smo",
+    Params=Params,
+    stopping_rule=STOPPING_RULE,
+    record_labels={"objective": "dual"},
+    few_records_hint=(
+        " (smo in memory records once per --checkpoint-every SMO steps: train again with "
+        "a smaller --checkpoint-every to record more)"
+    ),
+    solve=Entry(f"{__name__}.driver", "solve"),
+    solve_warm=Entry(f"{__name__}.driver", "solve_warm"),
+    checkpoint=SUPPORTS_CHECKPOINT,
+    # in memory: a chunk of 20 SMO steps, each saved
+    checkpoint_often={"checkpoint_every": 20},
 )

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from .. import SolverError
-from ..dual import Expansion, WorkingRows, fetch_rows, make_expansion, primal_w
+from ..dual import (
+    Expansion,
+    WorkingRows,
+    apply_alpha_updates,
+    fetch_rows,
+    make_expansion,
+    primal_w,
+)
 from ._numba.wss2 import _rho_and_gap
 from .passes import _scan_fn, _scan_reduce
 from .working_set import _run_wss2
@@ -97,13 +104,13 @@ class _Decomposition:
 
 
 def _solve_wss2_decomposition(
-    store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint=None
+    store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint=None, init=None
 ):
     nf = store.meta.n_features
     linear = kp.kernel == "linear"
     max_iter = int(p.max_iter)
     top_k = max(1, budget // 4)
-    d = _decomposition_start(store, engine, state, p, pos, budget, checkpoint)
+    d = _decomposition_start(store, engine, state, p, pos, budget, checkpoint, init, C)
     while True:
         d.outer += 1
         t1 = time.perf_counter()
@@ -162,18 +169,45 @@ def _solve_wss2_decomposition(
     )  # fmt: skip
 
 
-def _decomposition_start(store, engine, state, p, pos, budget, checkpoint) -> _Decomposition:
+def _decomposition_start(
+    store, engine, state, p, pos, budget, checkpoint, init=None, C=None
+) -> _Decomposition:
     """A random first working set of ~budget/2 rows, or the state of the latest checkpoint
-    (``checkpoint.resume``)."""
+    (``checkpoint.resume``). ``init`` (a warm start, :func:`~..warm.dual_start`): α of its
+    support vectors goes into the shard state, its free SVs (then random rows) make the
+    first working set and the other SVs the fixed part (linear: folded into w)."""
     n = store.meta.n_rows
     rng = np.random.default_rng(int(p.seed))
-    first = np.sort(rng.choice(n, size=min(n, max(2, budget // 2)), replace=False))
-    W = fetch_rows(store, engine, first, pos, state)
+    k = min(n, max(2, budget // 2))
     linear = p.kernel == "linear"  # only the linear kernel keeps a dense w over the features
     w0 = np.zeros(store.meta.n_features if linear else 0)
-    d = _Decomposition(state, W, np.zeros(W.n), WorkingRows.empty(), w0)
+    F = WorkingRows.empty()
+    resuming = checkpoint is not None and checkpoint.resume
+    if init is not None and not resuming and np.asarray(init.support_).size:
+        from ..dual.warm import warm_start_from_model
+
+        gids, coef, _, _ = warm_start_from_model(init, float(C), n)  # α·C/C_old, in the box
+        a = np.minimum(np.abs(coef), float(C))
+        apply_alpha_updates(store, engine, state, gids, a)
+        free = gids[(a > 0) & (a < float(C))]
+        first = free[:k]
+        if first.size < k:  # fill with random rows that are not support vectors
+            pool = np.setdiff1d(np.arange(n), gids, assume_unique=True)
+            extra = rng.choice(pool, size=min(pool.size, k - first.size), replace=False)
+            first = np.concatenate([first, extra])
+        first = np.sort(first)
+        fixed = np.setdiff1d(gids[a > 0], first, assume_unique=True)
+        F = fetch_rows(store, engine, fixed, pos, state)
+        if linear and F.n:
+            w0 = primal_w(F, F.y * F.alpha, store.meta.n_features)
+            F = WorkingRows.empty()
+        log.debug("smo: decomposition warm start: %d rows in W, %d fixed", first.size, fixed.size)
+    else:
+        first = np.sort(rng.choice(n, size=k, replace=False))
+    W = fetch_rows(store, engine, first, pos, state)
+    d = _Decomposition(state, W, np.zeros(W.n), F, w0)
     loaded = None
-    if checkpoint is not None and checkpoint.resume:
+    if resuming:
         loaded = _decomposition_load(checkpoint, store, engine, pos)
     if loaded is not None:
         d.state, sc, d.W, d.G, d.F, d.w_fixed, (d.evicted_g, d.evicted_a) = loaded

@@ -19,6 +19,7 @@ from ..dual import (
     finish_dual,
     init_alpha_state,
 )
+from ..dual.kkt import maintained_kkt_rows
 from ..params import as_params
 from ._numba.wss2 import _rho_and_gap
 from .common import _budget_rows, _class_costs, _kernel_params
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=False) -> Result:
+def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=True) -> Result:
     t0 = time.perf_counter()
     p = as_params(Params, params)
     p.validate(store.meta)
@@ -56,6 +57,14 @@ def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=Fal
             callback(rec)
 
     costs = None
+    if p.selection != "platt" and p.class_weight is not None:
+        costs = _class_costs(store, engine, p, neg, pos)
+        log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
+    resuming = checkpoint is not None and checkpoint.resume
+    if init is None and p.init is not None and not resuming:  # train --init MODEL
+        from ..warm import dual_init
+
+        init = dual_init(p, store, engine, "smo", costs)
     if p.selection == "platt":
         if checkpoint is not None:
             raise SolverError("smo: --checkpoint is supported with --selection wss2 only")
@@ -65,9 +74,6 @@ def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=Fal
             log.info("smo: --selection platt does not use the warm start: alpha = 0")
         out = _solve_platt(store, engine, state, p, C, tol, kp, pos, report)
     else:
-        if p.class_weight is not None:
-            costs = _class_costs(store, engine, p, neg, pos)
-            log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
         out = _solve_wss2(
             store, engine, state, p, C, tol, kp, pos, report, checkpoint, costs, init=init
         )
@@ -134,9 +140,12 @@ def _finish(store, engine, state, p: Params, kp, classes, out, costs=None, keep_
         w=None if w is None else np.asarray(w, dtype=np.float64),
         kkt=extra.pop("kkt", None),
         keep_dual=keep_dual,
+        maintained=extra.pop("maintained", None),
     )
     kkt = fin.kkt
     assert kkt is not None  # check=True: the pass was made
+    if extra.get("in_memory") and kkt.get("source") == "maintained":
+        extra["passes"] = 1  # reading every row; the check needed no pass
     if not kkt["ok"]:
         log.warning(
             "smo: KKT check found a violation of %.3g (> tol %.3g) on %d rows",
@@ -162,6 +171,8 @@ def _summary(p: Params, kp, kkt: dict, intercept: float, extra: dict) -> dict:
         "kkt_violators": kkt["n_violators"],
         "kkt_gap": kkt["gap"],
         "kkt_ok": kkt["ok"],
+        "kkt_source": kkt.get("source", "exact"),
+        "kkt_drift": kkt.get("drift"),
     }
     summary.update({k: v for k, v in extra.items() if k not in ("w", "passes")})
     summary["converged"] = extra.get("status") != "max_iter"
@@ -175,7 +186,7 @@ def _warm_alpha(W: WorkingRows, init, C: float, Cv: np.ndarray) -> None:
     gids, coef, _, _ = warm_start_from_model(init, C, W.n)
     rows = np.searchsorted(W.gids, gids)
     W.alpha[rows] = np.minimum(np.abs(coef), Cv[rows])
-    log.info("smo: warm start from %d support vectors", gids.size)
+    log.debug("smo: warm start from %d support vectors", gids.size)
 
 
 def _solve_wss2(
@@ -232,11 +243,11 @@ def _solve_wss2(
         )
         for k in cache_stats:
             cache_stats[k] += cs[k]
-        extra = {
+        extra: dict[str, Any] = {
             "working_rows": W.n,
             "outer_iterations": 1,
             "stop_value": float(m_up - m_low),
-            "passes": 2,  # reading every row + the independent KKT pass
+            "passes": 2,  # reading every row + the independent KKT pass (if it is needed)
             "cache_hits": cache_stats["hits"],
             "cache_misses": cache_stats["misses"],
             "cache_evictions": cache_stats["evictions"],
@@ -245,16 +256,18 @@ def _solve_wss2(
         }
         if status != 0:
             log.warning("smo: iteration limit %d reached (gap %.3g)", max_iter, m_up - m_low)
-        return W.take(sv), -float(rho), it, extra, dual
+        # the KKT check from the maintained gradient: f − intercept = yᵢ(Gᵢ + 1) (p = −1)
+        g_kept = W.y * (G + 1.0)
+        intercept = -float(rho)
+        extra["maintained"] = lambda exp: maintained_kkt_rows(W, g_kept, exp, intercept, Cv, tol)
+        return W.take(sv), intercept, it, extra, dual
     if costs is not None:
         raise SolverError(
             f"smo: --class-weight needs the problem in memory ({n} rows > the working budget "
             f"of {budget}; raise --working-mb or --working-rows)"
         )
-    if init is not None:
-        log.info("smo: out of core, the warm start is not used: starting from alpha = 0")
     return _solve_wss2_decomposition(
-        store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint
+        store, engine, state, p, C, tol, kp, pos, report, budget, checkpoint, init
     )
 
 

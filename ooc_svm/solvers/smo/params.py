@@ -15,6 +15,7 @@ class Params(KernelSolverParams):
 
     SOLVER: ClassVar[str] = "smo"
     SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
+    BUDGET_SHARES: ClassVar[dict[str, float]] = {"cache_mb": 0.25, "working_mb": 0.25}
 
     tol: float = param(1e-3, "KKT tolerance (LIBSVM -e, Platt's tol)", gt=0)
     max_iter: int = param(10_000_000, "SMO steps; reaching it is reported as not converged", ge=0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -184,22 +186,7 @@ def _run_wss2(
     """
     r = _Wss2Run(W, p_lin, kp, C, tol, n_features)
     stats = {"hits": 0, "misses": 0, "evictions": 0}
-
-    def in_chunk(sc) -> None:
-        assert progress is not None  # only handed to run_chunk with a progress callable
-        hits = stats["hits"] + int(sc.stats[0])
-        misses = stats["misses"] + int(sc.stats[1])
-        progress(
-            {
-                "chunk": r.chunk + 1,
-                "smo_iterations": r.total + int(r.ist[IST_IT]),
-                "violation": float(r.fst[0]),
-                "active_rows": int(r.ist[IST_N_ACTIVE]),
-                "cache_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
-                "in_chunk": True,
-            }
-        )
-
+    in_chunk = None if progress is None else _in_chunk_progress(r, stats, progress)
     if checkpoint is not None and checkpoint.resume:
         r.resume(checkpoint)
     step = int(every) if every and every > 0 else int(max_iter)
@@ -214,7 +201,7 @@ def _run_wss2(
             sl,
             checkpoint,
             checkpoint_seconds,
-            None if progress is None else in_chunk,
+            in_chunk,
         )
         status, gap = int(r.ist[IST_STATUS]), float(r.fst[0])
         r.total += int(r.ist[IST_IT])
@@ -224,21 +211,44 @@ def _run_wss2(
         if status == 0 or r.total >= max_iter:
             break
         if report is not None:
-            report(
-                {
-                    "iteration": r.chunk,
-                    "violation": gap,
-                    "working_set": W.n,
-                    "smo_iterations": r.total,
-                    "cache_hit_rate": _hit_rate(stats),
-                    "objective": float(0.5 * np.dot(W.alpha, r.G + p_lin)),
-                    "passes": 1,
-                }
-            )
+            report(_chunk_record(r, W, p_lin, gap, stats))
         r.active, r.ist, r.fst = _wss2_fresh_state(W.n)
         if checkpoint is not None:
             r.save(checkpoint)
     return r.total, r.G, stats, status
+
+
+def _in_chunk_progress(r: _Wss2Run, stats: dict, progress) -> Callable[[Any], None]:
+    """The record ``progress`` gets between two slices of a chunk (see :func:`_run_wss2`)."""
+
+    def in_chunk(sc) -> None:
+        hits = stats["hits"] + int(sc.stats[0])
+        misses = stats["misses"] + int(sc.stats[1])
+        progress(
+            {
+                "chunk": r.chunk + 1,
+                "smo_iterations": r.total + int(r.ist[IST_IT]),
+                "violation": float(r.fst[0]),
+                "active_rows": int(r.ist[IST_N_ACTIVE]),
+                "cache_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+                "in_chunk": True,
+            }
+        )
+
+    return in_chunk
+
+
+def _chunk_record(r: _Wss2Run, W: WorkingRows, p_lin, gap: float, stats: dict) -> dict:
+    """The progress record ``report`` gets after a chunk (see :func:`_run_wss2`)."""
+    return {
+        "iteration": r.chunk,
+        "violation": gap,
+        "working_set": W.n,
+        "smo_iterations": r.total,
+        "cache_hit_rate": _hit_rate(stats),
+        "objective": float(0.5 * np.dot(W.alpha, r.G + p_lin)),
+        "passes": 1,
+    }
 
 
 def _hit_rate(stats: dict) -> float:

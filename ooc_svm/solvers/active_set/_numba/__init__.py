@@ -1,2 +1,3 @@
-"""active-set's numba kernels: :mod:`.blocks` (dense kernel blocks and columns, expansions)
-and :mod:`.sprint` (a sprint's minor iterations in one compiled loop)."""
+"""active-set's numba kernels: :mod:`.blocks` (dense kernel blocks and columns, expansions),
+:mod:`.cholesky` (the factor's substitutions, rotations and appends) and :mod:`.sprint` (a
+sprint's minor iterations in one compiled loop)."""

@@ -90,3 +90,15 @@ def expansion_add(
     tmp = exp.scores(indptr, indices_u32, data)
     out += tmp
     return out
+
+
+@njit(cache=True, nogil=True)
+def gather_matvec(Qt, rows, cols, v, out):
+    """out[a] = Σ_b Qt[rows[a], cols[b]] v[b] (Q_ss v from the stored columns)."""
+    for a in range(rows.shape[0]):
+        r = Qt[rows[a]]
+        s = 0.0
+        for b in range(cols.shape[0]):
+            s += r[cols[b]] * v[b]
+        out[a] = s
+    return out

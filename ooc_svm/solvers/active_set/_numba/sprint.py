@@ -1,6 +1,6 @@
 """The minor iterations of a sprint (§2, Steps 1–2 over the working set) compiled into one loop.
 
-:meth:`.working_set.WorkingSet.run` spent most of its time in Python between small numba
+:meth:`..working_set.WorkingSet.run` spent most of its time in Python between small numba
 calls (the direction, the ratio test, the step, the factor update, pricing, the partial
 gradient flush, one kernel column per entering row): ~100 µs of interpreter work per minor
 iteration, on one thread, which capped the gain from a second core. :func:`sprint_loop` runs
@@ -30,7 +30,9 @@ from numba import njit
 
 from ....kernels.kernel_functions import kernel_row
 from ....kernels.parallel import gradient_rows_par
-from ..cholesky import (
+from ..params import FULL_FLUSH_EVERY
+from .blocks import dense_kernel_col
+from .cholesky import (
     FS_NB,
     FS_ND,
     factor_advance,
@@ -39,8 +41,6 @@ from ..cholesky import (
     factor_direction,
     factor_promotable,
 )
-from ..params import FULL_FLUSH_EVERY
-from .blocks import dense_kernel_col
 
 #: return codes of :func:`sprint_loop`
 (R_MAXITER, R_OPTIMAL, R_FLUSH, R_CONFIRM, R_MEMORY, R_CYCLING, R_GROW, R_POLL) = range(8)
@@ -54,7 +54,7 @@ POLL_EVERY = 64
  ST_P, ST_EVALS, ST_MEM_CHECK) = range(10)  # fmt: skip
 # ``cnt`` (int64 counters) layout
 (C_ITER, C_ENTERED, C_LEFT, C_INFINITE, C_DEGENERATE, C_PRICINGS, C_MAX_DEP) = range(7)
-#: the :class:`~.working_set.Counters` fields in ``cnt`` order
+#: the :class:`~..working_set.Counters` fields in ``cnt`` order
 COUNTER_FIELDS = (
     "iterations", "entered", "left", "infinite_steps", "degenerate_steps", "pricings",
     "max_dependent",

@@ -10,7 +10,7 @@
   segment, by bisection on its right derivative (one sweep of the rows per evaluation);
   :func:`segment_bins` / :func:`bins_eval` — the same F and F'(k⁺) at every point of a grid
   from one sweep (the threaded line search,
-  :func:`~ooc_svm.solvers.perf.selective.segment_min_threaded`); :func:`step_flip` — the
+  :func:`~ooc_svm.solvers.perf.selective_inner.segment_min_threaded`); :func:`step_flip` — the
   inner loop's cut coefficients and margin update in one sweep.
 
 Conventions as in :mod:`ooc_svm.kernels.perf`: ``indices`` is the uint32 view of the stored

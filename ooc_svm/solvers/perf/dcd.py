@@ -1,0 +1,489 @@
+"""``--variant dcd``: block-minimization dual coordinate descent over the shards.
+
+Problem: perf's (and LIBLINEAR ``-s 3 -B bias``'s) primal over x̃ᵢ = (xᵢ, bias), the bias a
+constant feature regularised with w::
+
+    min_w  P(w) = ½‖w‖² + Σᵢ Cᵢ ℓ(1 − yᵢwᵀx̃ᵢ),   ℓ(t) = max(0, t)  (``hinge="l1"``)
+                                                 ℓ(t) = max(0, t)²  (``hinge="l2"``, ``-s 1``)
+
+solved in its dual D(α) = Σαᵢ − ½‖Σαᵢyᵢx̃ᵢ‖² − ½ΣDᵢᵢαᵢ² (0 ≤ αᵢ ≤ Uᵢ; :mod:`._numba.dcd`)
+by block minimization (Yu, Hsieh, Chang, Lin, *Large Linear Classification When Data Cannot
+Fit in Memory*, KDD 2010, Algorithm 2): the blocks are the store's shards, visited in a
+seeded random order every epoch, and each visit runs one sweep of the dual coordinate
+descent of Hsieh et al. (ICML 2008, Algorithm 1, shrinking as in Section 3.2) over the
+block's active rows in a seeded random order. w = Σαᵢyᵢx̃ᵢ (dense float64, over the columns
+the store holds when it is wide, most frequent first) and α (8 bytes a row, with the row's
+Q̄ᵢᵢ, sign and place in the active order: 21 bytes a row) stay in memory; the blocks' rows
+are held decoded between epochs when they fit ``--inner-mb`` (default: the engine's shard
+cache budget) and are read again through the engine every epoch otherwise.
+
+Certificate (the accelerated variant's): after each epoch one sweep over the rows at the
+current w gives P(w) and D(α); the run stops when P(w) − D(α) ≤ ε·C·n, so
+P(w) ≤ P* + C·n·ε (D(α) ≤ P* by weak duality). The gap is summed block by block in shard
+order and the sweeps run in one thread: the model is the same bits for any number of
+threads and either engine, and a function of ``--seed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...engine.base import concat_partials
+from ...model.model import Model
+from .. import Result, SolverError, binary_classes
+from ._numba.dcd import (
+    alpha_terms,
+    count_columns,
+    dcd_sweep,
+    primal_loss,
+    remap_columns,
+    row_norms,
+)
+from .common import _finite, _Progress, _resolve_C
+from .params import remap_min_dim
+
+if TYPE_CHECKING:
+    from ...engine.base import Engine
+    from ...store.base import Store
+    from .. import Callback
+    from .params import Params
+
+log = logging.getLogger(__name__)
+
+#: bytes a row of per-row state costs (α, Q̄ᵢᵢ: float64; place in the active order: int32;
+#: sign: int8)
+STATE_BYTES_PER_ROW = 21
+
+#: decoded bytes of a held block: CSR (8 per non-zero: int32 column + float32 value; int64
+#: row pointer) and the per-row state
+HELD_BYTES_PER_NNZ = 8
+HELD_BYTES_PER_ROW = 8 + STATE_BYTES_PER_ROW
+
+#: LIBLINEAR's tolerance on the spread of projected gradients of the active rows below which
+#: shrunk rows come back (it is divided by 10 each time all rows are active and the
+#: certificate still does not hold)
+PG_TOL = 0.1
+
+
+@dataclass
+class _Block:
+    """One shard's rows and their dual state."""
+
+    sid: int
+    n_rows: int
+    sign: np.ndarray
+    alpha: np.ndarray
+    qd: np.ndarray
+    index: np.ndarray
+    n_active: int
+    #: CSR arrays (columns remapped when the run is) while held; None when streamed
+    indptr: np.ndarray | None = None
+    indices: np.ndarray | None = None
+    data: np.ndarray | None = None
+
+
+def _whole_shard(shard: Any, bc: Any) -> list:
+    """Pass function that hands the shard itself to the driver (``[(index, shard)]``)."""
+    return [(int(bc[0]) if bc is not None else 0, shard)]
+
+
+def _shard_list(shard: Any, bc: Any) -> list:
+    """Pass function of the loading pass: ``[shard]`` (gathered in shard order)."""
+    return [shard]
+
+
+def _sign(y: np.ndarray, pos: float) -> np.ndarray:
+    return np.where(y == pos, 1, -1).astype(np.int8)
+
+
+class _Run:
+    """Constants and state of one dcd run."""
+
+    def __init__(self, store: Store, engine: Engine, params: Params, callback: Callback | None):
+        meta = store.meta
+        self.store, self.engine, self.params = store, engine, params
+        self.neg, self.pos = binary_classes(meta)
+        self.n, self.d = int(meta.n_rows), int(meta.n_features)
+        self.C = _resolve_C(params, self.n)
+        self.eps = float(params.eps)
+        self.bias = float(params.bias)
+        self.squared = params.hinge == "l2"
+        self.costs = np.array([self.C, self.C])
+        if params.class_weight is not None:
+            from .error import relative_costs
+
+            n_pos = None
+            if str(params.class_weight).strip() == "balanced":
+                n_pos = self._count_pos()
+            sw = relative_costs(params.class_weight, self.neg, self.pos, n_pos, self.n)
+            self.costs = np.array([self.C * sw[0], self.C * sw[1]])
+        if self.squared:
+            self.upper = np.array([np.inf, np.inf])
+            self.diag = 0.5 / self.costs
+        else:
+            self.upper = self.costs.copy()
+            self.diag = np.zeros(2)
+        self.prog = _Progress(engine, callback)
+        self.blocks: list[_Block] = []
+        self.cols: np.ndarray | None = None  # the store's column of each remapped id
+        self.gmap: np.ndarray | None = None  # remap kept for streamed blocks
+        self.held = False
+        self.threads = max(1, int(getattr(engine, "n_threads", 1) or 1))
+
+    def _count_pos(self) -> int:
+        from .passes import pass_count_pos
+
+        part = self.engine.map_reduce(self.store, pass_count_pos, (self.pos,))
+        return int(part["n_pos"][0])
+
+    # -- blocks -----------------------------------------------------------------------------
+    def hold_budget(self) -> float:
+        """Bytes of decoded blocks that may stay in memory between epochs."""
+        v = str(self.params.inner_mb).strip().lower()
+        if v == "auto" or v.startswith("auto:"):
+            cache = getattr(self.engine, "cache", None)
+            return float(getattr(cache, "budget", 0) or 0)
+        return float(v) * 2**20
+
+    def held_bytes(self) -> float:
+        meta = self.store.meta
+        return HELD_BYTES_PER_NNZ * float(meta.nnz) + HELD_BYTES_PER_ROW * float(self.n)
+
+    def prepare(self) -> None:
+        """Read the blocks once: held (remapped when wide) if they fit the budget, else only
+        their per-row state (the rows are read again every epoch)."""
+        self.held = self.held_bytes() <= self.hold_budget()
+        wide = self.d >= remap_min_dim()
+        if self.held:
+            shards = self.engine.map_reduce(self.store, _shard_list, None, reduce=concat_partials)
+            for sid, sh in enumerate(shards or []):
+                self.blocks.append(self._new_block(sid, sh, keep=True))
+            del shards
+            self.engine.release_buffers()
+            if wide:
+                self._remap_held()
+        else:
+            if wide:
+                from .passes import column_remap, pass_column_counts, reduce_cut
+
+                part = self.engine.map_reduce(
+                    self.store, pass_column_counts, (self.d,), reduce=reduce_cut
+                )
+                self.gmap, self.cols = column_remap(part["g"], self.d)
+            for sid in range(self.store.n_shards):
+                self.blocks.append(self._new_block(sid, self._fetch(sid), keep=False))
+        self.dim = (self.d if self.cols is None else int(self.cols.shape[0])) + 1
+        log.info(
+            "perf dcd: %d blocks, %s, w over %d columns",
+            len(self.blocks),
+            "held in memory" if self.held else "read every epoch",
+            self.dim - 1,
+        )
+
+    def _new_block(self, sid: int, shard: Any, keep: bool) -> _Block:
+        n = int(shard.n_rows)
+        sign = _sign(np.asarray(shard.y), self.pos)
+        qd = np.empty(n)
+        row_norms(shard.indptr, shard.data, self.bias, sign, self.diag, qd)
+        blk = _Block(
+            sid=sid, n_rows=n, sign=sign, alpha=np.zeros(n), qd=qd,
+            index=np.arange(n, dtype=np.int32), n_active=n,
+        )  # fmt: skip
+        if keep:
+            blk.indptr, blk.indices, blk.data = shard.indptr, shard.indices, shard.data
+        return blk
+
+    def _remap_held(self) -> None:
+        """Translate the held blocks to the columns they hold, most frequent first (ties by
+        column), dropping the store's column ids."""
+        counts = np.zeros(self.d, dtype=np.int32)
+        for b in self.blocks:
+            count_columns(b.indices, counts)
+        held = np.flatnonzero(counts)
+        order = np.argsort(-counts[held], kind="stable")
+        self.cols = held[order].astype(np.int64)
+        del held, order
+        gmap = counts  # reused: int32 over the width
+        gmap.fill(-1)
+        gmap[self.cols] = np.arange(self.cols.shape[0], dtype=np.int32)
+        for b in self.blocks:  # one block at a time: its store ids go before the next
+            ix = np.empty(b.indices.shape[0], dtype=np.int32)  # type: ignore[union-attr]
+            remap_columns(b.indices, gmap, ix)
+            b.indices = ix
+            del ix
+            self.engine.release_buffers()
+        del gmap, counts
+
+    def _fetch(self, sid: int) -> Any:
+        parts = self.engine.map_reduce(
+            self.store, _whole_shard, (sid,), reduce=concat_partials, shards=[sid]
+        )
+        return parts[0][1]
+
+    def rows(self, blk: _Block, shard: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A block's CSR arrays in the run's column space."""
+        if blk.indptr is not None:
+            return blk.indptr, blk.indices, blk.data  # type: ignore[return-value]
+        ix = shard.indices
+        if self.gmap is not None:
+            ix = np.empty(shard.indices.shape[0], dtype=np.int32)
+            remap_columns(shard.indices, self.gmap, ix)
+        return shard.indptr, ix, shard.data
+
+    def visit(self, order: list[int]):
+        """Yield ``(block, (indptr, indices, data))`` in ``order``; streamed blocks are read
+        one ahead on a helper thread."""
+        if self.held:
+            for k in order:
+                blk = self.blocks[k]
+                yield blk, self.rows(blk)
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="ooc-svm-dcd") as pool:
+            nxt = pool.submit(self._fetch, order[0]) if order else None
+            for j, k in enumerate(order):
+                shard = nxt.result()  # type: ignore[union-attr]
+                nxt = pool.submit(self._fetch, order[j + 1]) if j + 1 < len(order) else None
+                blk = self.blocks[k]
+                yield blk, self.rows(blk, shard)
+                del shard
+
+    # -- the certificate --------------------------------------------------------------------
+    def loss_at(self, w: np.ndarray, threads: int) -> tuple[float, int]:
+        """(primal loss, rows with margin < 1) at ``w``, summed block by block in shard order
+        (held blocks on up to ``threads`` threads; the sum is the same for any number)."""
+
+        def one(item):
+            blk, (ip, ix, dt) = item
+            return primal_loss(ip, ix, dt, blk.sign, w, self.bias, self.costs, self.squared)
+
+        order = list(range(len(self.blocks)))
+        if self.held and threads > 1 and len(order) > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix="ooc-svm-dcd") as pool:
+                parts = list(pool.map(one, self.visit(order)))
+        else:
+            parts = [one(item) for item in self.visit(order)]
+        loss, viol = 0.0, 0
+        for p in parts:
+            loss += p[0]
+            viol += p[1]
+        return loss, viol
+
+    def alpha_sums(self) -> tuple[float, float]:
+        """(Σαᵢ, Σ Dᵢᵢαᵢ²), summed block by block in shard order."""
+        asum = asq = 0.0
+        for b in self.blocks:
+            s, q = alpha_terms(b.sign, b.alpha, self.diag)
+            asum += s
+            asq += q
+        return asum, asq
+
+
+@dataclass
+class _Epoch:
+    """An epoch's end point and its certificate (``loss`` possibly still being computed)."""
+
+    epoch: int
+    w: np.ndarray
+    asum: float
+    asq: float
+    active: int
+    spread: float
+    seconds: float
+    loss: Any  # float, or the Future of (loss, violated)
+
+    def finish(self, Cn: float) -> tuple[float, float, float, float]:
+        """(P, D, loss, gap / (C n)) at this point."""
+        loss = self.loss.result()[0] if hasattr(self.loss, "result") else self.loss
+        self.loss = loss
+        wn = float(np.dot(self.w, self.w))
+        P = 0.5 * wn + loss
+        D = self.asum - 0.5 * wn - 0.5 * self.asq
+        return P, D, loss, (P - D) / Cn
+
+
+def _sweep_seed(seed: int, epoch: int, sid: int) -> int:
+    """The seed of block ``sid``'s order in ``epoch`` (a fixed function of the three)."""
+    h = (int(seed) * 0x9E3779B1 + epoch * 0x85EBCA77 + sid * 0xC2B2AE3D) & ((1 << 63) - 1)
+    return h
+
+
+def solve_dcd(
+    store: Store,
+    engine: Engine,
+    params: Params,
+    callback: Callback | None = None,
+    checkpoint: Any = None,
+) -> Result:
+    """Train by block-minimization dual coordinate descent (see the module docstring)."""
+    if checkpoint is not None:
+        raise SolverError(
+            "perf --variant dcd does not save checkpoints; train without --checkpoint (an "
+            "epoch over data that fits in memory takes seconds) or use --variant accelerated"
+        )
+    t0 = time.perf_counter()
+    run = _Run(store, engine, params, callback)
+    run.prepare()
+    run.prog.t0 = t0
+    w = np.zeros(run.dim)
+    # with held blocks and a second thread, the certificate of epoch e (the loss at a copy of
+    # w) is computed while epoch e + 1 sweeps; the run stops at the first certified epoch
+    # and returns that copy, so the model and the epochs are those of the serial order
+    overlap = run.held and run.threads > 1
+    snaps = [np.empty(run.dim), np.empty(run.dim)] if overlap else []
+    pool = ThreadPoolExecutor(1, thread_name_prefix="ooc-svm-dcd") if overlap else None
+    rng = np.random.default_rng(int(params.seed))
+    Cn = run.C * run.n
+    pg_max_old, pg_min_old, pg_tol = math.inf, -math.inf, PG_TOL
+    shrink = bool(params.shrinking)
+    epoch = 0
+    pending: _Epoch | None = None
+    final: _Epoch | None = None
+    last: tuple[float, float, float, float] = (math.inf, -math.inf, 0.0, math.inf)
+    try:
+        while epoch < max(1, int(params.max_iter)):
+            epoch += 1
+            te = time.perf_counter()
+            order = [int(k) for k in rng.permutation(len(run.blocks))]
+            pg_max, pg_min, active = -math.inf, math.inf, 0
+            for blk, (ip, ix, dt) in run.visit(order):
+                blk.n_active, bmax, bmin = dcd_sweep(
+                    ip, ix, dt, blk.sign, blk.alpha, blk.qd, blk.index, blk.n_active, w,
+                    run.bias, run.upper, run.diag, pg_max_old, pg_min_old,
+                    _sweep_seed(params.seed, epoch, blk.sid), shrink,
+                )  # fmt: skip
+                pg_max, pg_min = max(pg_max, bmax), min(pg_min, bmin)
+                active += blk.n_active
+            asum, asq = run.alpha_sums()
+            spread = pg_max - pg_min
+            secs = time.perf_counter() - te
+            if pool is not None:
+                snap = snaps[epoch % 2]
+                np.copyto(snap, w)
+                cur = _Epoch(epoch, snap, asum, asq, active, spread, secs,
+                             pool.submit(run.loss_at, snap, 1))  # fmt: skip
+            else:
+                cur = _Epoch(epoch, w, asum, asq, active, spread, secs,
+                             run.loss_at(w, run.threads)[0])  # fmt: skip
+            for ep in ([pending] if pending is not None else []) + ([] if pool else [cur]):
+                last = ep.finish(Cn)
+                _emit(run, ep, last)
+                if last[3] <= run.eps:
+                    final = ep
+                    break
+            if final is not None:
+                break
+            pending = cur if pool is not None else None
+            # shrinking (LIBLINEAR): rows come back when the active ones are optimal to pg_tol
+            if spread <= pg_tol:
+                if active == run.n:
+                    pg_tol /= 10.0
+                for b in run.blocks:
+                    b.n_active = b.n_rows
+                pg_max_old, pg_min_old = math.inf, -math.inf
+                continue
+            pg_max_old = pg_max if pg_max > 0 else math.inf
+            pg_min_old = pg_min if pg_min < 0 else -math.inf
+        if final is None:
+            final = pending if pending is not None else cur
+            if pending is not None:
+                last = final.finish(Cn)
+                _emit(run, final, last)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+    P, D, loss, stop = last
+    converged = stop <= run.eps
+    if not converged:
+        log.warning(
+            "perf dcd: stopped after %d epochs (max_iter) with gap %.3g > eps", final.epoch, stop
+        )
+    return _result(run, final.w, P, D, loss, final.epoch, converged, stop)
+
+
+def _emit(run: _Run, ep: _Epoch, vals: tuple[float, float, float, float]) -> None:
+    P, D, loss, stop = vals
+    run.prog.emit(
+        {
+            "iteration": ep.epoch,
+            "objective": P,
+            "xi": loss / (run.C * run.n),
+            "violation": stop,
+            "working_set": ep.active,
+            "pass_seconds": ep.seconds,
+            "lower_bound": D,
+            "pg_spread": ep.spread,
+        }
+    )
+
+
+def _result(
+    run: _Run, w: np.ndarray, P: float, D: float, loss: float, epochs: int, converged: bool,
+    stop: float,
+) -> Result:  # fmt: skip
+    d = run.d
+    coef = np.zeros(d)
+    if run.cols is None:
+        coef[:] = w[:d]
+    else:
+        coef[run.cols] = w[: run.cols.shape[0]]
+    bias_w = float(w[-1])
+    costs = [float(run.costs[0]), float(run.costs[1])]
+    weighted = run.params.class_weight is not None
+    info = {
+        "solver": "perf",
+        "loss": "error",
+        "variant": "dcd",
+        "hinge": run.params.hinge,
+        "C": run.C,
+        "C_perf": run.C * run.n,
+        "eps": run.eps,
+        "bias": run.bias,
+        "objective": P,
+        "iterations": epochs,
+        "converged": converged,
+    }
+    if weighted:
+        info["class_costs"] = costs
+    model = Model(
+        kind="linear",
+        n_features=d,
+        classes=[run.neg, run.pos],
+        coef_=coef,
+        intercept_=bias_w * run.bias,
+        info=info,
+    )
+    active = sum(b.n_active for b in run.blocks)
+    summary = {
+        "variant": "dcd",
+        "loss": "error",
+        "hinge": run.params.hinge,
+        "xi": loss / (run.C * run.n),
+        "lower_bound": _finite(D),
+        "C": run.C,
+        "epochs": epochs,
+        "blocks": len(run.blocks),
+        "held": run.held,
+        "columns": run.dim - 1,
+        "active_rows": active,
+        "converged": converged,
+        **({"class_costs": costs} if weighted else {}),
+    }
+    return Result(
+        model=model,
+        objective=P,
+        dual_objective=-D if math.isfinite(D) else None,
+        iterations=epochs,
+        passes=run.prog.passes(),
+        seconds=time.perf_counter() - run.prog.t0,
+        stop_value=float(stop),
+        history=run.prog.history,
+        summary=summary,
+        converged=converged,
+    )

@@ -1,0 +1,644 @@
+"""Warm starts from a trained model: ``train --init MODEL``, ``ooc_svm.train(store, init=model)``.
+
+A store grows by ``ingest --append`` (new shards after the old ones, which keep their bytes);
+a model trained on it records which rows it saw (:func:`rows_record`: the number of rows
+and shards and a hash of the shard checksums, in ``info["rows"]``). A later training on
+the grown store starts from that model:
+
+- **perf** takes the model's w as its first iterate, and its cutting plane: the model keeps
+  the α-weighted mean of its last working set's planes (``warm_cut_``, over the rows it was
+  trained on; :func:`aggregate_cut`). Any choice of cᵢ ∈ {0, 1} per row is a valid
+  constraint of the 1-slack problem, so that plane, completed over the appended rows by
+  their violations at the model's w (computed in the first pass) or, for the ranking
+  losses, with cᵢⱼ = 0 on the new pairs, is a valid plane of the new problem: the lower
+  bound starts near the old optimum instead of at 0, and a small append often ends in
+  one or two passes. The stopping rule (the duality gap ≤ ε·C·n) does not depend on the
+  start, so a good start ends early (LIBLINEAR's relative stopping rule does not).
+- **smo, active-set, irwls** take α of the rows the model knew (:func:`dual_start`: by
+  global row index when the store's first shards are the model's, else found by a
+  fingerprint of each support vector's row and label, one streamed pass), 0 for the new
+  rows, scaled by C/C_old and clipped to the new bounds (class weights included), with
+  yᵀα = 0 repaired; each solver rebuilds its gradient from it in its first pass. Their
+  stopping rules (KKT within ``tol``) are absolute.
+
+Refused, with the fix in the message (:func:`check_model`): a model of another feature
+space, label set or hashing, of another kernel (dual solvers) or loss (perf), a kernel
+model given to perf, a perf model given to a dual solver, and a model whose rows are no
+longer in the store (overwritten, re-ingested, shards removed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import SolverError
+
+if TYPE_CHECKING:
+    from ..engine.base import Engine
+    from ..model.model import Model
+    from ..store.base import Store
+    from ..store.format import Shard, StoreMeta
+
+log = logging.getLogger(__name__)
+
+#: the solvers that train from the dual (α per row)
+DUAL_SOLVERS = ("smo", "active-set", "irwls")
+#: perf re-evaluates the planes of at most this many of the model's points (those of the
+#: largest α) in its first pass: each costs about what a pass's arithmetic at one point
+#: costs, and the planes beyond them added little (13 passes with 33 points, 14 with 8,
+#: 15 with none, 21 cold, on a 10 % append to a 20,000-row store)
+WARM_POINTS_USED = 8
+
+
+# -- what a model records about its rows ------------------------------------------------------
+def _shards_hash(meta: StoreMeta, k: int) -> str:
+    h = hashlib.sha256()
+    for info in meta.shards[:k]:
+        h.update(f"{info.row_start}:{info.n_rows}:{info.nnz}:{info.checksum};".encode())
+    return h.hexdigest()
+
+
+def rows_record(meta: StoreMeta) -> dict[str, Any]:
+    """``info["rows"]`` of a model trained on a store with ``meta``: its rows, shards and
+    the SHA-256 of the shard table (a later append keeps it as the table's prefix)."""
+    return {
+        "n_rows": int(meta.n_rows),
+        "n_shards": len(meta.shards),
+        "shards_sha256": _shards_hash(meta, len(meta.shards)),
+        "n_features": int(meta.n_features),
+    }
+
+
+def rows_status(model: Model, meta: StoreMeta) -> str:
+    """How the model's training rows sit in a store: ``"prefix"`` (its first shards are the
+    model's, unchanged: global row indices carry over), ``"changed"`` (overwritten,
+    re-ingested or shards removed), ``"unknown"`` (the model records no rows: its row
+    indices are taken as they are) or ``"any"`` (:func:`lenient`: any rows will do)."""
+    rec = model.info.get("rows") if isinstance(model.info, dict) else None
+    if isinstance(rec, dict) and rec.get("any"):
+        return "any"
+    if not isinstance(rec, dict) or "shards_sha256" not in rec:
+        return "unknown"
+    k = int(rec.get("n_shards", -1))
+    if k < 0 or k > len(meta.shards) or int(rec.get("n_rows", -1)) > meta.n_rows:
+        return "changed"
+    if _shards_hash(meta, k) != rec["shards_sha256"]:
+        return "changed"
+    return "prefix"
+
+
+def lenient(model: Model, meta: StoreMeta) -> Model:
+    """``model`` as a start for any rows (scikit-learn's ``warm_start``: the next ``fit``
+    may get other rows): its row record is dropped unless the store still begins with its
+    rows, so that nothing is refused for the rows (perf starts from w and its planes'
+    points, valid cuts on any rows; the dual solvers from the support vectors found)."""
+    if rows_status(model, meta) == "prefix":
+        return model
+    out = _copy_model(model)
+    out.info["rows"] = {"any": True}
+    return out
+
+
+def trained_rows(model: Model) -> int | None:
+    """Rows the model was trained on (``info["rows"]``), or None."""
+    rec = model.info.get("rows") if isinstance(model.info, dict) else None
+    return int(rec["n_rows"]) if isinstance(rec, dict) and "n_rows" in rec else None
+
+
+# -- loading and checking ---------------------------------------------------------------------
+def init_model(init: Any) -> Model:
+    """The :class:`~ooc_svm.model.Model` of ``init``: a model directory or a model."""
+    from ..model.model import Model, load_model
+
+    if isinstance(init, Model):
+        return init
+    if isinstance(init, str | os.PathLike):
+        try:
+            return load_model(os.fspath(init))
+        except Exception as e:
+            raise SolverError(f"--init {init}: {e}") from None
+    raise SolverError(
+        f"--init: expected a model directory or an ooc_svm Model, got {type(init).__name__}"
+    )
+
+
+def init_name(init: Any) -> str:
+    """How messages name the ``--init`` model."""
+    return f"--init {os.fspath(init)}" if isinstance(init, str | os.PathLike) else "init model"
+
+
+def check_model(
+    model: Model,
+    meta: StoreMeta,
+    solver: str,
+    where: str,
+    *,
+    classes: list[float] | None = None,
+    kernel: dict[str, Any] | None = None,
+    loss: str | None = None,
+) -> None:
+    """Refuse a model that cannot start ``solver`` on a store with ``meta``, in one line
+    naming the mismatch and the fix.
+
+    ``classes``: the label values the problem trains (binary: ``[neg, pos]``; one-vs-rest:
+    every class); ``kernel``: the dual solvers' resolved ``kernel, gamma, degree, coef0``;
+    ``loss``: perf's resolved loss.
+    """
+    fix = "train without --init (a cold start), or give a model trained on this store"
+    hashing = getattr(meta, "hashing", None) or None
+    m_hash = model.info.get("hashing")
+    if hashing or m_hash:
+        want = {k: hashing[k] for k in ("bits", "hash", "key")} if hashing else None
+        if want != m_hash:
+            raise SolverError(
+                f"{where}: the model was trained with feature hashing {m_hash or 'off'}, the "
+                f"store is hashed {want or 'not at all'}; {fix}"
+            )
+    if model.n_features > meta.n_features:
+        raise SolverError(
+            f"{where}: the model has {model.n_features} features, the store {meta.n_features} "
+            f"(another feature space); {fix}"
+        )
+    if model.kind == "ovo":
+        raise SolverError(f"{where}: a one-vs-one model cannot start a training; {fix}")
+    if classes is not None:
+        got = [float(c) for c in model.classes]
+        if len(got) != len(classes) or not all(
+            (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got, classes, strict=False)
+        ):
+            raise SolverError(
+                f"{where}: the model's labels {_labels(got)} are not this store's "
+                f"{_labels(classes)}; {fix}"
+            )
+    m_solver = str(model.info.get("solver", ""))
+    if solver == "perf":
+        if model.kind != "linear":
+            raise SolverError(
+                f"{where}: a {model.kernel} kernel model cannot start perf (linear); train "
+                f"with --solver {m_solver or 'smo'} --init, or drop --init"
+            )
+        m_loss = model.info.get("loss", "error")
+        if loss is not None and m_loss != loss:
+            raise SolverError(
+                f"{where}: the model was trained with --loss {m_loss}, this training uses "
+                f"--loss {loss}; give --loss {m_loss}, or drop --init"
+            )
+        return
+    if model.dual_coef_ is None or model.support_ is None:
+        raise SolverError(
+            f"{where}: the model ({m_solver or 'linear'}) keeps no dual coefficients with "
+            f"their rows, which --solver {solver} starts from; give a model of smo, active-set "
+            "or irwls, or use --solver perf --init, or drop --init"
+        )
+    if kernel is not None:
+        mk: dict[str, Any] = {"kernel": model.kernel, "gamma": model.gamma}
+        mk.update(degree=model.degree, coef0=model.coef0)
+        if mk["kernel"] != kernel["kernel"]:
+            raise SolverError(
+                f"{where}: the model's kernel is {mk['kernel']}, this training's "
+                f"{kernel['kernel']}; give --kernel {mk['kernel']}, or drop --init"
+            )
+        for k in ("gamma", "degree", "coef0"):
+            if kernel["kernel"] == "linear" or (k == "degree" and kernel["kernel"] != "poly"):
+                continue
+            if k == "coef0" and kernel["kernel"] == "rbf":
+                continue
+            if not math.isclose(float(mk[k]), float(kernel[k]), rel_tol=1e-12, abs_tol=0.0):
+                raise SolverError(
+                    f"{where}: the model's kernel has {k} {mk[k]:g}, this training's "
+                    f"{float(kernel[k]):g}; give --{k} {mk[k]!r}, or drop --init"
+                )
+
+
+def _labels(values: list[float]) -> str:
+    return "[" + ", ".join("rest" if math.isnan(v) else f"{v:g}" for v in values) + "]"
+
+
+def refuse_changed_rows(model: Model, meta: StoreMeta, where: str) -> None:
+    rec = model.info.get("rows", {})
+    raise SolverError(
+        f"{where}: the store's first {int(rec.get('n_rows', 0))} rows are no longer the "
+        f"model's ({int(rec.get('n_shards', 0))} shards; the store was overwritten, "
+        "re-ingested or lost shards); train without --init (a cold start)"
+    )
+
+
+# -- one-vs-rest: one class of a model --------------------------------------------------------
+def class_model(
+    model: Model, k: int, n_classes: int, labels: tuple[float, float] | None = None
+) -> Model:
+    """The binary model "class ``k`` vs the rest" of a one-vs-rest ``model``, with classes
+    ``[nan, c_k]`` (perf's fused drivers) or ``labels`` (the binary views of the others)."""
+    from ..model.model import Model
+
+    if len(model.classes) != n_classes or model.kind == "ovo" or np.ndim(model.intercept_) == 0:
+        raise SolverError(
+            f"init model: a model of {len(model.classes)} classes cannot start a one-vs-rest "
+            f"training of {n_classes} classes; train without --init (a cold start)"
+        )
+    info = {**model.info}
+    info.pop("multiclass", None)
+    c = float(model.classes[k])
+    out = Model(
+        kind=model.kind,
+        n_features=model.n_features,
+        classes=[math.nan, c] if labels is None else [float(v) for v in labels],
+        intercept_=float(np.asarray(model.intercept_)[k]),
+        kernel=model.kernel,
+        gamma=model.gamma,
+        degree=model.degree,
+        coef0=model.coef0,
+        info=info,
+    )
+    if model.coef_ is not None:
+        out.coef_ = np.asarray(model.coef_)[k].copy()
+    wp = getattr(model, "warm_points_", None)
+    per = info.pop("warm_points_per_class", None)
+    if wp is not None and isinstance(per, list) and len(per) == n_classes:
+        start = int(sum(per[:k]))
+        if per[k]:
+            out.warm_points_ = np.asarray(wp)[start : start + int(per[k])].copy()
+    wc = getattr(model, "warm_cut_", None)
+    if wc is not None and np.ndim(wc) == 2:
+        out.warm_cut_ = np.asarray(wc)[k].copy()
+        cuts = info.get("warm_cut")
+        if isinstance(cuts, list) and len(cuts) == n_classes:
+            out.info["warm_cut"] = cuts[k]
+    if model.dual_coef_ is not None and model.support_ is not None:
+        coef = np.atleast_2d(np.asarray(model.dual_coef_))[k]
+        keep = np.flatnonzero(coef != 0.0)
+        out.dual_coef_ = coef[keep].copy()
+        out.support_ = np.asarray(model.support_)[keep].copy()
+        if model.support_vectors_ is not None:
+            import scipy.sparse as sp
+
+            out.support_vectors_ = sp.csr_matrix(model.support_vectors_)[keep]
+    return out
+
+
+# -- perf ---------------------------------------------------------------------------------------
+@dataclass
+class PerfStart:
+    """perf's start: ``w`` over the store's columns plus the bias entry (length d + 1), and
+    the model's aggregated plane ``cut`` (same length) with its offset ``r``, both as
+    averages over the model's ``count`` rows (or pairs), or ``cut`` None."""
+
+    w: np.ndarray
+    cut: np.ndarray | None
+    r: float
+    count: int
+    n_rows: int
+    #: the points of the model's last planes (each over the columns + bias entry), whose
+    #: cuts the first pass re-evaluates over every row
+    points: list[np.ndarray]
+
+
+def perf_start(
+    init: Any,
+    meta: StoreMeta,
+    classes: list[float] | None,
+    loss: str,
+    bias: float,
+    *,
+    weights: tuple[float, float] = (1.0, 1.0),
+) -> PerfStart:
+    """perf's starting point from ``init`` (checked by :func:`check_model`).
+
+    The model's plane is used only when the store's first shards are the model's rows and
+    its rows were weighted alike (``weights``: the relative class costs C_k / C of this
+    training; ``balanced`` ones move with the counts); else the start is w alone.
+    """
+    where = init_name(init)
+    model = init_model(init)
+    check_model(model, meta, "perf", where, classes=classes, loss=loss)
+    status = rows_status(model, meta)
+    if status == "changed":
+        refuse_changed_rows(model, meta, where)
+    if status == "unknown" and (trained_rows(model) or 0) > meta.n_rows:
+        refuse_changed_rows(model, meta, where)
+    d = int(meta.n_features)
+    w = np.zeros(d + 1)
+    coef = np.asarray(model.coef_, dtype=np.float64).ravel()
+    w[: coef.shape[0]] = coef
+    m_bias = float(model.info.get("bias", 1.0 if model.intercept_ else 0.0) or 0.0)
+    if bias != 0.0 and m_bias != 0.0:
+        w[d] = float(model.intercept_) / bias
+    cut, r, count = None, 0.0, 0
+    wc = getattr(model, "warm_cut_", None)
+    spec = model.info.get("warm_cut")
+    if status == "prefix" and wc is not None and isinstance(spec, dict):
+        same = np.allclose(spec.get("weights", [1.0, 1.0]), weights, rtol=1e-12, atol=0.0)
+        if same and float(spec.get("bias", bias)) == bias and int(spec.get("count", 0)) > 0:
+            src = np.asarray(wc, dtype=np.float64)
+            cut = np.zeros(d + 1)
+            cut[: src.shape[0] - 1] = src[:-1]
+            cut[d] = src[-1]
+            r, count = float(spec["r"]), int(spec["count"])
+    points = []
+    wp = getattr(model, "warm_points_", None)
+    if wp is not None:
+        src = np.asarray(wp, dtype=np.float64)[:WARM_POINTS_USED]
+        for row in src:
+            p = np.zeros(d + 1)
+            p[: src.shape[1] - 1] = row[:-1]
+            p[d] = row[-1] if bias != 0.0 else 0.0
+            points.append(p)
+    n_old = trained_rows(model) or 0
+    if cut is None:  # no appended-rows split without the plane: any boundary will do
+        n_old = int(meta.n_rows)
+    log.debug(
+        "perf: warm start from %s (%s rows; %d plane points%s)",
+        where,
+        trained_rows(model) or "?",
+        len(points),
+        ", its aggregated plane" if cut is not None else "",
+    )
+    return PerfStart(w, cut, r, count, n_old, points)
+
+
+def aggregate_cut(ws: Any, full: Any = None) -> tuple[np.ndarray, float] | None:
+    """The α-weighted mean plane ``(ḡ, r̄)`` of a perf working set after its last QP
+    (``full`` maps a vector over the working columns to the store's), or None when α = 0.
+    ``w = (Σα)·ḡ``; with the model, a later training on the grown store starts from it."""
+    alpha = np.asarray(ws.alpha, dtype=np.float64)
+    A = float(alpha.sum()) if alpha.size else 0.0
+    if not (A > 0.0) or len(ws) != alpha.shape[0]:
+        return None
+    g = ws.combine(alpha) / A
+    if full is not None:
+        g = full(g)
+    r = float(np.dot(alpha, np.asarray(ws.r, dtype=np.float64)) / A)
+    if not (np.all(np.isfinite(g)) and math.isfinite(r)):
+        return None
+    return g, r
+
+
+def attach_cut(
+    model: Model,
+    cut: tuple[np.ndarray, float] | None,
+    count: int,
+    bias: float,
+    weights: tuple[float, float] | None = None,
+) -> None:
+    """Keep the aggregated plane in the model (``warm_cut_`` and ``info["warm_cut"]``):
+    over the features and the bias entry, an average over ``count`` rows (or pairs), built
+    with relative class costs ``weights`` (None: 1, 1)."""
+    if cut is None:
+        return
+    g = np.asarray(cut[0], dtype=np.float64)
+    if g.shape[0] == model.n_features:  # the ranking losses have no bias entry
+        g = np.append(g, 0.0)
+    model.warm_cut_ = g
+    model.info["warm_cut"] = {
+        "r": float(cut[1]),
+        "count": int(count),
+        "bias": float(bias),
+        "weights": [float(v) for v in (weights or (1.0, 1.0))],
+    }
+
+
+def attach_points(model: Model, points: list[np.ndarray], full: Any = None) -> None:
+    """Keep the points of the active planes in the model (``warm_points_``, float32; at
+    most :data:`~ooc_svm.model.model_files.WARM_POINTS_MAX`)."""
+    from ..model.model_files import WARM_POINTS_MAX
+
+    rows = []
+    for p in points[:WARM_POINTS_MAX]:
+        v = np.asarray(full(np.asarray(p, dtype=np.float64)) if full is not None else p)
+        if v.shape[0] == model.n_features:
+            v = np.append(v, 0.0)
+        if v.shape[0] == model.n_features + 1 and np.all(np.isfinite(v)):
+            rows.append(v.astype(np.float32))
+    if rows:
+        model.warm_points_ = np.stack(rows)
+
+
+# -- dual solvers -------------------------------------------------------------------------------
+def dual_start(
+    init: Any,
+    store: Store,
+    engine: Engine,
+    solver: str,
+    kernel: dict[str, Any],
+    pos: float,
+    C: float,
+    costs: tuple[float, float] | None = None,
+    classes: list[float] | None = None,
+) -> Model:
+    """The ``init`` model with its support vectors located in ``store`` and its α ready:
+    ``support_`` = their global rows (sorted), ``dual_coef_`` = yᵢαᵢ·C/C_old clipped to
+    each row's bound (``costs``: per-class C) with yᵀα = 0 repaired, and ``info["C"]`` = C
+    (so that the solvers' own scaling is the identity).
+
+    Rows are found by index when the store's first shards are the model's rows, else by
+    fingerprint (one pass); a support vector that is not in the store is refused.
+    """
+    import scipy.sparse as sp
+
+    meta = store.meta
+    where = init_name(init)
+    model = init_model(init)
+    check_model(model, meta, solver, where, classes=classes, kernel=kernel)
+    coef = np.asarray(model.dual_coef_, dtype=np.float64)
+    if coef.ndim != 1:
+        raise SolverError(f"{where}: a one-vs-rest model cannot start a binary training")
+    gids = np.asarray(model.support_, dtype=np.int64)
+    status = rows_status(model, meta)
+    X = None if model.support_vectors_ is None else sp.csr_matrix(model.support_vectors_)
+    if status == "changed" and X is None:
+        refuse_changed_rows(model, meta, where)
+    if status in ("prefix", "unknown") or X is None:
+        if gids.size and (gids.min() < 0 or gids.max() >= meta.n_rows):
+            raise SolverError(
+                f"{where}: support vector row {int(gids.max())} is outside this store "
+                f"({meta.n_rows} rows); train without --init (a cold start)"
+            )
+    else:
+        gids, found = locate_rows(store, engine, X, np.sign(coef), pos)
+        missing = int(found.size - np.count_nonzero(found))
+        if missing and status == "changed":
+            raise SolverError(
+                f"{where}: {missing} of the model's {found.size} support vectors are not "
+                "rows of this store (overwritten or shards removed); train without --init "
+                "(a cold start)"
+            )
+        if missing:  # a model that records no rows: those rows start at 0
+            log.info("%s: %d support vectors are not in the store: alpha 0", where, missing)
+            coef = np.where(found, coef, 0.0)
+        keep = np.flatnonzero(found & (coef != 0.0))
+        gids, coef, X = gids[keep], coef[keep], X[keep]
+        log.info("%s: %d support vectors found by fingerprint", where, gids.size)
+    C_old = float(model.info.get("C", C) or C)
+    coef = coef * (C / C_old if C_old > 0 else 1.0)
+    cap = np.full(coef.shape, float(C))
+    if costs is not None:
+        cap = np.where(coef > 0, costs[1], costs[0])
+    a = np.abs(coef)
+    a = np.where(a >= cap * (1.0 - 1e-12), cap, a)  # at the old bound -> at the new one
+    coef = balance(np.sign(coef) * a)
+    order = np.argsort(gids, kind="stable")
+    out = _copy_model(model)
+    out.support_ = gids[order]
+    out.dual_coef_ = coef[order]
+    if X is not None:
+        Xo = X[order]
+        if Xo.shape[1] < meta.n_features:
+            Xo = sp.csr_matrix(
+                (Xo.data, Xo.indices, Xo.indptr), shape=(Xo.shape[0], meta.n_features)
+            )
+        Xo.sort_indices()
+        out.support_vectors_ = Xo
+    out.intercept_ = float(model.intercept_) * (C / C_old if C_old > 0 else 1.0)
+    out.info = {**model.info, "C": float(C)}
+    log.debug("%s: warm start from %s: %d support vectors", solver, where, gids.size)
+    return out
+
+
+def dual_init(
+    params: Any,
+    store: Store,
+    engine: Engine,
+    solver: str,
+    costs: tuple[float, float] | None = None,
+) -> Model | None:
+    """:func:`dual_start` for a dual solver's ``params`` (None without ``init``)."""
+    if params.init is None:
+        return None
+    from ..kernels.kernel_functions import KernelParams
+    from . import binary_classes
+
+    meta = store.meta
+    neg, pos = binary_classes(meta)
+    kp = KernelParams.from_params(params.kernel_dict(), int(meta.n_features))
+    kernel = {"kernel": kp.kernel, "gamma": kp.gamma, "degree": kp.degree, "coef0": kp.coef0}
+    return dual_start(
+        params.init, store, engine, solver, kernel, pos, float(params.C), costs, [neg, pos]
+    )
+
+
+def _copy_model(model: Model) -> Model:
+    import dataclasses
+
+    return dataclasses.replace(model, info=dict(model.info))
+
+
+def balance(coef: np.ndarray) -> np.ndarray:
+    """Restore yᵀα = Σ coef = 0 by shrinking the α of the heavier class (stays inside the
+    box; a start that breaks the equality would mislead the dual solvers' KKT checks)."""
+    P = float(coef[coef > 0].sum())
+    N = float(-coef[coef < 0].sum())
+    if P <= 0 or N <= 0:
+        return np.zeros_like(coef)
+    if abs(P - N) <= 1e-12 * max(P, N):
+        return coef
+    if P > N:
+        return np.where(coef > 0, coef * (N / P), coef)
+    return np.where(coef < 0, coef * (P / N), coef)
+
+
+# -- row fingerprints -----------------------------------------------------------------------------
+_K1 = np.uint64(0x9E3779B97F4A7C15)
+_K2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_K3 = np.uint64(0x165667B19E3779F9)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, element-wise on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def row_fingerprints(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, ysign: np.ndarray
+) -> np.ndarray:
+    """A 64-bit fingerprint per CSR row of its columns, its float32 values and its label
+    sign (independent of the order of the entries within the row)."""
+    ix = np.asarray(indices).astype(np.uint64)
+    vb = np.asarray(data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        e = _mix(ix * _K1 + vb)
+        cs = np.zeros(e.shape[0] + 1, dtype=np.uint64)
+        np.cumsum(e, out=cs[1:])
+        ip = np.asarray(indptr, dtype=np.int64)
+        s = cs[ip[1:]] - cs[ip[:-1]]
+        nnz = np.diff(ip).astype(np.uint64)
+        lab = (np.asarray(ysign) > 0).astype(np.uint64)
+        return _mix(s ^ (nnz * _K2) ^ (lab * _K3))
+
+
+def fingerprint_fn(shard: Shard, bc: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(global rows, fingerprints) of the shard's rows whose fingerprint is in ``bc[0]``
+    (sorted); ``bc[1]``: the positive label."""
+    targets, pos = bc
+    y = np.where(np.asarray(shard.y) == pos, 1.0, -1.0)
+    fp = row_fingerprints(shard.indptr, shard.indices, shard.data, y)
+    hit = np.flatnonzero(np.isin(fp, targets))
+    return hit.astype(np.int64) + int(shard.row_start), fp[hit]
+
+
+def concat_reduce(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]])
+
+
+def locate_rows(
+    store: Store, engine: Engine, X: Any, ysign: np.ndarray, pos: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, found)``: the global rows of ``store`` holding the rows of ``X`` with labels
+    ``ysign`` (±1), found by fingerprint in one streamed pass (identical rows matched one to
+    one), and whether each was found (its row is -1 where not)."""
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix(X)
+    X.sort_indices()
+    fps = row_fingerprints(X.indptr, X.indices, X.data, ysign)
+    targets = np.unique(fps)
+    found = engine.map_reduce(store, fingerprint_fn, (targets, pos), reduce=concat_reduce)
+    rows, rfp = (np.zeros(0, np.int64), np.zeros(0, np.uint64)) if found is None else found
+    order = np.lexsort((rows, rfp))
+    rows, rfp = rows[order], rfp[order]
+    out = np.full(fps.shape[0], -1, dtype=np.int64)
+    # the j-th support vector with fingerprint f takes the j-th store row with it
+    seen: dict[int, int] = {}
+    lo = np.searchsorted(rfp, fps, side="left")
+    hi = np.searchsorted(rfp, fps, side="right")
+    for i, f in enumerate(fps.tolist()):
+        j = seen.get(f, 0)
+        seen[f] = j + 1
+        if lo[i] + j < hi[i]:
+            out[i] = rows[lo[i] + j]
+    return out, out >= 0
+
+
+__all__ = [
+    "DUAL_SOLVERS",
+    "PerfStart",
+    "aggregate_cut",
+    "attach_cut",
+    "attach_points",
+    "balance",
+    "check_model",
+    "class_model",
+    "dual_init",
+    "dual_start",
+    "init_model",
+    "lenient",
+    "init_name",
+    "locate_rows",
+    "perf_start",
+    "row_fingerprints",
+    "rows_record",
+    "rows_status",
+]

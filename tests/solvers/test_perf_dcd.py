@@ -1,0 +1,175 @@
+"""``--solver perf --variant dcd``: block-minimization dual coordinate descent.
+
+Checked against LIBLINEAR (scikit-learn's ``LinearSVC``, dual coordinate descent at a tight
+tolerance, ``intercept_scaling`` = the bias feature): the certified objective is within
+ε·C·n of LIBLINEAR's, the lower bound below it, and the reported objective is the model's
+true primal objective. The model is the same bits for any number of threads, held or
+streamed blocks, remapped or not... of the same seed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.svm import LinearSVC
+
+from ooc_svm.api import train
+from ooc_svm.engine import LocalEngine, make_engine
+from ooc_svm.evaluation.metrics import primal_objective
+from ooc_svm.solvers import SolverError, perf
+
+
+def _data(seed=0, n=400, d=30, density=0.3, shift=0.7):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, random_state=seed, format="csr", dtype=np.float64)
+    X = sp.csr_matrix(X, dtype=np.float32).astype(np.float64)
+    y = np.where(X @ rng.normal(size=d) + shift + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def _objective(X, y, coef, intercept, costs, bias=1.0, squared=False):
+    """½‖w̃‖² + Σ Cᵢ ℓ(1 − yᵢ(w·xᵢ + b)), Cᵢ = ``costs[yᵢ > 0]``."""
+    m = y * (X @ coef + intercept)
+    xi = np.maximum(0.0, 1.0 - m)
+    c = np.where(y > 0, costs[1], costs[0])
+    wb = intercept / bias
+    return float(0.5 * (coef @ coef + wb * wb) + (c * (xi * xi if squared else xi)).sum())
+
+
+def _liblinear(X, y, C, loss="hinge", class_weight=None):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = LinearSVC(
+            C=C, loss=loss, dual=True, tol=1e-10, max_iter=10**6, intercept_scaling=1.0,
+            random_state=0, class_weight=class_weight,
+        ).fit(X, y)  # fmt: skip
+    return m.coef_.ravel(), float(m.intercept_[0])
+
+
+def _check(res, X, y, p_ref, C, eps, costs, squared=False):
+    n = X.shape[0]
+    m = res.model
+    p = _objective(X, y, m.coef_, m.intercept_, costs, squared=squared)
+    assert res.objective == pytest.approx(p, rel=1e-9)  # the model's true objective
+    assert res.converged and res.stop_value <= eps
+    assert res.objective <= p_ref + C * n * eps  # the certificate, against LIBLINEAR
+    lb = res.summary["lower_bound"]
+    assert lb <= p_ref + 1e-9 * abs(p_ref) and lb <= res.objective
+    assert res.objective - lb <= C * n * eps
+
+
+@pytest.mark.parametrize("hinge", ["l1", "l2"])
+def test_matches_liblinear(make_store, hinge):
+    X, y = _data(1)
+    st = make_store(X, y, shard_rows=97)
+    C, eps = 0.5, 1e-5
+    w, b = _liblinear(X, y, C, "hinge" if hinge == "l1" else "squared_hinge")
+    sq = hinge == "l2"
+    p_ref = _objective(X, y, w, b, (C, C), squared=sq)
+    res = train(st, "perf", variant="dcd", hinge=hinge, C=C, eps=eps)
+    _check(res, X, y, p_ref, C, eps, (C, C), squared=sq)
+    assert res.objective == pytest.approx(p_ref, rel=1e-4)
+    assert res.summary["blocks"] == 5 and res.model.info["variant"] == "dcd"
+    if not sq:  # the hinge objective is perf's: the metrics module agrees
+        m = res.model
+        assert res.objective == pytest.approx(
+            primal_objective(X, y, m.coef_, m.intercept_, C, bias=1.0), rel=1e-9
+        )
+
+
+def test_class_weights_match_liblinear(make_store):
+    X, y = _data(2, shift=2.0)
+    st = make_store(X, y, shard_rows=150)
+    C, eps = 1.0, 1e-5
+    w, b = _liblinear(X, y, C, class_weight={-1.0: 3.0, 1.0: 1.0})
+    p_ref = _objective(X, y, w, b, (3.0 * C, C))
+    res = train(st, "perf", variant="dcd", C=C, eps=eps, class_weight="neg=3")
+    _check(res, X, y, p_ref, C, eps, (3.0 * C, C))
+    assert res.summary["class_costs"] == [3.0, 1.0]
+
+
+def test_same_bits_any_threads_held_or_streamed_and_by_seed(make_store):
+    X, y = _data(3, n=1200, d=40)
+    st = make_store(X, y, shard_rows=250)
+    with LocalEngine(n_threads=1, prefetch=0) as e1, LocalEngine(n_threads=2) as e2:
+        a = train(st, "perf", engine=e1, variant="dcd", eps=1e-4, inner_mb="64")
+        b = train(st, "perf", engine=e2, variant="dcd", eps=1e-4, inner_mb="64")
+        c = train(st, "perf", engine=e2, variant="dcd", eps=1e-4, inner_mb="0")
+        d = train(st, "perf", engine=e2, variant="dcd", eps=1e-4, inner_mb="64", seed=7)
+    assert a.summary["held"] and b.summary["held"] and not c.summary["held"]
+    for r in (b, c):
+        np.testing.assert_array_equal(r.model.coef_, a.model.coef_)
+        assert r.model.intercept_ == a.model.intercept_
+        assert r.objective == a.objective and r.iterations == a.iterations
+    # another seed: another path to the same certificate
+    assert not np.array_equal(d.model.coef_, a.model.coef_)
+    assert abs(d.objective - a.objective) <= 2 * 1e-4 * X.shape[0]
+    # no shrinking: the same problem, the same certificate
+    e = train(st, "perf", variant="dcd", eps=1e-4, shrinking=False)
+    assert e.converged and abs(e.objective - a.objective) <= 2 * 1e-4 * X.shape[0]
+
+
+def test_wide_store_trains_over_the_columns_it_holds(make_store, monkeypatch):
+    """Above REMAP_MIN_DIM columns w lives over the held columns, most frequent first:
+    same certificate, the model expanded to the store's width, held or streamed alike."""
+    rng = np.random.default_rng(4)
+    Xs, y = _data(4, n=600, d=50)
+    cols = np.sort(rng.choice(5000, 50, replace=False))
+    X = sp.csr_matrix((Xs.data, cols[Xs.indices], Xs.indptr), shape=(600, 5000))
+    st = make_store(X, y, shard_rows=200)
+    w, b = _liblinear(X, y, 1.0)
+    p_ref = _objective(X, y, w, b, (1.0, 1.0))
+    monkeypatch.setattr(perf, "REMAP_MIN_DIM", 1000, raising=False)
+    held = train(st, "perf", variant="dcd", eps=1e-5, inner_mb="64")
+    streamed = train(st, "perf", variant="dcd", eps=1e-5, inner_mb="0")
+    assert held.summary["columns"] == 50 and held.model.coef_.shape == (5000,)
+    _check(held, X, y, p_ref, 1.0, 1e-5, (1.0, 1.0))
+    np.testing.assert_array_equal(streamed.model.coef_, held.model.coef_)
+    assert np.all(held.model.coef_[np.setdiff1d(np.arange(5000), cols)] == 0.0)
+
+
+def test_refusals(make_store, tmp_path):
+    X, y = _data(5, n=100)
+    st = make_store(X, y, shard_rows=50)
+    with pytest.raises(SolverError, match="--hinge l2 needs --variant dcd"):
+        train(st, "perf", hinge="l2")
+    with pytest.raises(SolverError, match="--variant dcd trains --loss error only"):
+        train(st, "perf", variant="dcd", loss="roc")
+    with pytest.raises(SolverError, match="does not save checkpoints"):
+        train(st, "perf", variant="dcd", checkpoint=str(tmp_path / "ck"))
+
+
+def test_max_iter_stops_unconverged_with_a_valid_bound(make_store):
+    X, y = _data(6, n=500)
+    st = make_store(X, y, shard_rows=100)
+    res = train(st, "perf", variant="dcd", eps=1e-9, max_iter=3)
+    assert not res.converged and res.iterations == 3 and res.stop_reason == "max_iter"
+    assert res.summary["lower_bound"] <= res.objective
+
+
+def test_one_vs_rest_trains_each_class(make_store):
+    rng = np.random.default_rng(8)
+    X = sp.random(600, 20, density=0.4, random_state=8, format="csr")
+    y = np.argmax(X @ rng.normal(size=(20, 3)), axis=1).astype(np.float64)
+    st = make_store(X, y, shard_rows=200)
+    res = train(st, "perf", variant="dcd", eps=1e-4)
+    assert res.model.coef_.shape == (3, 20) and res.converged
+
+
+@pytest.mark.cluster
+def test_local_and_dask_engines_agree(make_store):
+    if importlib.util.find_spec("distributed") is None:
+        pytest.skip("distributed is not installed")
+    X, y = _data(9, n=600)
+    st = make_store(X, y, shard_rows=300)
+    local = train(st, "perf", variant="dcd", eps=1e-2)
+    with make_engine("processes", n_workers=2, threads_per_worker=1) as de:
+        dask = train(st, "perf", engine=de, variant="dcd", eps=1e-2)
+        held = train(st, "perf", engine=de, variant="dcd", eps=1e-2, inner_mb="64")
+    for r in (dask, held):
+        np.testing.assert_array_equal(r.model.coef_, local.model.coef_)
+        assert r.objective == local.objective
