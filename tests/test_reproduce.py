@@ -92,5 +92,5 @@ def test_joachims2006_like_quick(tmp_path):
     assert raw["scaling"]
     for rec in raw["scaling"]:
         assert rec["paper"]["converged"] and rec["accelerated"]["converged"]
-    md = (tmp_path / "joachims2006.md").read_text()
-    assert "Stand-in" in md and "'features': 78, 'nnz_per_row': 30" in md
+    assert raw["like"] == "kdd04"
+    assert raw["synth"]["features"] == 78 and raw["synth"]["nnz_per_row"] == 30

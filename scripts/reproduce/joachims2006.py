@@ -287,7 +287,7 @@ def main() -> int:
             "machine): synth rows of the same width and row length, not the paper's data.",
             "",
         ]
-    raw: dict = {"machine": machine}
+    raw: dict = {"machine": machine, "like": args.like, "synth": dict(SYNTH)}
     with c.Workdir("joachims2006") as wd:
         w = wd.path
         if parts & {"1", "2"}:
