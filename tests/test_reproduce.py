@@ -82,3 +82,15 @@ def test_joachims2006_quick(tmp_path):
         for rec in raw[key]:
             assert rec["paper"]["converged"] and rec["accelerated"]["converged"]
     assert (tmp_path / "joachims2006-scaling.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_joachims2006_like_quick(tmp_path):
+    """A Table 1 stand-in: synth rows of KDD04 Physics' width (78) and row length (30)."""
+    _run("joachims2006.py", tmp_path, "--like", "kdd04", "--parts", "1", "--c-synth", "1000")
+    raw = json.loads((tmp_path / "joachims2006.json").read_text())
+    assert raw["scaling"]
+    for rec in raw["scaling"]:
+        assert rec["paper"]["converged"] and rec["accelerated"]["converged"]
+    assert raw["like"] == "kdd04"
+    assert raw["synth"]["features"] == 78 and raw["synth"]["nnz_per_row"] == 30
