@@ -103,12 +103,12 @@ def test_relative_paths_on_a_cli_started_cluster(tmp_path):
 def test_worker_that_sees_another_store_names_the_cause(tmp_path):
     """The identity check stays; its message names the real cause."""
     from ooc_svm.engine.base import EngineError
-    from ooc_svm.engine.dask_worker import _worker_reader
+    from ooc_svm.engine.dask_worker import _worker_store
 
     _item1_store(tmp_path, "a.zarr")
     path = os.path.join(tmp_path, "a.zarr")
     with pytest.raises(EngineError, match="workers see a different store at .*shared file"):
-        _worker_reader(path, "0123456789abcdef01234567|" + path, True)
+        _worker_store(path, "0123456789abcdef01234567|" + path, True)
 
 
 # ------------------------------------------------------------------------------------------

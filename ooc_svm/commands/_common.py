@@ -5,6 +5,7 @@ Kept free of heavy imports: a command's parser is built before its ``run`` impor
 
 from __future__ import annotations
 
+import logging
 import sys
 
 #: help of ``--scheduler`` (every command that runs passes through the engine)
@@ -12,6 +13,8 @@ SCHEDULER_HELP = (
     "local (default, also $OOC_SVM_SCHEDULER), threads, processes, or a Dask "
     "scheduler address tcp://HOST:PORT / scheduler-file.json"
 )
+
+log = logging.getLogger(__name__)
 
 
 def add_model_and_input(p) -> None:
@@ -99,4 +102,4 @@ def apply_memory(args) -> None:
     mb = getattr(args, "memory_mb", None)
     set_explicit(None if mb is None else parse_memory_mb(mb))
     level = logging.INFO if getattr(args, "verbose", 0) else logging.DEBUG
-    logging.getLogger("ooc_svm.memory_budget").log(level, "%s", current().describe())
+    log.log(level, "%s", current().describe())

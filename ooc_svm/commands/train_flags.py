@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..api import SolverParams
 
+log = logging.getLogger(__name__)
+
 
 def _fmt(v) -> str:
     if isinstance(v, bool):
@@ -348,7 +350,7 @@ def solver_params_from_args(args: argparse.Namespace) -> tuple[SolverParams, dic
             args.solver = "perf"
         else:
             args.solver = "smo"
-            logging.getLogger("ooc_svm").info(
+            log.info(
                 "--kernel %s: training with --solver smo (LIBSVM's method; --solver "
                 "active-set scales to larger data)",
                 kernel,

@@ -342,7 +342,17 @@ def probe_scheduler(address: str, timeout: float) -> dict:
     """The scheduler's ``identity`` over a fresh connection; ``TimeoutError`` when it does
     not answer within ``timeout`` seconds (connection errors are raised as they are)."""
     import asyncio
+    import socket
+    from urllib.parse import urlsplit
 
+    parts = urlsplit(address)
+    if parts.scheme in ("tcp", "tls") and parts.hostname and parts.port:
+        # refused or unreachable is said at once (distributed's connect would retry a
+        # refused connection until the timeout, which reads as "accepted, no answer")
+        try:
+            socket.create_connection((parts.hostname, parts.port), timeout=timeout).close()
+        except TimeoutError:  # not the "accepted, no answer" of a hung scheduler
+            raise ConnectionError(f"no connection to {address} within {timeout:g} s") from None
     return asyncio.run(asyncio.wait_for(_identity(address, timeout), timeout))
 
 

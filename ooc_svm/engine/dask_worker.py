@@ -10,7 +10,6 @@ subtrees of the pass's fixed tree; neighbouring runs are joined by :func:`_join_
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -143,19 +142,13 @@ def _worker_threads() -> int:
         return 1
 
 
-_KERNEL_THREADS = "OOC_SVM_KERNEL_THREADS"
-_W_CAP: list[str] = []  # the value this module set, if it set it
-
-
 def _cap_kernel_threads(nthreads: int) -> None:
     """Kernel work of this worker (numba's parallel regions) uses the worker's own threads,
-    not every core of the host: 2 workers of 1 thread on 2 cores run 2 kernel threads, not 4.
-    A value the user set for the worker (``$OOC_SVM_KERNEL_THREADS``) is kept."""
-    want = str(nthreads)
-    have = os.environ.get(_KERNEL_THREADS)
-    if have is None or (_W_CAP and have == _W_CAP[0]):
-        os.environ[_KERNEL_THREADS] = want
-        _W_CAP[:] = [want]
+    not every core of the host: 2 workers of 1 thread on 2 cores run 2 kernel threads, not 4
+    (a lower ``$OOC_SVM_KERNEL_THREADS`` in the worker's environment still applies)."""
+    from ..kernels.parallel import cap_threads
+
+    cap_threads(nthreads)
 
 
 def _worker_pool(nthreads: int):

@@ -57,10 +57,22 @@ _lock = threading.Lock()
 _active = 0
 
 
+#: a cap on the kernel threads of this process set by its host (a Dask worker: its own threads)
+_CAP: list[int] = []
+
+
+def cap_threads(n: int | None) -> None:
+    """Cap the threads kernel work may use in this process (None: no cap); a Dask worker
+    caps it at its own threads, so that workers sharing a host do not oversubscribe it."""
+    _CAP[:] = [] if n is None else [max(1, int(n))]
+
+
 def max_threads() -> int:
     """Threads kernel work may use in this process: numba's (the CPUs of the affinity mask at
-    import), capped by ``$OOC_SVM_KERNEL_THREADS``."""
+    import), capped by ``$OOC_SVM_KERNEL_THREADS`` and by :func:`cap_threads`."""
     n = int(getattr(numba.config, "NUMBA_NUM_THREADS", 1))
+    if _CAP:
+        n = min(n, _CAP[0])
     env = os.environ.get("OOC_SVM_KERNEL_THREADS", "").strip()
     if env:
         try:

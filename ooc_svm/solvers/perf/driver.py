@@ -37,7 +37,10 @@ def solve(
     params.validate(meta)
     loss, variant = params.resolve_loss(meta), params.resolve_variant(meta, checkpoint is not None)
     if variant != params.variant:
-        log.info("perf: variant %s (auto: the store does not fit the memory budget)", variant)
+        if variant == "selective":
+            log.info("perf: variant selective (auto: the store does not fit the memory budget)")
+        else:
+            log.debug("perf: variant %s (auto)", variant)
         params = params.replace(variant=variant)
     if variant == "selective":
         from .selective import solve_selective

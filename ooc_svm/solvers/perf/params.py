@@ -249,8 +249,26 @@ class Params(SolverParams):
         return "selective" if decoded > room else "accelerated"
 
     def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
-        """perf's dense vectors over the features (:meth:`dense_vectors`)."""
-        return {"perf dense vectors": self.dense_vectors(meta) * 8 * (int(meta.n_features) + 1)}
+        """perf's dense vectors over the features (:meth:`dense_vectors`; over the columns the
+        rows hold where the variant remaps a wide store). A store too wide for
+        ``--dense-limit-mb`` is refused first, with its own message (:meth:`check_dense`)."""
+        self.check_dense(meta)
+        return {"perf dense vectors": int(self._dense_bytes(meta)[0])}
+
+    def _dense_bytes(self, meta: StoreMeta, copies: int = 1) -> tuple[float, int, int]:
+        """``(bytes, vectors, dim)`` of the dense vectors one problem holds (times
+        ``copies``); selective on a wide store counts them once its columns are known."""
+        dim = int(meta.n_features) + 1
+        vectors = self.dense_vectors(meta)
+        extra = 0.0
+        if self.variant == "selective" and dim - 1 >= remap_min_dim():
+            return 0.0, vectors, dim
+        if self.variant == "dcd" and dim - 1 >= remap_min_dim():
+            # w over the columns the rows hold (at most their non-zeros) and the int32 map
+            dim = min(dim, int(meta.nnz) + 1)
+            vectors = 1
+            extra = 4.0 * int(meta.n_features)
+        return vectors * 8.0 * dim * max(1, copies) + extra, vectors, dim
 
     def _budget_floor_mib(self, name: str, meta: StoreMeta) -> float:
         # the dense vectors and a few dense planes: check_dense and the working set's needs
@@ -282,14 +300,8 @@ class Params(SolverParams):
         """
         if self.variant == "selective" and int(meta.n_features) >= remap_min_dim():
             return  # checked over the columns the store holds, once counted (selective.py)
-        dim = int(meta.n_features) + 1
-        vectors = self.dense_vectors(meta)
-        if self.variant == "dcd" and dim - 1 >= remap_min_dim():
-            # w over the columns the rows hold (at most their non-zeros) and the int32 map
-            dim = min(dim, int(meta.nnz) + 1)
-            vectors = 1
-            extra_bytes += 4.0 * int(meta.n_features)
-        need = vectors * 8.0 * dim * max(1, copies) + float(extra_bytes)
+        dense, vectors, dim = self._dense_bytes(meta, copies)
+        need = dense + float(extra_bytes)
         limit = float(self.dense_limit_mb) * 2**20
         if need > limit:
             raise SolverError(
