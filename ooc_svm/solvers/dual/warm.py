@@ -40,7 +40,9 @@ def warm_start_from_model(
     # at the old bound → exactly at the new one (C_old·C/C_old may miss C by an ulp)
     a = np.abs(coef)
     coef = np.sign(coef) * np.where(a >= C * (1.0 - 1e-12), C, a)
-    coef = _balance(coef)
+    from ..warm import balance  # yᵀα = 0 restored, as every warm start does
+
+    coef = balance(coef)
     order = np.argsort(gids, kind="stable")
     import scipy.sparse as sp
 
@@ -48,19 +50,3 @@ def warm_start_from_model(
     X.sort_indices()
     intercept = float(model.intercept_) * scale if np.ndim(model.intercept_) == 0 else 0.0
     return gids[order], coef[order], X, intercept
-
-
-def _balance(coef):
-    """Restore yᵀα = Σ coef = 0 (a start that breaks it would mislead the dual solvers'
-    KKT checks) by shrinking the α of the heavier class; stays inside [0, C]."""
-    import numpy as np
-
-    P = float(coef[coef > 0].sum())
-    N = float(-coef[coef < 0].sum())
-    if P <= 0 or N <= 0:
-        return np.zeros_like(coef)
-    if abs(P - N) <= 1e-12 * max(P, N):
-        return coef
-    if P > N:
-        return np.where(coef > 0, coef * (N / P), coef)
-    return np.where(coef < 0, coef * (P / N), coef)
