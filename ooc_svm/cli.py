@@ -240,6 +240,9 @@ def _main(argv: list[str]) -> int:
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
     _quiet_dask(args.verbose)
     old_handlers = _install_signal_handlers()
+    from . import memory_budget
+
+    old_budget = memory_budget.explicit_state()
     try:
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
@@ -260,6 +263,7 @@ def _main(argv: list[str]) -> int:
         return 1
     finally:
         _restore_signal_handlers(old_handlers)
+        memory_budget.set_explicit(old_budget)  # this command's --memory-mb ends with it
 
 
 class Terminated(KeyboardInterrupt):

@@ -543,6 +543,14 @@ def set_explicit(mb: float | None) -> None:
         _CURRENT.clear()
 
 
+def explicit_state() -> float | None:
+    """The explicit budget :func:`set_explicit` set (not the environment's), to give back to
+    :func:`set_explicit` when a command ends: one command's ``--memory-mb`` must not outlive
+    it in a process that runs more (the Python API, a test session, the warm server)."""
+    with _LOCK:
+        return _EXPLICIT[0] if _EXPLICIT else None
+
+
 def explicit_mb() -> float | None:
     """The explicit budget: ``--memory-mb`` (:func:`set_explicit`), else
     ``$OOC_SVM_MEMORY_MB``, else ``None``."""

@@ -37,6 +37,16 @@ def dataset(rel: str) -> Path:
     return p
 
 
+@pytest.fixture(autouse=True)
+def _fresh_memory_budget():
+    """Every test measures the process's memory budget afresh: an explicit budget one test
+    set (``--memory-mb`` in-process) is not the next test's."""
+    yield
+    from ooc_svm import memory_budget
+
+    memory_budget.set_explicit(None)
+
+
 @pytest.fixture
 def data_path():
     return dataset

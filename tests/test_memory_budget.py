@@ -285,16 +285,32 @@ def test_json_reports_the_budget_and_its_source(tmp_path, capsys):
     from ooc_svm.cli import main
 
     _small_store(tmp_path / "s.zarr")
+    # --memory-mb is the whole process's: this test session may already hold more than a
+    # user's small budget, so the budget is what it holds and 600 MiB more
+    limit = float(mb.rss_bytes() // 2**20 + 600)
     rc = main(
-        ["train", str(tmp_path / "s.zarr"), "-o", str(tmp_path / "m"), "--memory-mb", "900",
-         "--json"]
+        ["train", str(tmp_path / "s.zarr"), "-o", str(tmp_path / "m"), "--memory-mb",
+         f"{limit:.0f}", "--json"]
     )  # fmt: skip
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["converged"]
     assert out["memory_budget"]["source"] == "--memory-mb"
-    assert out["memory_budget"]["limit_mib"] == 900.0
+    assert out["memory_budget"]["limit_mib"] == limit
     assert out["memory_budget"]["claims_mib"]["decoded shards in flight"] > 0
+    assert mb.explicit_state() is None  # the command's budget ended with it
+
+
+def test_memory_mb_of_one_command_does_not_outlive_it(tmp_path, capsys):
+    """A process that runs more than one command (the Python API after ``main``, the warm
+    server, a test session) measures the next one's budget afresh, failed command or not."""
+    from ooc_svm.cli import main
+
     mb.set_explicit(None)
+    rc = main(["train", str(tmp_path / "absent.zarr"), "-o", str(tmp_path / "m"),
+               "--memory-mb", "1"])  # fmt: skip
+    assert rc != 0
+    assert mb.explicit_state() is None
+    assert mb.current().source != "--memory-mb"
 
 
 def test_kernel_cache_and_perf_planes_within_the_budget(tmp_path, monkeypatch):
