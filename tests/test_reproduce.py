@@ -156,6 +156,12 @@ def test_platt_artificial_text_and_count_rule(tmp_path):
     for i, ln in enumerate(lines):
         cols = [int(t.split(":")[0]) - 1 for t in ln.split()[1:]]
         assert cols == list(X[i].indices) and all(t.endswith(":1") for t in ln.split()[1:])
+    # the non-sparse stand-in: all 300 inputs written, zeros included, the same ones
+    dense = art.write_text(X, y, tmp_path / "d.txt", dense=True).read_text().splitlines()
+    for i, ln in enumerate(dense):
+        toks = ln.split()[1:]
+        assert len(toks) == 300
+        assert [j for j, t in enumerate(toks) if t.endswith(":1")] == list(X[i].indices)
     # the project's count rule: within 10 % of the paper's figure; a paper 0 matches only 0
     assert art.within(109, 100) and not art.within(111, 100)
     assert art.within(0, 0) and not art.within(1, 0) and art.within(None, 5) is None
@@ -183,3 +189,24 @@ def test_platt_artificial_end_to_end(tmp_path):
             for s in ("smo-platt", "chunking"):
                 assert abs(rec[s]["n_bound"] - ref["n_bound"]) <= 0.05 * ref["n_bound"] + 3
     assert "paper chunk/SMO" in proc.stdout
+
+
+@pytest.mark.slow
+def test_platt_nonsparse_end_to_end(tmp_path):
+    """The sparse / non-sparse pairs on one tiny size: the same SVs from both files."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "platt1998_nonsparse.py"), "--sizes", "200"]
+        + ["--experiments", "noise-linear", "--out", str(tmp_path), "--timeout", "120"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    raw = json.loads((tmp_path / "platt1998-nonsparse.json").read_text())
+    (rec,) = raw["results"][0]["runs"]
+    assert rec["nnz_dense"] == 200 * 300 and rec["nnz_sparse"] < 0.2 * 200 * 300
+    for s in ("smo-platt", "smo-wss2"):
+        a, b = rec[f"{s}-sparse"], rec[f"{s}-dense"]
+        assert a["converged"] and b["converged"] and abs(a["n_sv"] - b["n_sv"]) <= 2
+    assert "paper ratio" in proc.stdout

@@ -136,12 +136,19 @@ def generate(kind: str, n: int, seed: int, block: int = 1024) -> tuple[sp.csr_ma
     return X, np.concatenate(ys)[:n]
 
 
-def write_text(X: sp.csr_matrix, y: np.ndarray, path: Path) -> Path:
-    """SVMlight text (one-based feature numbers, value 1) of ``X``, ``y``."""
+def write_text(X: sp.csr_matrix, y: np.ndarray, path: Path, dense: bool = False) -> Path:
+    """SVMlight text (one-based feature numbers, value 1) of ``X``, ``y``; ``dense`` writes
+    every one of the 300 inputs, zeros included (kept as entries by ``ooc-svm ingest``)."""
     with open(path, "w") as f:
         for i in range(X.shape[0]):
             cols = X.indices[X.indptr[i] : X.indptr[i + 1]]
-            f.write(("+1" if y[i] > 0 else "-1") + "".join(f" {j + 1}:1" for j in cols) + "\n")
+            if dense:
+                row = np.zeros(DIM, dtype=np.int64)
+                row[cols] = 1
+                feats = "".join(f" {j + 1}:{v}" for j, v in enumerate(row))
+            else:
+                feats = "".join(f" {j + 1}:1" for j in cols)
+            f.write(("+1" if y[i] > 0 else "-1") + feats + "\n")
     return path
 
 
