@@ -9,9 +9,8 @@ The effective **limit** is the smallest of the limits that apply to this process
 - cgroup v2 ``memory.max`` and ``memory.high`` of the process's own cgroup (the ``0::`` line of
   ``/proc/self/cgroup``, joined to the cgroup2 mount) and of its ancestors up to the mount's
   root (a parent's limit binds its children too);
-- cgroup v1 ``memory.limit_in_bytes`` of its own ``memory`` cgroup and its ancestors.
-  ``memory.memsw.limit_in_bytes`` (memory + swap) is not read: it is never below the memory
-  limit, and swap is no room to compute in;
+- cgroup v1 ``memory.limit_in_bytes`` of its own ``memory`` cgroup and its ancestors (not
+  ``memory.memsw.limit_in_bytes``: never below it, and swap is no room to compute in);
 - ``RLIMIT_AS`` (address space) and ``RLIMIT_DATA`` (heap and anonymous mappings);
 - the host's ``MemAvailable`` (``/proc/meminfo``) plus what this process already holds;
 - a Dask worker's memory limit (``get_worker().memory_manager.memory_limit``) when the code
@@ -49,10 +48,8 @@ from typing import Any
 
 MiB = 2**20
 
-#: the reserve kept free under the limit: this share of it ...
-RESERVE_SHARE = 0.05
-#: ... and at least this many MiB
-RESERVE_MIN_MB = 48.0
+#: the reserve kept free under the limit: this share of it, and at least this many MiB
+RESERVE_SHARE, RESERVE_MIN_MB = 0.05, 48.0
 
 #: resident memory of ooc-svm's own code in a run (the interpreter, numpy, scipy, numba, the
 #: compiled kernels): a training on a 20,000-row store peaks at ~230 MiB RSS, its one shard
@@ -62,8 +59,7 @@ CODE_MB = 224.0
 #: environment variable of an explicit budget (MiB), as ``--memory-mb``
 ENV = "OOC_SVM_MEMORY_MB"
 
-#: a cgroup "no limit" value is at least this (v1 writes 2**63 rounded down to a page)
-_UNLIMITED = 2**60
+_UNLIMITED = 2**60  # a cgroup "no limit" value is at least this (v1: 2**63 less a page)
 
 
 class MemoryBudgetError(ValueError):
@@ -544,11 +540,9 @@ def set_explicit(mb: float | None) -> None:
 
 
 def explicit_state() -> float | None:
-    """The explicit budget :func:`set_explicit` set (not the environment's), to give back to
-    :func:`set_explicit` when a command ends: one command's ``--memory-mb`` must not outlive
-    it in a process that runs more (the Python API, a test session, the warm server)."""
-    with _LOCK:
-        return _EXPLICIT[0] if _EXPLICIT else None
+    """What :func:`set_explicit` set, to give back when a command ends (its ``--memory-mb``
+    must not outlive it in a process that runs more: the API, the warm server, tests)."""
+    return _EXPLICIT[0] if _EXPLICIT else None
 
 
 def explicit_mb() -> float | None:
@@ -585,9 +579,7 @@ def claimed(name: str, nbytes: int, what: str = "this run", fix: str = ""):
         b.release(name)
 
 
-# ------------------------------------------------------------------------------------------
-# page cache
-# ------------------------------------------------------------------------------------------
+# page cache ---------------------------------------------------------------------------------
 
 
 def drop_cache_of(path: str) -> None:
@@ -600,8 +592,7 @@ def drop_cache_of(path: str) -> None:
     except OSError:
         return
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    except (OSError, AttributeError):
-        pass
+        with contextlib.suppress(OSError, AttributeError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)

@@ -127,3 +127,28 @@ def synth_once(path: str, a, **options) -> None:
     t = time.perf_counter()
     synth(path, a.rows, a.features, a.nnz, a.seed, **options)
     print(f"# built {path} in {time.perf_counter() - t:.1f}s", flush=True)
+
+
+def load_average() -> str:
+    """The 1, 5 and 15-minute load averages, as /proc/loadavg prints them."""
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def synth_cli(path: str, rows: int, features: int, nnz: int, seed: int) -> None:
+    """Write the synthetic data ``rows`` x ``features`` (``nnz`` a row, ``seed``) at ``path``
+    with the ``ooc-svm synth`` command, unless it exists (a store, or SVMlight text for the C
+    programs by an ``.svm`` name)."""
+    import subprocess
+    import sys
+    import time
+
+    if os.path.exists(path):
+        return
+    t = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "ooc_svm", "synth", path, "--rows", str(rows), "--features",
+         str(features), "--nnz-per-row", str(nnz), "--seed", str(seed), "-q"],
+        check=True,
+    )  # fmt: skip
+    print(f"# built {path} in {time.perf_counter() - t:.1f} s", flush=True)

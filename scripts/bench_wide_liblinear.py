@@ -35,27 +35,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_util import load_average as _load
+from _bench_util import synth_cli as _synth
 from bench_perf import read_linear_model, store_objective
 
 BIN = [sys.executable, "-m", "ooc_svm"]
 SHAPES = ("300000x20000000", "1000000x20000000", "300000x50000")
-
-
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
-def _synth(path: str, rows: int, features: int, nnz: int, seed: int) -> None:
-    if os.path.exists(path):
-        return
-    t = time.perf_counter()
-    subprocess.run(
-        [*BIN, "synth", path, "--rows", str(rows), "--features", str(features),
-         "--nnz-per-row", str(nnz), "--seed", str(seed), "-q"],
-        check=True,
-    )  # fmt: skip
-    print(f"# built {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
 def _run(cmd: list[str]) -> dict:
