@@ -1,6 +1,7 @@
 """The paper-reproduction scripts (scripts/reproduce/) run end to end in their --quick mode.
 
-Slow (each script takes minutes on 2 cores): excluded from `make test`, run by `make test-all`.
+Slow (each script takes minutes on 2 cores): excluded from `make test`, run by `make test-all`;
+the checks of the generator of Platt's artificial data (section 3.3) are quick and always run.
 They need the real a9a / w8a files (skipped, with the reason, when absent); the comparators
 (SVMlight, SVMperf) are used when $SVMLIGHT_LEARN / $SVMPERF_LEARN are set, else skipped by
 the scripts themselves with a message.
@@ -94,3 +95,118 @@ def test_joachims2006_like_quick(tmp_path):
         assert rec["paper"]["converged"] and rec["accelerated"]["converged"]
     assert raw["like"] == "kdd04"
     assert raw["synth"]["features"] == 78 and raw["synth"]["nnz_per_row"] == 30
+
+
+def _artificial():
+    """The generator and report of Platt's section 3.3 (a script, imported from its folder)."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import platt1998_artificial as art
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    return art
+
+
+def test_platt_artificial_data_is_deterministic_and_nested():
+    import numpy as np
+
+    art = _artificial()
+    for kind in ("separable", "noise"):
+        X, y = art.generate(kind, 1500, seed=3)
+        X2, y2 = art.generate(kind, 1500, seed=3)
+        assert (X != X2).nnz == 0 and np.array_equal(y, y2)
+        # a smaller set is the first rows of a larger one (nested sizes, as in the paper)
+        Xs, ys = art.generate(kind, 400, seed=3)
+        assert (Xs != X[:400]).nnz == 0 and np.array_equal(ys, y[:400])
+        Xo, _ = art.generate(kind, 400, seed=4)
+        assert (Xo != Xs).nnz > 0
+        assert X.indptr.dtype == np.int64
+
+
+def test_platt_artificial_data_has_the_papers_properties():
+    import numpy as np
+
+    art = _artificial()
+    for kind in ("separable", "noise"):
+        X, y = art.generate(kind, 3000, seed=0)
+        assert X.shape == (3000, 300)
+        assert set(np.unique(X.data)) == {1.0} and set(np.unique(y)) == {-1.0, 1.0}
+        # 10 % ones: 300 * 3000 Bernoulli(0.1) draws lie within 0.1 +- 0.003 (> 5 sd)
+        assert abs(X.nnz / (3000 * 300) - 0.1) < 0.003
+    # separable: the hidden weights (the stream's first 300 draws) put every kept point
+    # outside the slab |w.x| <= 1, on the side of its label
+    X, y = art.generate("separable", 3000, seed=0)
+    w = np.random.default_rng(0).uniform(-1.0, 1.0, 300)
+    assert np.all(y * (X @ w) > 1.0)
+    # noise: labels are fair coins, unrelated to the inputs
+    X, y = art.generate("noise", 3000, seed=0)
+    assert abs(y.mean()) < 0.06
+    corr = np.abs(np.asarray(X.T @ y).ravel()) / 3000
+    assert corr.max() < 0.03
+    with pytest.raises(ValueError, match="unknown kind"):
+        art.generate("spiral", 10, seed=0)
+
+
+def test_platt_artificial_text_and_count_rule(tmp_path):
+
+    art = _artificial()
+    X, y = art.generate("noise", 50, seed=1)
+    lines = art.write_text(X, y, tmp_path / "a.txt").read_text().splitlines()
+    assert [float(ln.split()[0]) for ln in lines] == list(y)
+    for i, ln in enumerate(lines):
+        cols = [int(t.split(":")[0]) - 1 for t in ln.split()[1:]]
+        assert cols == list(X[i].indices) and all(t.endswith(":1") for t in ln.split()[1:])
+    # the non-sparse stand-in: all 300 inputs written, zeros included, the same ones
+    dense = art.write_text(X, y, tmp_path / "d.txt", dense=True).read_text().splitlines()
+    for i, ln in enumerate(dense):
+        toks = ln.split()[1:]
+        assert len(toks) == 300
+        assert [j for j, t in enumerate(toks) if t.endswith(":1")] == list(X[i].indices)
+    # the project's count rule: within 10 % of the paper's figure; a paper 0 matches only 0
+    assert art.within(109, 100) and not art.within(111, 100)
+    assert art.within(0, 0) and not art.within(1, 0) and art.within(None, 5) is None
+
+
+@pytest.mark.slow
+def test_platt_artificial_end_to_end(tmp_path):
+    """Every experiment and solver on two tiny sizes: the same solution from all of them."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "platt1998_artificial.py"), "--sizes", "150,300"]
+        + ["--out", str(tmp_path), "--timeout", "120"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    raw = json.loads((tmp_path / "platt1998-artificial.json").read_text())
+    assert [r["name"] for r in raw["results"]] == list(_artificial().PAPER)
+    for res in raw["results"]:
+        assert [rec["n"] for rec in res["runs"]] == [150, 300]
+        for rec in res["runs"]:
+            ref = rec["smo-wss2"]
+            assert ref["converged"] and ref["n_free"] + ref["n_bound"] == ref["n_sv"]
+            for s in ("smo-platt", "chunking"):
+                assert abs(rec[s]["n_bound"] - ref["n_bound"]) <= 0.05 * ref["n_bound"] + 3
+    assert "paper chunk/SMO" in proc.stdout
+
+
+@pytest.mark.slow
+def test_platt_nonsparse_end_to_end(tmp_path):
+    """The sparse / non-sparse pairs on one tiny size: the same SVs from both files."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "platt1998_nonsparse.py"), "--sizes", "200"]
+        + ["--experiments", "noise-linear", "--out", str(tmp_path), "--timeout", "120"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    raw = json.loads((tmp_path / "platt1998-nonsparse.json").read_text())
+    (rec,) = raw["results"][0]["runs"]
+    assert rec["nnz_dense"] == 200 * 300 and rec["nnz_sparse"] < 0.2 * 200 * 300
+    for s in ("smo-platt", "smo-wss2"):
+        a, b = rec[f"{s}-sparse"], rec[f"{s}-dense"]
+        assert a["converged"] and b["converged"] and abs(a["n_sv"] - b["n_sv"]) <= 2
+    assert "paper ratio" in proc.stdout
