@@ -365,7 +365,9 @@ def dense_expansion_add_par(indptr, indices, data, sq, Dt, dsq, coef, code, gamm
 
 
 @njit(cache=True, nogil=True)
-def _gradient_chunk(Qt, rows, p, delta, Gbase, G, t0, t1):
+def gradient_rows_range(Qt, rows, p, delta, Gbase, G, t0, t1):
+    """G[r] = Gbase[r] + Qt[r, :p]·delta for r in rows[t0:t1], on this thread (the operations
+    of :func:`gradient_rows_par` for each row)."""
     d = delta[:p]
     for t in range(t0, t1):
         r = rows[t]
@@ -379,10 +381,10 @@ def gradient_rows_par(Qt, rows, p, delta, Gbase, G):
     n = rows.shape[0]
     nc = _n_chunks(n, n * p)
     if nc == 1:
-        _gradient_chunk(Qt, rows, p, delta, Gbase, G, 0, n)
+        gradient_rows_range(Qt, rows, p, delta, Gbase, G, 0, n)
         return G
     for c in prange(nc):
-        _gradient_chunk(Qt, rows, p, delta, Gbase, G, c * n // nc, (c + 1) * n // nc)
+        gradient_rows_range(Qt, rows, p, delta, Gbase, G, c * n // nc, (c + 1) * n // nc)
     return G
 
 
@@ -393,6 +395,7 @@ __all__ = [
     "column_par",
     "dense_expansion_add_par",
     "gradient_rows_par",
+    "gradient_rows_range",
     "kernel_block_par",
     "kernel_scores_csc_par",
     "max_threads",

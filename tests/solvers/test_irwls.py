@@ -416,3 +416,56 @@ def test_missing_columns_in_small_blocks_give_the_same_model(tmp_path, make_stor
     np.testing.assert_array_equal(a.model.support_, b.model.support_)
     np.testing.assert_array_equal(a.model.dual_coef_, b.model.dual_coef_)
     assert a.model.intercept_ == b.model.intercept_
+
+
+def _assemble_reference(K, y, g_out, sets, inv_a, C, lam):
+    """System (3) by plain loops: the lower triangle from K[i, j] mirrored, r's S₃ sum over
+    every sample in order."""
+    i1 = np.flatnonzero(sets == 1)
+    n1 = i1.size
+    M = np.empty((n1, n1))
+    r = np.empty(n1)
+    c = lam
+    for t in range(y.size):
+        if sets[t] == 3:
+            c -= C[t] * y[t]
+    for a, i in enumerate(i1):
+        s = g_out[i]
+        for t in range(y.size):
+            if sets[t] == 3:
+                s += C[t] * K[i, t] * y[t]
+        r[a] = 1.0 - y[i] * s
+        for bb in range(a + 1):
+            j = i1[bb]
+            M[a, bb] = M[bb, a] = y[i] * y[j] * K[i, j]
+        M[a, a] += inv_a[i]
+    return i1, M, y[i1], r, c
+
+
+@pytest.mark.parametrize("q", [40, 300])
+def test_system_assembly_on_threads_is_bit_identical_to_plain_loops(q, monkeypatch):
+    """System (3)'s assembly (serial below ``PAR_MIN_WORK`` entries, one thread per row above:
+    q = 300 has ~180 S₁ rows) gives the bits of plain loops in M's lower triangle (all the
+    factorisations read), y₁, r and c, for 1 and 2 threads, with a kernel matrix that is not
+    exactly symmetric (the lower triangle comes from K[i, j], i after j)."""
+    from ooc_svm.solvers.irwls._numba import _assemble
+
+    rng = np.random.default_rng(5)
+    K = rng.normal(size=(q, q))
+    y = np.where(rng.normal(size=q) > 0, 1.0, -1.0)
+    g_out = rng.normal(size=q)
+    sets = rng.choice([1, 1, 1, 2, 3], size=q)
+    inv_a = rng.uniform(0.1, 2.0, size=q)
+    C = rng.uniform(0.5, 2.0, size=q)
+    ref = _assemble_reference(K, y, g_out, sets, inv_a, C, 0.3)
+    for t in (1, 2):
+        monkeypatch.setenv("OOC_SVM_KERNEL_THREADS", str(t))
+        from ooc_svm.kernels.parallel import thread_share
+
+        with thread_share():
+            got = _assemble(K, y, g_out, sets, inv_a, C, 0.3)
+        np.testing.assert_array_equal(got[0], ref[0])
+        np.testing.assert_array_equal(np.tril(got[1]), np.tril(ref[1]))
+        np.testing.assert_array_equal(got[2], ref[2])
+        np.testing.assert_array_equal(got[3], ref[3])
+        assert got[4] == ref[4]

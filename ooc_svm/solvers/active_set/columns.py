@@ -8,7 +8,7 @@ import numpy as np
 
 from ...kernels.csr import csr_matvec_rows, csr_rmatvec_rows_add, csr_take_rows
 from ...kernels.kernel_functions import KernelParams, kernel_row, kernel_row_subset, linear_scores
-from ...kernels.parallel import gradient_rows_par
+from ...kernels.parallel import gradient_rows_par, thread_share
 from ..dual import WorkingRows
 from ._numba.blocks import (
     DENSE_BLOCK_MAX,
@@ -196,7 +196,8 @@ class KernelColumns:
         """G[rows] = Gbase[rows] + Q[rows, ·](α − α_flush): O(|rows| · n_columns)."""
         p = self.p
         delta = alpha[self.key[:p]] - self.aflush[:p]
-        gradient_rows_par(self.Qt, rows, p, delta, Gbase, G)
+        with thread_share():
+            gradient_rows_par(self.Qt, rows, p, delta, Gbase, G)
 
     def full(self, alpha: np.ndarray, Gbase: np.ndarray) -> None:
         """Gbase += Q(α − α_flush) for every working row; forget the released columns."""
@@ -207,7 +208,8 @@ class KernelColumns:
         a = alpha[keys]
         delta = a - self.aflush[:p]
         if np.any(delta != 0.0):
-            gradient_rows_par(self.Qt, np.arange(self.n), p, delta, Gbase, Gbase)
+            with thread_share():
+                gradient_rows_par(self.Qt, np.arange(self.n), p, delta, Gbase, Gbase)
         self.aflush[:p] = a
         gone = np.flatnonzero(self.released[:p])
         for s in gone[::-1]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ...kernels.parallel import thread_share
 from ..dual import WorkingRows, check_interrupt, row_costs
 from ._numba import sprint as sp
 from ._numba.sprint import ratio_test, take_step
@@ -461,7 +462,11 @@ class WorkingSet:
         )  # fmt: skip
         K = (cols.Qt, cols.slot, cols.key, cols.aflush, cols.released)
         S = (self.alpha, self.G, self.Gbase, self.y, self.Cv, self.status)
-        code = sp.sprint_loop(phase, f.arrays(), fs, K, X, cols.kp.args(), S, st, cnt, fl, work)
+        # the partial flushes' threads: this thread's share (``$OOC_SVM_KERNEL_THREADS`` caps it)
+        with thread_share():
+            code = sp.sprint_loop(
+                phase, f.arrays(), fs, K, X, cols.kp.args(), S, st, cnt, fl, work
+            )  # fmt: skip
         f.set_scalars(fs)
         for k, v in zip(sp.COUNTER_FIELDS, cnt.tolist(), strict=True):
             setattr(c, k, v)

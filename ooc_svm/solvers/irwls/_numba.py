@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ...kernels.parallel import thread_share
+from ...kernels.parallel import PAR_MIN_WORK, thread_share
 
 
 @njit(cache=True, nogil=True)
@@ -229,15 +229,37 @@ def _schur_solve_par(M, y1, r, c):
 
 
 @njit(cache=True, nogil=True)
+def _assemble_row(K, y, g_out, idx, idx3, n3, inv_a, C, a, M, r, y1):
+    """Row ``a`` of system (3): M[a, :a+1] (y_i y_j K_ij; the factorisations read the lower
+    triangle only), y₁[a] and r[a] (the S₃ sum in increasing sample order)."""
+    i = idx[a]
+    y1[a] = y[i]
+    s = g_out[i]
+    for u in range(n3):
+        t = idx3[u]
+        s += C[t] * K[i, t] * y[t]
+    r[a] = 1.0 - y[i] * s
+    for bb in range(a + 1):
+        j = idx[bb]
+        M[a, bb] = y[i] * y[j] * K[i, j]
+    M[a, a] += inv_a[i]
+
+
+@njit(parallel=True, cache=True, nogil=True)
 def _assemble(K, y, g_out, sets, inv_a, C, lam):
     """System (3) on S₁ with S₃ at C (Table 1 step 1): (S₁ indices, H₁₁ + D⁻¹, y₁, r, c).
 
-    r = 1 − y₁ ∘ (G_in + K₁₃ (C y)₃) and c = λ − Σ_{S₃} Cᵢyᵢ (the paper's G₁₃, G_b3); ``C``
-    holds each sample's upper bound.
+    Only the lower triangle of M = H₁₁ + D⁻¹ is written (the Cholesky factorisations read
+    nothing else; the LU fallback mirrors it). r = 1 − y₁ ∘ (G_in + K₁₃ (C y)₃) and
+    c = λ − Σ_{S₃} Cᵢyᵢ (the paper's G₁₃, G_b3); ``C`` holds each sample's upper bound. Each
+    row (and its r) is computed by one thread in the serial order, on the kernel threads from
+    ``PAR_MIN_WORK`` entries: the same bits for any number of threads.
     """
     q = y.shape[0]
     idx = np.empty(q, dtype=np.int64)
+    idx3 = np.empty(q, dtype=np.int64)
     n1 = 0
+    n3 = 0
     c = lam
     for t in range(q):
         if sets[t] == 1:
@@ -245,23 +267,17 @@ def _assemble(K, y, g_out, sets, inv_a, C, lam):
             n1 += 1
         elif sets[t] == 3:
             c -= C[t] * y[t]
+            idx3[n3] = t
+            n3 += 1
     M = np.empty((n1, n1))
     r = np.empty(n1)
     y1 = np.empty(n1)
-    for a in range(n1):
-        i = idx[a]
-        y1[a] = y[i]
-        s = g_out[i]
-        for t in range(q):
-            if sets[t] == 3:
-                s += C[t] * K[i, t] * y[t]
-        r[a] = 1.0 - y[i] * s
-        for bb in range(a + 1):
-            j = idx[bb]
-            v = y[i] * y[j] * K[i, j]
-            M[a, bb] = v
-            M[bb, a] = v
-        M[a, a] += inv_a[i]
+    if n1 * (n1 // 2 + n3) < PAR_MIN_WORK:
+        for a in range(n1):
+            _assemble_row(K, y, g_out, idx, idx3, n3, inv_a, C, a, M, r, y1)
+    else:
+        for a in prange(n1):
+            _assemble_row(K, y, g_out, idx, idx3, n3, inv_a, C, a, M, r, y1)
     return idx[:n1], M, y1, r, c
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ...kernels.parallel import thread_share
 from ..dual import check_interrupt
 from ._numba import _NUMBA_CHOL_MAX, _assemble, _schur_solve, _schur_solve_par, _smo_finish
 
@@ -120,7 +121,7 @@ def _line_search(A: float, B: float, u0: np.ndarray, du: np.ndarray, C) -> float
 
 
 def _solve_free(M, y1, r, c):
-    """Solve [[M, y₁], [y₁ᵀ, 0]] [β₁; b] = [r; c] with M = H₁₁ + D_a⁻¹.
+    """Solve [[M, y₁], [y₁ᵀ, 0]] [β₁; b] = [r; c] with M = H₁₁ + D_a⁻¹ (its lower triangle).
 
     Cholesky of M and the Schur complement for b (numba: serial up to ``_NUMBA_CHOL_MAX``
     rows, on all threads above; LAPACK's own threads spin, and a threaded factor may depend
@@ -138,7 +139,7 @@ def _solve_free(M, y1, r, c):
         if ok:
             return beta, float(b)
     F = np.zeros((n + 1, n + 1))
-    F[:n, :n] = M
+    F[:n, :n] = np.tril(M) + np.tril(M, -1).T  # (M's lower triangle: see _assemble)
     F[:n, n] = y1
     F[n, :n] = y1
     sol = sla.lu_solve(
@@ -161,20 +162,31 @@ class _Problem:
         )
         self.box: np.ndarray = _BOX_EPS * self.Cv
         self.inner_tol, self.u_floor = inner_tol, u_floor
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
+
+    def kby(self, by: np.ndarray) -> np.ndarray:
+        """K·(β∘y) for ``by`` = β∘y; the last product is kept, so that an iterate's errors, its
+        primal and its dual (three uses of the same vector) cost one product."""
+        last = self._last
+        if last is not None and np.array_equal(last[0], by):
+            return last[1]
+        kv = self.K @ by
+        self._last = (by, kv)
+        return kv
 
     def u(self, bt: np.ndarray, bb: float) -> np.ndarray:
         """uᵢ = yᵢeᵢ = 1 − yᵢ f(xᵢ)."""
-        return 1.0 - self.y * (self.g_out + self.K @ (bt * self.y) + bb)
+        return 1.0 - self.y * (self.g_out + self.kby(bt * self.y) + bb)
 
     def primal(self, bt: np.ndarray, bb: float, u: np.ndarray) -> float:
         by = bt * self.y
         hinge = np.maximum(u, 0.0)
         loss = self.C * float(hinge.sum()) if self.scalar else float((self.Cv * hinge).sum())
-        return float(0.5 * float(by @ (self.K @ by)) + loss + self.lam * bb)
+        return float(0.5 * float(by @ self.kby(by)) + loss + self.lam * bb)
 
     def dual(self, bt: np.ndarray) -> float:
         by = bt * self.y
-        return 0.5 * float(by @ (self.K @ by)) + float(bt @ (self.y * self.g_out - 1.0))
+        return 0.5 * float(by @ self.kby(by)) + float(bt @ (self.y * self.g_out - 1.0))
 
     def violation(self, u: np.ndarray, bt: np.ndarray) -> float:
         return _kkt_violation(u, bt, self.C)
@@ -183,7 +195,8 @@ class _Problem:
         """Table 1 step 1: β_s with S₂ = 0, S₃ = C and (3) solved on S₁; (β_s, b, S₁)."""
         K, y = self.K, self.y
         bs = np.where(sets == 3, self.Cv, 0.0)
-        i1, M, y1, r, c = _assemble(K, y, self.g_out, sets, inv_a, self.Cv, self.lam)
+        with thread_share():
+            i1, M, y1, r, c = _assemble(K, y, self.g_out, sets, inv_a, self.Cv, self.lam)
         if i1.size:
             bs[i1], b_new = _solve_free(M, y1, r, c)
         else:  # no free sample: b minimises P with β fixed

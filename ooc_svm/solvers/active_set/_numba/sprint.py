@@ -17,8 +17,9 @@ set, its Q columns and its factor, and returns to Python only for what needs it:
 
 Everything the loop needs is in memory (the working rows and their Q columns): no store is
 read during minor iterations, in memory, out of core or on Dask alike. The partial gradient
-flush runs on all kernel threads (:func:`~ooc_svm.kernels.parallel.gradient_rows_par`, one
-thread per row: results do not depend on the number of threads).
+flush runs on the kernel threads (:func:`~ooc_svm.kernels.parallel.gradient_rows_par`, one
+thread per row: results do not depend on the number of threads) when it is large enough to
+pay for a parallel region (:data:`FLUSH_PAR_MIN`), on this thread otherwise.
 
 The shrinking pricing and the linear kernel keep the Python loop (:meth:`WorkingSet.run`).
 """
@@ -29,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from ....kernels.kernel_functions import kernel_row
-from ....kernels.parallel import gradient_rows_par
+from ....kernels.parallel import PAR_MIN_WORK, gradient_rows_par, gradient_rows_range
 from ..params import FULL_FLUSH_EVERY
 from .blocks import dense_kernel_col
 from .cholesky import (
@@ -48,6 +49,10 @@ from .cholesky import (
 PH_TOP, PH_PRICE = 0, 1
 #: return to Python (``check_interrupt``) after this many minor iterations
 POLL_EVERY = 64
+#: a partial flush runs on the kernel threads from this many multiply-adds (|bound rows| ×
+#: columns); below it the start and join of a parallel region (waking the sleeping threads,
+#: ~10 µs and far more when the other cores are busy) costs more than the split saves
+FLUSH_PAR_MIN = 4 * PAR_MIN_WORK
 
 # ``st`` (int64 loop state) layout
 (ST_SINCE_FULL, ST_ENTERED, ST_LAST_MOVE, ST_REPAIRED, ST_START, ST_MAX_ITER, ST_PENDING,
@@ -351,7 +356,10 @@ def sprint_loop(phase, F, fs, K, X, kp, S, st, cnt, fl, work):
                     nbd += 1
             for s in range(p):
                 delta[s] = alpha[ckey[s]] - aflush[s]
-            gradient_rows_par(Qt, bound[:nbd], p, delta, Gbase, G)
+            if nbd * p >= FLUSH_PAR_MIN:
+                gradient_rows_par(Qt, bound[:nbd], p, delta, Gbase, G)
+            else:
+                gradient_rows_range(Qt, bound, p, delta, Gbase, G, 0, nbd)
             st[ST_REPAIRED] = 0
         phase = PH_TOP
         i, v = _price(fs, S, cnt, fl)
