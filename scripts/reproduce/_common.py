@@ -336,6 +336,31 @@ def write_outputs(out: Path, stem: str, md: str, raw: dict) -> None:
     print(f"# wrote {out / (stem + '.md')} and {out / (stem + '.json')}", flush=True)
 
 
+def run_experiments(
+    tag: str, names: list[str], run_one, render, out: Path, stem: str, cmdline: str, seed: int
+) -> list[dict]:
+    """Run ``run_one(name, workdir, results, save)`` for each experiment in one scratch folder
+    (``tag``), the tables written by ``save`` after every size (a cut-short run keeps its
+    results) and once more at the end, printed; ``render(results, header, cmdline)`` makes
+    the tables' text."""
+    mach = machine()
+    with Workdir(tag) as wd:
+
+        def save(results: list[dict], final: bool) -> None:
+            tail = ("; load at the end" if final else "; partial run, load now") + f" {loadavg()}"
+            md = render(results, mach + tail, cmdline)
+            if final:
+                print(md)
+            raw = {"machine": mach, "results": results, "cmdline": cmdline, "seed": seed}
+            write_outputs(out, stem, md, {**raw, "tail": tail})
+
+        results: list[dict] = []
+        for nm in names:
+            results.append(run_one(nm, wd.path, results, save))
+        save(results, final=True)
+    return results
+
+
 def base_parser(doc: str):
     """The options every reproduction script has."""
     import argparse

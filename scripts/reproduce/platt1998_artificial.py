@@ -393,25 +393,12 @@ def main() -> int:
         if s not in SOLVERS:
             ap.error(f"unknown solver {s!r}: choose from {', '.join(SOLVERS)}")
     out = args.out or (Path(tempfile.mkdtemp(prefix="platt-art-")) if args.quick else c.OUT_DEFAULT)
-    machine = c.machine()
     cmdline = "python scripts/reproduce/platt1998_artificial.py " + " ".join(sys.argv[1:])
-    print(f"# {cmdline}\n# {machine}", flush=True)
-    with c.Workdir("platt-artificial") as wd:
-
-        def save(results: list[dict], final: bool) -> None:
-            """Write the tables so far (after every size: a cut-short run keeps its results)."""
-            tail = "; load at the end" if final else "; partial run, load now"
-            md = report(results, machine + f"{tail} {c.loadavg()}", cmdline)
-            if final:
-                print(md)
-            raw = {"machine": machine, "results": results, "cmdline": cmdline, "seed": args.seed}
-            raw["tail"] = f"{tail} {c.loadavg()}"
-            c.write_outputs(out, args.stem, md, raw)
-
-        results: list[dict] = []
-        for nm in names:
-            results.append(experiment(nm, args, wd.path, results, save))
-        save(results, final=True)
+    print(f"# {cmdline}\n# {c.machine()}", flush=True)
+    c.run_experiments(
+        "platt-artificial", names, lambda nm, path, results, save: experiment(
+            nm, args, path, results, save), report, out, args.stem, cmdline, args.seed
+    )  # fmt: skip
     return 0
 
 

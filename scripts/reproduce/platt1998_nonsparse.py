@@ -133,23 +133,12 @@ def main() -> int:
     if args.quick and not args.sizes:
         args.sizes = [PAPER[names[0]][0][0]]
     out = args.out or (Path(tempfile.mkdtemp(prefix="platt-ns-")) if args.quick else c.OUT_DEFAULT)
-    machine = c.machine()
     cmdline = "python scripts/reproduce/platt1998_nonsparse.py " + " ".join(sys.argv[1:])
-    print(f"# {cmdline}\n# {machine}", flush=True)
-    with c.Workdir("platt-nonsparse") as wd:
-
-        def save(results: list[dict], final: bool) -> None:
-            tail = "; load at the end" if final else "; partial run, load now"
-            md = report(results, machine + f"{tail} {c.loadavg()}", cmdline)
-            if final:
-                print(md)
-            raw = {"machine": machine, "results": results, "cmdline": cmdline, "seed": args.seed}
-            c.write_outputs(out, args.stem, md, raw)
-
-        results: list[dict] = []
-        for nm in names:
-            results.append(experiment(nm, args, wd.path, results, save))
-        save(results, final=True)
+    print(f"# {cmdline}\n# {c.machine()}", flush=True)
+    c.run_experiments(
+        "platt-nonsparse", names, lambda nm, path, results, save: experiment(
+            nm, args, path, results, save), report, out, args.stem, cmdline, args.seed
+    )  # fmt: skip
     return 0
 
 
