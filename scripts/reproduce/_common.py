@@ -336,6 +336,24 @@ def write_outputs(out: Path, stem: str, md: str, raw: dict) -> None:
     print(f"# wrote {out / (stem + '.md')} and {out / (stem + '.json')}", flush=True)
 
 
+def parse_choices(ap, text: str, choices, what: str) -> list[str]:
+    """A comma list of names, each one of ``choices`` (else ``ap.error`` naming them)."""
+    names = [v for v in text.split(",") if v]
+    for nm in names:
+        if nm not in choices:
+            ap.error(f"unknown {what} {nm!r}: choose from {', '.join(choices)}")
+    return names
+
+
+def parse_sizes(ap, text: str) -> list[int]:
+    """``--sizes``: whole numbers separated by commas, sorted (else ``ap.error``)."""
+    try:
+        return sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        ap.error(f"--sizes {text!r}: give whole numbers separated by commas")
+        raise
+
+
 def run_experiments(
     tag: str, names: list[str], run_one, render, out: Path, stem: str, cmdline: str, seed: int
 ) -> list[dict]:

@@ -380,18 +380,9 @@ def main() -> int:
         md = report(raw["results"], raw["machine"] + raw.get("tail", ""), raw["cmdline"])
         c.write_outputs(args.out or args.render.parent, args.render.stem, md, raw)
         return 0
-    args.solvers = args.solvers.split(",")
-    try:
-        args.sizes = sorted({int(v) for v in args.sizes.split(",") if v})
-    except ValueError:
-        ap.error(f"--sizes {args.sizes!r}: give whole numbers separated by commas")
-    names = args.experiments.split(",")
-    for nm in names:
-        if nm not in PAPER:
-            ap.error(f"unknown experiment {nm!r}: choose from {', '.join(PAPER)}")
-    for s in args.solvers:
-        if s not in SOLVERS:
-            ap.error(f"unknown solver {s!r}: choose from {', '.join(SOLVERS)}")
+    args.solvers = c.parse_choices(ap, args.solvers, SOLVERS, "solver")
+    args.sizes = c.parse_sizes(ap, args.sizes)
+    names = c.parse_choices(ap, args.experiments, PAPER, "experiment")
     out = args.out or (Path(tempfile.mkdtemp(prefix="platt-art-")) if args.quick else c.OUT_DEFAULT)
     cmdline = "python scripts/reproduce/platt1998_artificial.py " + " ".join(sys.argv[1:])
     print(f"# {cmdline}\n# {c.machine()}", flush=True)

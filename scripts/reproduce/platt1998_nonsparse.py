@@ -124,12 +124,9 @@ def main() -> int:
     ap.add_argument("--sizes", default="", help="comma list of sizes (default: the paper's)")
     ap.add_argument("--stem", default="platt1998-nonsparse", help="name of the output files")
     args = ap.parse_args()
-    args.solvers = args.solvers.split(",")
-    args.sizes = sorted({int(v) for v in args.sizes.split(",") if v.strip().isdigit()})
-    names = args.experiments.split(",")
-    for nm in names:
-        if nm not in PAPER:
-            ap.error(f"unknown experiment {nm!r}: choose from {', '.join(PAPER)}")
+    args.solvers = c.parse_choices(ap, args.solvers, SOLVERS, "solver")
+    args.sizes = c.parse_sizes(ap, args.sizes)
+    names = c.parse_choices(ap, args.experiments, PAPER, "experiment")
     if args.quick and not args.sizes:
         args.sizes = [PAPER[names[0]][0][0]]
     out = args.out or (Path(tempfile.mkdtemp(prefix="platt-ns-")) if args.quick else c.OUT_DEFAULT)
