@@ -321,7 +321,9 @@ def main() -> int:
     args.perf_exe = c.comparator("SVMPERF_LEARN")
     args.light_exe = c.comparator("SVMLIGHT_LEARN")
     machine = c.machine()
-    cmdline = "python scripts/reproduce/joachims2006.py " + " ".join(sys.argv[1:])
+    # BLAS threads change the paper variant's time (its working-set QP may use an SVD)
+    blas = [f"{k}={c.os.environ[k]} " for k in ("OPENBLAS_NUM_THREADS",) if k in c.os.environ]
+    cmdline = "".join(blas) + "python scripts/reproduce/joachims2006.py " + " ".join(sys.argv[1:])
     print(f"# {cmdline}\n# {machine}", flush=True)
     md = [f"Run: `{cmdline}` — {{machine}}. Synth: {SYNTH}.", ""]
     if like:
