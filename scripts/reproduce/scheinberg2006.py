@@ -266,8 +266,8 @@ def incremental(
     calls (each timed inside its child, around the train call: no interpreter start, store
     opening, ingest or model writing), ``ingest_wall`` (the appends' wall seconds, not in
     ``cpu``), ``passes``/``iterations`` summed, ``batch_rows`` (n/k) and ``commands``
-    (the first two train commands); ``{"timeout": s, "step": i}`` when a call ran out of
-    its ``timeout`` CPU seconds.
+    (the first two train commands, the scratch folder written ``WORK``);
+    ``{"timeout": s, "step": i}`` when a call ran out of its ``timeout`` CPU seconds.
     """
     store = work / f"{data}-{n}-inc{k}.zarr"
     sizes = [round(n * (i + 1) / k) for i in range(k)]
@@ -287,7 +287,7 @@ def incremental(
             p["init"] = str(prev_model)
         r = c.train(store, "active-set", p, timeout=timeout, save=model)
         if len(commands) < 2:
-            commands.append(r["command"])
+            commands.append(r["command"].replace(str(work), "WORK"))
         if "timeout" in r:
             shutil.rmtree(store, ignore_errors=True)
             return {**r, "step": i + 1, "cpu_before": tot["cpu"], "batch_rows": sizes[0]}
