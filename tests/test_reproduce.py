@@ -110,6 +110,21 @@ def test_joachims2006_like_quick(tmp_path):
     assert raw["synth"]["features"] == 78 and raw["synth"]["nnz_per_row"] == 30
 
 
+@pytest.mark.slow
+def test_joachims2006_like_c11_is_unbalanced(tmp_path):
+    """The Reuters C11 stand-in: RCV1's width and row length with an unbalanced class ratio
+    (3 % positives before 1 % flipped labels), which the CCAT one (47 %) does not have."""
+    _run(
+        "joachims2006.py", tmp_path, "--like", "c11", "--parts", "1", "--sizes", "3000",
+        "--c-synth", "1000",
+    )  # fmt: skip
+    raw = json.loads((tmp_path / "joachims2006.json").read_text())
+    assert raw["synth"]["features"] == 47236 and raw["synth"]["nnz_per_row"] == 76
+    assert raw["synth"]["positive_fraction"] == 0.03 and raw["synth"]["noise"] == 0.01
+    assert 0.02 < raw["positive_share"] < 0.06
+    assert raw["scaling"][0]["paper"]["converged"]
+
+
 def _artificial():
     """The generator and report of Platt's section 3.3 (a script, imported from its folder)."""
     sys.path.insert(0, str(SCRIPTS))
