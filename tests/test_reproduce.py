@@ -66,6 +66,19 @@ def test_scheinberg2006_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_scheinberg2006_incremental_quick(tmp_path):
+    """Table 6's incremental mode: rows appended in 4 parts, each training warm-started from
+    the last model, ends at the batch optimum."""
+    _run("scheinberg2006.py", tmp_path, "--tables", "6", "--tol", "1e-6", "--no-light")
+    raw = json.loads((tmp_path / "scheinberg2006.json").read_text())
+    [rec] = raw["results"]
+    inc, batch = rec["inc"]["4"], rec["ours"]
+    assert inc["steps"] == 4 and inc["warm_start"] and not batch["warm_start"]
+    assert (inc["n_s"], inc["n_c"], inc["n_rows"]) == (batch["n_s"], batch["n_c"], rec["n"])
+    assert inc["dual_rel_diff"] <= 1e-6 and inc["same"] is True
+
+
+@pytest.mark.slow
 def test_perezcruz_quick(tmp_path):
     _run("perezcruz.py", tmp_path)
     raw = json.loads((tmp_path / "perezcruz.json").read_text())

@@ -97,10 +97,10 @@ def write_subset(lines: list[bytes], order: list[int], n: int, path: Path) -> Pa
     return path
 
 
-def ingest(text: Path, store: Path, n_features: int) -> dict:
-    """``ooc-svm ingest --json`` of one text file."""
+def ingest(text: Path, store: Path, n_features: int, append: bool = False) -> dict:
+    """``ooc-svm ingest --json`` of one text file (``--append``: add its rows to ``store``)."""
     cmd = [*ooc_svm_exe(), "-q", "ingest", str(text), str(store), "--json"]
-    cmd += ["--n-features", str(n_features)]
+    cmd += ["--n-features", str(n_features)] + (["--append"] if append else [])
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"ingest failed: {out.stderr.strip()}")
@@ -143,8 +143,15 @@ def timed(
     return out, wall, cpu
 
 
-def train(store: Path, solver: str, params: dict[str, Any], timeout: float | None = None) -> dict:
-    """Train with ``ooc_svm.api.train`` in a fresh child process.
+def train(
+    store: Path,
+    solver: str,
+    params: dict[str, Any],
+    timeout: float | None = None,
+    save: Path | None = None,
+) -> dict:
+    """Train with ``ooc_svm.api.train`` in a fresh child process; ``save``: write the model
+    there (after the timed span), e.g. for a later ``init`` (warm start) of another run.
 
     Returns the solver's JSON summary (``Result.to_json_dict``) plus ``n_sv``, ``cpu`` (CPU
     seconds of the child around the ``train`` call alone: no interpreter start, imports or
@@ -152,10 +159,12 @@ def train(store: Path, solver: str, params: dict[str, Any], timeout: float | Non
     ``ooc-svm train`` command line); ``{"timeout": s}`` when it ran out of time.
     """
     spec = {"store": str(store), "solver": solver, "params": params}
+    if save is not None:
+        spec["save"] = str(save)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
     out, wall, cpu = timed(cmd, timeout)
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items())
-    cli = f"ooc-svm train STORE -o MODEL --solver {solver} {flags} --json"
+    cli = f"ooc-svm train STORE -o {save or 'MODEL'} --solver {solver} {flags} --json"
     if out is None:
         return {"timeout": timeout, "wall": wall, "cpu": cpu, "command": cli}
     if out.returncode != 0:
@@ -184,7 +193,9 @@ def _child(spec: dict) -> dict:
     sv = getattr(res.model, "support_vectors_", None)
     if d.get("n_sv") is None and sv is not None:
         d["n_sv"] = int(sv.shape[0])
-    d.update(cpu=cpu, wall=wall, converged=bool(res.converged))
+    d.update(cpu=cpu, wall=wall, converged=bool(res.converged), n_rows=int(st.meta.n_rows))
+    if spec.get("save"):
+        res.model.save(spec["save"])
     return d
 
 
