@@ -100,12 +100,18 @@ def test_joachims2006_quick(tmp_path):
 
 @pytest.mark.slow
 def test_joachims2006_like_quick(tmp_path):
-    """A Table 1 stand-in: synth rows of KDD04 Physics' width (78) and row length (30)."""
-    _run("joachims2006.py", tmp_path, "--like", "kdd04", "--parts", "1", "--c-synth", "1000")
+    """A Table 1 stand-in: synth rows of KDD04 Physics' width (78) and row length (30), with
+    the epsilon sweep (part 5) on its largest size."""
+    _run("joachims2006.py", tmp_path, "--like", "kdd04", "--parts", "1,5", "--c-synth", "1000")
     raw = json.loads((tmp_path / "joachims2006.json").read_text())
     assert raw["scaling"]
-    for rec in raw["scaling"]:
+    for rec in raw["scaling"] + raw["eps_synth"]:
         assert rec["paper"]["converged"] and rec["accelerated"]["converged"]
+    eps = raw["eps_synth"]
+    assert [r["eps"] for r in eps] == [0.1, 0.01, 0.001]
+    assert {r["n"] for r in eps} == {max(r["n"] for r in raw["scaling"])}
+    # a tighter epsilon never takes fewer cutting planes (Figure 5's trend)
+    assert eps[0]["paper"]["iterations"] <= eps[-1]["paper"]["iterations"]
     assert raw["like"] == "kdd04"
     assert raw["synth"]["features"] == 78 and raw["synth"]["nnz_per_row"] == 30
 
