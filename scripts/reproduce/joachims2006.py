@@ -267,6 +267,20 @@ def sweep_table(recs: list[dict], key: str, title: str, md: list[str]) -> dict:
     return res
 
 
+def eps_sweep(
+    store: Path, text: Path, n: int, C: float, args, work: Path, md: list[str],
+    eps_list: list[float], tag: str, what: str,
+) -> tuple[list[dict], dict]:  # fmt: skip
+    """Figures 5-6: ours and SVMperf at each epsilon on one store (C in the paper's units);
+    the runs and their fitted exponents, the table appended to ``md``."""
+    recs = [perf_runs(store, text, n, C, args, work, eps=e, light_ok=False) for e in eps_list]
+    for r in recs:
+        _line(f"{tag} eps={r['eps']}", r)
+    exp = sweep_table(recs, "eps", f"Iterations and time vs eps, {what}", md)
+    md.insert(-2, "Paper: iterations ~(1/eps)^0.3, time ~(1/eps)^0.4.")
+    return recs, exp
+
+
 def _cell(r: dict | None):
     """CPU seconds, ``>T`` when the run ran out of its CPU limit, None when not run."""
     if not r:
@@ -395,21 +409,11 @@ def main() -> int:
                 text = c.write_subset(lines, order, n, w / f"synth-{n}.txt")
                 store = w / f"synth-eps-{n}.zarr"
                 c.ingest(text, store, SYNTH["features"])
-                eps_list = [0.1, 0.01, 0.001] if args.quick else [0.1, 0.03, 0.01, 0.003, 0.001]
-                recs = [
-                    perf_runs(store, text, n, args.c_synth, args, w, eps=e, light_ok=False)
-                    for e in eps_list
-                ]
-                for r in recs:
-                    _line(f"synth n={n} eps={r['eps']}", r)
-                raw["eps_synth"] = recs
-                raw["eps_synth_exp"] = sweep_table(
-                    recs,
-                    "eps",
-                    f"Iterations and time vs eps, synth n={n}, C={args.c_synth:g}",
-                    md,
-                )
-                md.insert(-2, "Paper: iterations ~(1/eps)^0.3, time ~(1/eps)^0.4.")
+                raw["eps_synth"], raw["eps_synth_exp"] = eps_sweep(
+                    store, text, n, args.c_synth, args, w, md,
+                    [0.1, 0.01, 0.001] if args.quick else [0.1, 0.03, 0.01, 0.003, 0.001],
+                    f"synth n={n}", f"synth n={n}, C={args.c_synth:g}",
+                )  # fmt: skip
                 c.shutil.rmtree(store, ignore_errors=True)
         save(md, raw, machine, out, args.stem)
         if parts & {"3", "4"}:
@@ -419,23 +423,11 @@ def main() -> int:
             c.ingest(text, store, nf)
             n = len(lines)
             if "3" in parts:
-                eps_list = (
-                    [0.1, 0.01, 0.001] if args.quick else [0.1, 0.03, 0.01, 0.003, 0.001, 0.0003]
-                )
-                recs = [
-                    perf_runs(store, text, n, 0.05 * n, args, w, eps=e, light_ok=False)
-                    for e in eps_list
-                ]
-                for r in recs:
-                    _line(f"adult eps={r['eps']}", r)
-                raw["eps"] = recs
-                raw["eps_exp"] = sweep_table(
-                    recs,
-                    "eps",
-                    f"Iterations and time vs eps, Adult (a9a), C=0.05·n={0.05 * n:.0f}",
-                    md,
-                )
-                md.insert(-2, "Paper: iterations ~(1/eps)^0.3, time ~(1/eps)^0.4.")
+                raw["eps"], raw["eps_exp"] = eps_sweep(
+                    store, text, n, 0.05 * n, args, w, md,
+                    [0.1, 0.01, 0.001] if args.quick else [0.1, 0.03, 0.01, 0.003, 0.001, 0.0003],
+                    "adult", f"Adult (a9a), C=0.05·n={0.05 * n:.0f}",
+                )  # fmt: skip
                 cs = [0.05, 5.0] if args.quick else [0.005, 0.05, 0.5, 5.0, 50.0]
                 recs = [
                     perf_runs(
