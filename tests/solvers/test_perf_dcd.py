@@ -173,3 +173,60 @@ def test_local_and_dask_engines_agree(make_store):
     for r in (dask, held):
         np.testing.assert_array_equal(r.model.coef_, local.model.coef_)
         assert r.objective == local.objective
+
+
+def test_held_with_the_default_engine_and_auto_cache(make_store):
+    """``--inner-mb auto`` holds the rows when they fit the memory budget: it read the
+    automatic shard cache's budget before the cache was sized (0) and read every epoch."""
+    X, y = _data(5, n=600)
+    st = make_store(X, y, shard_rows=150)
+    with make_engine(cache_mb="auto") as eng:
+        res = train(st, "perf", engine=eng, variant="dcd", eps=1e-3)
+    assert res.summary["held"] and res.passes == 1
+
+
+def test_the_model_is_the_best_point_measured(make_store):
+    """Every certificate moves to the best point of the segment from the best point so far
+    to the epoch's w: the objectives reported never increase and the model's true objective
+    is the last one reported."""
+    X, y = _data(6, n=1500, d=60, shift=0.0)
+    st = make_store(X, y, shard_rows=300)
+    C, eps = 4.0, 1e-6
+    res = train(st, "perf", variant="dcd", C=C, eps=eps, max_iter=400)
+    objs = [h["objective"] for h in res.history]
+    assert len(objs) >= 3
+    assert all(b <= a for a, b in zip(objs, objs[1:], strict=False))
+    m = res.model
+    assert res.objective == pytest.approx(_objective(X, y, m.coef_, m.intercept_, (C, C)), 1e-9)
+    lbs = [h["lower_bound"] for h in res.history]
+    assert all(lb <= p for lb, p in zip(lbs, objs, strict=True))
+
+
+def test_certificate_schedule_follows_the_work_not_the_epochs():
+    from ooc_svm.solvers.perf.dcd_cert import Schedule
+
+    s = Schedule(100)
+    assert s.after(100)  # the first epoch
+    assert s.after(100)  # a full epoch since
+    assert [s.after(30) for _ in range(4)] == [False, False, False, True]  # 120 rows swept
+    # late: the rows since the last one must also reach a tenth of all the rows swept
+    s.total = 10_000.0
+    assert not s.after(500) and s.after(700)  # 1,200 rows >= a tenth of 11,200
+
+
+def test_auto_picks_dcd_on_wide_stores_and_says_why(make_store, monkeypatch):
+    from ooc_svm.solvers.perf import auto
+
+    X, y = _data(7, n=300, d=40)
+    st = make_store(X, y, shard_rows=100)
+    monkeypatch.setattr(auto, "DCD_MIN_FEATURES", 41)
+    narrow = train(st, "perf", eps=1e-3)
+    assert narrow.summary["variant"] == "accelerated"
+    assert narrow.summary["auto"].startswith("accelerated: a narrow store")
+    monkeypatch.setattr(auto, "DCD_MIN_FEATURES", 40)
+    wide = train(st, "perf", eps=1e-3)
+    assert wide.summary["variant"] == "dcd" and wide.summary["auto"].startswith("dcd: at least")
+    assert wide.converged and narrow.converged
+    assert abs(wide.objective - narrow.objective) <= 2 * 1e-3 * X.shape[0]
+    # ranks, checkpoints and --init keep the cutting plane
+    assert auto.choose(perf.Params(), st.meta, checkpoint=True)[0] == "accelerated"

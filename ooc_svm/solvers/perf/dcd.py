@@ -12,16 +12,19 @@ Fit in Memory*, KDD 2010, Algorithm 2): the blocks are the store's shards, visit
 seeded random order every epoch, and each visit runs one sweep of the dual coordinate
 descent of Hsieh et al. (ICML 2008, Algorithm 1, shrinking as in Section 3.2) over the
 block's active rows in a seeded random order. w = Σαᵢyᵢx̃ᵢ (dense float64, over the columns
-the store holds when it is wide, most frequent first) and α (8 bytes a row, with the row's
-Q̄ᵢᵢ, sign and place in the active order: 21 bytes a row) stay in memory; the blocks' rows
-are held decoded between epochs when they fit ``--inner-mb`` (default: the engine's shard
-cache budget) and are read again through the engine every epoch otherwise.
+the store holds when it is wide, most frequent first) and the per-row state (α, Q̄ᵢᵢ, the
+margins at the best point and at the last measured w, sign and place in the active order:
+37 bytes a row) stay in memory; the blocks' rows are held decoded between epochs when they
+fit ``--inner-mb`` (default: the engine's shard cache budget) and are read again through the
+engine every epoch otherwise.
 
-Certificate (the accelerated variant's): after each epoch one sweep over the rows at the
-current w gives P(w) and D(α); the run stops when P(w) − D(α) ≤ ε·C·n, so
-P(w) ≤ P* + C·n·ε (D(α) ≤ P* by weak duality). The gap is summed block by block in shard
-order and the sweeps run in one thread: the model is the same bits for any number of
-threads and either engine, and a function of ``--seed``.
+Certificate (:mod:`.dcd_cert`): a pass over the rows after the first epoch and then each time
+the rows swept reach the number of rows gives the best primal point on the segment from the
+best point so far to the epoch's w, P(w_b), and D(α); the run stops when P(w_b) − D(α) ≤
+ε·C·n, so P(w_b) ≤ P* + C·n·ε (D(α) ≤ P* by weak duality), and returns w_b. The losses are
+summed block by block in shard order and the schedule depends on the active counts only: the
+model is the same bits for any number of threads and either engine, and a function of
+``--seed``.
 """
 
 from __future__ import annotations
@@ -42,11 +45,11 @@ from ._numba.dcd import (
     alpha_terms,
     count_columns,
     dcd_sweep,
-    primal_loss,
     remap_columns,
     row_norms,
 )
 from .common import _finite, _Progress, _resolve_C
+from .dcd_cert import Best, Schedule, certify
 from .params import remap_min_dim
 
 if TYPE_CHECKING:
@@ -57,9 +60,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: bytes a row of per-row state costs (α, Q̄ᵢᵢ: float64; place in the active order: int32;
-#: sign: int8)
-STATE_BYTES_PER_ROW = 21
+#: bytes a row of per-row state costs (α, Q̄ᵢᵢ and the margins at the best point and at the
+#: last measured w: float64; place in the active order: int32; sign: int8)
+STATE_BYTES_PER_ROW = 37
 
 #: decoded bytes of a held block: CSR (8 per non-zero: int32 column + float32 value; int64
 #: row pointer) and the per-row state
@@ -83,6 +86,9 @@ class _Block:
     qd: np.ndarray
     index: np.ndarray
     n_active: int
+    #: margins yᵢ w·x̃ᵢ at the best point and at the last measured w (:mod:`.dcd_cert`)
+    mb: np.ndarray
+    mc: np.ndarray
     #: CSR arrays (columns remapped when the run is) while held; None when streamed
     indptr: np.ndarray | None = None
     indices: np.ndarray | None = None
@@ -145,12 +151,11 @@ class _Run:
 
     # -- blocks -----------------------------------------------------------------------------
     def hold_budget(self) -> float:
-        """Bytes of decoded blocks that may stay in memory between epochs."""
-        v = str(self.params.inner_mb).strip().lower()
-        if v == "auto" or v.startswith("auto:"):
-            cache = getattr(self.engine, "cache", None)
-            return float(getattr(cache, "budget", 0) or 0)
-        return float(v) * 2**20
+        """Bytes of decoded blocks that may stay in memory between epochs: ``--inner-mb``, or
+        for ``auto[:SHARE]`` that share of the memory budget left (at most what the blocks
+        need). The engine's automatic shard cache is sized on its first pass, after this
+        choice: reading it here gave 0 and every epoch read the store again."""
+        return self.params.inner_mib(whole_mib=self.held_bytes() / 2**20) * 2**20
 
     def held_bytes(self) -> float:
         meta = self.store.meta
@@ -194,7 +199,7 @@ class _Run:
         row_norms(shard.indptr, shard.data, self.bias, sign, self.diag, qd)
         blk = _Block(
             sid=sid, n_rows=n, sign=sign, alpha=np.zeros(n), qd=qd,
-            index=np.arange(n, dtype=np.int32), n_active=n,
+            index=np.arange(n, dtype=np.int32), n_active=n, mb=np.zeros(n), mc=np.zeros(n),
         )  # fmt: skip
         if keep:
             blk.indptr, blk.indices, blk.data = shard.indptr, shard.indices, shard.data
@@ -255,26 +260,6 @@ class _Run:
                 del shard
 
     # -- the certificate --------------------------------------------------------------------
-    def loss_at(self, w: np.ndarray, threads: int) -> tuple[float, int]:
-        """(primal loss, rows with margin < 1) at ``w``, summed block by block in shard order
-        (held blocks on up to ``threads`` threads; the sum is the same for any number)."""
-
-        def one(item):
-            blk, (ip, ix, dt) = item
-            return primal_loss(ip, ix, dt, blk.sign, w, self.bias, self.costs, self.squared)
-
-        order = list(range(len(self.blocks)))
-        if self.held and threads > 1 and len(order) > 1:
-            with ThreadPoolExecutor(threads, thread_name_prefix="ooc-svm-dcd") as pool:
-                parts = list(pool.map(one, self.visit(order)))
-        else:
-            parts = [one(item) for item in self.visit(order)]
-        loss, viol = 0.0, 0
-        for p in parts:
-            loss += p[0]
-            viol += p[1]
-        return loss, viol
-
     def alpha_sums(self) -> tuple[float, float]:
         """(Σαᵢ, Σ Dᵢᵢαᵢ²), summed block by block in shard order."""
         asum = asq = 0.0
@@ -286,26 +271,25 @@ class _Run:
 
 
 @dataclass
-class _Epoch:
-    """An epoch's end point and its certificate (``loss`` possibly still being computed)."""
+class _Cert:
+    """A measured epoch: its dual terms (D(α) = Σα − ½‖w‖² − ½ΣDα²) and the best point after
+    its certificate pass (``best``: a :class:`Best`, or its Future while the pass runs)."""
 
     epoch: int
-    w: np.ndarray
     asum: float
     asq: float
+    wn: float
     active: int
     spread: float
     seconds: float
-    loss: Any  # float, or the Future of (loss, violated)
+    best: Any
 
-    def finish(self, Cn: float) -> tuple[float, float, float, float]:
-        """(P, D, loss, gap / (C n)) at this point."""
-        loss = self.loss.result()[0] if hasattr(self.loss, "result") else self.loss
-        self.loss = loss
-        wn = float(np.dot(self.w, self.w))
-        P = 0.5 * wn + loss
-        D = self.asum - 0.5 * wn - 0.5 * self.asq
-        return P, D, loss, (P - D) / Cn
+    def finish(self, Cn: float) -> tuple[Best, float, float]:
+        """(best point, D, gap / (C n)) at this epoch."""
+        if hasattr(self.best, "result"):
+            self.best = self.best.result()
+        D = self.asum - 0.5 * self.wn - 0.5 * self.asq
+        return self.best, D, (self.best.P - D) / Cn
 
 
 def _sweep_seed(seed: int, epoch: int, sid: int) -> int:
@@ -332,64 +316,85 @@ def solve_dcd(
     run.prepare()
     run.prog.t0 = t0
     w = np.zeros(run.dim)
-    # with held blocks and a second thread, the certificate of epoch e (the loss at a copy of
-    # w) is computed while epoch e + 1 sweeps; the run stops at the first certified epoch
-    # and returns that copy, so the model and the epochs are those of the serial order
+    # with held blocks and a second thread, the certificate pass of epoch e runs on a copy
+    # of w while the next epochs sweep; the run stops at the first certified epoch and
+    # returns its best point: the model and the epochs are those of the serial order
     overlap = run.held and run.threads > 1
-    snaps = [np.empty(run.dim), np.empty(run.dim)] if overlap else []
     pool = ThreadPoolExecutor(1, thread_name_prefix="ooc-svm-dcd") if overlap else None
-    rng = np.random.default_rng(int(params.seed))
-    Cn = run.C * run.n
-    pg_max_old, pg_min_old, pg_tol = math.inf, -math.inf, PG_TOL
-    shrink = bool(params.shrinking)
-    epoch = 0
-    pending: _Epoch | None = None
-    final: _Epoch | None = None
-    last: tuple[float, float, float, float] = (math.inf, -math.inf, 0.0, math.inf)
     try:
-        while epoch < max(1, int(params.max_iter)):
-            epoch += 1
-            te = time.perf_counter()
-            order = [int(k) for k in rng.permutation(len(run.blocks))]
-            pg_max, pg_min, active = _sweep_epoch(
-                run, order, w, pg_max_old, pg_min_old, int(params.seed), epoch, shrink
-            )
-            spread = pg_max - pg_min
-            cur = _epoch_record(run, pool, snaps, epoch, w, active, spread, te)
-            for ep in ([pending] if pending is not None else []) + ([] if pool else [cur]):
-                last = ep.finish(Cn)
-                _emit(run, ep, last)
-                if last[3] <= run.eps:
-                    final = ep
-                    break
-            if final is not None:
-                break
-            pending = cur if pool is not None else None
-            # shrinking (LIBLINEAR): rows come back when the active ones are optimal to pg_tol
-            if spread <= pg_tol:
-                if active == run.n:
-                    pg_tol /= 10.0
-                for b in run.blocks:
-                    b.n_active = b.n_rows
-                pg_max_old, pg_min_old = math.inf, -math.inf
-                continue
-            pg_max_old = pg_max if pg_max > 0 else math.inf
-            pg_min_old = pg_min if pg_min < 0 else -math.inf
-        if final is None:
-            final = pending if pending is not None else cur
-            if pending is not None:
-                last = final.finish(Cn)
-                _emit(run, final, last)
+        final, last = _loop(run, params, w, pool)
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
-    P, D, loss, stop = last
+    best, D, stop = last
     converged = stop <= run.eps
     if not converged:
         log.warning(
             "perf dcd: stopped after %d epochs (max_iter) with gap %.3g > eps", final.epoch, stop
         )
-    return _result(run, final.w, P, D, loss, final.epoch, converged, stop)
+    return _result(run, best, D, final, converged, stop)
+
+
+def _loop(
+    run: _Run, params: Params, w: np.ndarray, pool: ThreadPoolExecutor | None
+) -> tuple[_Cert, tuple[Best, float, float]]:
+    """The epochs, until a measured epoch is certified or ``max_iter``: (that epoch, its
+    (best point, D, gap / (C n)))."""
+    rng = np.random.default_rng(int(params.seed))
+    Cn = run.C * run.n
+    pg_max_old, pg_min_old, pg_tol = math.inf, -math.inf, PG_TOL
+    shrink = bool(params.shrinking)
+    sched = Schedule(run.n)
+    best = Best(np.zeros(run.dim), math.inf, math.inf)
+    snap = np.empty(run.dim) if pool is not None else w
+    max_iter = max(1, int(params.max_iter))
+    pending: _Cert | None = None
+    last: tuple[Best, float, float] | None = None
+    epoch = 0
+    while True:
+        epoch += 1
+        te = time.perf_counter()
+        swept = sum(b.n_active for b in run.blocks)
+        order = [int(k) for k in rng.permutation(len(run.blocks))]
+        pg_max, pg_min, active = _sweep_epoch(
+            run, order, w, pg_max_old, pg_min_old, int(params.seed), epoch, shrink
+        )
+        spread = pg_max - pg_min
+        due = sched.after(swept) or epoch >= max_iter
+        if pending is not None and (due or pending.best.done()):
+            last = pending.finish(Cn)
+            best = last[0]
+            _emit(run, pending, last)
+            if last[2] <= run.eps:
+                return pending, last
+            pending = None
+        if due:
+            asum, asq = run.alpha_sums()
+            fut: Any
+            if pool is not None:
+                np.copyto(snap, w)
+                fut = pool.submit(certify, run, best, snap, 1)
+            else:
+                fut = certify(run, best, w, run.threads)
+            pending = _Cert(epoch, asum, asq, float(np.dot(w, w)), active, spread,
+                            time.perf_counter() - te, fut)  # fmt: skip
+            if pool is None or epoch >= max_iter:
+                last = pending.finish(Cn)
+                best = last[0]
+                _emit(run, pending, last)
+                if last[2] <= run.eps or epoch >= max_iter:
+                    return pending, last
+                pending = None
+        # shrinking (LIBLINEAR): rows come back when the active ones are optimal to pg_tol
+        if spread <= pg_tol:
+            if active == run.n:
+                pg_tol /= 10.0
+            for b in run.blocks:
+                b.n_active = b.n_rows
+            pg_max_old, pg_min_old = math.inf, -math.inf
+            continue
+        pg_max_old = pg_max if pg_max > 0 else math.inf
+        pg_min_old = pg_min if pg_min < 0 else -math.inf
 
 
 def _sweep_epoch(
@@ -416,36 +421,13 @@ def _sweep_epoch(
     return pg_max, pg_min, active
 
 
-def _epoch_record(
-    run: _Run,
-    pool: ThreadPoolExecutor | None,
-    snaps: list[np.ndarray],
-    epoch: int,
-    w: np.ndarray,
-    active: int,
-    spread: float,
-    te: float,
-) -> _Epoch:
-    """The epoch's record; with ``pool``, its loss is computed on a copy of ``w`` by the
-    pool's thread while the next epoch sweeps (else here, on all threads)."""
-    asum, asq = run.alpha_sums()
-    secs = time.perf_counter() - te
-    if pool is not None:
-        snap = snaps[epoch % 2]
-        np.copyto(snap, w)
-        return _Epoch(epoch, snap, asum, asq, active, spread, secs,
-                      pool.submit(run.loss_at, snap, 1))  # fmt: skip
-    return _Epoch(epoch, w, asum, asq, active, spread, secs,
-                  run.loss_at(w, run.threads)[0])  # fmt: skip
-
-
-def _emit(run: _Run, ep: _Epoch, vals: tuple[float, float, float, float]) -> None:
-    P, D, loss, stop = vals
+def _emit(run: _Run, ep: _Cert, vals: tuple[Best, float, float]) -> None:
+    best, D, stop = vals
     run.prog.emit(
         {
             "iteration": ep.epoch,
-            "objective": P,
-            "xi": loss / (run.C * run.n),
+            "objective": best.P,
+            "xi": best.loss / (run.C * run.n),
             "violation": stop,
             "working_set": ep.active,
             "pass_seconds": ep.seconds,
@@ -455,10 +437,9 @@ def _emit(run: _Run, ep: _Epoch, vals: tuple[float, float, float, float]) -> Non
     )
 
 
-def _result(
-    run: _Run, w: np.ndarray, P: float, D: float, loss: float, epochs: int, converged: bool,
-    stop: float,
-) -> Result:  # fmt: skip
+def _result(run: _Run, best: Best, D: float, final: _Cert, converged: bool, stop: float) -> Result:
+    """The model at the best point of the certified (or last measured) epoch."""
+    w, P, loss, epochs = best.w, best.P, best.loss, final.epoch
     d = run.d
     coef = np.zeros(d)
     if run.cols is None:
@@ -491,7 +472,7 @@ def _result(
         intercept_=bias_w * run.bias,
         info=info,
     )
-    active = sum(b.n_active for b in run.blocks)
+    active = final.active
     summary = {
         "variant": "dcd",
         "loss": "error",

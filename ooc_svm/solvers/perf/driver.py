@@ -35,13 +35,21 @@ def solve(
     params = as_params(Params, params)
     meta = store.meta
     params.validate(meta)
-    loss, variant = params.resolve_loss(meta), params.resolve_variant(meta, checkpoint is not None)
-    if variant != params.variant:
-        if variant == "selective":
-            log.info("perf: variant selective (auto: the store does not fit the memory budget)")
-        else:
-            log.debug("perf: variant %s (auto)", variant)
+    loss, variant, why = params.resolve_loss(meta), params.variant, ""
+    if variant == "auto":
+        from .auto import choose
+
+        variant, why = choose(params, meta, checkpoint is not None)
+        log.info("perf: variant %s (auto: %s)", variant, why)
         params = params.replace(variant=variant)
+    res = _run(store, engine, params, loss, variant, callback, checkpoint)
+    if why:
+        res.summary["auto"] = f"{variant}: {why}"
+    return res
+
+
+def _run(store, engine, params, loss, variant, callback, checkpoint) -> Result:
+    """The chosen variant's loop."""
     if variant == "selective":
         from .selective import solve_selective
 

@@ -78,9 +78,10 @@ class Params(SolverParams):
     )
     variant: str = param(
         "auto",
-        "auto = accelerated, or selective when the decoded store is larger than the share of "
-        "the memory budget (--memory-mb) the shard cache can have (binary, loss error, no class"
-        " weights or checkpoints): out of core, few full passes; both stop on the same "
+        "auto = chosen from the store's shape and the memory budget (solvers/perf/auto.py; -v "
+        "and --json say which and why): dcd on wide stores whose rows fit half the budget, "
+        "selective when the decoded store does not fit the shard cache's share, accelerated "
+        "otherwise and for ranks, ROC area, checkpoints and --init; all stop on the same "
         "certificate. paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line "
         "search to the best point, same single pass per iteration; selective = many inner "
         "cutting planes on the rows near the margin kept in memory (--inner-mb), full passes "
@@ -122,7 +123,8 @@ class Params(SolverParams):
         "too), or auto (auto:SHARE): SHARE (0.5) of the memory budget (--memory-mb) at the "
         "start, at most what every row of the store needs (then one pass suffices); svmperf: "
         "MiB of the rows kept for its partial rounds (auto: 256); dcd: MiB of decoded shards "
-        "held between epochs (auto: the shard cache's budget; else read every epoch)",
+        "held between epochs (auto: SHARE of the memory budget, all the blocks when they fit; "
+        "else read every epoch)",
     )
     hinge: str = param(
         "l1",
@@ -227,26 +229,13 @@ class Params(SolverParams):
         self.check_dense(meta)
 
     def resolve_variant(self, meta: StoreMeta, checkpoint: bool = False) -> str:
-        """The variant to run: ``auto`` is ``selective`` when the store, decoded, is larger
-        than what the shard cache may take of the memory budget left (its passes would read
-        the store from disk every time; selective needs few of them) and selective can train
-        it (binary labels, loss error, no class weights, no checkpoint, its dense vectors
-        within ``dense_limit_mb``); ``accelerated`` otherwise. Other values as given."""
+        """The variant to run: for ``auto`` the first row of :mod:`.auto`'s table that fits
+        the store and the memory budget; other values as given."""
         if self.variant != "auto":
             return self.variant
-        from ..._util import AUTO_CACHE_CAP_MB, AUTO_CACHE_SHARE
+        from .auto import choose
 
-        if (
-            checkpoint
-            or self.class_weight is not None
-            or meta.label_kind != "binary"
-            or self.resolve_loss(meta) != "error"
-            or DENSE_VECTORS * 8.0 * (int(meta.n_features) + 1) > self.dense_limit_mb * 2**20
-        ):
-            return "accelerated"
-        decoded = 8 * int(meta.nnz) + 16 * int(meta.n_rows)
-        room = memory_budget().share(AUTO_CACHE_SHARE, cap=int(AUTO_CACHE_CAP_MB * 2**20))
-        return "selective" if decoded > room else "accelerated"
+        return choose(self, meta, checkpoint)[0]
 
     def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
         """perf's dense vectors over the features (:meth:`dense_vectors`; over the columns the

@@ -1,0 +1,107 @@
+"""``--variant auto``: perf's algorithm chosen from the store's shape and the memory budget.
+
+One row per algorithm, tried in order; the first whose condition holds is run, and ``-v`` /
+``--json`` name it with its reason. Every algorithm stays selectable by name, and all of
+them stop on the same certificate P(w) − lower bound ≤ C·n·ε.
+
+- ``accelerated`` for ranks, ROC area, a checkpoint or ``--init``: the only one that does
+  them all;
+- ``dcd`` on stores of at least :data:`DCD_MIN_FEATURES` columns whose rows, decoded, fit
+  half the memory budget: on wide sparse data the cutting plane needs hundreds of passes
+  (click-log and kdd2010 shapes: ~1,000), dual coordinate descent over the rows held in
+  memory tens to hundreds of cheap epochs;
+- ``selective`` when the decoded store is larger than the shard cache's share: few full
+  passes when every pass reads the disk;
+- ``accelerated`` otherwise: narrow stores take ~30–80 passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...memory_budget import current as memory_budget
+
+if TYPE_CHECKING:
+    from ...store.format import StoreMeta
+    from .params import Params
+
+#: stores at least this wide train with dcd under ``auto`` when their rows fit in memory
+DCD_MIN_FEATURES = 1 << 18
+
+#: the share of the memory budget the decoded rows may take for ``auto`` to pick dcd
+DCD_HOLD_SHARE = 0.5
+
+#: decoded bytes of the rows dcd holds: 8 per non-zero (int32 column, float32 value), and
+#: per row its int64 row pointer and 37 bytes of state (solvers/perf/dcd.py)
+DCD_BYTES_PER_NNZ, DCD_BYTES_PER_ROW = 8, 45
+
+
+@dataclass(frozen=True)
+class Row:
+    """One algorithm of the table: its name, when ``auto`` picks it, and why."""
+
+    variant: str
+    when: Callable[[Params, StoreMeta, bool], bool]
+    why: str
+
+
+def _needs_accelerated(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
+    return (
+        checkpoint
+        or getattr(p, "init", None) is not None
+        or meta.label_kind != "binary"
+        or p.resolve_loss(meta) != "error"
+    )
+
+
+def _dcd_fits(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
+    if int(meta.n_features) < DCD_MIN_FEATURES:
+        return False
+    held = DCD_BYTES_PER_NNZ * int(meta.nnz) + DCD_BYTES_PER_ROW * int(meta.n_rows)
+    return held <= memory_budget().share(DCD_HOLD_SHARE)
+
+
+def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
+    from ..._util import AUTO_CACHE_CAP_MB, AUTO_CACHE_SHARE
+    from .params import DENSE_VECTORS
+
+    if p.class_weight is not None:
+        return False
+    if DENSE_VECTORS * 8.0 * (int(meta.n_features) + 1) > p.dense_limit_mb * 2**20:
+        return False
+    decoded = 8 * int(meta.nnz) + 16 * int(meta.n_rows)
+    room = memory_budget().share(AUTO_CACHE_SHARE, cap=int(AUTO_CACHE_CAP_MB * 2**20))
+    return decoded > room
+
+
+TABLE: tuple[Row, ...] = (
+    Row(
+        "accelerated",
+        _needs_accelerated,
+        "ranks, ROC area, a checkpoint or --init: only the accelerated cutting plane does them",
+    ),
+    Row(
+        "dcd",
+        _dcd_fits,
+        f"at least {DCD_MIN_FEATURES:,} columns and the rows fit half the memory budget: dual "
+        "coordinate descent over the rows in memory (cutting planes need hundreds of passes "
+        "on wide sparse data)",
+    ),
+    Row(
+        "selective",
+        _out_of_core,
+        "the decoded store is larger than the shard cache's share of the memory budget: "
+        "selective needs few full passes",
+    ),
+    Row("accelerated", lambda p, m, c: True, "a narrow store: few passes of the cutting plane"),
+)
+
+
+def choose(params: Params, meta: StoreMeta, checkpoint: bool = False) -> tuple[str, str]:
+    """``(variant, why)``: the first row of :data:`TABLE` whose condition holds."""
+    for row in TABLE:
+        if row.when(params, meta, checkpoint):
+            return row.variant, row.why
+    raise AssertionError("the last row always holds")
