@@ -132,3 +132,41 @@ def test_console_process_freezes_its_objects_before_exit(tmp_path, make_store):
     assert after_call == [True, 0]  # main(argv): the caller's GC untouched
     assert seen == [True]  # the training runs with the collector on
     assert frozen > 10_000  # numba's and numpy's objects frozen before exit
+
+
+def test_cached_kernels_load_without_numbas_target_and_give_the_same_bits(tmp_path, make_store):
+    """A kernel loaded from numba's cache without its CPU target (the default) links the same
+    object code as one loaded after the whole target (``init_numba_target(eager=True)``, as
+    the warm server does): the same model, bit for bit; and the lazy run never loads the
+    target's implementation modules (``numba.np.arraymath``, the BLAS check)."""
+    X = sp.random(500, 40, density=0.15, format="csr", random_state=5, dtype=np.float32)
+    y = np.where(np.arange(500) % 4 == 0, 1.0, -1.0)
+    make_store(X, y, shard_rows=200, name="s.zarr", compression="lz4")
+    code = (
+        "import json, sys\n"
+        "import ooc_svm.commands._startup as s\n"
+        "eager = sys.argv[1] == 'eager'\n"
+        "if eager:\n"
+        "    s._load_lazily = lambda: False\n"
+        "from ooc_svm.cli import main\n"
+        "rc = main(['train', '-q', '--solver', 'perf', '--bias', '1', '--eps', '0.0001',\n"
+        "           's.zarr', '-o', sys.argv[1]])\n"
+        "from numba.core import caching\n"
+        "print(json.dumps([rc, 'numba.np.arraymath' in sys.modules,\n"
+        "                  getattr(caching.Cache.load_overload, '_ooc_svm', False)]))\n"
+    )
+    seen = {}
+    for how in ("eager", "lazy"):  # eager first: it compiles what the cache lacks
+        r = subprocess.run(
+            [sys.executable, "-c", code, how],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        seen[how] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["eager"] == [0, True, False]
+    assert seen["lazy"] == [0, False, True]
+    arrays = {how: np.load(tmp_path / how / "arrays.npz") for how in seen}
+    assert sorted(arrays["eager"].files) == sorted(arrays["lazy"].files)
+    assert "coef" in arrays["lazy"].files
+    for name in arrays["eager"].files:
+        assert arrays["eager"][name].tobytes() == arrays["lazy"][name].tobytes(), name
