@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from .._util import json_text
@@ -59,14 +60,16 @@ def _hashing_line(h) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..interop.describe import is_model_dir, print_model_info
+    if os.path.isfile(os.path.join(str(args.store), "model.json")):  # `ooc-svm info MODEL`
+        # (interop.describe.is_model_dir; interop imports scipy, which a store never needs)
+        from ..interop.describe import print_model_info
+
+        return print_model_info(args.store, args.json)
+
     from ..store import open_store
     from ..store.format import label_kind_note
     from ..store.gc import find_leftovers
     from ._common import warn_leftovers
-
-    if is_model_dir(args.store):  # `ooc-svm info MODEL`
-        return print_model_info(args.store, args.json)
 
     store = open_store(args.store)
     d = store_summary(store)
