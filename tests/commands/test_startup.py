@@ -170,3 +170,18 @@ def test_cached_kernels_load_without_numbas_target_and_give_the_same_bits(tmp_pa
     assert "coef" in arrays["lazy"].files
     for name in arrays["eager"].files:
         assert arrays["eager"][name].tobytes() == arrays["lazy"][name].tobytes(), name
+
+
+def test_predict_and_evaluate_of_a_linear_model_import_only_what_they_need(tmp_path, make_store):
+    """A linear model scores a store with numpy and numba only: no scipy.sparse (only a
+    kernel model's support vectors need it: 0.15 s of CPU on a loaded machine) and no text
+    parser (the input is a store)."""
+    X = sp.random(300, 20, density=0.2, format="csr", random_state=4, dtype=np.float32)
+    y = np.where(np.arange(300) % 3 == 0, 1.0, -1.0)
+    make_store(X, y, shard_rows=100, name="s.zarr", compression="lz4")
+    assert _imported_by(["train", "-q", "--solver", "perf", "s.zarr", "-o", "m"], tmp_path) == []
+    not_needed = [*NOT_NEEDED, "ooc_svm.store.text_view", "ooc_svm.interop"]
+    argv = ["predict", "-q", "m", "s.zarr", "-o", "scores.tsv"]
+    assert _imported_by(argv, tmp_path, not_needed) == []
+    assert (tmp_path / "scores.tsv").read_text().count("\n") == 301  # header + one per row
+    assert _imported_by(["evaluate", "m", "s.zarr"], tmp_path, not_needed) == []
