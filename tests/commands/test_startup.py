@@ -1,10 +1,11 @@
 """No start-up tax. ``ooc-svm train --solver perf`` on a Zarr store imports
 only what the command needs: no zarr, pyarrow or fsspec (a local store is read through its
 chunk files with os calls), no scipy.sparse (a linear model does not need it), no Dask; not
-scipy.linalg nor cffi, which numba imports while its CPU target loads unless
-``ooc_svm.commands._startup.init_numba_target`` loads it (numba itself imports the ``scipy``
-package for its version check); not the other solvers' algorithms. ``ooc-svm train --help``
-imports no solver's algorithm (hence no numba). A shard's validation kernel is compiled once
+scipy.linalg nor cffi, which numba imports while its CPU target loads (cached kernels load
+without the target, and the target loads without them: ``ooc_svm.commands._startup``; numba
+itself imports the ``scipy`` package for its version check); not the other solvers' algorithms. ``ooc-svm train --help``
+imports no solver's algorithm (hence no numba) and no numpy (``api`` imports the store, the
+engine and the C sweep when they are used). A shard's validation kernel is compiled once
 for every kind of store.
 
 (``ooc-svm --help`` importing no heavy library is tested in ``test_cli_basics.py``; the
@@ -69,7 +70,8 @@ def test_perf_train_on_zarr_imports_only_what_it_needs(tmp_path, make_store):
 
 def test_train_help_imports_no_solver_algorithm(tmp_path):
     # the flags and --help come from the solvers' Params classes, not from their algorithms
-    heavy = ["numba", "scipy", "zarr", "pyarrow", "dask", "ooc_svm.kernels"]
+    heavy = ["numba", "numpy", "scipy", "zarr", "pyarrow", "dask", "ooc_svm.kernels"]
+    heavy += ["ooc_svm.store", "ooc_svm.engine.local", "ooc_svm.c_sweep"]  # (they import numpy)
     heavy += [f"ooc_svm.solvers.{m}" for m in ("perf.error", "smo.working_set", "irwls.driver")]
     heavy += ["ooc_svm.solvers.active_set.driver"]
     assert _imported_by(["train", "--help"], tmp_path, heavy) == []
