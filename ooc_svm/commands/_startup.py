@@ -115,22 +115,31 @@ def _load_lazily() -> bool:
     needed = ("_load_overload", "_index_key", "_guard_against_spurious_io_errors")
     if not all(hasattr(cache, name) for name in needed):
         return False
+    _NUMBAS[:] = [cache.load_overload]
     cache.load_overload = _load_cached  # type: ignore[method-assign]
     return True
 
 
+#: numba's own ``Cache.load_overload``, replaced by :func:`_load_cached`
+_NUMBAS: list = []
+
+
 def _load_cached(self, sig, target_context):
     """numba's ``Cache.load_overload`` without the target's ``refresh`` on a cache hit."""
+    try:
+        enabled, cache_file, impl = self._enabled, self._cache_file, self._impl
+    except AttributeError:  # a cache of another shape: numba's own way
+        return _NUMBAS[0](self, sig, target_context)
     with self._guard_against_spurious_io_errors():
-        if not self._enabled:
+        if not enabled:
             return None
-        data = self._cache_file.load(self._index_key(sig, target_context.codegen()))
+        data = cache_file.load(self._index_key(sig, target_context.codegen()))
         if data is None:  # numba compiles it next: the whole target is needed
             if threading.current_thread() is threading.main_thread():
                 _load_numba_target()
             return None
         _link_needs(data[0], target_context)
-        return self._impl.rebuild(target_context, data)
+        return impl.rebuild(target_context, data)
     return None  # the `with` swallowed a spurious I/O error (numba's own behaviour)
 
 
