@@ -50,6 +50,7 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(f"{__package__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 log = logging.getLogger(__name__)
 
 __all__ = [

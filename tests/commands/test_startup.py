@@ -3,10 +3,10 @@ only what the command needs: no zarr, pyarrow or fsspec (a local store is read t
 chunk files with os calls), no scipy.sparse (a linear model does not need it), no Dask; not
 scipy.linalg nor cffi, which numba imports while its CPU target loads (cached kernels load
 without the target, and the target loads without them: ``ooc_svm.commands._startup``; numba
-itself imports the ``scipy`` package for its version check); not the other solvers' algorithms. ``ooc-svm train --help``
-imports no solver's algorithm (hence no numba) and no numpy (``api`` imports the store, the
-engine and the C sweep when they are used). A shard's validation kernel is compiled once
-for every kind of store.
+itself imports the ``scipy`` package for its version check); not the other solvers'
+algorithms. ``ooc-svm train --help`` imports no solver's algorithm (hence no numba) and no
+numpy (``api`` imports the store, the engine and the C sweep when they are used). A shard's
+validation kernel is compiled once for every kind of store.
 
 (``ooc-svm --help`` importing no heavy library is tested in ``test_cli_basics.py``; the
 timing against LIBLINEAR is ``scripts/bench_startup.py``.)
