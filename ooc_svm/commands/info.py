@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING
 
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     left = find_leftovers(store.path, [s.name for s in store.meta.shards])
     d["leftovers"] = left.to_dict() if left.count else None
     if args.shards:
-        d["shards"] = [s.__dict__ for s in store.meta.shards]
+        d["shards"] = [dataclasses.asdict(s) for s in store.meta.shards]
     if args.json:
         print(json_text(d))
         return 0
