@@ -10,8 +10,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from . import memory_budget
-from .c_sweep import SWEEP_METRICS, SweepOutcome, record_sweep, run_sweep, sweep_metric
-from .engine import Engine, EngineError, EngineOptions, make_engine
 from .solvers import (
     Callback,
     Result,
@@ -21,15 +19,37 @@ from .solvers import (
     get_solver,
 )
 from .solvers.contract import SolverSpec, solver_specs
-from .solvers.ovr import combine_ovr_models, train_ovr
 from .solvers.params import KernelSolverParams, SolverParams, flag_name
-from .store import open_store
 
 if TYPE_CHECKING:
+    from .c_sweep import SWEEP_METRICS, SweepOutcome, sweep_metric
     from .checkpoint import Checkpointer
+    from .engine import Engine
     from .evaluation.reports import HistoryLabels
     from .model.model import Model
+    from .solvers.ovr import combine_ovr_models
     from .store.base import Store
+
+#: names of this module imported on first use (:func:`__getattr__`): the store, the engine,
+#: one-vs-rest and the C sweep import numpy, which ``train --help`` (the solvers' ``Params``
+#: only) never needs
+_LAZY = {
+    "SWEEP_METRICS": "c_sweep",
+    "SweepOutcome": "c_sweep",
+    "sweep_metric": "c_sweep",
+    "combine_ovr_models": "solvers.ovr",
+    "make_engine": "engine",
+    "open_store": "store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__package__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +162,9 @@ def train(
     -------
     Result
     """
+    from .solvers.ovr import train_ovr
+    from .store import open_store
+
     if isinstance(store, str):
         store = open_store(store)
     spec = get_solver(solver)
@@ -252,6 +275,8 @@ def _multiclass_mode(store, multiclass: str | None) -> str | None:
 
 
 def _make_engine(scheduler: str | None, shard_cache_mb, scheduler_timeout=None) -> Engine:
+    from .engine import EngineError, EngineOptions, make_engine
+
     try:
         options = EngineOptions(cache_mb=shard_cache_mb, scheduler_timeout=scheduler_timeout)
     except EngineError as e:  # a parameter of train, reported as one
@@ -403,7 +428,9 @@ def train_sweep(
     -------
     SweepOutcome
     """
+    from .c_sweep import record_sweep, run_sweep, sweep_metric
     from .solvers.sweep import parse_c_values
+    from .store import open_store
 
     if isinstance(store, str):
         store = open_store(store)

@@ -20,7 +20,14 @@ run:
   rule (dual maximal violation <= E, default 0.1, ``--ll-eps``) — so the objectives of both
   models, computed by one function over the store, are printed with their distance in units
   of C·n·ε (ooc-svm guarantees <= 1 from the optimum);
-- ``ooc-svm --help`` and ``ooc-svm train --help``: the whole process.
+- ``predict``: the whole process ``ooc-svm predict MODEL STORE -o OUT -q`` with the model it
+  trained, against LIBLINEAR's ``predict -q TEXT MODEL OUT`` of the same rows with its model
+  (``$LIBLINEAR_PREDICT``, else ``predict`` beside ``train``; without it, no ratio);
+- ``ooc-svm --help``, ``ooc-svm train --help`` and ``ooc-svm info STORE`` (the first data
+  set's): the whole process, no counterpart to compare with.
+
+Every row (command, data, medians and every run's wall and CPU, peak RSS, ratios, dP, the load
+average when the row ended) is also written as JSON (``--json``, default ``DIR/bench.json``).
 
 Every command runs once untimed first (numba's on-disk caches and Python's bytecode written,
 files in the page cache: warm), then ``--repeat`` rounds alternating the commands (paired,
@@ -216,13 +223,104 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def main() -> int:
-    if len(sys.argv) > 2 and sys.argv[1] == "--helper":
-        import json
+#: the rows of the table, as written to ``--json``
+ROWS: list[dict] = []
 
-        fn = {"objective_gap": objective_gap, "store_text": store_text}[sys.argv[2]]
-        print(json.dumps(fn(*sys.argv[3:])))
-        return 0
+_HEAD = (
+    f"{'data':<10}{'command':<22}{'wall s':>8}{'LL wall':>8}{'ratio':>7}{'CPU s':>7}"
+    f"{'LL CPU':>7}{'ratio':>7}{'RSS MiB':>8}{'LL RSS':>7}{'dP':>7}   load"
+)
+
+
+def report(name: str, label: str, t: dict, c: dict, m: dict, k: str, dp=None) -> None:
+    """One row of the table (and of the JSON): command ``k`` of ``t, c, m`` (medians of
+    wall and CPU s, peak RSS) against ``"ll"`` (LIBLINEAR's program) when it ran."""
+    row = {
+        "data": name, "command": label, "wall_s": statistics.median(t[k]), "walls_s": t[k],
+        "cpu_s": statistics.median(c[k]), "cpus_s": c[k], "rss_mib": max(m[k]),
+        "dP": dp, "load": list(os.getloadavg()),
+    }  # fmt: skip
+    ll = "ll" in t
+    if ll:
+        row.update(
+            ll_wall_s=statistics.median(t["ll"]), ll_walls_s=t["ll"],
+            ll_cpu_s=statistics.median(c["ll"]), ll_rss_mib=max(m["ll"]),
+        )  # fmt: skip
+        row.update(
+            wall_ratio=row["wall_s"] / row["ll_wall_s"], cpu_ratio=row["cpu_s"] / row["ll_cpu_s"]
+        )
+    ROWS.append(row)
+
+    def f(key: str, fmt: str, width: int) -> str:
+        v = row.get(key)
+        return f"{'-':>{width}}" if v is None else f"{v:>{width}{fmt}}"
+
+    print(
+        f"{name:<10}{label:<22}{f('wall_s', '.2f', 8)}{f('ll_wall_s', '.2f', 8)}"
+        f"{f('wall_ratio', '.2f', 7)}{f('cpu_s', '.2f', 7)}{f('ll_cpu_s', '.2f', 7)}"
+        f"{f('cpu_ratio', '.2f', 7)}{f('rss_mib', '.0f', 8)}{f('ll_rss_mib', '.0f', 7)}"
+        f"{f('dP', '.2f', 7)}   {load()}   (walls {_fmt(t[k])}"
+        + (f" / {_fmt(t['ll'])})" if ll else ")"),
+        flush=True,
+    )
+
+
+def _env() -> dict:
+    return {**(ENV if ENV is not None else os.environ), "XDG_RUNTIME_DIR": str(SERVER_RUN)}
+
+
+def bench_train(a, ll: str, ooc: list[str], name: str, text: str, store: str) -> None:
+    """``train --solver perf`` (each variant; served too with ``--server``) against
+    LIBLINEAR's ``train -s 3``."""
+    ll_model = os.path.join(a.dir, f"{name}.liblinear.model")
+    ll_cmd = [ll, "-s", "3", "-c", a.C, "-B", "1", "-q", text, ll_model]
+    if a.ll_eps:
+        ll_cmd[7:7] = ["-e", a.ll_eps]
+    for variant in [v for v in a.variants.split(",") if v]:
+        model = os.path.join(a.dir, f"{name}.{variant}.model")
+        flags = ["--C", a.C, "--eps", a.eps, "--bias", "1", "--variant", variant]
+        train = [*ooc, "train", "--solver", "perf", *flags, store]
+        cmds = {"ooc": [*train, "-o", model, "--overwrite", "-q"], "ll": ll_cmd}
+        if SERVER_RUN:
+            cmds["served"] = [VIA_SERVER, *train, "-o", model + ".served", "--overwrite", "-q"]
+        t, c, m = compare(cmds, a.repeat, warm=not a.no_warm)
+        dp = in_child("objective_gap", store, model, ll_model, a.C, a.eps)
+        for k in [k for k in cmds if k != "ll"]:
+            label = f"train/{variant}" + ("/served" if k == "served" else "")
+            report(name, label, t, c, m, k, dp)
+
+
+def bench_predict(a, ll_predict: str | None, ooc: list[str], name: str, text: str, store: str):
+    """``predict MODEL STORE`` (the model ``bench_train`` wrote, on its own rows) against
+    LIBLINEAR's ``predict`` of the same rows with its model."""
+    variant = [v for v in a.variants.split(",") if v][0]
+    model = os.path.join(a.dir, f"{name}.{variant}.model")
+    out = os.path.join(a.dir, f"{name}.scores.tsv")
+    cmds = {"ooc": [*ooc, "predict", model, store, "-o", out, "-q"]}
+    if ll_predict:
+        ll_model = os.path.join(a.dir, f"{name}.liblinear.model")
+        cmds["ll"] = [ll_predict, "-q", text, ll_model, out + ".ll"]
+    if SERVER_RUN:
+        cmds["served"] = [VIA_SERVER, *ooc, "predict", model, store, "-o", out + ".s", "-q"]
+    t, c, m = compare(cmds, a.repeat)
+    for k in [k for k in cmds if k != "ll"]:
+        report(name, "predict" + ("/served" if k == "served" else ""), t, c, m, k)
+
+
+def bench_plain(a, ooc: list[str], store: str | None) -> None:
+    """Commands without a LIBLINEAR counterpart: ``--help``, ``train --help``, ``info``."""
+    cmds = {"ooc-svm --help": [*ooc, "--help"], "ooc-svm train --help": [*ooc, "train", "--help"]}
+    if store:
+        cmds["ooc-svm info STORE"] = [*ooc, "info", store]
+    if SERVER_RUN and store:
+        cmds["ooc-svm info STORE/served"] = [VIA_SERVER, *ooc, "info", store]
+    t, c, m = compare(cmds, a.repeat)
+    for k in cmds:
+        report(os.path.basename(store or "").removesuffix(".zarr") if "info" in k else "-",
+               k.removeprefix("ooc-svm "), t, c, m, k)  # fmt: skip
+
+
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", default=None, help="default $OOC_SVM_DATA or ../shared/data")
     ap.add_argument("--dir", default="/tmp/bench_startup", help="text files, stores, models")
@@ -234,6 +332,8 @@ def main() -> int:
     ap.add_argument("--store", action="append", help="also this store (its text made once)")
     ap.add_argument("--ll-eps", default=None, help="LIBLINEAR -e (default: its own, 0.1)")
     ap.add_argument("--no-warm", action="store_true", help="no untimed first run (big stores)")
+    ap.add_argument("--no-predict", action="store_true", help="no predict rows")
+    ap.add_argument("--json", default=None, help="write the rows here (default DIR/bench.json)")
     ap.add_argument(
         "--server",
         action="store_true",
@@ -244,7 +344,25 @@ def main() -> int:
         action="store_true",
         help="run the commands with this environment as it is (PYTHONDONTWRITEBYTECODE kept)",
     )
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def ll_predict_program(ll: str) -> str | None:
+    """LIBLINEAR's ``predict``: ``$LIBLINEAR_PREDICT``, else beside ``train``."""
+    d, base = os.path.split(ll)
+    found = [os.environ.get("LIBLINEAR_PREDICT", ""), os.path.join(d, "predict")]
+    found.append(os.path.join(d, base.replace("train", "predict")))
+    return next((p for p in found if p and os.access(p, os.X_OK)), None)
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--helper":
+        import json
+
+        fn = {"objective_gap": objective_gap, "store_text": store_text}[sys.argv[2]]
+        print(json.dumps(fn(*sys.argv[3:])))
+        return 0
+    a = parse_args()
     global ENV, SERVER_RUN
     if not a.keep_env:
         ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -252,73 +370,60 @@ def main() -> int:
     if not ll or not os.access(ll, os.X_OK):
         print("bench_startup: skipped: set $LIBLINEAR_TRAIN to LIBLINEAR's C train program")
         return 0
+    ll_predict = ll_predict_program(ll)
     src_dir = data_dir(a.data_dir)
     os.makedirs(a.dir, exist_ok=True)
     ooc = ooc_svm_command()
-    print(f"# load average at start: {load()}; cpus: {len(os.sched_getaffinity(0))}; "
+    start_load = load()
+    print(f"# load average at start: {start_load}; cpus: {len(os.sched_getaffinity(0))}; "
           f"ooc-svm: {' '.join(ooc)}; LIBLINEAR: {ll} -s 3 -c {a.C} -B 1"
-          f"{' -e ' + a.ll_eps if a.ll_eps else ' (-e 0.1, its default)'}")  # fmt: skip
+          f"{' -e ' + a.ll_eps if a.ll_eps else ' (-e 0.1, its default)'}; predict: "
+          f"{ll_predict or 'not found (no LIBLINEAR predict rows)'}")  # fmt: skip
     dont_write = (ENV if ENV is not None else os.environ).get("PYTHONDONTWRITEBYTECODE")
     print(f"# PYTHONDONTWRITEBYTECODE in the commands' environment: {dont_write or 'unset'}")
     print(f"# medians of {a.repeat} paired, interleaved whole-process runs (after one untimed "
-          "run of each); dP = (P(ooc-svm) - P(LIBLINEAR)) / (C n eps), P the primal")  # fmt: skip
-    print(
-        f"{'data':<10}{'variant':<12}{'wall s':>8}{'LL wall':>8}{'ratio':>7}{'CPU s':>7}"
-        f"{'LL CPU':>7}{'ratio':>7}{'RSS MiB':>8}{'LL RSS':>7}{'dP':>7}   load"
-    )
-    ratios = []
+          "run of each); dP = (P(ooc-svm) - P(LIBLINEAR)) / (C n eps), P the primal; CPU = "
+          "user + system (os.wait4); served: client + command process")  # fmt: skip
+    print(_HEAD)
     if a.server:
         SERVER_RUN = os.path.join(os.path.abspath(a.dir), "run")
         os.makedirs(SERVER_RUN, exist_ok=True)
-        env = {**(ENV if ENV is not None else os.environ), "XDG_RUNTIME_DIR": SERVER_RUN}
-        subprocess.run([*ooc, "server", "start", "--idle-minutes", "60"], env=env, check=True)
+        subprocess.run([*ooc, "server", "start", "--idle-minutes", "60"], env=_env(), check=True)
     jobs = [(n, *prepare(n, os.path.join(src_dir, DATASETS[n]), a.dir)) for n in
             [d for d in a.datasets.split(",") if d]]  # fmt: skip
     for st in a.store or []:
         jobs.append((os.path.basename(st.rstrip("/")), in_child("store_text", st, a.dir), st))
-    for name, text, store in jobs:
-        ll_model = os.path.join(a.dir, f"{name}.liblinear.model")
-        ll_cmd = [ll, "-s", "3", "-c", a.C, "-B", "1", "-q", text, ll_model]
-        if a.ll_eps:
-            ll_cmd[7:7] = ["-e", a.ll_eps]
-        for variant in [v for v in a.variants.split(",") if v]:
-            model = os.path.join(a.dir, f"{name}.{variant}.model")
-            flags = ["--C", a.C, "--eps", a.eps, "--bias", "1", "--variant", variant]
-            train = [*ooc, "train", "--solver", "perf", *flags, store]
-            cmds = {
-                "ooc": [*train, "-o", model, "--overwrite", "-q"],
-                "ll": ll_cmd,
-            }
-            if SERVER_RUN:
-                cmds["served"] = [VIA_SERVER, *train, "-o", model + ".served", "--overwrite"]
-                cmds["served"].append("-q")
-            t, c, m = compare(cmds, a.repeat, warm=not a.no_warm)
-            ml, cl, rl = statistics.median(t["ll"]), statistics.median(c["ll"]), max(m["ll"])
-            dp = in_child("objective_gap", store, model, ll_model, a.C, a.eps)
-            for k in [k for k in cmds if k != "ll"]:
-                mo, co, ro = statistics.median(t[k]), statistics.median(c[k]), max(m[k])
-                ratios.append(mo / ml)
-                label = variant if k == "ooc" else f"{variant}/served"
-                print(
-                    f"{name:<10}{label:<12}{mo:>8.2f}{ml:>8.2f}{mo / ml:>7.2f}{co:>7.2f}"
-                    f"{cl:>7.2f}{co / cl:>7.2f}{ro:>8.0f}{rl:>7.0f}{dp:>7.2f}   {load()}"
-                    f"   (walls {_fmt(t[k])} / {_fmt(t['ll'])})",
-                    flush=True,
-                )
-    if SERVER_RUN:
-        env = {**(ENV if ENV is not None else os.environ), "XDG_RUNTIME_DIR": SERVER_RUN}
-        subprocess.run([*ooc, "server", "stop"], env=env)
-    helps = {"ooc-svm --help": [*ooc, "--help"], "ooc-svm train --help": [*ooc, "train", "--help"]}
-    th, ch, _ = compare(helps, a.repeat)
-    for k in helps:
-        print(
-            f"{k}: median {statistics.median(th[k]):.3f} s wall, "
-            f"{statistics.median(ch[k]):.3f} s CPU ({_fmt(th[k])}) (goal <= 0.3 s)"
-        )
-    print(f"# load average at end: {load()}")
+    try:
+        for name, text, store in jobs:
+            bench_train(a, ll, ooc, name, text, store)
+            if not a.no_predict:
+                bench_predict(a, ll_predict, ooc, name, text, store)
+        bench_plain(a, ooc, jobs[0][2] if jobs else None)
+    finally:
+        if SERVER_RUN:
+            subprocess.run([*ooc, "server", "stop"], env=_env())
+    end_load = load()
+    print(f"# load average at end: {end_load}")
+    ratios = [r["wall_ratio"] for r in ROWS if "wall_ratio" in r]
     if ratios:
         print(f"# worst wall ratio ooc-svm / LIBLINEAR: {max(ratios):.2f}")
+    write_json(a, ll, ll_predict, ooc, start_load, end_load)
     return 0
+
+
+def write_json(a, ll, ll_predict, ooc, start_load: str, end_load: str) -> None:
+    import json
+
+    path = a.json or os.path.join(a.dir, "bench.json")
+    doc = {
+        "cpus": len(os.sched_getaffinity(0)), "load_start": start_load, "load_end": end_load,
+        "repeat": a.repeat, "ooc_svm": ooc, "liblinear_train": ll,
+        "liblinear_predict": ll_predict, "C": a.C, "eps": a.eps, "ll_eps": a.ll_eps,
+        "rows": ROWS,
+    }  # fmt: skip
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"# rows written to {path}")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,12 @@ def open_scored_input(args, model):
     """The store or text input of ``predict``/``evaluate`` for ``model``: text is read at the
     model's width and hashed as the model's training store was (``ingest --hash-bits``)."""
     from ..evaluation.scoring import model_hashing
+    from ..store.paths import is_store_path
+
+    if is_store_path(args.store):  # (text_view.open_input's first case, without the parser)
+        from ..store import open_store
+
+        return open_store(args.store)
     from ..store.text_view import open_input
 
     h = model_hashing(model, args.model)

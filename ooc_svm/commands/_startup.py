@@ -38,12 +38,28 @@ freezes what exists (``gc.freeze``: kept out of every later collection; it lives
 anyway) and restarts it for the run; the command's end freezes again before the interpreter
 exits. A command that loads no numba kernel (``info``, ``export``, ``import``, ``plot``)
 runs with the collector paused; it is short and its garbage is bounded.
+
+Cached kernels without the target at all. numba calls ``refresh`` before it even looks in
+its on-disk cache (``Cache.load_overload``), yet rebuilding a cached kernel only links its
+object code: it needs the context made when the target is first used (numba's C helpers,
+math functions and exception classes in LLVM's symbol table), the NRT runtime's symbols when
+the code calls the NRT, and the hash secret's symbols (``numba.cpython.hashing``, at import)
+when it hashes; parallel kernels start their thread pool through the cache's own
+``reload_init``. The full target (~200 modules: 0.12 s of CPU of a 0.45 s a9a training,
+measured, numba 0.68.1) serves only compiling. So :func:`init_numba_target` replaces the
+cache's ``load_overload`` (:func:`_load_cached`): a kernel found in the cache loads with only
+what its object code names (``NRT_``, ``_numba_hashsecret_``); a kernel not found loads the
+target first (in the main thread with the stand-ins above; elsewhere numba's own refresh
+when it compiles). The same object code is linked either way: the same machine code, the
+same bits (``tests/commands/test_startup.py`` compares the models of both ways). A numba
+whose cache lacks the private methods this relies on gets the eager target, as before.
 """
 
 from __future__ import annotations
 
 import gc
 import sys
+import threading
 import types
 
 #: whether :func:`pause_gc` stopped the collector (and :func:`resume_gc` has not restarted it)
@@ -68,16 +84,82 @@ def resume_gc() -> None:
         _gc_paused = False
 
 
-def init_numba_target() -> None:
-    """Load numba's CPU target now, without scipy.linalg and cffi (see the module docstring).
+def init_numba_target(eager: bool = False) -> None:
+    """Make numba ready for this command's kernels (see the module docstring): cached
+    kernels load without the CPU target, which loads (without scipy.linalg and cffi) when a
+    kernel must be compiled, or now with ``eager`` (the warm server: every later fork
+    has it).
 
-    Does nothing when the target is already loaded in this process. Ends the start-up
-    (:func:`resume_gc`).
+    Ends the start-up (:func:`resume_gc`).
     """
     try:
-        _load_numba_target()
+        if eager or not _load_lazily():
+            _load_numba_target()
     finally:
         resume_gc()
+
+
+#: markers of what a cached kernel's object code links against, beyond numba's context
+_NRT = b"NRT_"
+_HASH_SECRET = b"_numba_hashsecret_"
+
+
+def _load_lazily() -> bool:
+    """Install :func:`_load_cached` as numba's ``Cache.load_overload``; False (nothing
+    changed) when this numba's cache lacks what it relies on."""
+    from numba.core import caching
+
+    cache = caching.Cache
+    if getattr(cache.load_overload, "_ooc_svm", False):
+        return True
+    needed = ("_load_overload", "_index_key", "_guard_against_spurious_io_errors")
+    if not all(hasattr(cache, name) for name in needed):
+        return False
+    _NUMBAS[:] = [cache.load_overload]
+    cache.load_overload = _load_cached  # type: ignore[method-assign]
+    return True
+
+
+#: numba's own ``Cache.load_overload``, replaced by :func:`_load_cached`
+_NUMBAS: list = []
+
+
+def _load_cached(self, sig, target_context):
+    """numba's ``Cache.load_overload`` without the target's ``refresh`` on a cache hit."""
+    try:
+        enabled, cache_file, impl = self._enabled, self._cache_file, self._impl
+    except AttributeError:  # a cache of another shape: numba's own way
+        return _NUMBAS[0](self, sig, target_context)
+    with self._guard_against_spurious_io_errors():
+        if not enabled:
+            return None
+        data = cache_file.load(self._index_key(sig, target_context.codegen()))
+        if data is None:  # numba compiles it next: the whole target is needed
+            if threading.current_thread() is threading.main_thread():
+                _load_numba_target()
+            return None
+        _link_needs(data[0], target_context)
+        return impl.rebuild(target_context, data)
+    return None  # the `with` swallowed a spurious I/O error (numba's own behaviour)
+
+
+_load_cached._ooc_svm = True  # type: ignore[attr-defined]
+
+
+def _link_needs(libdata, target_context) -> None:
+    """Put into LLVM's symbol table what the cached library ``libdata`` (numba's
+    ``serialize_using_object_code``: name, ``"object"``, (object code, shared bitcode))
+    links against; anything else: the whole target, as numba would."""
+    _, kind, payload = libdata
+    if kind != "object":
+        target_context.refresh()
+        return
+    if any(_NRT in blob for blob in payload):
+        from numba.core.runtime import rtsys
+
+        rtsys.initialize(target_context)
+    if any(_HASH_SECRET in blob for blob in payload):
+        import numba.cpython.hashing  # noqa: F401  (its import adds the symbols)
 
 
 def _load_numba_target() -> None:

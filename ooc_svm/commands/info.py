@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import TYPE_CHECKING
 
 from .._util import json_text
@@ -59,14 +61,16 @@ def _hashing_line(h) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..interop.describe import is_model_dir, print_model_info
+    if os.path.isfile(os.path.join(str(args.store), "model.json")):  # `ooc-svm info MODEL`
+        # (interop.describe.is_model_dir; interop imports scipy, which a store never needs)
+        from ..interop.describe import print_model_info
+
+        return print_model_info(args.store, args.json)
+
     from ..store import open_store
     from ..store.format import label_kind_note
     from ..store.gc import find_leftovers
     from ._common import warn_leftovers
-
-    if is_model_dir(args.store):  # `ooc-svm info MODEL`
-        return print_model_info(args.store, args.json)
 
     store = open_store(args.store)
     d = store_summary(store)
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     left = find_leftovers(store.path, [s.name for s in store.meta.shards])
     d["leftovers"] = left.to_dict() if left.count else None
     if args.shards:
-        d["shards"] = [s.__dict__ for s in store.meta.shards]
+        d["shards"] = [dataclasses.asdict(s) for s in store.meta.shards]
     if args.json:
         print(json_text(d))
         return 0

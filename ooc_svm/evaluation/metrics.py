@@ -28,7 +28,6 @@ import math
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..kernels.ranking import count_pairs, rank_loss
 
@@ -51,6 +50,8 @@ def primal_objective(
     ``y`` holds ±1 labels, or any two values with ``positive`` naming the positive one.
     With ``bias = 0`` the intercept must be 0 and is not regularised.
     """
+    import scipy.sparse as sp  # here: scoring a store (``evaluate``) never needs it
+
     X = sp.csr_matrix(X)
     w = np.asarray(coef, dtype=np.float64).ravel()
     y = np.asarray(y, dtype=np.float64)
@@ -89,6 +90,8 @@ def pairwise_objective(
     X: Any, y: np.ndarray, coef: np.ndarray, C: float, qid: np.ndarray | None = None
 ) -> tuple[float, int]:
     """OP4: ½‖w‖² + C Σ_{(i,j)∈P} max(0, 1 − w·(xᵢ − xⱼ)); returns (objective, m = |P|)."""
+    import scipy.sparse as sp
+
     X = sp.csr_matrix(X)
     w = np.asarray(coef, dtype=np.float64).ravel()
     s = np.asarray(X @ w[: X.shape[1]], dtype=np.float64)

@@ -262,8 +262,6 @@ def _check_meta(where: str, meta: dict) -> dict:
 
 def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
     """Shapes, dtypes, index ranges and finiteness of the arrays against model.json."""
-    import scipy.sparse as sp
-
     nf, k = m["n_features"], len(m["classes"])
     ovo = m["kind"] == "ovo"
     n_out = 1 if m["scalar"] else (k * (k - 1) // 2 if ovo else k)
@@ -323,6 +321,8 @@ def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
             raise _fail(where, "sv_data", f"has {data.shape[0]} values for {n_ix} indices")
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= nf):
             raise _fail(where, "sv_indices", f"must lie in 0 <= index < n_features = {nf}")
+        import scipy.sparse as sp  # here: a linear model without SVs never needs scipy
+
         out["sv"] = sp.csr_matrix((data, indices.astype(np.int32), indptr), shape=(n_sv, nf))
     dc = _real_array(where, arrays, "dual_coef", (1,) if m["scalar"] else (2,))
     want = (n_sv,) if m["scalar"] else ((k - 1) if ovo else k, n_sv)

@@ -67,7 +67,7 @@ def warm_up() -> int:
     """Import what commands need and load every cached kernel; the number of kernels loaded."""
     from ..commands._startup import init_numba_target
 
-    init_numba_target()
+    init_numba_target(eager=True)
     import ooc_svm
 
     for name in _EXTRA:

@@ -249,3 +249,10 @@ def check_bucket(fs: AbstractFileSystem, path: str) -> None:
             f"{path}: bucket {bucket} does not exist; create it first "
             f"(e.g. `aws s3 mb s3://{bucket}`)"
         )
+
+
+def is_store_path(path: str) -> bool:
+    """True for a store (a directory, or a URL): what :func:`open_store` opens (else
+    ``store.text_view`` reads it as SVMlight text)."""
+    p = str(path)
+    return p != "-" and ("://" in p or os.path.isdir(p))

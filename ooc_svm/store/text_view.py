@@ -57,6 +57,7 @@ from .ingest_input import (
     _read_into,
 )
 from .ingest_parse import _fallback_error, _status_error
+from .paths import is_store_path
 
 if TYPE_CHECKING:
     from .base import Store
@@ -364,12 +365,6 @@ def _check_text_path(path: str) -> None:
         f"{path}: is {what}, not an SVMlight/LIBSVM text file; give a regular file or a "
         "store (or '-' to read standard input)"
     )
-
-
-def is_store_path(path: str) -> bool:
-    """True for a store (a directory, or a URL): what :func:`open_store` opens."""
-    p = str(path)
-    return p != "-" and ("://" in p or os.path.isdir(p))
 
 
 def open_input(path: str, n_features: int | None = None, **options: Any) -> Store | TextStore:

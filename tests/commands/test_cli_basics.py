@@ -55,6 +55,23 @@ def test_quiet_and_verbose_after_the_command(tmp_path):
     assert r.returncode == 0 and "n_rows" in r.stdout
 
 
+def test_info_lists_the_shard_table(tmp_path):
+    """``info --shards`` (the table's records are slotted dataclasses: no ``__dict__``)."""
+    import json
+
+    X = sp.random(250, 10, density=0.3, format="csr", random_state=2, dtype=np.float32)
+    y = np.where(np.arange(250) % 2 == 0, 1.0, -1.0)
+    write_store(str(tmp_path / "s.zarr"), csr_to_shards(X, y, shard_rows=100))
+    r = _ooc("info", "--json", "--shards", "s.zarr", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    shards = json.loads(r.stdout)["shards"]
+    assert [s["n_rows"] for s in shards] == [100, 100, 50]
+    assert [s["row_start"] for s in shards] == [0, 100, 200]
+    r = _ooc("info", "--shards", "s.zarr", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "row_start=200 n_rows=50" in r.stdout
+
+
 def test_help_imports_no_heavy_library():
     code = (
         "import sys\n"

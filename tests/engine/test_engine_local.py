@@ -230,13 +230,14 @@ def test_make_engine_options(monkeypatch):
 def test_train_shard_cache_flag(store, tmp_path, monkeypatch):
     """`train --shard-cache-mb`: later passes come from the cache, the model is unchanged."""
     import ooc_svm.api as api
+    import ooc_svm.engine as engine_module
     from ooc_svm.cli import main
     from ooc_svm.model.model import load_model
     from ooc_svm.solvers import SolverError
 
     st, _, _ = store
     made = []
-    real = api.make_engine
+    real = engine_module.make_engine  # (api imports it when it makes an engine)
 
     def spy(*a, **k):
         eng = real(*a, **k)
@@ -244,7 +245,7 @@ def test_train_shard_cache_flag(store, tmp_path, monkeypatch):
         return eng
 
     monkeypatch.delenv("OOC_SVM_SHARD_CACHE_MB", raising=False)
-    monkeypatch.setattr(api, "make_engine", spy)
+    monkeypatch.setattr(engine_module, "make_engine", spy)
     # the default is now "auto"; 0 turns the cache off (was the default)
     for cache, out in ((0, "plain"), (64, "cached"), (None, "auto")):
         argv = ["train", "--solver", "perf", st.path, "-o", str(tmp_path / out), "--C", "1"]
