@@ -128,7 +128,8 @@ def _ooc(binary: str, variant: str, store: str, model: str, C: float, eps: float
         dual = j.get("lower_bound")
         r.update(iterations=j.get("iterations"), passes=j.get("passes"),
                  dual=dual, reported=j.get("objective"),
-                 converged=j.get("converged"))  # fmt: skip
+                 converged=j.get("converged"), picked=j.get("variant"),
+                 why=j.get("auto"))  # fmt: skip
     r["model"] = model
     return r
 
@@ -255,6 +256,8 @@ def run_profile(a, name: str, ll: str | None) -> list[dict]:
             dual=last.get("dual"),
             converged=last.get("converged"),
             warning=last.get("warning"),
+            picked=last.get("picked"),
+            why=last.get("why"),
             objective=obj,
             test_accuracy=correct / nt,
         )
@@ -268,6 +271,7 @@ def run_profile(a, name: str, ll: str | None) -> list[dict]:
             r["wall_ratio"] = r["wall"] / ref["wall"]
             r["cpu_ratio"] = r["cpu"] / ref["cpu"]
             r["obj_vs_ll"] = (r["objective"] - ref["objective"]) / (a.C * n * a.eps)
+            r["obj_ratio"] = r["objective"] / ref["objective"]
         if lower is not None:
             r["rel_gap"] = (r["objective"] - lower) / r["objective"]
     return out
@@ -275,27 +279,30 @@ def run_profile(a, name: str, ll: str | None) -> list[dict]:
 
 def table(rows: list[dict], a) -> str:
     head = ("| shape | rows (test) | columns | nnz/row | program | wall s | CPU s | peak RSS MB "
-            "| iter. / passes | primal P | (P − P_LL)/(C·n·ε) | (P − D_best)/P | test acc. "
-            "| wall / LL | CPU / LL | load |")  # fmt: skip
-    lines = [head, "|" + "---|" * 16]
+            "| iter. / passes | primal P | P / P_LL | (P − P_LL)/(C·n·ε) | (P − D_best)/P "
+            "| test acc. | wall / LL | CPU / LL | load |")  # fmt: skip
+    lines = [head, "|" + "---|" * 17]
     for r in rows:
         scale = r["rows"] / a.rows
         shape = r["profile"] + (f" (rows × {scale:g})" if scale != 1 else "")
         lead = (f"| {shape} | {r['rows']:,} ({r['test_rows']:,}) | {r['features']:,} | "
                 f"{r['nnz_per_row']:.1f} | {r['program']} |")  # fmt: skip
         if "error" in r:
-            lines.append(lead + f" {r['error']} |" + " |" * 10)
+            lines.append(lead + f" {r['error']} |" + " |" * 11)
             continue
         it = r["iterations"] if r.get("passes") is None else f"{r['iterations']} / {r['passes']}"
         if r.get("warning") or r.get("converged") is False:
             it = f"{it} ({r.get('warning') or 'not converged'})"
+        if r.get("why"):
+            it = f"{it}, auto: {r['picked']}"
 
         def opt(k: str, f: str, r: dict = r) -> str:
             return f.format(r[k]) if r.get(k) is not None else "–"
 
         lines.append(
             lead + f" {r['wall']:.1f} | {r['cpu']:.1f} | {r['rss_mb']:.0f} | {it} | "
-            f"{r['objective']:,.2f} | {opt('obj_vs_ll', '{:+.3f}')} | {opt('rel_gap', '{:.2e}')} "
+            f"{r['objective']:,.2f} | {opt('obj_ratio', '{:.4f}')} | {opt('obj_vs_ll', '{:+.3f}')} "
+            f"| {opt('rel_gap', '{:.2e}')} "
             f"| {r['test_accuracy']:.4f} | {opt('wall_ratio', '{:.2f}')} | "
             f"{opt('cpu_ratio', '{:.2f}')} | {', '.join(str(x) for x in r['loads'])} |"
         )
@@ -311,9 +318,10 @@ def main() -> int:
     ap.add_argument("--test-rows", type=int, default=None,
                     help="held-out rows (default a fifth of the training rows)")  # fmt: skip
     ap.add_argument("--profiles", default=",".join(PROFILES))
-    ap.add_argument("--variants", default="accelerated",
+    ap.add_argument("--variants", default="auto",
                     help="perf variants, comma-separated, each V or V@OOC_SVM_EXECUTABLE "
-                    "(default: accelerated, the default variant)")  # fmt: skip
+                    "(default: auto, what a user gets without --variant; the table says "
+                    "which variant auto picked)")  # fmt: skip
     ap.add_argument("--C", type=float, default=1.0)
     ap.add_argument("--eps", type=float, default=0.001, help="ooc-svm's --eps")
     ap.add_argument("--seed", type=int, default=1)
