@@ -187,6 +187,16 @@ def remap_columns(indices, gmap, out):
 
 
 @njit(cache=True, nogil=True)
+def _segment_row(base, diff, c, ts, squared, out):
+    """``out[k] += c·ℓ(1 − (base + ts[k]·diff))`` for every k (ℓ the hinge, squared with
+    ``squared``)."""
+    for k in range(ts.shape[0]):
+        xi = 1.0 - (base + ts[k] * diff)
+        if xi > 0.0:
+            out[k] += c * (xi * xi if squared else xi)
+
+
+@njit(cache=True, nogil=True)
 def line_losses(indptr, indices, data, sign, w, bias, mb, mc, ts, cost, squared, out):
     """The primal losses of a block along the segment from the best point to ``w``.
 
@@ -195,35 +205,21 @@ def line_losses(indptr, indices, data, sign, w, bias, mb, mc, ts, cost, squared,
     point (ℓ the hinge, squared with ``squared``; Cᵢ is ``cost`` by class).
     """
     d = w.shape[0] - 1
-    nt = ts.shape[0]
     for i in range(indptr.shape[0] - 1):
         m = bias * w[d]
         for k in range(indptr[i], indptr[i + 1]):
             m += np.float64(data[k]) * w[indices[k]]
         m *= np.float64(sign[i])
         mc[i] = m
-        base = mb[i]
-        diff = m - base
-        c = cost[1 if sign[i] > 0 else 0]
-        for k in range(nt):
-            xi = 1.0 - (base + ts[k] * diff)
-            if xi > 0.0:
-                out[k] += c * (xi * xi if squared else xi)
+        _segment_row(mb[i], m - mb[i], cost[1 if sign[i] > 0 else 0], ts, squared, out)
 
 
 @njit(cache=True, nogil=True)
 def segment_losses(sign, mb, mc, ts, cost, squared, out):
     """As :func:`line_losses` from stored margins only (no rows): ``out[k] += Σᵢ Cᵢ
     ℓ(1 − (mbᵢ + ts[k]·(mcᵢ − mbᵢ)))``."""
-    nt = ts.shape[0]
     for i in range(mb.shape[0]):
-        base = mb[i]
-        diff = mc[i] - base
-        c = cost[1 if sign[i] > 0 else 0]
-        for k in range(nt):
-            xi = 1.0 - (base + ts[k] * diff)
-            if xi > 0.0:
-                out[k] += c * (xi * xi if squared else xi)
+        _segment_row(mb[i], mc[i] - mb[i], cost[1 if sign[i] > 0 else 0], ts, squared, out)
 
 
 @njit(cache=True, nogil=True)
