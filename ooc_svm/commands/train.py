@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ from .train_summary import (
 
 if TYPE_CHECKING:
     import argparse
+
+log = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Train a linear or kernel SVM on a store (made by `ooc-svm ingest` or `ooc-svm synth`) and
@@ -172,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
         result.seconds = time.perf_counter() - t0
     result.model.save(args.output)
     summary = json_summary(result, args.solver, typed, store, args.output, args.store)
+    if getattr(args, "verbose", 0) and summary.get("auto"):
+        log.info("variant %s", summary["auto"])  # -v: which algorithm auto ran, and why
     if args.json:  # asked for: printed even with -q
         print(json_text(summary))
     elif not getattr(args, "quiet", False):

@@ -40,7 +40,7 @@ def solve(
         from .auto import choose
 
         variant, why = choose(params, meta, checkpoint is not None)
-        log.info("perf: variant %s (auto: %s)", variant, why)
+        log.debug("perf: variant %s (auto: %s)", variant, why)
         params = params.replace(variant=variant)
     res = _run(store, engine, params, loss, variant, callback, checkpoint)
     if why:
