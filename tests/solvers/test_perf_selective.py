@@ -143,6 +143,31 @@ def test_tight_eps_and_tiny_budget_keep_the_guarantee(tmp_path, C):
     assert res.summary["inner_iterations"] > 0
 
 
+def test_working_set_bounded_during_the_inner_loop(tmp_path, caplog):
+    """Issue #44: a --dense-limit-mb that holds only a few dozen planes makes the working
+    set drop and aggregate planes (``WorkingSet._bound``) inside the inner loop; the loop's
+    gⱼ·w_b must follow (it crashed: "operands could not be broadcast together with shapes
+    (17,) (25,)", as ``auto`` under a small --memory-mb did on 16 shards). The run converges
+    with the guarantee."""
+    rng = np.random.default_rng(0)
+    n, d, C, eps = 3000, 2000, 1.0, 1e-3
+    X = _csr32(sp.random(n, d, density=0.02, random_state=0, format="csr"))
+    y = np.where(X @ rng.normal(size=d) + 0.7 * rng.normal(size=n) > 0, 1.0, -1.0)
+    st = _store(tmp_path / "s.zarr", X, y, 250)
+    mb = 300 * (psel.ROW_BYTES + psel.NZ_BYTES * 60) / 2**20
+    limit = 10.5 * 8 * (d + 1) / 2**20  # the ten dense vectors and no more
+    with LocalEngine() as e, caplog.at_level("WARNING"):
+        res = ps.solve_selective(
+            st, e, {"C": C, "eps": eps, "inner_mb": mb, "dense_limit_mb": limit}
+        )
+    assert "planes with alpha = 0 are dropped" in caplog.text  # the set was bounded
+    assert res.summary["inner_iterations"] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = LinearSVC(C=C, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
+    _check(res, X, y, C, eps, primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), C))
+
+
 def test_select_rows_takes_the_closest_within_the_budget():
     """A shard over its quota keeps the rows a single sort would: the closest to the margin
     within the byte budget (ties broken by the row hash), with their own CSR slices."""

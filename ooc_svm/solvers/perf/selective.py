@@ -277,7 +277,12 @@ class _Run:
                 break
             g, r = inner.cut(None, n, flipped)
             ws.add(g, r)
-            gwb = np.append(gwb, float(vdot(g, wb)))
+            if len(ws) == gwb.shape[0] + 1:
+                gwb = np.append(gwb, float(vdot(g, wb)))
+            else:
+                # the set outgrew --dense-limit-mb and was bounded (planes dropped or
+                # aggregated, WorkingSet._bound): every gⱼ·wb again, over the planes kept
+                gwb = np.array([ws._dot(v, wb) for v in ws.vecs])
             keep = np.asarray(ws.inactive) < int(self.params.max_inactive)
             if ws.drop_inactive(int(self.params.max_inactive)):
                 gwb = gwb[keep]
