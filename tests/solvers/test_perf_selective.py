@@ -144,7 +144,7 @@ def test_tight_eps_and_tiny_budget_keep_the_guarantee(tmp_path, C):
 
 
 def test_working_set_bounded_during_the_inner_loop(tmp_path, caplog):
-    """Issue #44: a --dense-limit-mb that holds only a few dozen planes makes the working
+    """A --dense-limit-mb that holds only a few dozen planes makes the working
     set drop and aggregate planes (``WorkingSet._bound``) inside the inner loop; the loop's
     gⱼ·w_b must follow (it crashed: "operands could not be broadcast together with shapes
     (17,) (25,)", as ``auto`` under a small --memory-mb did on 16 shards). The run converges

@@ -135,6 +135,13 @@ class Params(SolverParams):
         "dcd: drop rows at a bound from the sweeps until they may move (LIBLINEAR)",
         cli="bool",
     )
+    warm_state: bool = param(
+        True,
+        "keep in the model what a later train --init starts from besides w (the aggregated "
+        "cutting plane and a few plane points, over the columns they touch); "
+        "--no-warm-state: a model of w and b alone, as LIBLINEAR's",
+        cli="bool",
+    )
     max_inner: int = param(2000, "selective: inner cutting planes between two full passes", ge=1)
     inner_share: float = param(
         0.25, "selective: inner loop stops at gap <= inner_share * eps * C * n", gt=0
