@@ -350,7 +350,8 @@ def out_of_memory_line(e: BaseException) -> str | None:
     grow = max(int(1.5 * peak), (b.binding.limit if b.binding is not None else 0) + 256 * MiB)
     return (
         f"out of memory ({what}) under the {b.describe()}, the process at {peak / MiB:,.0f} "
-        f"MiB at its peak: {b.raise_hint(max(0, grow - b.limit_for(0)))}, or give --threads 1"
+        f"MiB at its peak: {b.raise_hint(max(0, grow - b.limit_for(0)))}, or run it on one CPU "
+        "(taskset -c 0 ...: fewer threads)"
     )
 
 

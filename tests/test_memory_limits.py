@@ -152,6 +152,33 @@ def test_ulimit_v_hint_is_enough_and_never_a_traceback(tmp_path):
     _converged(_train(store, tmp_path / "m", preexec=limit(kib)))
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        MemoryError("Unable to allocate 38.1 MiB for an array"),
+        RuntimeError("can't start new thread"),
+    ],
+)
+def test_out_of_memory_all_the_same_is_one_line(tmp_path, monkeypatch, capsys, error):
+    """A run that runs out of memory although its claims fit (an allocation refused by
+    ``ulimit -v``, a thread that cannot start) ends in one line naming the limit, not a
+    traceback."""
+    import ooc_svm.api as api
+    from ooc_svm.cli import main
+
+    store = _narrow_store(tmp_path / "n.zarr", n=200)
+
+    def fail(*a, **k):
+        raise error
+
+    monkeypatch.setattr(api, "train", fail)
+    rc = main(["train", "--solver", "perf", store, "-o", str(tmp_path / "m")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1, err
+    assert err.startswith("ooc-svm: error: out of memory (") and "memory budget" in err
+    mb.set_explicit(None)
+
+
 # ------------------------------------------------------------------------------------------
 # every variant under a small budget, on narrow, wide and --like stores
 # ------------------------------------------------------------------------------------------
