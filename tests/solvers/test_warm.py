@@ -138,14 +138,16 @@ def test_perf_model_of_a_wide_store_is_the_size_of_what_it_means(tmp_path, monke
 
     monkeypatch.setattr(perf, "REMAP_MIN_DIM", 50_000, raising=False)
     X, y, held = _wide()
+    v = "accelerated"  # the variant that keeps warm-start state (auto may pick dcd here)
     path = _write(tmp_path / "w.zarr", X[:2160], y[:2160], 540)
-    first = ooc_svm.train(path, "perf", C=1.0, eps=1e-4)
-    lean = ooc_svm.train(path, "perf", C=1.0, eps=1e-4, warm_state=False)
+    first = ooc_svm.train(path, "perf", C=1.0, eps=1e-4, variant=v)
+    lean = ooc_svm.train(path, "perf", C=1.0, eps=1e-4, variant=v, warm_state=False)
     ll = str(tmp_path / "ll.model")
     liblinear.write(first.model, ll)
     ll_size = os.path.getsize(ll)
     sizes = {}
-    for name, res in (("warm", first), ("lean", lean)):
+    dcd = ooc_svm.train(path, "perf", C=1.0, eps=1e-4, variant="dcd")  # keeps no warm state
+    for name, res in (("warm", first), ("lean", lean), ("dcd", dcd)):
         res.model.save(str(tmp_path / name))
         sizes[name] = os.path.getsize(tmp_path / name / "arrays.npz")
     m = load_model(str(tmp_path / "warm"))
@@ -154,15 +156,15 @@ def test_perf_model_of_a_wide_store_is_the_size_of_what_it_means(tmp_path, monke
     np.testing.assert_array_equal(m.coef_, first.model.coef_)
     warm_bytes = (8 + 4 + 4 * WARM_POINTS_USED) * (held + 1)  # plane, columns, points
     assert sizes["warm"] <= 2 * ll_size + warm_bytes, (sizes, ll_size)
-    assert sizes["lean"] <= 2 * ll_size, (sizes, ll_size)
+    assert sizes["lean"] <= 2 * ll_size and sizes["dcd"] <= 2 * ll_size, (sizes, ll_size)
     lm = load_model(str(tmp_path / "lean"))
     assert lm.warm_cut_ is None and lm.warm_points_ is None and lm.warm_cols_ is None
     st = _append(path, X[2160:], y[2160:], 540)
-    cold = ooc_svm.train(st, "perf", C=1.0, eps=1e-4)
-    warm = ooc_svm.train(st, "perf", C=1.0, eps=1e-4, init=m)
+    cold = ooc_svm.train(st, "perf", C=1.0, eps=1e-4, variant=v)
+    warm = ooc_svm.train(st, "perf", C=1.0, eps=1e-4, variant=v, init=m)
     assert warm.converged and abs(warm.objective - cold.objective) <= 1e-4 * st.meta.n_rows
     # the model read back starts the run as the one in memory did (same state, same run)
-    again = ooc_svm.train(st, "perf", C=1.0, eps=1e-4, init=first.model)
+    again = ooc_svm.train(st, "perf", C=1.0, eps=1e-4, variant=v, init=first.model)
     assert (warm.passes, warm.objective) == (again.passes, again.objective)
 
 
