@@ -260,7 +260,14 @@ class Params(SolverParams):
         rows hold where the variant remaps a wide store). A store too wide for
         ``--dense-limit-mb`` is refused first, with its own message (:meth:`check_dense`)."""
         self.check_dense(meta)
-        return {"perf dense vectors": int(self._dense_bytes(meta)[0])}
+        needs = {"perf dense vectors": int(self._dense_bytes(meta)[0])}
+        if self.variant == "selective":  # its pass's planes over the columns it trains
+            from .selective import ACC_CLAIM, pass_accumulator_bytes
+
+            d = int(meta.n_features)
+            dim = (min(d, int(meta.nnz)) if d >= remap_min_dim() else d) + 1
+            needs[ACC_CLAIM] = pass_accumulator_bytes(dim)
+        return needs
 
     def _dense_bytes(self, meta: StoreMeta, copies: int = 1) -> tuple[float, int, int]:
         """``(bytes, vectors, dim)`` of the dense vectors one problem holds (times
@@ -284,7 +291,7 @@ class Params(SolverParams):
 
     def _claim_bytes(self, name: str, mib: float, meta: StoreMeta) -> int:
         # the dense vectors are inside --dense-limit-mb and claimed already
-        return max(0, int(mib * 2**20) - sum(self.memory_needs(meta).values()))
+        return max(0, int(mib * 2**20) - int(self._dense_bytes(meta)[0]))
 
     def dense_vectors(self, meta: StoreMeta) -> int:
         """Dense vectors over the features this run holds at once (per problem)."""

@@ -157,6 +157,18 @@ SELECTION_SHARE = 0.75
 #: the name of the rows' claim on the memory budget
 ROWS_CLAIM = "selective rows in memory"
 
+#: the name of the claim of a pass's plane accumulators
+ACC_CLAIM = "selective pass accumulators"
+
+
+def pass_accumulator_bytes(dim: int, threads: int | None = None) -> int:
+    """What a selective pass's partials hold at once: ``len(GRID)`` planes over the ``dim``
+    columns each (dense once two are merged), one per compute thread's row block and three
+    more in the fold of the reduction (a 1M-column store: 112 MB a partial; unclaimed, they
+    took a 520 MB cgroup's last 300 MB)."""
+    n = int(threads or cpu_count())
+    return (n + 3) * GRID.shape[0] * 8 * int(dim)
+
 
 class _Run:
     """State of one selective run: best point, working set, lower bound, counters."""
@@ -172,6 +184,11 @@ class _Run:
         self.eps = float(params.eps)
         #: the selection's target; the shards' quotas add up to SHARE times it at most
         self.sbytes = ROW_BYTES * self.n + NZ_BYTES * int(meta.nnz)
+        # the pass's accumulators first: the rows in memory take a share of what they leave
+        memory_budget().require(
+            ACC_CLAIM, pass_accumulator_bytes(self.d + 1, getattr(engine, "n_threads", None)),
+            "--variant selective", "give --variant accelerated",
+        )  # fmt: skip
         #: inner_mb in MiB (auto: at most what holds every row, with the quotas' slack)
         self.inner_mb = params.inner_mib(whole_mib=self.sbytes * SHARE / SELECTION_SHARE / 2**20)
         self.budget = int(self.inner_mb * 2**20 * SELECTION_SHARE / SHARE)
@@ -350,6 +367,7 @@ def solve_selective(
         res = _iterate(run, engine, params)
     finally:
         memory_budget().release(ROWS_CLAIM)
+        memory_budget().release(ACC_CLAIM)
     if remap is not None:
         m = res.model
         coef = np.zeros(meta.n_features)
