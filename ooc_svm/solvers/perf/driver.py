@@ -36,12 +36,6 @@ def solve(
     meta = store.meta
     params.validate(meta)
     loss, variant = params.resolve_loss(meta), params.resolve_variant(meta, checkpoint is not None)
-    if variant == "selective" and params.variant == "auto" and not _selective_fits(meta):
-        log.info(
-            "perf: variant accelerated (auto: the store does not fit the memory budget, nor "
-            "do selective's pass accumulators)"
-        )
-        variant = "accelerated"
     if variant != params.variant:
         if variant == "selective":
             log.info("perf: variant selective (auto: the store does not fit the memory budget)")
@@ -67,15 +61,3 @@ def solve(
     from .rank import _solve_rank
 
     return _solve_rank(store, engine, params, loss, variant, callback, checkpoint)
-
-
-def _selective_fits(meta) -> bool:
-    """Whether the memory budget left holds selective's pass accumulators over the columns
-    it trains (:func:`~.selective.pass_accumulator_bytes`) and a few MiB of rows."""
-    from ...memory_budget import current
-    from .params import remap_min_dim
-    from .selective import pass_accumulator_bytes
-
-    d = int(meta.n_features)
-    dim = (min(d, int(meta.nnz)) if d >= remap_min_dim() else d) + 1
-    return pass_accumulator_bytes(dim) + 16 * 2**20 <= current().free
