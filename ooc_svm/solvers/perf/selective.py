@@ -82,7 +82,8 @@ start (:mod:`ooc_svm.memory_budget`: the container's limit, ``--memory-mb``, ...
 what holds every row (then one pass; the 1M store needs ~1.1 GiB). Besides the selection a
 pass holds what the accelerated pass holds: the decoded shards in flight and one dense plane
 accumulator of ``len(GRID)`` × (d + 1) floats per partial alive in the reduction (~log₂ S +
-the engine's window of them) — independent of the budget; and the engine's shard cache
+the engine's window of them) — claimed from the budget before the rows
+(:func:`pass_accumulator_bytes`); and the engine's shard cache
 (``--shard-cache-mb``, auto by default: a share of what the budget has left once the rows in
 memory are claimed) fills from the second pass on (up to 8 GiB: most likely the bulk of the
 10.5 GB peak of an earlier 50M-row run;
