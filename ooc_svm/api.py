@@ -200,10 +200,22 @@ def claim_memory(
     below that is refused in one line naming the minimum. Returns the solver's parameters
     with their automatic sizes within the budget (:meth:`SolverParams.fit_memory`); the shard
     cache, sized on the first pass, takes its share of what is left."""
-    budget.require("ooc-svm's code and libraries", memory_budget.code_need(budget))
+    code, shards = memory_budget.code_need(budget), engine.memory_need(store)
+    # the least the whole run claims, checked before the first claim: a refusal names a
+    # limit that every later claim fits too (one hint, not a chain of them)
+    budget.check(
+        {
+            "ooc-svm's code and libraries": code,
+            "decoded shards in flight": shards,
+            **typed.memory_floor(store.meta),
+        },
+        f"--solver {typed.SOLVER} on this store",
+        "re-ingest with smaller shards (--shard-mb)" if shards > 64 * 2**20 else "",
+    )
+    budget.require("ooc-svm's code and libraries", code)
     budget.require(
         "decoded shards in flight",
-        engine.memory_need(store),
+        shards,
         "a pass over this store",
         "re-ingest with smaller shards (--shard-mb)",
     )

@@ -257,6 +257,10 @@ def _main(argv: list[str]) -> int:
         cause = _caused_by_interrupt(e)
         if cause is not None:
             return _interrupted(cause)
+        oom = memory_budget.out_of_memory_line(e)
+        if oom is not None:
+            print(f"ooc-svm: error: {oom}", file=sys.stderr)
+            return 1
         if not isinstance(e, (*_known_errors(), OSError)):
             raise
         print(f"ooc-svm: error: {e}", file=sys.stderr)

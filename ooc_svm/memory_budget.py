@@ -41,10 +41,35 @@ Standard library only (the bottom layer: every other module may import it).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+
+from .memory_limits import (
+    Limit,
+    cap_malloc_arenas,
+    cgroup_limits,
+    mem_available_bytes,
+    parse_proc_cgroup,
+    process_status,
+    rlimit_limits,
+    rss_bytes,
+)
+
+__all__ = [
+    "Limit",
+    "MemoryBudget",
+    "MemoryBudgetError",
+    "cgroup_limits",
+    "current",
+    "detect",
+    "mem_available_bytes",
+    "parse_proc_cgroup",
+    "process_status",
+    "rss_bytes",
+]
 
 MiB = 2**20
 
@@ -56,33 +81,23 @@ RESERVE_SHARE, RESERVE_MIN_MB = 0.05, 48.0
 #: of 13 MiB included
 CODE_MB = 224.0
 
+#: address space of ooc-svm's code in a run, what ``RLIMIT_AS`` (``ulimit -v``) counts: the
+#: libraries mapped, numba's compiler, thread stacks and malloc's arenas (at most
+#: :data:`ARENA_MAX` once an address-space limit is found): a small training maps ~380 MiB
+#: at its peak, 222 MiB of it resident
+CODE_AS_MB = 448.0
+
+#: a refusal's suggested limit leaves this much more room than the run's need (MiB): what is
+#: in use when the budget is measured (the interpreter, the page cache a cgroup counts)
+#: differs a little from run to run
+HINT_SLACK_MB = 16.0
+
 #: environment variable of an explicit budget (MiB), as ``--memory-mb``
 ENV = "OOC_SVM_MEMORY_MB"
-
-_UNLIMITED = 2**60  # a cgroup "no limit" value is at least this (v1: 2**63 less a page)
 
 
 class MemoryBudgetError(ValueError):
     """A budget below what a run needs, or an invalid ``--memory-mb``: one line with the fix."""
-
-
-@dataclass(frozen=True)
-class Limit:
-    """One limit on this process's memory.
-
-    ``name`` says what it is ("cgroup v1 memory.limit_in_bytes"), ``limit`` its value in
-    bytes, ``used`` what already counts against it, ``where`` the file or setting read.
-    """
-
-    name: str
-    limit: int
-    used: int
-    where: str = ""
-
-    @property
-    def headroom(self) -> int:
-        """Bytes left under this limit."""
-        return max(0, self.limit - self.used)
 
 
 @dataclass
@@ -166,22 +181,57 @@ class MemoryBudget:
         """
         with self._lock:
             claims = {**self.claims, name: max(0, int(nbytes))}
-            need = sum(claims.values())
-            if need > self.bytes:
-                parts = ", ".join(f"{k} {v / MiB:,.0f}" for k, v in claims.items() if v)
-                hint = f"; or {fix}" if fix else ""
-                raise MemoryBudgetError(
-                    f"{self.describe()} is below the {_ceil_mib(need):,} MiB {what} needs at "
-                    f"least ({parts} MiB): give --memory-mb {_ceil_mib(self.limit_for(need)):,} "
-                    f"or more (or raise the container's limit){hint}"
-                )
+            self._refuse_above(claims, what, fix)
             self.claims = claims
 
+    def check(self, needs: dict[str, int], what: str = "this run", fix: str = "") -> None:
+        """Refuse (as :meth:`require`) when the claims made so far and ``needs`` together
+        exceed the budget, claiming nothing: a run checks the least it will claim in all
+        before its first claim, so that the limit its refusal names is enough for every
+        later claim too (one hint, not a chain of them)."""
+        with self._lock:
+            self._refuse_above({**self.claims, **needs}, what, fix)
+
+    def _refuse_above(self, claims: dict[str, int], what: str, fix: str) -> None:
+        need = sum(max(0, int(v)) for v in claims.values())
+        if need <= self.bytes:
+            return
+        parts = ", ".join(f"{k} {v / MiB:,.0f}" for k, v in claims.items() if v)
+        hint = f"; or {fix}" if fix else ""
+        raise MemoryBudgetError(
+            f"{self.describe()} is below the {_ceil_mib(need):,} MiB {what} needs at least "
+            f"({parts} MiB): {self.raise_hint(need)}{hint}"
+        )
+
+    def raise_hint(self, need: int) -> str:
+        """How to give ``need`` bytes, in the terms of the binding limit: a value of
+        ``--memory-mb``, of the container's limit or of ``ulimit -v`` that a run given it
+        accepts (:meth:`limit_for`)."""
+        mb = _ceil_mib(self.limit_for(need))
+        name = self.binding.name if self.binding is not None else ""
+        if name.startswith("cgroup"):
+            return f"raise the container's memory limit ({name}) to {mb:,} MiB or more"
+        if name == "RLIMIT_AS":
+            return f"raise ulimit -v to {mb * 1024:,} (KiB) or more"
+        if name == "RLIMIT_DATA":
+            return f"raise ulimit -d to {mb * 1024:,} (KiB) or more"
+        if name == "MemAvailable":
+            return f"free {_ceil_mib(need - self.bytes):,} MiB of the machine's memory or more"
+        if name.startswith("Dask"):
+            return f"give the Dask workers a memory limit of {mb:,} MiB or more"
+        return f"give --memory-mb {mb:,} or more (or raise the container's limit)"
+
     def limit_for(self, need: int) -> int:
-        """The limit under which ``need`` bytes would fit: what is in use, the reserve and
-        the need."""
+        """The limit under which a run that needs ``need`` bytes is accepted: what is in use,
+        the need and the reserve *of that limit* (a share of it), plus
+        :data:`HINT_SLACK_MB` for what is in use to differ a little in the next run,
+        rounded up to 10 MiB. Computed once: following it is enough (the checks of a run
+        are made before its first claim, :meth:`check`)."""
         used = self.binding.used if self.binding is not None else self.rss
-        return used + self.reserve + int(need)
+        base = used + int(need) + int(HINT_SLACK_MB * MiB)
+        limit = max(base + int(RESERVE_MIN_MB * MiB), math.ceil(base / (1.0 - RESERVE_SHARE)))
+        step = 10 * MiB
+        return -(-limit // step) * step
 
     def release(self, name: str) -> None:
         """Drop a claim (its owner is done)."""
@@ -205,249 +255,6 @@ def _ceil_mib(n: int) -> int:
 
 def _reserve(limit: int) -> int:
     return int(max(RESERVE_MIN_MB * MiB, RESERVE_SHARE * limit))
-
-
-# ------------------------------------------------------------------------------------------
-# what this process uses (/proc/self/status)
-# ------------------------------------------------------------------------------------------
-
-
-def process_status(proc: str = "/proc") -> dict[str, int]:
-    """``VmRSS``, ``VmSize``, ``VmData`` ... of ``/proc/self/status`` in bytes ({} elsewhere)."""
-    out: dict[str, int] = {}
-    try:
-        with open(os.path.join(proc, "self", "status")) as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                parts = rest.split()
-                if key.startswith("Vm") and len(parts) == 2 and parts[1] == "kB":
-                    out[key] = int(parts[0]) * 1024
-    except (OSError, ValueError):
-        pass
-    return out
-
-
-def rss_bytes() -> int:
-    """Resident memory of this process now (0 where it cannot be read)."""
-    return process_status().get("VmRSS", 0)
-
-
-def mem_available_bytes(proc: str = "/proc") -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes (``None`` where it cannot be read)."""
-    try:
-        with open(os.path.join(proc, "meminfo")) as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-# ------------------------------------------------------------------------------------------
-# cgroups
-# ------------------------------------------------------------------------------------------
-
-
-def _read_int(path: str) -> int | None:
-    """An integer file of a cgroup (``max`` and unreadable files: ``None``)."""
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    if not text or text == "max":
-        return None
-    try:
-        v = int(text.split()[0])
-    except ValueError:
-        return None
-    return None if v >= _UNLIMITED else v
-
-
-def _stat_value(path: str, key: str) -> int:
-    """One counter of a cgroup's ``memory.stat`` (0 when absent)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if k == key:
-                    return int(v)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def parse_proc_cgroup(text: str) -> tuple[str | None, str | None]:
-    """``(v1 memory cgroup path, v2 cgroup path)`` from the text of ``/proc/self/cgroup``
-    (``4:memory:/process_api/x`` and ``0::/user.slice/...``); ``None`` for what is absent."""
-    v1 = v2 = None
-    for line in text.splitlines():
-        parts = line.strip().split(":", 2)
-        if len(parts) != 3:
-            continue
-        hid, controllers, path = parts
-        if hid == "0" and controllers == "":
-            v2 = path
-        elif "memory" in controllers.split(","):
-            v1 = path
-    return v1, v2
-
-
-def _mounts(mountinfo: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """``(v1 memory mounts, v2 mounts)`` of ``/proc/self/mountinfo``: (root in the
-    hierarchy, mount point) each."""
-    v1: list[tuple[str, str]] = []
-    v2: list[tuple[str, str]] = []
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        f = left.split()
-        r = right.split()
-        if not sep or len(f) < 5 or len(r) < 1:
-            continue
-        root, point = f[3], f[4].replace("\\040", " ")
-        if r[0] == "cgroup2":
-            v2.append((root, point))
-        elif r[0] == "cgroup" and len(r) >= 3 and "memory" in r[2].split(","):
-            v1.append((root, point))
-    return v1, v2
-
-
-def _cgroup_dir(mounts: list[tuple[str, str]], path: str) -> str | None:
-    """The folder of cgroup ``path`` under the mount whose root contains it."""
-    best = None
-    for root, point in mounts:
-        r = root.rstrip("/")
-        if path == r or path.startswith(r + "/") or r == "":
-            rel = path[len(r) :].lstrip("/")
-            d = os.path.join(point, rel) if rel else point
-            if best is None or len(r) > len(best[0]):
-                best = (r, d, point)
-    if best is None:
-        return None
-    return best[1] if os.path.isdir(best[1]) else None
-
-
-def _ancestors(d: str, top: str) -> list[str]:
-    """``d`` and its parents up to ``top`` (the mount point) inclusive."""
-    out = [d]
-    top = os.path.normpath(top)
-    while os.path.normpath(d) != top and os.path.dirname(d) != d:
-        d = os.path.dirname(d)
-        out.append(d)
-        if not d.startswith(top):
-            break
-    return out
-
-
-def cgroup_limits(
-    root: str = "/", proc_cgroup: str | None = None, mountinfo: str | None = None
-) -> list[Limit]:
-    """The cgroup memory limits of this process (v1 and v2), tightest per kind.
-
-    ``root`` prefixes every path read (a fake tree in tests); ``proc_cgroup`` and ``mountinfo``
-    replace the text of ``/proc/self/cgroup`` and ``/proc/self/mountinfo``. Where no mount
-    table is given or found, the usual mount points are assumed
-    (``/sys/fs/cgroup/memory`` for v1, ``/sys/fs/cgroup`` for v2).
-    """
-
-    def read(p: str) -> str:
-        try:
-            with open(os.path.join(root, p.lstrip("/"))) as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    if proc_cgroup is None:
-        proc_cgroup = read("/proc/self/cgroup")
-    if mountinfo is None:
-        mountinfo = read("/proc/self/mountinfo")
-    v1_path, v2_path = parse_proc_cgroup(proc_cgroup)
-    m1, m2 = _mounts(mountinfo)
-    if not m1:
-        m1 = [("/", "/sys/fs/cgroup/memory")]
-    if not m2:
-        m2 = [("/", "/sys/fs/cgroup")]
-
-    def rooted(mounts):
-        return [(r, os.path.join(root, p.lstrip("/"))) for r, p in mounts]
-
-    out: list[Limit] = []
-    if v1_path is not None:
-        mounts = rooted(m1)
-        d = _cgroup_dir(mounts, v1_path)
-        if d is not None:
-            top = next(p for _, p in mounts if d.startswith(p))
-            best = None
-            for a in _ancestors(d, top):
-                lim = _read_int(os.path.join(a, "memory.limit_in_bytes"))
-                if lim is not None and (best is None or lim < best[0]):
-                    best = (lim, a)
-            if best is not None:
-                lim, a = best
-                usage = _read_int(os.path.join(a, "memory.usage_in_bytes")) or 0
-                stat = os.path.join(a, "memory.stat")
-                cache = _stat_value(stat, "total_inactive_file") or _stat_value(
-                    stat, "inactive_file"
-                )
-                out.append(
-                    Limit(
-                        "cgroup v1 memory.limit_in_bytes",
-                        lim,
-                        max(0, usage - cache),
-                        _shown(a, root),
-                    )
-                )
-    if v2_path is not None:
-        mounts = rooted(m2)
-        d = _cgroup_dir(mounts, v2_path)
-        if d is not None and os.path.exists(os.path.join(d, "cgroup.controllers")):
-            top = next(p for _, p in mounts if d.startswith(p))
-            for fname in ("memory.max", "memory.high"):
-                best = None
-                for a in _ancestors(d, top):
-                    lim = _read_int(os.path.join(a, fname))
-                    if lim is not None and (best is None or lim < best[0]):
-                        best = (lim, a)
-                if best is not None:
-                    lim, a = best
-                    usage = _read_int(os.path.join(a, "memory.current")) or 0
-                    cache = _stat_value(os.path.join(a, "memory.stat"), "inactive_file")
-                    out.append(
-                        Limit(f"cgroup v2 {fname}", lim, max(0, usage - cache), _shown(a, root))
-                    )
-    return out
-
-
-def _shown(path: str, root: str) -> str:
-    """A path as the process sees it (without the fake root of tests)."""
-    if root not in ("", "/") and path.startswith(root):
-        return "/" + os.path.relpath(path, root)
-    return path
-
-
-# ------------------------------------------------------------------------------------------
-# the other limits
-# ------------------------------------------------------------------------------------------
-
-
-def rlimit_limits(status: dict[str, int] | None = None) -> list[Limit]:
-    """``RLIMIT_AS`` and ``RLIMIT_DATA`` where set (soft limits), with the address space and
-    data segment already used."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not Unix
-        return []
-    status = process_status() if status is None else status
-    out = []
-    for name, res, key in (
-        ("RLIMIT_AS", resource.RLIMIT_AS, "VmSize"),
-        ("RLIMIT_DATA", resource.RLIMIT_DATA, "VmData"),
-    ):
-        soft, _ = resource.getrlimit(res)
-        if soft != resource.RLIM_INFINITY and 0 < soft < _UNLIMITED:
-            out.append(Limit(name, int(soft), status.get(key, 0), "ulimit"))
-    return out
 
 
 def dask_worker_limit(rss: int) -> Limit | None:
@@ -498,7 +305,10 @@ def detect(
         limits.append(Limit("--memory-mb", int(float(explicit_mb) * MiB), rss, "explicit"))
     limits += cgroup_limits(root, proc_cgroup, mountinfo)
     if root in ("", "/"):
-        limits += rlimit_limits(status)
+        rl = rlimit_limits(status)
+        if rl:
+            cap_malloc_arenas()
+        limits += rl
     avail = mem_available if mem_available is not None else mem_available_bytes()
     if avail is not None:
         limits.append(Limit("MemAvailable", int(avail) + rss, rss, "/proc/meminfo"))
@@ -516,8 +326,33 @@ def detect(
 def code_need(budget: MemoryBudget) -> int:
     """What ooc-svm's own code will still add to the process once a run starts (the
     interpreter, numpy, numba and the compiled kernels: :data:`CODE_MB` resident in all),
-    beyond what was resident when the budget was measured."""
+    beyond what was resident when the budget was measured; under ``RLIMIT_AS`` what it will
+    still map (:data:`CODE_AS_MB`) beyond the address space mapped then."""
+    if budget.binding is not None and budget.binding.name == "RLIMIT_AS":
+        return max(0, int(CODE_AS_MB * MiB) - budget.binding.used)
     return max(0, int(CODE_MB * MiB) - budget.rss)
+
+
+def out_of_memory_line(e: BaseException) -> str | None:
+    """One line for a run that ran out of memory all the same (``MemoryError``, a thread
+    that could not start under ``ulimit -v``): what ran out, the budget, the process's peak
+    and a limit to raise; None for any other error."""
+    if isinstance(e, MemoryError):
+        what = str(e) or "an allocation failed"
+    elif isinstance(e, RuntimeError) and "can't start new thread" in str(e):
+        what = "a thread could not start"
+    else:
+        return None
+    st = process_status()
+    b = current()
+    name = b.binding.name if b.binding is not None else ""
+    peak = st.get("VmPeak" if name in ("RLIMIT_AS", "RLIMIT_DATA") else "VmHWM", 0)
+    grow = max(int(1.5 * peak), (b.binding.limit if b.binding is not None else 0) + 256 * MiB)
+    return (
+        f"out of memory ({what}) under the {b.describe()}, the process at {peak / MiB:,.0f} "
+        f"MiB at its peak: {b.raise_hint(max(0, grow - b.limit_for(0)))}, or run it on one CPU "
+        "(taskset -c 0 ...: fewer threads)"
+    )
 
 
 # ------------------------------------------------------------------------------------------

@@ -96,6 +96,10 @@ class Model:
     #: features and the bias entry; one-vs-rest: the classes' rows one after the other,
     #: ``info["warm_points_per_class"]`` of them each), re-evaluated by a warm start
     warm_points_: np.ndarray | None = None
+    #: perf: the columns (sorted; ``n_features`` is the bias entry) that ``warm_cut_`` and
+    #: ``warm_points_`` are over — those their planes touch, not the store's width; None:
+    #: every column and the bias entry (models written before ooc-svm kept them sparse)
+    warm_cols_: np.ndarray | None = None
 
     # -- probabilities --------------------------------------------------------------------
     def set_probability(self, probA: ArrayLike, probB: ArrayLike) -> None:
@@ -180,6 +184,10 @@ class Model:
             arrays["warm_cut"] = np.asarray(self.warm_cut_, dtype=np.float64)
         if self.warm_points_ is not None and self.kind == "linear":
             arrays["warm_points"] = np.asarray(self.warm_points_, dtype=np.float32)
+        if self.warm_cols_ is not None and ("warm_cut" in arrays or "warm_points" in arrays):
+            cols = np.asarray(self.warm_cols_, dtype=np.int64)
+            small = int(self.n_features) < np.iinfo(np.int32).max
+            arrays["warm_cols"] = cols.astype(np.int32) if small else cols
         for name in ("coef", "intercept", "sv_data", "dual_coef", "warm_cut", "warm_points"):
             if name in arrays and not np.all(np.isfinite(arrays[name])):
                 # load_model refuses it: never write a model that cannot be read back
@@ -217,13 +225,34 @@ class Model:
         try:
             with atomic_dir(path, prefix="model") as tmp:
                 # numeric arrays only: no pickle is ever written (load_model refuses one)
-                np.savez(os.path.join(tmp, "arrays.npz"), allow_pickle=False, **arrays)
+                write_npz(os.path.join(tmp, "arrays.npz"), arrays)
                 with open(os.path.join(tmp, "model.json"), "w") as f:
                     json.dump(meta, f, indent=1, default=json_default)
         except FileExistsError:
             raise ModelError(
                 f"{path}: exists and is not a model directory; not overwriting"
             ) from None
+
+
+#: arrays of at least this many items whose values are mostly zeros are deflated in the
+#: ``.npz`` (a wide store's w: the columns no row of the training holds)
+COMPRESS_MIN_ITEMS = 1 << 16
+
+
+def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez`` of ``arrays`` (no pickle), each member deflated where at least half its
+    values are zero (a linear model over a wide store is mostly zeros: 20M columns, 1.2M
+    trained), stored as it is otherwise (dense arrays gain little and load faster)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", allowZip64=True) as zf:
+        for name, arr in arrays.items():
+            a = np.asarray(arr)
+            sparse = a.size >= COMPRESS_MIN_ITEMS and 2 * np.count_nonzero(a) <= a.size
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED if sparse else zipfile.ZIP_STORED
+            with zf.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, a, allow_pickle=False)
 
 
 def check_model(model: Model, where: str = "model") -> None:
@@ -297,6 +326,7 @@ def load_model(path: str) -> Model:
         info=dict(m["info"]),
         warm_cut_=a["warm_cut"],
         warm_points_=a["warm_points"],
+        warm_cols_=a["warm_cols"],
     )
     if model.kind == "ovo":
         validate_ovo(model, path)

@@ -38,6 +38,7 @@ _ARRAY_NAMES = (
     "support",
     "warm_cut",
     "warm_points",
+    "warm_cols",
 )
 #: perf models keep at most this many points of cutting planes per class (warm starts)
 WARM_POINTS_MAX = 32
@@ -79,6 +80,7 @@ def _size_bounds(m: dict) -> dict[str, int]:
         "support": 16 * n_sv + hdr,
         "warm_cut": 16 * k * (nf + 1) + hdr,
         "warm_points": 16 * WARM_POINTS_MAX * k * (nf + 1) + hdr,
+        "warm_cols": 16 * (nf + 1) + hdr,
     }
 
 
@@ -125,6 +127,46 @@ def _read_arrays(where: str, path: str, bounds: dict[str, int]) -> dict[str, np.
                 )
             arrays[name] = read_npy_member(where, zf, info, name)
     return arrays
+
+
+def _check_warm(where: str, m: dict, arrays: dict[str, np.ndarray], out: dict) -> None:
+    """perf's warm-start state: ``warm_cols`` (sorted distinct columns in [0, n_features],
+    n_features the bias entry; absent: all of them) and, over those, the aggregated plane
+    ``warm_cut`` and the plane points ``warm_points``."""
+    nf, k = m["n_features"], len(m["classes"])
+    out["warm_cols"] = None
+    width = nf + 1
+    if "warm_cols" in arrays:
+        wcols = arrays["warm_cols"]
+        if (
+            m["kind"] != "linear"
+            or wcols.ndim != 1
+            or wcols.dtype.kind not in "iu"
+            or wcols.shape[0] > nf + 1
+            or ("warm_cut" not in arrays and "warm_points" not in arrays)
+        ):
+            raise _fail(where, "warm_cols", f"has shape {wcols.shape} and dtype {wcols.dtype}")
+        wcols = wcols.astype(np.int64)
+        if wcols.size and (wcols[0] < 0 or wcols[-1] > nf or np.any(np.diff(wcols) <= 0)):
+            raise _fail(where, "warm_cols", f"must be increasing columns in [0, {nf}]")
+        out["warm_cols"], width = wcols, int(wcols.shape[0])
+    out["warm_cut"] = None
+    if "warm_cut" in arrays:  # perf's aggregated cutting plane (warm starts)
+        wc = _real_array(where, arrays, "warm_cut", (1,) if m["scalar"] else (2,))
+        want_wc = (width,) if m["scalar"] else (k, width)
+        if m["kind"] != "linear" or wc.shape != want_wc:
+            raise _fail(where, "warm_cut", f"has shape {wc.shape}; expected {want_wc}")
+        out["warm_cut"] = wc
+    out["warm_points"] = None
+    if "warm_points" in arrays:  # perf: the points of its last planes (warm starts)
+        wp = _real_array(where, arrays, "warm_points", (2,))
+        if m["kind"] != "linear" or wp.shape[1] != width or wp.shape[0] > WARM_POINTS_MAX * k:
+            raise _fail(
+                where,
+                "warm_points",
+                f"has shape {wp.shape}; expected (<= {WARM_POINTS_MAX * k}, {width})",
+            )
+        out["warm_points"] = wp
 
 
 def read_npy_member(
@@ -270,23 +312,7 @@ def _check_arrays(where: str, m: dict, arrays: dict) -> dict:
     if b.shape[0] != n_out:
         raise _fail(where, "intercept", f"has {b.shape[0]} values; expected {n_out}")
     out["intercept"] = float(b[0]) if m["scalar"] else b
-    out["warm_cut"] = None
-    if "warm_cut" in arrays:  # perf's aggregated cutting plane (warm starts)
-        wc = _real_array(where, arrays, "warm_cut", (1,) if m["scalar"] else (2,))
-        want_wc = (nf + 1,) if m["scalar"] else (k, nf + 1)
-        if m["kind"] != "linear" or wc.shape != want_wc:
-            raise _fail(where, "warm_cut", f"has shape {wc.shape}; expected {want_wc}")
-        out["warm_cut"] = wc
-    out["warm_points"] = None
-    if "warm_points" in arrays:  # perf: the points of its last planes (warm starts)
-        wp = _real_array(where, arrays, "warm_points", (2,))
-        if m["kind"] != "linear" or wp.shape[1] != nf + 1 or wp.shape[0] > WARM_POINTS_MAX * k:
-            raise _fail(
-                where,
-                "warm_points",
-                f"has shape {wp.shape}; expected (<= {WARM_POINTS_MAX * k}, {nf + 1})",
-            )
-        out["warm_points"] = wp
+    _check_warm(where, m, arrays, out)
     if m["kind"] == "linear":
         coef = _real_array(where, arrays, "coef", (1,) if m["scalar"] else (2,))
         want = (nf,) if m["scalar"] else (k, nf)

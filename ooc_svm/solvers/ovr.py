@@ -154,23 +154,7 @@ def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
             kernel=first.kernel,
             info=info,
         )
-        info.pop("warm_cut", None)
-        if any(m.warm_cut_ is not None for m in models):  # perf: one plane per class
-            cut = np.zeros((len(models), first.n_features + 1))
-            specs = []
-            for k, m in enumerate(models):
-                if m.warm_cut_ is not None:
-                    cut[k] = m.warm_cut_
-                specs.append(m.info.get("warm_cut", {"r": 0.0, "count": 0}))
-            out.warm_cut_ = cut
-            info["warm_cut"] = specs
-        info.pop("warm_points_per_class", None)
-        if any(m.warm_points_ is not None for m in models):
-            per = [0 if m.warm_points_ is None else int(m.warm_points_.shape[0]) for m in models]
-            out.warm_points_ = np.concatenate(
-                [m.warm_points_ for m in models if m.warm_points_ is not None]
-            )
-            info["warm_points_per_class"] = per
+        _combine_warm(out, models, info)
         return out
     # kernel models (and linear ones that keep their SVs, for warm starts): union of support
     # vectors (by global row index), one coefficient row each
@@ -205,3 +189,42 @@ def combine_ovr_models(models: list[Model], classes: list[float]) -> Model:
         coef0=first.coef0,
         info=info,
     )
+
+
+def _warm_cols(m: Model) -> np.ndarray:
+    """The columns of a perf model's warm state (:attr:`Model.warm_cols_`; all of them and
+    the bias entry for a model that keeps them dense)."""
+    if m.warm_cols_ is not None:
+        return np.asarray(m.warm_cols_, dtype=np.int64)
+    return np.arange(int(m.n_features) + 1, dtype=np.int64)
+
+
+def _combine_warm(out: Model, models: list[Model], info: dict) -> None:
+    """perf's warm state of the classes' models in one model: one plane per class and the
+    classes' points one after the other, over the union of their columns."""
+    info.pop("warm_cut", None)
+    info.pop("warm_points_per_class", None)
+    warm = [m for m in models if m.warm_cut_ is not None or m.warm_points_ is not None]
+    if not warm:
+        return
+    cols = np.unique(np.concatenate([_warm_cols(m) for m in warm]))
+    out.warm_cols_ = cols
+    if any(m.warm_cut_ is not None for m in models):  # perf: one plane per class
+        cut = np.zeros((len(models), cols.shape[0]))
+        specs = []
+        for k, m in enumerate(models):
+            if m.warm_cut_ is not None:
+                cut[k, np.searchsorted(cols, _warm_cols(m))] = m.warm_cut_
+            specs.append(m.info.get("warm_cut", {"r": 0.0, "count": 0}))
+        out.warm_cut_ = cut
+        info["warm_cut"] = specs
+    if any(m.warm_points_ is not None for m in models):
+        per = [0 if m.warm_points_ is None else int(m.warm_points_.shape[0]) for m in models]
+        rows = []
+        for m in models:
+            if m.warm_points_ is not None:
+                p = np.zeros((m.warm_points_.shape[0], cols.shape[0]), dtype=np.float32)
+                p[:, np.searchsorted(cols, _warm_cols(m))] = m.warm_points_
+                rows.append(p)
+        out.warm_points_ = np.concatenate(rows)
+        info["warm_points_per_class"] = per

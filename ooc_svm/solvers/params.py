@@ -275,6 +275,16 @@ class SolverParams:
         """Bytes this solver cannot do without on this store (name -> bytes); none here."""
         return {}
 
+    def memory_floor(self, meta: StoreMeta) -> dict[str, int]:
+        """The least :meth:`fit_memory` claims on this store, whatever the budget: the
+        :meth:`memory_needs` and every :attr:`BUDGET_SHARES` size at the least it may be
+        lowered to (name -> bytes)."""
+        out = dict(self.memory_needs(meta))
+        for name in self.BUDGET_SHARES:
+            mib = min(float(getattr(self, name)), self._budget_floor_mib(name, meta))
+            out[flag_name(name)] = self._claim_bytes(name, mib, meta)
+        return out
+
     def fit_memory(self: P, meta: StoreMeta, budget: MemoryBudget) -> P:
         """These parameters within the process's memory budget.
 

@@ -240,6 +240,7 @@ def class_model(
     )
     if model.coef_ is not None:
         out.coef_ = np.asarray(model.coef_)[k].copy()
+    out.warm_cols_ = getattr(model, "warm_cols_", None)
     wp = getattr(model, "warm_points_", None)
     per = info.pop("warm_points_per_class", None)
     if wp is not None and isinstance(per, list) and len(per) == n_classes:

@@ -143,6 +143,31 @@ def test_tight_eps_and_tiny_budget_keep_the_guarantee(tmp_path, C):
     assert res.summary["inner_iterations"] > 0
 
 
+def test_working_set_bounded_during_the_inner_loop(tmp_path, caplog):
+    """A --dense-limit-mb that holds only a few dozen planes makes the working
+    set drop and aggregate planes (``WorkingSet._bound``) inside the inner loop; the loop's
+    gⱼ·w_b must follow (it crashed: "operands could not be broadcast together with shapes
+    (17,) (25,)", as ``auto`` under a small --memory-mb did on 16 shards). The run converges
+    with the guarantee."""
+    rng = np.random.default_rng(0)
+    n, d, C, eps = 3000, 2000, 1.0, 1e-3
+    X = _csr32(sp.random(n, d, density=0.02, random_state=0, format="csr"))
+    y = np.where(X @ rng.normal(size=d) + 0.7 * rng.normal(size=n) > 0, 1.0, -1.0)
+    st = _store(tmp_path / "s.zarr", X, y, 250)
+    mb = 300 * (psel.ROW_BYTES + psel.NZ_BYTES * 60) / 2**20
+    limit = 10.5 * 8 * (d + 1) / 2**20  # the ten dense vectors and no more
+    with LocalEngine() as e, caplog.at_level("WARNING"):
+        res = ps.solve_selective(
+            st, e, {"C": C, "eps": eps, "inner_mb": mb, "dense_limit_mb": limit}
+        )
+    assert "planes with alpha = 0 are dropped" in caplog.text  # the set was bounded
+    assert res.summary["inner_iterations"] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = LinearSVC(C=C, loss="hinge", tol=1e-10, max_iter=10**6, random_state=0).fit(X, y)
+    _check(res, X, y, C, eps, primal_objective(X, y, m.coef_.ravel(), float(m.intercept_[0]), C))
+
+
 def test_select_rows_takes_the_closest_within_the_budget():
     """A shard over its quota keeps the rows a single sort would: the closest to the margin
     within the byte budget (ties broken by the row hash), with their own CSR slices."""
@@ -572,10 +597,12 @@ def test_inner_mb_auto_is_a_share_of_available_memory(tmp_path, monkeypatch):
     with LocalEngine() as e:
         part = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3})
         quarter = ps.solve_selective(st, e, {"C": 1.0, "eps": 1e-3, "inner_mb": "auto:0.25"})
-    assert part.summary["inner_mb"] == pytest.approx(0.5 * avail / 2**20)
-    assert 0 < part.summary["selected_mb"] * 2**20 <= 0.5 * avail
+        # the pass's accumulators are claimed first; the rows take a share of what is left
+        left = avail - ps.pass_accumulator_bytes(X.shape[1] + 1, e.n_threads)
+    assert part.summary["inner_mb"] == pytest.approx(0.5 * left / 2**20)
+    assert 0 < part.summary["selected_mb"] * 2**20 <= 0.5 * left
     assert 0 < part.summary["selected_rows"] < X.shape[0]
-    assert quarter.summary["inner_mb"] == pytest.approx(0.25 * avail / 2**20)
+    assert quarter.summary["inner_mb"] == pytest.approx(0.25 * left / 2**20)
     assert budget.claims == {}  # the rows' claim ends with the run
     _check(part, X, y, 1.0, 1e-3, _liblinear(X, y, 1.0))
     for bad in ("-1", "auto:0", "auto:2", "lots"):

@@ -142,11 +142,25 @@ class _ErrorRun:
         out[self.dim - 1] = v[self.d]
         return out
 
+    def work_at(self, cols: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """A vector ``v`` over the store's columns ``cols`` (sorted; ``d`` is the bias
+        entry), as :meth:`work` makes of a dense one, without the dense one."""
+        out = np.zeros(self.dim)
+        feat = cols < self.d
+        if self.remap is None:
+            out[cols[feat]] = v[feat]
+        else:
+            j = self.remap[0][cols[feat]]
+            held = j >= 0
+            out[j[held]] = v[feat][held]
+        out[self.dim - 1] = float(v[~feat].sum())
+        return out
+
     def warm_request(self, w: np.ndarray):
         """The first pass of a warm start (:func:`~.passes.pass_warm`): cuts at ``w`` and
         at the points of the model's planes, in one pass."""
         st = self.warm
-        pts = [w] + [self.work(p) for p in st.points]
+        pts = [w] + [self.work_at(st.cols, p) for p in st.points]
         d = self.dim - 1
         P = np.ascontiguousarray(np.stack([p[:d] for p in pts], axis=1))
         pb = np.array([float(p[d]) for p in pts])
@@ -167,7 +181,7 @@ class _ErrorRun:
             obj = 0.5 * float(vdot(pt, pt)) + C * float(part["hinge"][j])
             best = min(best, (obj, j))
         if st.cut is not None and st.count > 0:
-            ext = self.work(st.cut) * (st.count / n)
+            ext = self.work_at(st.cols, st.cut) * (st.count / n)
             if part.get("g_new") is not None:
                 ext += acc_row(part["g_new"], 0) / n
             self.ws.add(ext, (st.r * st.count + float(part["cnt_new"][0])) / n)
@@ -439,7 +453,7 @@ def _sq_norm(w2: np.ndarray, wb_bias: float) -> float:
 
 def _error_result(run: _ErrorRun, w_final, obj_final: float, xi_final: float) -> Result:
     """The binary linear model and the :class:`Result` of one error-loss problem."""
-    from .warm import aggregate_cut, attach_cut, attach_points
+    from .warm import aggregate_cut, attach_warm
 
     C, sw = run.C, run.sw
     costs = None if sw is None else [C * sw[0], C * sw[1]]
@@ -447,8 +461,10 @@ def _error_result(run: _ErrorRun, w_final, obj_final: float, xi_final: float) ->
         run, w_final, run.variant, obj_final, run.it, run.converged, run.stop, xi_final,
         run.dual, costs,
     )  # fmt: skip
-    attach_cut(res.model, aggregate_cut(run.ws, run.full), run.n, run.bias, sw)
-    attach_points(res.model, run.ws.active_points(), run.full)
+    if run.params.warm_state:
+        cols = None if run.remap is None else run.remap[1]
+        cut, points = aggregate_cut(run.ws), run.ws.active_points()
+        attach_warm(res.model, cut, points, run.n, run.bias, sw, cols)
     if run.warm is not None:
         res.model.info["warm_start"] = True
     return res

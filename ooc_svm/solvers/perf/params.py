@@ -137,6 +137,13 @@ class Params(SolverParams):
         "dcd: drop rows at a bound from the sweeps until they may move (LIBLINEAR)",
         cli="bool",
     )
+    warm_state: bool = param(
+        True,
+        "keep in the model what a later train --init starts from besides w (the aggregated "
+        "cutting plane and a few plane points, over the columns they touch); "
+        "--no-warm-state: a model of w and b alone, as LIBLINEAR's",
+        cli="bool",
+    )
     max_inner: int = param(2000, "selective: inner cutting planes between two full passes", ge=1)
     inner_share: float = param(
         0.25, "selective: inner loop stops at gap <= inner_share * eps * C * n", gt=0
@@ -242,7 +249,14 @@ class Params(SolverParams):
         rows hold where the variant remaps a wide store). A store too wide for
         ``--dense-limit-mb`` is refused first, with its own message (:meth:`check_dense`)."""
         self.check_dense(meta)
-        return {"perf dense vectors": int(self._dense_bytes(meta)[0])}
+        needs = {"perf dense vectors": int(self._dense_bytes(meta)[0])}
+        if self.variant == "selective":  # its pass's planes over the columns it trains
+            from .selective import ACC_CLAIM, pass_accumulator_bytes
+
+            d = int(meta.n_features)
+            dim = (min(d, int(meta.nnz)) if d >= remap_min_dim() else d) + 1
+            needs[ACC_CLAIM] = pass_accumulator_bytes(dim)
+        return needs
 
     def _dense_bytes(self, meta: StoreMeta, copies: int = 1) -> tuple[float, int, int]:
         """``(bytes, vectors, dim)`` of the dense vectors one problem holds (times
@@ -266,7 +280,7 @@ class Params(SolverParams):
 
     def _claim_bytes(self, name: str, mib: float, meta: StoreMeta) -> int:
         # the dense vectors are inside --dense-limit-mb and claimed already
-        return max(0, int(mib * 2**20) - sum(self.memory_needs(meta).values()))
+        return max(0, int(mib * 2**20) - int(self._dense_bytes(meta)[0]))
 
     def dense_vectors(self, meta: StoreMeta) -> int:
         """Dense vectors over the features this run holds at once (per problem)."""

@@ -229,7 +229,7 @@ class _RankRun:
         self.ws.add(g / self.m, viol / self.m)
         if st.cut is not None and 0 < st.count <= self.m:
             f = st.count / self.m
-            self.ws.add(np.ascontiguousarray(st.cut[: self.d]) * f, st.r * f)
+            self.ws.add(np.ascontiguousarray(st.dense(st.cut)[: self.d]) * f, st.r * f)
         self.save()
 
     def step_paper(self, wc: np.ndarray):
@@ -339,7 +339,9 @@ class _RankRun:
         }
         from .warm import aggregate_cut, attach_cut
 
-        attach_cut(model, aggregate_cut(ws), self.m, 0.0, (self.pair_weight, self.pair_weight))
+        if self.params.warm_state:
+            pw = (self.pair_weight, self.pair_weight)
+            attach_cut(model, aggregate_cut(ws), self.m, 0.0, pw)
         return perf_result(self.prog, ws, model, Pb, self.it, self.stop, self.xib, summary)
 
 

@@ -82,7 +82,8 @@ start (:mod:`ooc_svm.memory_budget`: the container's limit, ``--memory-mb``, ...
 what holds every row (then one pass; the 1M store needs ~1.1 GiB). Besides the selection a
 pass holds what the accelerated pass holds: the decoded shards in flight and one dense plane
 accumulator of ``len(GRID)`` × (d + 1) floats per partial alive in the reduction (~log₂ S +
-the engine's window of them) — independent of the budget; and the engine's shard cache
+the engine's window of them) — claimed from the budget before the rows
+(:func:`pass_accumulator_bytes`); and the engine's shard cache
 (``--shard-cache-mb``, auto by default: a share of what the budget has left once the rows in
 memory are claimed) fills from the second pass on (up to 8 GiB: most likely the bulk of the
 10.5 GB peak of an earlier 50M-row run;
@@ -157,6 +158,18 @@ SELECTION_SHARE = 0.75
 #: the name of the rows' claim on the memory budget
 ROWS_CLAIM = "selective rows in memory"
 
+#: the name of the claim of a pass's plane accumulators
+ACC_CLAIM = "selective pass accumulators"
+
+
+def pass_accumulator_bytes(dim: int, threads: int | None = None) -> int:
+    """What a selective pass's partials hold at once: ``len(GRID)`` planes over the ``dim``
+    columns each (dense once two are merged), one per compute thread's row block and three
+    more in the fold of the reduction (a 1M-column store: 112 MB a partial; unclaimed, they
+    took a 520 MB cgroup's last 300 MB)."""
+    n = int(threads or cpu_count())
+    return (n + 3) * GRID.shape[0] * 8 * int(dim)
+
 
 class _Run:
     """State of one selective run: best point, working set, lower bound, counters."""
@@ -172,6 +185,11 @@ class _Run:
         self.eps = float(params.eps)
         #: the selection's target; the shards' quotas add up to SHARE times it at most
         self.sbytes = ROW_BYTES * self.n + NZ_BYTES * int(meta.nnz)
+        # the pass's accumulators first: the rows in memory take a share of what they leave
+        memory_budget().require(
+            ACC_CLAIM, pass_accumulator_bytes(self.d + 1, getattr(engine, "n_threads", None)),
+            "--variant selective", "give --variant accelerated",
+        )  # fmt: skip
         #: inner_mb in MiB (auto: at most what holds every row, with the quotas' slack)
         self.inner_mb = params.inner_mib(whole_mib=self.sbytes * SHARE / SELECTION_SHARE / 2**20)
         self.budget = int(self.inner_mb * 2**20 * SELECTION_SHARE / SHARE)
@@ -277,7 +295,12 @@ class _Run:
                 break
             g, r = inner.cut(None, n, flipped)
             ws.add(g, r)
-            gwb = np.append(gwb, float(vdot(g, wb)))
+            if len(ws) == gwb.shape[0] + 1:
+                gwb = np.append(gwb, float(vdot(g, wb)))
+            else:
+                # the set outgrew --dense-limit-mb and was bounded (planes dropped or
+                # aggregated, WorkingSet._bound): every gⱼ·wb again, over the planes kept
+                gwb = np.array([ws._dot(v, wb) for v in ws.vecs])
             keep = np.asarray(ws.inactive) < int(self.params.max_inactive)
             if ws.drop_inactive(int(self.params.max_inactive)):
                 gwb = gwb[keep]
@@ -345,6 +368,7 @@ def solve_selective(
         res = _iterate(run, engine, params)
     finally:
         memory_budget().release(ROWS_CLAIM)
+        memory_budget().release(ACC_CLAIM)
     if remap is not None:
         m = res.model
         coef = np.zeros(meta.n_features)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,17 +54,37 @@ def check_perf_model(model: Model, where: str, loss: str | None = None) -> None:
 @dataclass
 class PerfStart:
     """perf's start: ``w`` over the store's columns plus the bias entry (length d + 1), and
-    the model's aggregated plane ``cut`` (same length) with its offset ``r``, both as
-    averages over the model's ``count`` rows (or pairs), or ``cut`` None."""
+    the model's aggregated plane ``cut`` with its offset ``r``, both as averages over the
+    model's ``count`` rows (or pairs), or ``cut`` None. ``cut`` and ``points`` are over the
+    columns ``cols`` (sorted, of the d + 1: d is the bias entry), those the model's planes
+    touch: a wide store's model keeps them sparse (:func:`attach_warm`)."""
 
     w: np.ndarray
     cut: np.ndarray | None
     r: float
     count: int
     n_rows: int
-    #: the points of the model's last planes (each over the columns + bias entry), whose
-    #: cuts the first pass re-evaluates over every row
+    #: the points of the model's last planes (over ``cols``), whose cuts the first pass
+    #: re-evaluates over every row
     points: list[np.ndarray]
+    cols: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def dense(self, v: np.ndarray) -> np.ndarray:
+        """``v`` (over :attr:`cols`) as a dense vector over the d + 1 entries."""
+        out = np.zeros(self.w.shape[0])
+        out[self.cols] = v
+        return out
+
+
+def _store_cols(model: Model, d: int) -> np.ndarray:
+    """The model's warm columns as the store's (its bias entry, ``n_features``, moves to
+    the store's ``d``: a store grown by ``ingest --append`` may be wider)."""
+    nf = int(model.n_features)
+    wc = getattr(model, "warm_cols_", None)
+    cols = np.arange(nf + 1, dtype=np.int64) if wc is None else np.asarray(wc, dtype=np.int64)
+    cols = cols.copy()
+    cols[cols == nf] = d
+    return cols
 
 
 def perf_start(
@@ -98,25 +118,22 @@ def perf_start(
     m_bias = float(model.info.get("bias", 1.0 if model.intercept_ else 0.0) or 0.0)
     if bias != 0.0 and m_bias != 0.0:
         w[d] = float(model.intercept_) / bias
+    cols = _store_cols(model, d)
     cut, r, count = None, 0.0, 0
     wc = getattr(model, "warm_cut_", None)
     spec = model.info.get("warm_cut")
     if status == "prefix" and wc is not None and isinstance(spec, dict):
         same = np.allclose(spec.get("weights", [1.0, 1.0]), weights, rtol=1e-12, atol=0.0)
         if same and float(spec.get("bias", bias)) == bias and int(spec.get("count", 0)) > 0:
-            src = np.asarray(wc, dtype=np.float64)
-            cut = np.zeros(d + 1)
-            cut[: src.shape[0] - 1] = src[:-1]
-            cut[d] = src[-1]
+            cut = np.asarray(wc, dtype=np.float64).copy()
             r, count = float(spec["r"]), int(spec["count"])
     points = []
     wp = getattr(model, "warm_points_", None)
     if wp is not None:
-        src = np.asarray(wp, dtype=np.float64)[:WARM_POINTS_USED]
-        for row in src:
-            p = np.zeros(d + 1)
-            p[: src.shape[1] - 1] = row[:-1]
-            p[d] = row[-1] if bias != 0.0 else 0.0
+        for row in np.asarray(wp, dtype=np.float64)[:WARM_POINTS_USED]:
+            p = row.copy()
+            if bias == 0.0:
+                p[cols == d] = 0.0
             points.append(p)
     n_old = trained_rows(model) or 0
     if cut is None:  # no appended-rows split without the plane: any boundary will do
@@ -128,20 +145,18 @@ def perf_start(
         len(points),
         ", its aggregated plane" if cut is not None else "",
     )
-    return PerfStart(w, cut, r, count, n_old, points)
+    return PerfStart(w, cut, r, count, n_old, points, cols)
 
 
-def aggregate_cut(ws: Any, full: Any = None) -> tuple[np.ndarray, float] | None:
-    """The α-weighted mean plane ``(ḡ, r̄)`` of a perf working set after its last QP
-    (``full`` maps a vector over the working columns to the store's), or None when α = 0.
-    ``w = (Σα)·ḡ``; with the model, a later training on the grown store starts from it."""
+def aggregate_cut(ws: Any) -> tuple[np.ndarray, float] | None:
+    """The α-weighted mean plane ``(ḡ, r̄)`` of a perf working set after its last QP (over
+    the working set's columns), or None when α = 0. ``w = (Σα)·ḡ``; with the model, a later
+    training on the grown store starts from it."""
     alpha = np.asarray(ws.alpha, dtype=np.float64)
     A = float(alpha.sum()) if alpha.size else 0.0
     if not (A > 0.0) or len(ws) != alpha.shape[0]:
         return None
     g = ws.combine(alpha) / A
-    if full is not None:
-        g = full(g)
     r = float(np.dot(alpha, np.asarray(ws.r, dtype=np.float64)) / A)
     if not (np.all(np.isfinite(g)) and math.isfinite(r)):
         return None
@@ -155,34 +170,56 @@ def attach_cut(
     bias: float,
     weights: tuple[float, float] | None = None,
 ) -> None:
-    """Keep the aggregated plane in the model (``warm_cut_`` and ``info["warm_cut"]``):
-    over the features and the bias entry, an average over ``count`` rows (or pairs), built
-    with relative class costs ``weights`` (None: 1, 1)."""
-    if cut is None:
+    """:func:`attach_warm` with the plane alone (the ranking losses: over the features,
+    no bias entry)."""
+    attach_warm(model, cut, [], count, bias, weights)
+
+
+def attach_warm(
+    model: Model,
+    cut: tuple[np.ndarray, float] | None,
+    points: list[np.ndarray],
+    count: int,
+    bias: float,
+    weights: tuple[float, float] | None = None,
+    cols: np.ndarray | None = None,
+) -> None:
+    """Keep the warm-start state in the model, over the columns it touches only
+    (``warm_cols_``): the aggregated plane (``warm_cut_``, ``info["warm_cut"]``: an average
+    over ``count`` rows or pairs, built with relative class costs ``weights``, None: 1, 1)
+    and the points of the active planes (``warm_points_``, float32, the first
+    :data:`WARM_POINTS_USED`: all a warm start reads).
+
+    The vectors are over the working columns: ``cols`` maps them to the store's (the
+    remapped columns of a wide store; the last entry of a vector is the bias entry), None:
+    they are over the model's columns already (with or without the bias entry).
+    """
+    nf = int(model.n_features)
+    points = [np.asarray(p) for p in points[:WARM_POINTS_USED]]
+    vecs = ([np.asarray(cut[0], dtype=np.float64)] if cut is not None else []) + points
+    if not vecs:
         return
-    g = np.asarray(cut[0], dtype=np.float64)
-    if g.shape[0] == model.n_features:  # the ranking losses have no bias entry
-        g = np.append(g, 0.0)
-    model.warm_cut_ = g
-    model.info["warm_cut"] = {
-        "r": float(cut[1]),
-        "count": int(count),
-        "bias": float(bias),
-        "weights": [float(v) for v in (weights or (1.0, 1.0))],
-    }
-
-
-def attach_points(model: Model, points: list[np.ndarray], full: Any = None) -> None:
-    """Keep the points of the active planes in the model (``warm_points_``, float32; at
-    most :data:`~ooc_svm.model.model_files.WARM_POINTS_MAX`)."""
-    from ...model.model_files import WARM_POINTS_MAX
-
-    rows = []
-    for p in points[:WARM_POINTS_MAX]:
-        v = np.asarray(full(np.asarray(p, dtype=np.float64)) if full is not None else p)
-        if v.shape[0] == model.n_features:
-            v = np.append(v, 0.0)
-        if v.shape[0] == model.n_features + 1 and np.all(np.isfinite(v)):
-            rows.append(v.astype(np.float32))
+    used = np.zeros(vecs[0].shape[0], dtype=bool)  # the working columns any vector holds
+    for v in vecs:
+        used |= v != 0.0
+    idx = np.flatnonzero(used)
+    if cols is None:  # over the model's nf columns, or nf + 1 with the bias entry nf
+        store = idx.astype(np.int64)
+    else:
+        full = np.append(np.asarray(cols, dtype=np.int64), nf)
+        store = full[idx]
+    order = np.argsort(store, kind="stable")
+    store, idx = store[order], idx[order]
+    if cut is not None and np.all(np.isfinite(vecs[0][idx])):
+        model.warm_cut_ = vecs[0][idx].copy()
+        model.info["warm_cut"] = {
+            "r": float(cut[1]),
+            "count": int(count),
+            "bias": float(bias),
+            "weights": [float(v) for v in (weights or (1.0, 1.0))],
+        }
+    rows = [p[idx].astype(np.float32) for p in points if np.all(np.isfinite(p))]
     if rows:
         model.warm_points_ = np.stack(rows)
+    if model.warm_cut_ is not None or model.warm_points_ is not None:
+        model.warm_cols_ = store
