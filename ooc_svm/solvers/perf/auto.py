@@ -10,8 +10,8 @@ them stop on the same certificate P(w) − lower bound ≤ C·n·ε.
   half the memory budget: on wide sparse data the cutting plane needs hundreds of passes
   (click-log and kdd2010 shapes: ~1,000), dual coordinate descent over the rows held in
   memory tens to hundreds of cheap epochs;
-- ``selective`` when the decoded store is larger than the shard cache's share: few full
-  passes when every pass reads the disk;
+- ``selective`` when the decoded store is larger than the shard cache's share and its pass's
+  planes fit half the budget: few full passes when every pass reads the disk;
 - ``accelerated`` otherwise: narrow stores take ~30–80 passes.
 """
 
@@ -56,11 +56,22 @@ def _needs_accelerated(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
     )
 
 
+#: the budget's claims that are perf's own (made for the variant chosen here): the choice
+#: reads the room as if they were not made, so it is the same before and after them
+PERF_CLAIMS = ("perf dense vectors", "--dense-limit-mb", "selective pass accumulators")
+
+
+def _room() -> int:
+    """Bytes of the memory budget not claimed by anything but perf's own sizes."""
+    budget = memory_budget()
+    return budget.free + sum(int(budget.claims.get(k, 0)) for k in PERF_CLAIMS)
+
+
 def _dcd_fits(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
     if int(meta.n_features) < DCD_MIN_FEATURES:
         return False
     held = DCD_BYTES_PER_NNZ * int(meta.nnz) + DCD_BYTES_PER_ROW * int(meta.n_rows)
-    return held <= memory_budget().share(DCD_HOLD_SHARE)
+    return held <= DCD_HOLD_SHARE * _room()
 
 
 def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
@@ -72,8 +83,15 @@ def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
     if DENSE_VECTORS * 8.0 * (int(meta.n_features) + 1) > p.dense_limit_mb * 2**20:
         return False
     decoded = 8 * int(meta.nnz) + 16 * int(meta.n_rows)
-    room = memory_budget().share(AUTO_CACHE_SHARE, cap=int(AUTO_CACHE_CAP_MB * 2**20))
-    return decoded > room
+    room = _room()
+    if decoded <= min(AUTO_CACHE_SHARE * room, AUTO_CACHE_CAP_MB * 2**20):
+        return False
+    from .selective import pass_accumulator_bytes
+
+    # selective's pass holds a few planes a thread over the columns: where they take more
+    # than half the budget, accelerated (one plane a pass) is the one that fits, and a
+    # refusal names the limit for the variant that will then run
+    return pass_accumulator_bytes(int(meta.n_features) + 1) <= 0.5 * room
 
 
 TABLE: tuple[Row, ...] = (
@@ -95,7 +113,12 @@ TABLE: tuple[Row, ...] = (
         "the decoded store is larger than the shard cache's share of the memory budget: "
         "selective needs few full passes",
     ),
-    Row("accelerated", lambda p, m, c: True, "a narrow store: few passes of the cutting plane"),
+    Row(
+        "accelerated",
+        lambda p, m, c: True,
+        "a narrow store, or rows that do not fit half the memory budget: the cutting plane "
+        "(few passes on narrow data, one plane at a time)",
+    ),
 )
 
 

@@ -244,10 +244,22 @@ class Params(SolverParams):
 
         return choose(self, meta, checkpoint)[0]
 
+    def effective(self, meta: StoreMeta) -> Params:
+        """These parameters with ``auto`` resolved: the memory a run claims is that of the
+        variant it will run (:mod:`.auto` reads the room as if perf had claimed nothing, so
+        the choice is the same when the driver makes it again)."""
+        if self.variant != "auto":
+            return self
+        from .auto import choose
+
+        return self.replace(variant=choose(self, meta)[0])
+
     def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
         """perf's dense vectors over the features (:meth:`dense_vectors`; over the columns the
         rows hold where the variant remaps a wide store). A store too wide for
         ``--dense-limit-mb`` is refused first, with its own message (:meth:`check_dense`)."""
+        if self.variant == "auto":
+            return self.effective(meta).memory_needs(meta)
         self.check_dense(meta)
         needs = {"perf dense vectors": int(self._dense_bytes(meta)[0])}
         if self.variant == "selective":  # its pass's planes over the columns it trains
@@ -275,11 +287,20 @@ class Params(SolverParams):
 
     def _budget_floor_mib(self, name: str, meta: StoreMeta) -> float:
         # the dense vectors and a few dense planes: check_dense and the working set's needs
+        if self.variant == "auto":
+            return self.effective(meta)._budget_floor_mib(name, meta)
+        if self.variant == "dcd":  # no cutting planes: its dense vectors alone
+            return self._dense_bytes(meta)[0] / 2**20
         dim = int(meta.n_features) + 1
         return (self.dense_vectors(meta) + DENSE_FLOOR_PLANES) * 8.0 * dim / 2**20
 
     def _claim_bytes(self, name: str, mib: float, meta: StoreMeta) -> int:
-        # the dense vectors are inside --dense-limit-mb and claimed already
+        # the dense vectors are inside --dense-limit-mb and claimed already; dcd keeps no
+        # cutting planes
+        if self.variant == "auto":
+            return self.effective(meta)._claim_bytes(name, mib, meta)
+        if self.variant == "dcd":
+            return 0
         return max(0, int(mib * 2**20) - int(self._dense_bytes(meta)[0]))
 
     def dense_vectors(self, meta: StoreMeta) -> int:
@@ -301,6 +322,9 @@ class Params(SolverParams):
         also bounds the working set of cutting planes. A legal line such as
         ``1 2147483648:1`` would otherwise make training ask for tens of GiB.
         """
+        if self.variant == "auto":
+            self.effective(meta).check_dense(meta, copies, extra_bytes)
+            return
         if self.variant == "selective" and int(meta.n_features) >= remap_min_dim():
             return  # checked over the columns the store holds, once counted (selective.py)
         dense, vectors, dim = self._dense_bytes(meta, copies)
