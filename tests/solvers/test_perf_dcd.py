@@ -238,3 +238,21 @@ def test_auto_picks_dcd_on_wide_stores_and_says_why(make_store, monkeypatch):
     assert abs(wide.objective - narrow.objective) <= 2 * 1e-3 * X.shape[0]
     # ranks, checkpoints and --init keep the cutting plane
     assert auto.choose(perf.Params(), st.meta, checkpoint=True)[0] == "accelerated"
+
+
+def test_auto_claims_the_memory_of_the_variant_it_runs(make_store, monkeypatch):
+    """A run is refused or sized by the needs of the variant auto will run: dcd keeps no
+    cutting planes, so auto on a wide store claims none (it claimed accelerated's, and a
+    520 MB container refused a store dcd trains in 163 MB)."""
+    from ooc_svm.solvers.perf import auto
+
+    X, y = _data(7, n=300, d=40)
+    st = make_store(X, y, shard_rows=100)
+    monkeypatch.setattr(auto, "DCD_MIN_FEATURES", 40)
+    p = perf.Params()
+    assert p.effective(st.meta).variant == "dcd"
+    assert p.memory_floor(st.meta)["--dense-limit-mb"] == 0
+    assert perf.Params(variant="accelerated").memory_floor(st.meta)["--dense-limit-mb"] > 0
+    monkeypatch.setattr(auto, "DCD_MIN_FEATURES", 41)
+    assert p.effective(st.meta).variant == "accelerated"
+    assert p.memory_floor(st.meta) == perf.Params(variant="accelerated").memory_floor(st.meta)
