@@ -114,35 +114,8 @@ _PASSED_ON = (
 )  # fmt: skip
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM / SIGHUP: unwinds like Ctrl-C, so the partial store is removed."""
-
-
-def _on_signal(signum, frame) -> None:
-    import signal
-
-    raise _Terminated(f"terminated by {signal.Signals(signum).name}")
-
-
-def _install_signal_handlers() -> dict:
-    """SIGTERM and SIGHUP clean up like SIGINT; returns the previous handlers."""
-    import signal
-    import threading
-
-    old: dict = {}
-    if threading.current_thread() is not threading.main_thread():
-        return old
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            old[sig] = signal.signal(sig, _on_signal)
-        except (ValueError, OSError):
-            pass
-    return old
-
-
 def run(args: argparse.Namespace) -> int:
     import gc
-    import signal
 
     from ..memory_budget import current
     from ..progress import Meter, progress_mode
@@ -163,8 +136,7 @@ def run(args: argparse.Namespace) -> int:
     gc.freeze()
     mode = progress_mode(args)
     bar = Meter("ingest", mode, total=total or None, unit="B")
-    old_handlers = _install_signal_handlers()
-    try:
+    try:  # SIGTERM and SIGHUP unwind like Ctrl-C (cli.py): the partial store is removed
         meta, stats = ingest_with_stats(
             inputs,
             store,
@@ -173,8 +145,6 @@ def run(args: argparse.Namespace) -> int:
             **{name: getattr(args, name) for name in _PASSED_ON},
         )
     finally:
-        for sig, h in old_handlers.items():
-            signal.signal(sig, h)
         bar.close()
     _print_summary(args, store, meta, stats)
     return 0

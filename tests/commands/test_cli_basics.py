@@ -165,3 +165,30 @@ def test_small_wording_of_ingest_evaluate_and_sweep(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "t.csv").exists() and "objective" not in r.stdout, r.stdout
     assert "best C" in r.stdout
+
+
+def test_an_allocation_that_cannot_fit_is_one_line(tmp_path, monkeypatch, capsys):
+    """numpy's ``_ArrayMemoryError`` (a MemoryError) from anywhere in a command: one line,
+    status 1, never a traceback (the CLI's last resort)."""
+    from ooc_svm import cli
+    from ooc_svm.commands import info
+
+    def run(args):
+        return np.empty(2**57)  # 1 EiB: no machine gives it
+
+    monkeypatch.setattr(info, "run", run)
+    monkeypatch.setattr(info, "add_parser", _parser_calling(info.add_parser, run))
+    assert cli.main(["info", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ooc-svm: error: out of memory: Unable to allocate")
+    assert "1.00 EiB" in err[0] and "--memory-mb" in err[0], err
+
+
+def _parser_calling(add_parser, run):
+    """``add_parser`` whose sub-command calls ``run``."""
+
+    def add(sub):
+        add_parser(sub)
+        sub.choices["info"].set_defaults(func=run)
+
+    return add
