@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from .._util import json_text
+from ._common import FLOAT, INT
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,9 +68,9 @@ _LAYOUT_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
                   "help": "store backend (default: parquet for *.parquet / *.pq, else zarr)"}),
     ("--zero-based", {"action": "store_true",
                       "help": "indices in the text start at 0 (default: 1-based)"}),
-    ("--shard-rows", {"type": int, "default": None, "metavar": "N",
+    ("--shard-rows", {"type": INT, "default": None, "metavar": "N",
                       "help": "at most N rows per shard"}),
-    ("--shard-mb", {"type": float, "default": None, "metavar": "M",
+    ("--shard-mb", {"type": FLOAT, "default": None, "metavar": "M",
                     "help": "at most M MB of decoded CSR per shard (default 64 unless "
                     "--shard-rows is given; less when the memory budget is small)"}),
 )  # fmt: skip
@@ -88,10 +89,10 @@ _PARSE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
                       "help": "label kind (auto: 2 values -> binary; 3+ integers -> ordinal "
                       "(ranks) with qid:, else multiclass (one-vs-rest); other values -> real); "
                       "--label-kind ordinal for ordinal regression without qids"}),
-    ("--n-features", {"type": int, "default": None, "metavar": "N",
+    ("--n-features", {"type": INT, "default": None, "metavar": "N",
                       "help": "declare the number of features (an index beyond it is an "
                       "error)"}),
-    ("--hash-bits", {"type": int, "default": None, "metavar": "B",
+    ("--hash-bits", {"type": INT, "default": None, "metavar": "B",
                      "help": "hash the features into 2^B columns (signed MurmurHash3_32 of the "
                      "feature number, as scikit-learn's FeatureHasher and Vowpal Wabbit's -b): "
                      "for very wide or open-ended feature spaces; predict/evaluate hash text "
@@ -99,9 +100,9 @@ _PARSE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--skip-invalid", {"action": "store_true",
                         "help": "skip invalid lines (reported with a count) instead of "
                         "failing"}),
-    ("--threads", {"type": int, "default": None,
+    ("--threads", {"type": INT, "default": None,
                    "help": "parser threads (default: usable CPUs, at most 4)"}),
-    ("--block-mb", {"type": float, "default": None, "help": argparse.SUPPRESS}),
+    ("--block-mb", {"type": FLOAT, "default": None, "help": argparse.SUPPRESS}),
     ("--json", {"action": "store_true", "help": "print the summary as one JSON object"}),
 )  # fmt: skip
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from conftest import run_ooc as _ooc
 
@@ -192,3 +193,27 @@ def _parser_calling(add_parser, run):
         sub.choices["info"].set_defaults(func=run)
 
     return add
+
+
+@pytest.mark.parametrize(
+    "args, flag, value",
+    [
+        (["ingest", "t.svm", "s.zarr", "--hash-bits", " 3"], "--hash-bits", " 3"),
+        (["ingest", "t.svm", "s.zarr", "--shard-rows", "10 "], "--shard-rows", "10 "),
+        (["ingest", "t.svm", "s.zarr", "--memory-mb", " 500"], "--memory-mb", " 500"),
+        (["train", "s.zarr", "-o", "m", "--C", " 1"], "--C", " 1"),
+        (["train", "s.zarr", "-o", "m", "--max-iter", "1_000"], "--max-iter", "1_000"),
+        (["synth", "o.svm", "--rows", "\t5", "--seed", "1"], "--rows", "\t5"),
+    ],
+)
+def test_numbers_are_taken_as_written(args, flag, value, capsys):
+    """`--hash-bits ' 3'` was accepted: Python's int() and float() forgive spaces and
+    underscores, a command line does not (it is usually a quoting mistake)."""
+    from ooc_svm import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    kind = "int" if flag not in ("--memory-mb", "--C") else "float"
+    assert len(err) == 1 and f"argument {flag}: invalid {kind} value: {value!r}" in err[0], err
