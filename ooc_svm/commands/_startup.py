@@ -76,6 +76,9 @@ def init_numba_target() -> None:
     """
     try:
         _load_numba_target()
+        from .._numba_cache import announce_compiles
+
+        announce_compiles()  # a kernel compiled (not in the cache) is said in one line
     finally:
         resume_gc()
 
