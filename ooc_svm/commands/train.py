@@ -74,7 +74,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=DESCRIPTION,
         epilog=EPILOG,
     )
-    p.add_argument("store", help="store made by `ooc-svm ingest` or `ooc-svm synth`")
+    p.add_argument(
+        "store",
+        help="store made by `ooc-svm ingest` or `ooc-svm synth`, or SVMlight/LIBSVM text "
+        "(- for stdin), ingested into a temporary store first",
+    )
     p.add_argument(
         "-o", "--output", required=True, metavar="MODEL", help="model directory to write"
     )
