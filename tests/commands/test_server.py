@@ -129,6 +129,13 @@ def test_server_passes_stdin_and_relays_ctrl_c(tmp_path, env):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     pid = _served_pid(env, '"ingest", "-", "k.zarr"')
+    # the server logs the fork before the client's "go": a client killed before it leaves
+    # a command that never starts ("not started"); wait for the "go" (the command then
+    # moves into the caller's folder), so that the kill is the one of a started command
+    t0 = time.monotonic()
+    while _cwd(pid) != os.path.realpath(tmp_path):
+        assert time.monotonic() - t0 < 600, "the command never started"  # a hang guard
+        time.sleep(0.02)
     assert os.path.exists(f"/proc/{pid}")  # waiting for its input, which never comes
     p.kill()
     p.wait()
@@ -478,6 +485,13 @@ def _served_pid(env, marker: str, deadline_s: float = 600) -> int:
                 return int(line.split(" pid ")[1].split()[0])
         time.sleep(0.05)
     raise AssertionError(f"the server never started {marker}: {_log(env)}")
+
+
+def _cwd(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
 
 
 def _gone(pid: int, deadline_s: float = 300) -> bool:
