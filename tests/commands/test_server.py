@@ -126,14 +126,14 @@ def test_server_passes_stdin_and_relays_ctrl_c(tmp_path, env):
     # the client killed with SIGKILL: its command goes too, and leaves the caller's pipes
     p = subprocess.Popen(
         [EXE, "ingest", "-", "k.zarr"], cwd=tmp_path, env=env, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: os.umask(0o067),
     )  # fmt: skip
     pid = _served_pid(env, '"ingest", "-", "k.zarr"')
     # the server logs the fork before the client's "go": a client killed before it leaves
     # a command that never starts ("not started"); wait for the "go" (the command then
-    # moves into the caller's folder), so that the kill is the one of a started command
+    # takes on the caller's umask, 067 here), so that the kill is the one of a started one
     t0 = time.monotonic()
-    while _cwd(pid) != os.path.realpath(tmp_path):
+    while _umask(pid) != "0067":
         assert time.monotonic() - t0 < 600, "the command never started"  # a hang guard
         time.sleep(0.02)
     assert os.path.exists(f"/proc/{pid}")  # waiting for its input, which never comes
@@ -487,11 +487,16 @@ def _served_pid(env, marker: str, deadline_s: float = 600) -> int:
     raise AssertionError(f"the server never started {marker}: {_log(env)}")
 
 
-def _cwd(pid: int) -> str | None:
+def _umask(pid: int) -> str | None:
+    """The umask of process ``pid`` (``/proc/PID/status``), e.g. ``"0022"``."""
     try:
-        return os.readlink(f"/proc/{pid}/cwd")
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return line.split()[1]
     except OSError:
-        return None
+        pass
+    return None
 
 
 def _gone(pid: int, deadline_s: float = 300) -> bool:
