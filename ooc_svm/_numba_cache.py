@@ -124,3 +124,36 @@ def configure() -> str | None:
         os.environ["NUMBA_CACHE_DIR"] = str(current)
         return str(current)
     return None
+
+
+#: whether this process said it compiles (:func:`announce_compiles`), and its listener
+_ANNOUNCE: dict[str, object] = {}
+
+#: the line said when numba starts compiling a kernel that is not in the cache
+COMPILING = (
+    "ooc-svm: compiling numba kernels (the first run after an install or an update, or of a "
+    "solver not run before; cached for the next runs)..."
+)
+
+
+def announce_compiles() -> None:
+    """Say once, in one log line (INFO: not with ``-q``), when numba starts compiling a kernel
+    it did not find in its cache: a first kernel command in a fresh clone ran for minutes
+    without a word. numba's ``numba:compile`` event comes only after a cache miss."""
+    if "listener" in _ANNOUNCE:
+        return
+    import logging
+
+    from numba.core import event
+
+    class _Announce(event.Listener):
+        def on_start(self, ev) -> None:
+            if not _ANNOUNCE.get("said"):
+                _ANNOUNCE["said"] = True
+                logging.getLogger(__name__).info(COMPILING)
+
+        def on_end(self, ev) -> None:
+            pass
+
+    _ANNOUNCE["listener"] = listener = _Announce()
+    event.register("numba:compile", listener)

@@ -212,18 +212,27 @@ def main(argv: list[str] | None = None) -> int:
     """
     if argv is not None:
         return _main(list(argv))
-    from .server.server_link import forward
-
-    status = forward(sys.argv[1:])  # a warm server runs it (``ooc-svm server start``)
-    if status is not None:
-        return status
-    from .commands._startup import pause_gc
-
-    pause_gc()
+    # a signal at any moment, start-up included, ends the command with one line
+    _install_signal_handlers()
+    sys.unraisablehook = _unraisable
     try:
-        return _main(sys.argv[1:])
-    finally:
-        gc.freeze()  # the interpreter's final collections would walk every object made
+        from .server.server_link import forward
+
+        status = forward(sys.argv[1:])  # a warm server runs it (``ooc-svm server start``)
+        if status is None:
+            from .commands._startup import pause_gc
+
+            pause_gc()
+            try:
+                status = _main(sys.argv[1:])
+            finally:
+                gc.freeze()  # the interpreter's final collections would walk every object
+    except KeyboardInterrupt as e:  # before (or after) _main's own handling
+        status = _interrupted(e)
+    if _SWALLOWED and status == 0:  # a signal's exception was lost in a finaliser
+        status = _interrupted(_SWALLOWED[0])
+    _exit_on_signal()  # from here to the exit a signal ends the process at once
+    return status
 
 
 def _main(argv: list[str]) -> int:
@@ -257,8 +266,9 @@ def _main(argv: list[str]) -> int:
         cause = _caused_by_interrupt(e)
         if cause is not None:
             return _interrupted(cause)
-        oom = memory_budget.out_of_memory_line(e)
+        oom = memory_budget.out_of_memory_line(e)  # the last resort: no check foresaw it
         if oom is not None:
+            gc.collect()
             print(f"ooc-svm: error: {oom}", file=sys.stderr)
             return 1
         if not isinstance(e, (*_known_errors(), OSError)):
@@ -283,6 +293,44 @@ class Terminated(KeyboardInterrupt):
 
 def _on_signal(signum, frame) -> None:
     raise Terminated(signum)
+
+
+#: the signals' exceptions that Python reported as unraisable (raised in a finaliser, a
+#: weakref callback or the interpreter's thread shutdown) and :func:`_unraisable` silenced
+_SWALLOWED: list[KeyboardInterrupt] = []
+
+
+def _unraisable(u) -> None:
+    """``sys.unraisablehook`` of the ``ooc-svm`` process: a Ctrl-C or SIGTERM that lands in
+    a finaliser is not lost in a traceback (the command then ends 130 / 143, never 0)."""
+    if isinstance(u.exc_value, KeyboardInterrupt):
+        _SWALLOWED.append(u.exc_value)
+        return
+    sys.__unraisablehook__(u)
+
+
+def _exit_on_signal() -> None:
+    """From the command's end to the process's exit (the interpreter's finalisation), a
+    SIGINT, SIGTERM or SIGHUP prints its line and exits with its status at once: there is
+    nothing left to clean up, and an exception there would be a traceback."""
+    import signal
+
+    def now(signum, frame) -> None:
+        sigint = signum == signal.SIGINT
+        status = _interrupted(KeyboardInterrupt() if sigint else Terminated(signum))
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(status)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, now)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            pass
 
 
 def _install_signal_handlers() -> dict:

@@ -128,16 +128,17 @@ class _Redirect:
 def _width(stream) -> dict:
     """tqdm's size arguments: follow the terminal, or 100 columns and 24 lines where it
     reports none (a pseudo-terminal of size 0, as ``script`` and some CI runners give; tqdm
-    draws nothing in 0 lines)."""
+    draws nothing in 0 lines). Following the terminal (``dynamic_ncols``) reads its lines
+    too, at every refresh: a terminal of 80 columns and 0 lines showed no bar at all, so it
+    is followed only when it reports both."""
     try:
         size = os.get_terminal_size(stream.fileno())
         cols, lines = size.columns, size.lines
     except (AttributeError, OSError, ValueError):
         cols = lines = 0
-    out: dict = {"dynamic_ncols": True} if cols > 0 else {"ncols": 100}
-    if lines <= 0:
-        out["nrows"] = 24
-    return out
+    if cols > 0 and lines > 0:
+        return {"dynamic_ncols": True}
+    return {"ncols": cols if cols > 0 else 100, "nrows": lines if lines > 0 else 24}
 
 
 def stop_target(spec: Any, params: Any) -> tuple[str, float | None]:

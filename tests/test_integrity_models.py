@@ -92,7 +92,7 @@ for model, out in json.loads(sys.argv[1]):
             rc = 99
         sys.stderr.flush()
         os._exit(rc)
-    for _ in range(1200):  # a child that hangs (e.g. opened a FIFO) is killed after 60 s
+    for _ in range(6000):  # a child that hangs (e.g. opened a FIFO) is killed after 300 s
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break

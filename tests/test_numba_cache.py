@@ -109,3 +109,58 @@ def _has_passwd(pwd, uid: int) -> bool:
     except KeyError:
         return False
     return True
+
+
+def test_a_compile_is_said_once(monkeypatch, caplog):
+    """The first kernel command of a fresh clone compiled for 159 s without a word: the first
+    compile (a cache miss) is said in one log line, once per process."""
+    import logging
+
+    import numba
+
+    from ooc_svm import _numba_cache
+
+    monkeypatch.setitem(_numba_cache._ANNOUNCE, "said", False)
+    _numba_cache.announce_compiles()
+    _numba_cache.announce_compiles()  # one listener, however often it is asked for
+
+    @numba.njit
+    def twice(x):
+        return 2 * x
+
+    @numba.njit
+    def thrice(x):
+        return 3 * x
+
+    with caplog.at_level(logging.INFO):
+        assert twice(2) == 4 and twice(3) == 6  # compiled once
+        assert thrice(2) == 6  # a second compile: already said
+    said = [r.getMessage() for r in caplog.records if "compiling numba" in r.getMessage()]
+    assert said == [_numba_cache.COMPILING]
+
+
+def test_a_cold_cache_command_says_it_compiles(tmp_path, make_store):
+    """Wired into the commands that run kernels: a cold cache says so, a warm one does not;
+    -q keeps it quiet."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    make_store(sp.random(50, 5, density=0.5, format="csr", random_state=0), np.ones(50))
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "OOC_SVM_SERVER": "0"}
+    env.pop("NUMBA_CACHE_DIR", None)
+    errs = []
+    for quiet in ([], []):
+        r = subprocess.run(
+            [sys.executable, "-m", "ooc_svm", "verify", "s.zarr", *quiet],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        errs.append(r.stderr)
+    assert errs[0].count("compiling numba kernels") == 1, errs[0]
+    assert "compiling" not in errs[1], errs[1]
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache2")
+    r = subprocess.run(
+        [sys.executable, "-m", "ooc_svm", "-q", "verify", "s.zarr"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0 and r.stderr == "", r.stderr

@@ -81,11 +81,19 @@ def test_quiet_prints_nothing(work):
     assert json.loads(r.stdout)["converged"] is True
 
 
-def test_bar_with_the_target_on_a_terminal(work):
+@pytest.mark.parametrize("lines, columns", [(24, 80), (0, 0), (0, 80), (24, 0)])
+def test_bar_with_the_target_on_a_terminal(work, lines, columns):
+    """Whatever size the terminal reports (0 lines: no bar was drawn at all)."""
+    import fcntl
+    import struct
+    import termios
+
     master, slave = pty.openpty()
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
     try:
         p = subprocess.Popen(
-            [sys.executable, "-m", "ooc_svm", "train", "--solver", "perf", "s.zarr", "-o", "m5"],
+            [sys.executable, "-m", "ooc_svm", "train", "--solver", "perf", "s.zarr"]
+            + ["-o", f"m5_{lines}_{columns}"],
             cwd=work,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

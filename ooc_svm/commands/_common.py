@@ -17,6 +17,26 @@ SCHEDULER_HELP = (
 log = logging.getLogger(__name__)
 
 
+def _as_written(kind):
+    """An argparse ``type`` like ``kind`` (int or float) that refuses what Python's parser
+    forgives but a command line should not: spaces around the number (``--hash-bits ' 3'``)
+    and underscores (``1_000``). Its ``__name__`` keeps argparse's message, "invalid int
+    value: ' 3'"."""
+
+    def parse(text: str):
+        if text != text.strip() or "_" in text:
+            raise ValueError(text)
+        return kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+#: argparse types of integer and real options (:func:`_as_written`)
+INT = _as_written(int)
+FLOAT = _as_written(float)
+
+
 def add_model_and_input(p) -> None:
     """The positional ``model`` and ``store`` of the commands that score a store."""
     p.add_argument("model", help="model directory written by `ooc-svm train`")
@@ -87,7 +107,7 @@ def add_memory(p) -> None:
     """``--memory-mb``: the process's memory budget (every automatic size draws from it)."""
     p.add_argument(
         "--memory-mb",
-        type=float,
+        type=FLOAT,
         default=None,
         metavar="MB",
         help="memory budget of this process in MiB (also $OOC_SVM_MEMORY_MB); default: the "

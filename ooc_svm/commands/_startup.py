@@ -95,6 +95,9 @@ def init_numba_target(eager: bool = False) -> None:
     try:
         if eager or not _load_lazily():
             _load_numba_target()
+        from .._numba_cache import announce_compiles
+
+        announce_compiles()  # a kernel compiled (not in the cache) is said in one line
     finally:
         resume_gc()
 

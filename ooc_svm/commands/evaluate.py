@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .._util import json_text
+from ._common import INT
 
 if TYPE_CHECKING:
     import argparse
@@ -70,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="print one JSON object: the metrics, n_rows and model",
     )
-    p.add_argument("--k", type=int, default=10, help="cut-off of NDCG (default 10)")
+    p.add_argument("--k", type=INT, default=10, help="cut-off of NDCG (default 10)")
     add_scheduler(p)
     add_memory(p)
     p.add_argument(

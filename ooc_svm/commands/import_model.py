@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._util import json_text
+from ._common import INT
 
 if TYPE_CHECKING:
     import argparse
@@ -43,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--n-features",
-        type=int,
+        type=INT,
         default=None,
         help="width of the data the model will score (default: from the file; LIBSVM files "
         "do not record it: RBF models then ignore features beyond the largest index in a "

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from .._util import json_text
+from ._common import FLOAT, INT
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,9 +68,9 @@ _LAYOUT_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
                   "help": "store backend (default: parquet for *.parquet / *.pq, else zarr)"}),
     ("--zero-based", {"action": "store_true",
                       "help": "indices in the text start at 0 (default: 1-based)"}),
-    ("--shard-rows", {"type": int, "default": None, "metavar": "N",
+    ("--shard-rows", {"type": INT, "default": None, "metavar": "N",
                       "help": "at most N rows per shard"}),
-    ("--shard-mb", {"type": float, "default": None, "metavar": "M",
+    ("--shard-mb", {"type": FLOAT, "default": None, "metavar": "M",
                     "help": "at most M MB of decoded CSR per shard (default 64 unless "
                     "--shard-rows is given; less when the memory budget is small)"}),
 )  # fmt: skip
@@ -88,10 +89,10 @@ _PARSE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
                       "help": "label kind (auto: 2 values -> binary; 3+ integers -> ordinal "
                       "(ranks) with qid:, else multiclass (one-vs-rest); other values -> real); "
                       "--label-kind ordinal for ordinal regression without qids"}),
-    ("--n-features", {"type": int, "default": None, "metavar": "N",
+    ("--n-features", {"type": INT, "default": None, "metavar": "N",
                       "help": "declare the number of features (an index beyond it is an "
                       "error)"}),
-    ("--hash-bits", {"type": int, "default": None, "metavar": "B",
+    ("--hash-bits", {"type": INT, "default": None, "metavar": "B",
                      "help": "hash the features into 2^B columns (signed MurmurHash3_32 of the "
                      "feature number, as scikit-learn's FeatureHasher and Vowpal Wabbit's -b): "
                      "for very wide or open-ended feature spaces; predict/evaluate hash text "
@@ -99,9 +100,9 @@ _PARSE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--skip-invalid", {"action": "store_true",
                         "help": "skip invalid lines (reported with a count) instead of "
                         "failing"}),
-    ("--threads", {"type": int, "default": None,
+    ("--threads", {"type": INT, "default": None,
                    "help": "parser threads (default: usable CPUs, at most 4)"}),
-    ("--block-mb", {"type": float, "default": None, "help": argparse.SUPPRESS}),
+    ("--block-mb", {"type": FLOAT, "default": None, "help": argparse.SUPPRESS}),
     ("--json", {"action": "store_true", "help": "print the summary as one JSON object"}),
 )  # fmt: skip
 
@@ -114,35 +115,8 @@ _PASSED_ON = (
 )  # fmt: skip
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM / SIGHUP: unwinds like Ctrl-C, so the partial store is removed."""
-
-
-def _on_signal(signum, frame) -> None:
-    import signal
-
-    raise _Terminated(f"terminated by {signal.Signals(signum).name}")
-
-
-def _install_signal_handlers() -> dict:
-    """SIGTERM and SIGHUP clean up like SIGINT; returns the previous handlers."""
-    import signal
-    import threading
-
-    old: dict = {}
-    if threading.current_thread() is not threading.main_thread():
-        return old
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            old[sig] = signal.signal(sig, _on_signal)
-        except (ValueError, OSError):
-            pass
-    return old
-
-
 def run(args: argparse.Namespace) -> int:
     import gc
-    import signal
 
     from ..memory_budget import current
     from ..progress import Meter, progress_mode
@@ -163,8 +137,7 @@ def run(args: argparse.Namespace) -> int:
     gc.freeze()
     mode = progress_mode(args)
     bar = Meter("ingest", mode, total=total or None, unit="B")
-    old_handlers = _install_signal_handlers()
-    try:
+    try:  # SIGTERM and SIGHUP unwind like Ctrl-C (cli.py): the partial store is removed
         meta, stats = ingest_with_stats(
             inputs,
             store,
@@ -173,8 +146,6 @@ def run(args: argparse.Namespace) -> int:
             **{name: getattr(args, name) for name in _PASSED_ON},
         )
     finally:
-        for sig, h in old_handlers.items():
-            signal.signal(sig, h)
         bar.close()
     _print_summary(args, store, meta, stats)
     return 0

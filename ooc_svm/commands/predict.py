@@ -30,6 +30,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ._common import INT
+
 if TYPE_CHECKING:
     import argparse
 
@@ -83,7 +85,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--batch-rows",
-        type=int,
+        type=INT,
         metavar="N",
         default=None,
         help="rows scored per batch of shards (bounds memory; default 1000000, fewer when a "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..server import server_link
+from ._common import FLOAT
 
 if TYPE_CHECKING:
     import argparse
@@ -51,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("action", choices=["start", "stop", "status"], help="what to do")
     p.add_argument(
         "--idle-minutes",
-        type=float,
+        type=FLOAT,
         default=30.0,
         help="start: exit after this many minutes without a command (default 30)",
     )

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from .._util import json_text
+from ._common import FLOAT, INT
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,56 +46,56 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 #: The options of ``synth`` (flag, ``add_argument`` keywords), in ``--help`` order.
 _OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("--rows", {"type": int, "required": True, "help": "number of rows"}),
+    ("--rows", {"type": INT, "required": True, "help": "number of rows"}),
     ("--like", {"choices": ["rcv1", "url", "kdd2010", "webspam", "criteo"], "default": None,
                 "help": "shape of a public data set: its columns, non-zeros a row, value "
                 "kinds, popularity and label balance (explicit options override it)"}),
-    ("--features", {"type": int, "default": None,
+    ("--features", {"type": INT, "default": None,
                     "help": "number of features (columns); required without --like"}),
-    ("--nnz-per-row", {"type": float, "default": None,
+    ("--nnz-per-row", {"type": FLOAT, "default": None,
                        "help": "mean non-zeros per row (row lengths vary, at least 1); "
                        "required without --like"}),
-    ("--seed", {"type": int, "required": True, "help": "seed of the whole dataset"}),
+    ("--seed", {"type": INT, "required": True, "help": "seed of the whole dataset"}),
     ("--split", {"choices": ["train", "test"], "default": "train",
                  "help": "row stream: test has the same hidden weights, different rows "
                  "(default: train)"}),
-    ("--noise", {"type": float, "default": None,
+    ("--noise", {"type": FLOAT, "default": None,
                  "help": "fraction of labels flipped / replaced by another rank (default "
                  "0.05, or the --like profile's)"}),
-    ("--ranks", {"type": int, "default": None,
+    ("--ranks", {"type": INT, "default": None,
                  "help": "ordinal labels 1..R from quantiles of the hidden score"}),
-    ("--qid-size", {"type": int, "default": None,
+    ("--qid-size", {"type": INT, "default": None,
                     "help": "group consecutive rows into queries of this size (adds qid:; "
                     "ranks become relevance within the query)"}),
-    ("--zipf", {"type": float, "default": None,
+    ("--zipf", {"type": FLOAT, "default": None,
                 "help": "exponent of the feature popularity law (default 1.0, or the "
                 "profile's)"}),
-    ("--nnz-spread", {"type": float, "default": None,
+    ("--nnz-spread", {"type": FLOAT, "default": None,
                       "help": "log-sd of the row length (default 0.5, or the profile's; "
                       "0 = nearly constant)"}),
-    ("--positive-fraction", {"type": float, "default": None,
+    ("--positive-fraction", {"type": FLOAT, "default": None,
                              "help": "share of positive labels before noise (default 0.4, "
                              "or the profile's)"}),
-    ("--w-density", {"type": float, "default": None,
+    ("--w-density", {"type": FLOAT, "default": None,
                      "help": "fraction of features with a non-zero hidden weight (default "
                      "0.1, or the profile's)"}),
-    ("--score-noise", {"type": float, "default": None,
+    ("--score-noise", {"type": FLOAT, "default": None,
                        "help": "Gaussian noise added to the hidden score, in units of its sd "
                        "(default 0.01)"}),
     ("--format", {"default": None,
                   "help": "output kind (default: from the suffix of OUT)"}),
     ("--store", {"action": "store_true",
                  "help": "write a store even without a .zarr/.parquet suffix (Zarr)"}),
-    ("--shard-rows", {"type": int, "default": None,
+    ("--shard-rows", {"type": INT, "default": None,
                       "help": "rows per store shard (default: about 64 MB of CSR)"}),
     ("--compression", {"choices": ["zstd", "lz4", "none"], "default": None,
                        "help": "store compression (default lz4 for Zarr, zstd for Parquet)"}),
-    ("--compress-level", {"type": int, "default": None,
+    ("--compress-level", {"type": INT, "default": None,
                           "help": "level of .gz/.bz2/.xz text compression"}),
-    ("--threads", {"type": int, "default": None,
+    ("--threads", {"type": INT, "default": None,
                    "help": "generator threads (default: usable CPUs; output does not depend "
                    "on it)"}),
-    ("--block-rows", {"type": int, "default": None, "help": argparse.SUPPRESS}),
+    ("--block-rows", {"type": INT, "default": None, "help": argparse.SUPPRESS}),
     ("--overwrite", {"action": "store_true", "help": "replace an existing OUT"}),
     ("--json", {"action": "store_true", "help": "print the summary as one JSON object"}),
 )  # fmt: skip

@@ -77,7 +77,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=DESCRIPTION,
         epilog=EPILOG,
     )
-    p.add_argument("store", help="store made by `ooc-svm ingest` or `ooc-svm synth`")
+    p.add_argument(
+        "store",
+        help="store made by `ooc-svm ingest` or `ooc-svm synth`, or SVMlight/LIBSVM text "
+        "(- for stdin), ingested into a temporary store first",
+    )
     p.add_argument(
         "-o", "--output", required=True, metavar="MODEL", help="model directory to write"
     )
@@ -105,6 +109,60 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    if not _is_text(args.store):
+        return _run(args)
+    check_output(args.output, args.overwrite)
+    if args.follow:
+        from ..api import SolverError
+
+        raise SolverError(
+            f"--follow watches a store for appends; {args.store} is text: ingest it first "
+            f"(ooc-svm ingest {args.store} STORE), then train STORE --follow"
+        )
+    return _run_on_text(args)
+
+
+def _is_text(path: str) -> bool:
+    """``train`` was given SVMlight text (a file, or ``-`` for standard input), not a store
+    (a directory, or a URL)."""
+    import os
+
+    return path == "-" or ("://" not in path and os.path.isfile(path))
+
+
+def _run_on_text(args: argparse.Namespace) -> int:
+    """``train TEXT`` (LIBLINEAR's ``train file``): the text is ingested, with ingest's
+    defaults, into a temporary store beside the model (removed when the training ends, by
+    an error or a signal too), then trained as a store is."""
+    import logging
+    import os
+    import shutil
+    import tempfile
+
+    from ..memory_budget import current
+    from ..store.ingest import budget_sizes, ingest_with_stats
+    from ._common import apply_memory
+
+    apply_memory(args)
+    out = os.path.abspath(args.output)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.text-", dir=os.path.dirname(out))
+    try:
+        name = "standard input" if args.store == "-" else args.store
+        logging.getLogger(__name__).info(
+            "train: reading %s into a temporary store (`ooc-svm ingest` it once to train "
+            "it again without reading the text)",
+            name,
+        )
+        shard_mb, block_mb = budget_sizes(current(), None, None, None)
+        store = os.path.join(tmp, "train.zarr")
+        ingest_with_stats([args.store], store, shard_mb=shard_mb, block_mb=block_mb)
+        args.store_name, args.store = args.store, store
+        return _run(args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..api import SolverError, get_solver, train
     from ..progress import TrainProgress, progress_mode, stop_target
     from ..store import open_store
@@ -142,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
         from ..evaluation.reports import HistoryWriter
 
         history = HistoryWriter(
-            args.history, header={"solver": args.solver, "store": args.store, "params": params}
+            args.history,
+            header={"solver": args.solver, "store": store_name(args), "params": params},
         )
 
     def callback(rec: dict) -> None:
@@ -174,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     if args.probability:  # the K cross-validation trainings belong to the run's time
         result.seconds = time.perf_counter() - t0
     result.model.save(args.output)
-    summary = json_summary(result, args.solver, typed, store, args.output, args.store)
+    summary = json_summary(result, args.solver, typed, store, args.output, store_name(args))
     if getattr(args, "verbose", 0) and summary.get("auto"):
         log.info("variant %s", summary["auto"])  # -v: which algorithm auto ran, and why
     if args.json:  # asked for: printed even with -q
@@ -185,6 +244,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         return run_follow(args, typed, result.model)
     return 0
+
+
+def store_name(args: argparse.Namespace) -> str:
+    """The store as the user named it (the text file of ``train TEXT``)."""
+    return str(getattr(args, "store_name", None) or args.store)
 
 
 def check_follow(args: argparse.Namespace) -> None:

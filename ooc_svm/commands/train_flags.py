@@ -9,6 +9,8 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
+from ._common import FLOAT, INT
+
 if TYPE_CHECKING:
     from ..api import SolverParams
 
@@ -108,7 +110,7 @@ def add_solver_flags(p: argparse.ArgumentParser, classes: dict[str, type[SolverP
             group.add_argument(
                 flag,
                 dest=name,
-                type=base if base in (int, float) else str,
+                type={int: INT, float: FLOAT}.get(base, str),
                 choices=choices,
                 default=None,
                 metavar=metavar,
@@ -128,7 +130,9 @@ def _cache_mb(value: str):
 def _c_values(value: str):
     """``--C``: a number, or a comma-separated list of them (a C sweep). A bad value is
     argparse's usual one line, "invalid float value: 'x'" (hence the ``__name__``)."""
-    vals = [float(v) for v in value.split(",") if v.strip()]  # ValueError: argparse's message
+    if value != value.strip():
+        raise ValueError(value)
+    vals = [FLOAT(v.strip()) for v in value.split(",") if v.strip()]  # argparse's message
     if not vals:
         raise ValueError(value)
     return vals if "," in value else vals[0]
@@ -147,7 +151,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--scheduler-timeout",
-        type=float,
+        type=FLOAT,
         default=None,
         metavar="SECONDS",
         help="with a Dask scheduler address: seconds it may go without answering, when "
@@ -212,14 +216,14 @@ def _add_follow_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--follow", action="store_true", help="keep refitting after appends")
     g.add_argument(
         "--follow-seconds",
-        type=float,
+        type=FLOAT,
         default=None,
         metavar="S",
         help="seconds between two looks at the store's metadata (default 5)",
     )
     g.add_argument(
         "--max-refits",
-        type=int,
+        type=INT,
         default=None,
         metavar="N",
         help="stop after N refits (default: until interrupted)",
@@ -246,7 +250,7 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--probability-folds",
-        type=int,
+        type=INT,
         default=5,
         metavar="K",
         help="folds of the --probability cross-validation (K >= 2; default 5)",
@@ -269,7 +273,7 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--folds",
-        type=int,
+        type=INT,
         default=None,
         metavar="K",
         help="instead of --validation: K-fold cross-validation, folds made of whole shards "

@@ -135,7 +135,8 @@ def run_sweep(args: argparse.Namespace, typed: SolverParams) -> int:
     if args.json:
         store = open_store(args.store)
         best = typed.replace(C=out.best_C)
-        summary = json_summary(out.result, args.solver, best, store, args.output, args.store)
+        name = getattr(args, "store_name", None) or args.store  # the text of `train TEXT`
+        summary = json_summary(out.result, args.solver, best, store, args.output, name)
         summary["sweep"] = out.summary()
         print(json_text(summary))
     elif not getattr(args, "quiet", False):
@@ -160,7 +161,7 @@ def sweep_document(out: SweepOutcome, args: argparse.Namespace) -> dict:
     return {
         "sweep": True,
         "solver": args.solver,
-        "store": args.store,
+        "store": getattr(args, "store_name", None) or args.store,
         **out.summary(),
     }
 

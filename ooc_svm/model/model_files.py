@@ -285,7 +285,11 @@ def _check_meta(where: str, meta: dict) -> dict:
     info = meta.get("info", {})
     if not isinstance(info, dict):
         raise _fail(where, "info", "must be a JSON object")
+    _check_info(where, info)
     out["info"] = info
+    p = meta.get("probability")
+    if p is not None and not isinstance(p, dict):
+        raise _fail(where, "probability", f"must be a JSON object, not {_shown(p)}")
     loss = info.get("loss")
     if kind == "ovo" and scalar:
         raise _fail(where, "intercept_is_scalar", "must be false for a one-vs-one model")
@@ -300,6 +304,85 @@ def _check_meta(where: str, meta: dict) -> dict:
         raise _fail(where, "n_support_vectors", "must be a non-negative integer")
     out["n_sv"] = n_sv
     return out
+
+
+def _shown(v: Any) -> str:
+    """A JSON value as a message shows it (shortened)."""
+    import json
+
+    text = json.dumps(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+#: what the readers of a model (``train --init``, ``predict``, ``evaluate``, ``info``,
+#: ``export``) take from ``info``: field -> (test, what it must be). A field may be absent;
+#: null only where the test allows it.
+_INFO_FIELDS: dict[str, tuple[Any, str]] = {
+    "C": (lambda v: _is_number(v) and v > 0, "a positive number"),
+    "bias": (lambda v: v is None or _is_number(v), "a number"),
+    "loss": (lambda v: isinstance(v, str), "a string"),
+    "solver": (lambda v: isinstance(v, str), "a string"),
+    "multiclass": (lambda v: v is None or isinstance(v, str), "a string"),
+    "rows": (lambda v: isinstance(v, dict), "a JSON object"),
+    "warm_points_per_class": (
+        lambda v: isinstance(v, list) and all(_is_count(x) for x in v),
+        "a list of non-negative integers",
+    ),
+    "n_support": (
+        lambda v: isinstance(v, list) and all(_is_count(x) for x in v),
+        "a list of non-negative integers",
+    ),
+    "hashing": (lambda v: v is None or isinstance(v, dict), "a JSON object"),
+}
+#: ``info.rows`` (:func:`ooc_svm.solvers.warm.rows_record`)
+_ROWS_FIELDS: dict[str, tuple[Any, str]] = {
+    "n_rows": (_is_count, "a non-negative integer"),
+    "n_shards": (_is_count, "a non-negative integer"),
+    "n_features": (_is_count, "a non-negative integer"),
+    "shards_sha256": (lambda v: isinstance(v, str), "a string"),
+    "fingerprint": (lambda v: isinstance(v, str), "a string"),
+    "any": (lambda v: isinstance(v, bool), "true or false"),
+}
+#: ``info.warm_cut`` (perf's aggregated plane; a list of them, one per class, one-vs-rest)
+_CUT_FIELDS: dict[str, tuple[Any, str]] = {
+    "r": (_is_number, "a number"),
+    "count": (_is_count, "a non-negative integer"),
+    "bias": (_is_number, "a number"),
+    "weights": (
+        lambda v: isinstance(v, list) and len(v) == 2 and all(_is_number(x) for x in v),
+        "a list of two numbers",
+    ),
+}
+
+
+def _check_fields(where: str, prefix: str, obj: dict, fields: dict) -> None:
+    for key, (ok, what) in fields.items():
+        if key in obj and not ok(obj[key]):
+            raise _fail(where, f"{prefix}{key}", f"must be {what}, not {_shown(obj[key])}")
+
+
+def _check_info(where: str, info: dict) -> None:
+    """Types of the ``info`` fields that a warm start or scoring reads (a hand-edited
+    ``"C": "abc"`` ended in a ValueError traceback): one line naming the field."""
+    _check_fields(where, "info.", info, _INFO_FIELDS)
+    if isinstance(info.get("rows"), dict):
+        _check_fields(where, "info.rows.", info["rows"], _ROWS_FIELDS)
+    cuts = info.get("warm_cut")
+    if cuts is None:
+        return
+    for k, cut in enumerate(cuts if isinstance(cuts, list) else [cuts]):
+        name = f"info.warm_cut[{k}]" if isinstance(cuts, list) else "info.warm_cut"
+        if not isinstance(cut, dict):
+            raise _fail(where, name, f"must be a JSON object, not {_shown(cut)}")
+        _check_fields(where, f"{name}.", cut, _CUT_FIELDS)
 
 
 def _check_arrays(where: str, m: dict, arrays: dict) -> dict:

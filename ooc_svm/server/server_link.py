@@ -49,8 +49,21 @@ from pathlib import Path
 _STARTUP_ENV = ("NUMBA_", "OMP_", "KMP_", "OPENBLAS_", "MKL_", "GOMP_", "PYTHON", "XDG_CACHE_HOME")
 #: commands that always run in this process
 _LOCAL = {"server"}
-#: seconds to wait for a server to accept a command before running it here
-HANDSHAKE_S = 10.0
+#: seconds to wait for a server to accept a command before running it here, on an idle
+#: machine (:func:`handshake_seconds` scales it with the load)
+HANDSHAKE_S = 30.0
+
+
+def handshake_seconds() -> float:
+    """How long to wait for a server's answer: :data:`HANDSHAKE_S` times the load per CPU
+    (at least 1). A server niced or sharing the CPUs with many busy processes forks slowly
+    (a suite at nice 19 under a load of 26 took more than 10 s); giving up then runs the
+    command here after all, so the wait only has to tell a slow server from a hung one."""
+    try:
+        per_cpu = os.getloadavg()[0] / max(1, len(os.sched_getaffinity(0)))
+    except (OSError, AttributeError):  # pragma: no cover - no load average
+        per_cpu = 1.0
+    return HANDSHAKE_S * max(1.0, per_cpu)
 
 
 def socket_dir() -> Path:
@@ -376,7 +389,7 @@ def forward(argv: list[str]) -> int | None:
     old = relay.install()
     sock = None
     try:
-        sock = connect_trusted(socket_path(), HANDSHAKE_S)
+        sock = connect_trusted(socket_path(), handshake_seconds())
         if sock is None:  # no server: the common case
             relay.restore(old)
             return _interrupted() if relay.pending else None

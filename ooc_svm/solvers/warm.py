@@ -60,12 +60,24 @@ def _shards_hash(meta: StoreMeta, k: int) -> str:
 def rows_record(meta: StoreMeta) -> dict[str, Any]:
     """``info["rows"]`` of a model trained on a store with ``meta``: its rows, shards and
     the SHA-256 of the shard table (a later append keeps it as the table's prefix)."""
-    return {
+    rec: dict[str, Any] = {
         "n_rows": int(meta.n_rows),
         "n_shards": len(meta.shards),
         "shards_sha256": _shards_hash(meta, len(meta.shards)),
         "n_features": int(meta.n_features),
     }
+    prints = getattr(meta, "fingerprints", None) or []
+    if prints and prints[-1][0] == meta.n_rows:  # the rows' own fingerprint (any shards)
+        rec["fingerprint"] = str(prints[-1][1])
+    return rec
+
+
+def _fingerprint_at(meta: StoreMeta, n_rows: int) -> str | None:
+    """The store's fingerprint of its first ``n_rows`` rows, when it has one there."""
+    for n, fp in getattr(meta, "fingerprints", None) or []:
+        if n == n_rows:
+            return str(fp)
+    return None
 
 
 def rows_status(model: Model, meta: StoreMeta) -> str:
@@ -79,11 +91,15 @@ def rows_status(model: Model, meta: StoreMeta) -> str:
     if not isinstance(rec, dict) or "shards_sha256" not in rec:
         return "unknown"
     k = int(rec.get("n_shards", -1))
-    if k < 0 or k > len(meta.shards) or int(rec.get("n_rows", -1)) > meta.n_rows:
+    if int(rec.get("n_rows", -1)) > meta.n_rows:
         return "changed"
-    if _shards_hash(meta, k) != rec["shards_sha256"]:
-        return "changed"
-    return "prefix"
+    if 0 <= k <= len(meta.shards) and _shards_hash(meta, k) == rec["shards_sha256"]:
+        return "prefix"
+    # the same rows in other shards (re-ingested with other shard sizes): their fingerprint
+    fp = rec.get("fingerprint")
+    if fp is not None and _fingerprint_at(meta, int(rec.get("n_rows", -1))) == fp:
+        return "prefix"
+    return "changed"
 
 
 def lenient(model: Model, meta: StoreMeta) -> Model:
@@ -115,7 +131,8 @@ def init_model(init: Any) -> Model:
         try:
             return load_model(os.fspath(init))
         except Exception as e:
-            raise SolverError(f"--init {init}: {e}") from None
+            msg = str(e).removeprefix(f"{os.fspath(init)}: ")  # the path once
+            raise SolverError(f"--init {os.fspath(init)}: {msg}") from None
     raise SolverError(
         f"--init: expected a model directory or an ooc_svm Model, got {type(init).__name__}"
     )
@@ -203,12 +220,36 @@ def _labels(values: list[float]) -> str:
 
 
 def refuse_changed_rows(model: Model, meta: StoreMeta, where: str) -> None:
+    """Say why the store does not begin with the model's rows (:func:`rows_status`
+    ``"changed"``): fewer rows, other rows (their fingerprints differ), or other shards of
+    a store that keeps no fingerprints."""
     rec = model.info.get("rows", {})
-    raise SolverError(
-        f"{where}: the store's first {int(rec.get('n_rows', 0))} rows are no longer the "
-        f"model's ({int(rec.get('n_shards', 0))} shards; the store was overwritten, "
-        "re-ingested or lost shards); train without --init (a cold start)"
-    )
+    n, k = int(rec.get("n_rows", 0)), int(rec.get("n_shards", 0))
+    fix = "train without --init (a cold start)"
+    if n > meta.n_rows:
+        why = (
+            f"the store has {meta.n_rows} rows, the model was trained on {n} (another data "
+            "set, or shards removed)"
+        )
+    elif rec.get("fingerprint") is not None and _fingerprint_at(meta, n) is not None:
+        what = "rows" if n == meta.n_rows else f"first {n} rows"
+        why = (
+            f"the store's {what} are not the model's {n} rows (other values, labels or order: "
+            "another data set, or the data changed)"
+        )
+    elif rec.get("fingerprint") is not None and getattr(meta, "fingerprints", None):
+        at = ", ".join(str(e[0]) for e in meta.fingerprints)
+        why = (
+            f"the store does not begin with the model's {n} rows (it was ingested or "
+            f"appended to at {at} rows, never at {n}: another data set, or the rows changed)"
+        )
+    else:
+        why = (
+            f"the store's first {n} rows are not the model's {n} rows in {k} shards (the "
+            "store was overwritten, re-ingested with other shard sizes, or lost shards; "
+            "stores ingested by this version are matched by their rows' fingerprint)"
+        )
+    raise SolverError(f"{where}: {why}; {fix}")
 
 
 # -- one-vs-rest: one class of a model --------------------------------------------------------

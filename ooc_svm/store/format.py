@@ -129,6 +129,47 @@ def shard_checksum(shard: Shard, version: int = FORMAT_VERSION) -> str:
     return h.hexdigest()
 
 
+_FP_K = (
+    np.uint64(0x9E3779B97F4A7C15),
+    np.uint64(0xC2B2AE3D27D4EB4F),
+    np.uint64(0x165667B19E3779F9),
+    np.uint64(0x27D4EB2F165667C5),
+)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, element-wise on uint64 (wrapping arithmetic)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    out: np.ndarray = x ^ (x >> np.uint64(31))
+    return out
+
+
+def rows_fingerprint(shard: Shard) -> int:
+    """A 64-bit fingerprint of the shard's rows at their global positions (``row_start``):
+    the wrapping sum over rows of a hash of the row's index, label, qid, columns and float32
+    values. Sums over shards add up to the same value however the rows are cut into shards,
+    so two stores of the same rows in the same order have the same
+    :attr:`StoreMeta.fingerprints` (``ingest`` with other ``--shard-rows``)."""
+    K1, K2, K3, K4 = _FP_K
+    with np.errstate(over="ignore"):
+        ix = np.asarray(shard.indices).astype(np.uint64)
+        vb = np.asarray(shard.data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        cs = np.zeros(ix.shape[0] + 1, dtype=np.uint64)
+        np.cumsum(_mix64(ix * K1 + vb), out=cs[1:])
+        ip = np.asarray(shard.indptr, dtype=np.int64)
+        h = (cs[ip[1:]] - cs[ip[:-1]]) ^ (np.diff(ip).astype(np.uint64) * K2)
+        h ^= _mix64(np.asarray(shard.y, dtype=np.float64).view(np.uint64) + K3)
+        if shard.qid is not None:
+            h ^= _mix64(np.asarray(shard.qid).astype(np.uint64) * K1 + K2)
+        rows = np.arange(h.shape[0], dtype=np.uint64) + np.uint64(int(shard.row_start) + 1)
+        return int(_mix64(h + rows * K4).sum(dtype=np.uint64))
+
+
+def fingerprint_hex(value: int) -> str:
+    return f"{value & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
 @dataclass(slots=True)
 class ShardInfo:
     """One row of the shard table."""
@@ -161,6 +202,10 @@ class StoreMeta:
     #: ``ingest --hash-bits``: ``{"bits", "hash", "key", "collisions"}`` (None: not hashed;
     #: left out of the JSON then), see :func:`hashing_info`
     hashing: dict[str, Any] | None = None
+    #: ``[[n_rows, hex], ...]``: after each ingest or append, the rows so far and the
+    #: :func:`rows_fingerprint` of all of them (left out of the JSON when empty: stores
+    #: written before it, views of a part of a store)
+    fingerprints: list[list[Any]] = field(default_factory=list)
 
     @property
     def n_shards(self) -> int:
@@ -171,6 +216,8 @@ class StoreMeta:
         d = dataclasses.asdict(self)
         if d.get("hashing") is None:
             d.pop("hashing", None)
+        if not d.get("fingerprints"):
+            d.pop("fingerprints", None)
         d[META_CHECKSUM_KEY] = meta_checksum(d)
         return d
 
@@ -212,6 +259,7 @@ class StoreMeta:
                 sources=_str_list(d.get("sources", []), "sources", where),
                 uuid=_get(d, "uuid", str, where, ""),
                 hashing=_hashing(d.get("hashing"), where),
+                fingerprints=_fingerprints(d.get("fingerprints", [])),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(
@@ -315,6 +363,22 @@ def same_hashing(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     if not a or not b:
         return not a and not b
     return (a["bits"], a.get("hash"), a.get("key")) == (b["bits"], b.get("hash"), b.get("key"))
+
+
+def _fingerprints(v: Any) -> list[list[Any]]:
+    ok = isinstance(v, list) and all(
+        isinstance(e, list)
+        and len(e) == 2
+        and isinstance(e[0], int)
+        and not isinstance(e[0], bool)
+        and e[0] >= 0
+        and isinstance(e[1], str)
+        and len(e[1]) == 16
+        for e in v
+    )
+    if not ok:
+        raise TypeError("'fingerprints' must be a list of [rows, 16 hex digits]")
+    return [list(e) for e in v]
 
 
 def _hashing(v: Any, where: str) -> dict[str, Any] | None:

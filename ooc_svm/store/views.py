@@ -160,6 +160,7 @@ class ShardSubsetView(_TransformView):
                     dataclasses.replace(s, row_start=row, n_rows=0, nnz=0, checksum="empty")
                 )
         meta.shards = infos
+        meta.fingerprints = []  # a part of the store's rows
         meta.n_rows = row
         meta.nnz = nnz
         self.meta = meta
@@ -243,6 +244,7 @@ class RowFoldView(_TransformView):
             row += n_keep
             nnz += nz
         meta.shards = infos
+        meta.fingerprints = []  # a part of the store's rows
         meta.n_rows = row
         meta.nnz = nnz
         self.meta = meta
@@ -286,6 +288,7 @@ class ColumnMapView(_TransformView):
         self.backend = base.backend
         meta = copy.copy(base.meta)
         meta.n_features = self.n_columns
+        meta.fingerprints = []  # other columns
         self.meta = meta
         self._digest = hashlib.blake2b(self.remap.gmap.tobytes(), digest_size=12).hexdigest()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -20,9 +21,11 @@ from .format import (
     ShardInfo,
     StoreError,
     StoreMeta,
+    fingerprint_hex,
     hashing_info,
     hashing_label,
     infer_label_kind,
+    rows_fingerprint,
     shard_checksum,
     shard_name,
 )
@@ -188,6 +191,11 @@ class StoreWriter:
             else:
                 self._labels = set(self._base.labels or [])
         self._done = False
+        # the rows' fingerprint, continued from the base store's (none: written before it)
+        prints = self._base.fingerprints if self._base else []
+        self._fp_lock = threading.Lock()
+        self._fp = int(prints[-1][1], 16) if prints else 0
+        self._fp_known = self._base is None or bool(prints) or self._base.n_rows == 0
 
     def _check_append_hashing(self) -> None:
         """Rows appended to a store are hashed as its rows were (or not at all)."""
@@ -211,7 +219,13 @@ class StoreWriter:
         name = self._next_name(shard)
         with remote_errors(self.path, self.fs):
             self._writer.write(name, shard)
+        self._add_fingerprint(shard)
         return self._enter(shard, name, n_features, shard_checksum(shard, self.version))
+
+    def _add_fingerprint(self, shard: Shard) -> None:
+        fp = rows_fingerprint(shard)
+        with self._fp_lock:
+            self._fp = (self._fp + fp) & 0xFFFFFFFFFFFFFFFF
 
     def reserve(self, shard: Shard, n_features: int | None = None) -> ShardInfo:
         """:meth:`add` in two steps, for writing several shards concurrently: this first step
@@ -226,6 +240,7 @@ class StoreWriter:
         with remote_errors(self.path, self.fs):
             self._writer.write(info.name, shard)
         info.checksum = shard_checksum(shard, self.version)
+        self._add_fingerprint(shard)
         return info
 
     def _next_name(self, shard: Shard) -> str:
@@ -285,6 +300,11 @@ class StoreWriter:
             version=self.version,
             uuid=uuid.uuid4().hex,
         )
+        if self._fp_known:
+            prints = [list(e) for e in (self._base.fingerprints if self._base else [])]
+            if not prints or prints[-1][0] != self.n_rows:
+                prints.append([self.n_rows, fingerprint_hex(self._fp)])
+            m.fingerprints = prints
         if self.hash_bits is not None:
             base = self._base.hashing if self._base is not None else None
             m.hashing = hashing_info(

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from conftest import run_ooc as _ooc
 
@@ -182,3 +183,54 @@ def test_small_wording_of_ingest_evaluate_and_sweep(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "t.csv").exists() and "objective" not in r.stdout, r.stdout
     assert "best C" in r.stdout
+
+
+def test_an_allocation_that_cannot_fit_is_one_line(tmp_path, monkeypatch, capsys):
+    """numpy's ``_ArrayMemoryError`` (a MemoryError) from anywhere in a command: one line,
+    status 1, never a traceback (the CLI's last resort)."""
+    from ooc_svm import cli
+    from ooc_svm.commands import info
+
+    def run(args):
+        return np.empty(2**57)  # 1 EiB: no machine gives it
+
+    monkeypatch.setattr(info, "run", run)
+    monkeypatch.setattr(info, "add_parser", _parser_calling(info.add_parser, run))
+    assert cli.main(["info", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ooc-svm: error: out of memory (Unable to allocate")
+    assert "1.00 EiB" in err[0] and "memory budget" in err[0], err
+
+
+def _parser_calling(add_parser, run):
+    """``add_parser`` whose sub-command calls ``run``."""
+
+    def add(sub):
+        add_parser(sub)
+        sub.choices["info"].set_defaults(func=run)
+
+    return add
+
+
+@pytest.mark.parametrize(
+    "args, flag, value",
+    [
+        (["ingest", "t.svm", "s.zarr", "--hash-bits", " 3"], "--hash-bits", " 3"),
+        (["ingest", "t.svm", "s.zarr", "--shard-rows", "10 "], "--shard-rows", "10 "),
+        (["ingest", "t.svm", "s.zarr", "--memory-mb", " 500"], "--memory-mb", " 500"),
+        (["train", "s.zarr", "-o", "m", "--C", " 1"], "--C", " 1"),
+        (["train", "s.zarr", "-o", "m", "--max-iter", "1_000"], "--max-iter", "1_000"),
+        (["synth", "o.svm", "--rows", "\t5", "--seed", "1"], "--rows", "\t5"),
+    ],
+)
+def test_numbers_are_taken_as_written(args, flag, value, capsys):
+    """`--hash-bits ' 3'` was accepted: Python's int() and float() forgive spaces and
+    underscores, a command line does not (it is usually a quoting mistake)."""
+    from ooc_svm import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    kind = "int" if flag not in ("--memory-mb", "--C") else "float"
+    assert len(err) == 1 and f"argument {flag}: invalid {kind} value: {value!r}" in err[0], err

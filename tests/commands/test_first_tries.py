@@ -170,3 +170,47 @@ def test_readme_dask_block_binds_loopback_only():
     for ln in dask:
         assert re.search(r"--host 127\.0\.0\.1\b", ln), ln
         assert re.search(r"--dashboard-address 127\.0\.0\.1:\d+", ln), ln
+
+
+def _svmlight(path: Path, n: int = 300) -> str:
+    X, y = make_classification(n_samples=n, n_features=8, random_state=1)
+    lines = [
+        f"{2 * int(t) - 1} " + " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(row))
+        for row, t in zip(X, y, strict=True)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path.read_text()
+
+
+@pytest.mark.parametrize("source", ["file", "stdin"])
+def test_train_takes_text_as_liblinear_does(tmp_path, source):
+    """`train data.svm` and `train -` were refused ("not an ooc-svm store") although predict
+    and evaluate take text: the text is trained as its ingested store is, and the temporary
+    store is gone afterwards."""
+    import json
+    import subprocess
+
+    from conftest import ooc_cmd, run_ooc
+
+    text = _svmlight(tmp_path / "d.svm")
+    assert run_ooc("ingest", "d.svm", "d.zarr", "-q", cwd=tmp_path).returncode == 0
+    ref = run_ooc("train", "d.zarr", "-o", "ref", "--json", cwd=tmp_path)
+    assert ref.returncode == 0, ref.stderr
+    arg = "d.svm" if source == "file" else "-"
+    r = subprocess.run(
+        ooc_cmd("train", arg, "-o", "m", "--json"),
+        cwd=tmp_path,
+        input=text if source == "stdin" else None,
+        stdin=subprocess.DEVNULL if source == "file" else None,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    got, want = json.loads(r.stdout), json.loads(ref.stdout)
+    assert got["store"] == arg and got["n_rows"] == 300
+    assert got["objective"] == want["objective"] and got["iterations"] == want["iterations"]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["d.svm", "d.zarr", "m", "ref"], left  # no temporary store left
+    ev = run_ooc("evaluate", "m", "d.svm", "--json", cwd=tmp_path)
+    assert ev.returncode == 0 and json.loads(ev.stdout)["n_rows"] == 300, ev.stderr

@@ -345,12 +345,15 @@ def test_sigterm_sighup_during_ingest_clean_up(tmp_path, sig):
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # a suite started under nohup passes SIGHUP on ignored (and ooc-svm keeps it so:
+        # the ingest then ended 0)
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     p.stdin.write(_text(2000).encode())
     p.stdin.flush()
     t0 = time.monotonic()
     while not any(n.startswith(".s.zarr.ingest-") for n in os.listdir(tmp_path)):
-        assert time.monotonic() - t0 < 60 and p.poll() is None
+        assert time.monotonic() - t0 < 600 and p.poll() is None  # a hang guard
         time.sleep(0.05)
     time.sleep(0.5)
     p.send_signal(sig)
@@ -364,8 +367,9 @@ def test_sigterm_sighup_during_ingest_clean_up(tmp_path, sig):
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
 
 
-def _signal_when(p: subprocess.Popen, ready, sig, limit: float = 60.0) -> bytes:
-    """Send ``sig`` to ``p`` once ``ready()`` is true (or after ``limit`` s); its stderr."""
+def _signal_when(p: subprocess.Popen, ready, sig, limit: float = 600.0) -> bytes:
+    """Send ``sig`` to ``p`` once ``ready()`` is true (or after ``limit`` s, a hang guard:
+    a signal at any moment must end the command the same way); its stderr."""
     t0 = time.monotonic()
     while not ready() and p.poll() is None and time.monotonic() - t0 < limit:
         time.sleep(0.005)
@@ -469,7 +473,7 @@ def test_sigkill_leftovers_listed_and_repaired(tmp_path):
     p.stdin.flush()
     t0 = time.monotonic()
     while not (path / ".lock").exists():
-        assert time.monotonic() - t0 < 60 and p.poll() is None
+        assert time.monotonic() - t0 < 600 and p.poll() is None  # a hang guard
         time.sleep(0.05)
     p.kill()
     p.wait()
@@ -543,18 +547,22 @@ def test_million_shard_table_is_refused_quickly_in_bounded_memory(tmp_path):
     ]
     meta["n_rows"] = meta["nnz"] = 1_000_000
     (path / "_ooc_svm.json").write_text(json.dumps(meta))
+    import resource
+
     cmd = ["/usr/bin/time", "-v"] if os.path.exists("/usr/bin/time") else []
-    t0 = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(
         [*cmd, sys.executable, "-m", "ooc_svm", "verify", "s.parquet"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=900,  # a hang guard: wall time grows with the machine's load
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     line = one_line_error(r)
     assert "16 MiB, about 100,000 shards) store metadata is limited to" in line, line
-    assert time.monotonic() - t0 < 60
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu < 60, f"{cpu:.1f} CPU s"  # quickly: CPU seconds, not wall
     rss = _peak_rss_kb(r.stderr)
     assert rss is None or rss < 500_000, rss
 
