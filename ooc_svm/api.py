@@ -201,24 +201,21 @@ def claim_memory(
     with their automatic sizes within the budget (:meth:`SolverParams.fit_memory`); the shard
     cache, sized on the first pass, takes its share of what is left."""
     code, shards = memory_budget.code_need(budget), engine.memory_need(store)
+    fix = "re-ingest with smaller shards (--shard-mb)" if shards > 64 * 2**20 else ""
+    base = {"ooc-svm's code and libraries": code, "decoded shards in flight": shards}
     # the least the whole run claims, checked before the first claim: a refusal names a
-    # limit that every later claim fits too (one hint, not a chain of them)
-    budget.check(
-        {
-            "ooc-svm's code and libraries": code,
-            "decoded shards in flight": shards,
-            **typed.memory_floor(store.meta),
-        },
-        f"--solver {typed.SOLVER} on this store",
-        "re-ingest with smaller shards (--shard-mb)" if shards > 64 * 2**20 else "",
-    )
+    # limit that every later claim fits too (one hint, not a chain of them); the solver's
+    # floor is read as if the claims above were made, as fit_memory reads it (perf's auto
+    # picks its variant from the room they leave)
+    made = dict(budget.claims)
+    budget.claims = {**made, **base}
+    try:
+        floor = typed.memory_floor(store.meta)
+    finally:
+        budget.claims = made
+    budget.check({**base, **floor}, f"--solver {typed.SOLVER} on this store", fix)
     budget.require("ooc-svm's code and libraries", code)
-    budget.require(
-        "decoded shards in flight",
-        shards,
-        "a pass over this store",
-        "re-ingest with smaller shards (--shard-mb)",
-    )
+    budget.require("decoded shards in flight", shards, "a pass over this store", fix)
     fitted = typed.fit_memory(store.meta, budget)
     log.debug("%s; claimed %s", budget.describe(), budget.as_dict()["claims_mib"])
     return fitted

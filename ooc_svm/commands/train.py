@@ -234,16 +234,22 @@ def _run(args: argparse.Namespace) -> int:
         result.seconds = time.perf_counter() - t0
     result.model.save(args.output)
     summary = json_summary(result, args.solver, typed, store, args.output, store_name(args))
-    if getattr(args, "verbose", 0) and summary.get("auto"):
-        log.info("variant %s", summary["auto"])  # -v: which algorithm auto ran, and why
-    if args.json:  # asked for: printed even with -q
-        print(json_text(summary))
-    elif not getattr(args, "quiet", False):
-        print(_summary_line(args, typed, result, summary))
+    _report(args, typed, result, summary)
     if args.follow:
         sys.stdout.flush()
         return run_follow(args, typed, result.model)
     return 0
+
+
+def _report(args: argparse.Namespace, typed, result, summary: dict) -> None:
+    """The run's summary on stdout: ``--json``'s object (even with ``-q``) or one line; with
+    ``-v`` first the variant ``auto`` ran and why, on stderr."""
+    if getattr(args, "verbose", 0) and summary.get("auto"):
+        log.info("variant %s", summary["auto"])
+    if args.json:
+        print(json_text(summary))
+    elif not getattr(args, "quiet", False):
+        print(_summary_line(args, typed, result, summary))
 
 
 def store_name(args: argparse.Namespace) -> str:

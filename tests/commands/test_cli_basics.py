@@ -116,7 +116,9 @@ def test_closed_stdout_pipe_exits_quietly(tmp_path):
         finally:
             os.close(write)
         assert r.returncode == 141, (args, r.returncode, r.stderr)
-        assert r.stderr == "", (args, r.stderr)
+        # nothing but the one-time note of a numba compile (a kernel not cached yet)
+        err = [x for x in r.stderr.splitlines() if not x.startswith("ooc-svm: compiling numba")]
+        assert err == [], (args, r.stderr)
 
 
 def test_liblinear_libsvm_flags_say_the_ooc_svm_spelling(tmp_path):

@@ -613,7 +613,10 @@ def _train_rss(tmp_path, text: str, *flags: str) -> tuple[int, float, str]:
 
 @pytest.mark.parametrize(
     "line,flags",
-    [("1 2147483648:1\n", []), ("1 200000000:1\n", ["--dense-limit-mb", "1024"])],
+    [
+        ("1 2147483648:1\n", []),
+        ("1 200000000:1\n", ["--dense-limit-mb", "1024", "--variant", "accelerated"]),
+    ],
     ids=["2^31", "2e8-limit-1024"],
 )
 def test_huge_feature_index_refused_up_front(tmp_path, line, flags):

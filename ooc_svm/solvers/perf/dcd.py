@@ -51,7 +51,7 @@ from ._numba.dcd import (
 )
 from .common import _finite, _Progress, _resolve_C
 from .dcd_cert import Best, Schedule, certify
-from .params import remap_min_dim
+from .params import AUTO_INNER_SHARE, remap_min_dim
 
 if TYPE_CHECKING:
     from ...engine.base import Engine
@@ -195,10 +195,18 @@ class _Run:
     # -- blocks -----------------------------------------------------------------------------
     def hold_budget(self) -> float:
         """Bytes of decoded blocks that may stay in memory between epochs: ``--inner-mb``, or
-        for ``auto[:SHARE]`` that share of the memory budget left (at most what the blocks
-        need). The engine's automatic shard cache is sized on its first pass, after this
-        choice: reading it here gave 0 and every epoch read the store again."""
-        return self.params.inner_mib(whole_mib=self.held_bytes() / 2**20) * 2**20
+        for ``auto[:SHARE]`` that share of the memory budget left besides perf's own claims
+        (the room :mod:`.auto` chose dcd by; at most what the blocks need). The engine's
+        automatic shard cache is sized on its first pass, after this choice: reading it here
+        gave 0 and every epoch read the store again."""
+        v = str(self.params.inner_mb).strip().lower()
+        if v == "auto" or v.startswith("auto:"):
+            from .auto import _room
+
+            self.params.inner_mib()  # checks SHARE
+            share = float(v[5:]) if v != "auto" else AUTO_INNER_SHARE
+            return float(min(share * _room(), self.held_bytes()))
+        return self.params.inner_mib() * 2**20
 
     def held_bytes(self) -> float:
         meta = self.store.meta
