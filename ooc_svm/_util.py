@@ -25,7 +25,7 @@ import shutil
 import stat
 import sys
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 # ------------------------------------------------------------------------------------------
 # CPUs and memory (engine)
@@ -289,3 +289,14 @@ def atomic_dir(path: str, *, prefix: str = "ooc-svm", exists_ok: bool = True) ->
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def flush_and_exit(status: int) -> NoReturn:
+    """Flush standard output and error (a closed pipe or a failed write is ignored) and end
+    the process at once with ``status`` (``os._exit``: no finalisers, nothing to unwind)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(status)

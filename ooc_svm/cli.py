@@ -318,12 +318,9 @@ def _exit_on_signal() -> None:
     def now(signum, frame) -> None:
         sigint = signum == signal.SIGINT
         status = _interrupted(KeyboardInterrupt() if sigint else Terminated(signum))
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(status)
+        from ._util import flush_and_exit
+
+        flush_and_exit(status)
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         try:

@@ -463,12 +463,9 @@ def _run_command(request: dict, fds: list[int], go: int) -> None:
         traceback.print_exc()
         status = 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(status)
+        from .._util import flush_and_exit
+
+        flush_and_exit(status)
 
 
 def main(argv: list[str] | None = None) -> int:
