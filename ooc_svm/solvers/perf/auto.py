@@ -61,7 +61,7 @@ def _needs_accelerated(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
 PERF_CLAIMS = ("perf dense vectors", "--dense-limit-mb", "selective pass accumulators")
 
 
-def _room() -> int:
+def room() -> int:
     """Bytes of the memory budget not claimed by anything but perf's own sizes."""
     budget = memory_budget()
     return budget.free + sum(int(budget.claims.get(k, 0)) for k in PERF_CLAIMS)
@@ -71,7 +71,7 @@ def _dcd_fits(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
     if int(meta.n_features) < DCD_MIN_FEATURES:
         return False
     held = DCD_BYTES_PER_NNZ * int(meta.nnz) + DCD_BYTES_PER_ROW * int(meta.n_rows)
-    return held <= DCD_HOLD_SHARE * _room()
+    return held <= DCD_HOLD_SHARE * room()
 
 
 def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
@@ -83,15 +83,15 @@ def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
     if DENSE_VECTORS * 8.0 * (int(meta.n_features) + 1) > p.dense_limit_mb * 2**20:
         return False
     decoded = 8 * int(meta.nnz) + 16 * int(meta.n_rows)
-    room = _room()
-    if decoded <= min(AUTO_CACHE_SHARE * room, AUTO_CACHE_CAP_MB * 2**20):
+    left = room()
+    if decoded <= min(AUTO_CACHE_SHARE * left, AUTO_CACHE_CAP_MB * 2**20):
         return False
     from .selective import pass_accumulator_bytes
 
     # selective's pass holds a few planes a thread over the columns: where they take more
     # than half the budget, accelerated (one plane a pass) is the one that fits, and a
     # refusal names the limit for the variant that will then run
-    return pass_accumulator_bytes(int(meta.n_features) + 1) <= 0.5 * room
+    return pass_accumulator_bytes(int(meta.n_features) + 1) <= 0.5 * left
 
 
 TABLE: tuple[Row, ...] = (

@@ -201,11 +201,11 @@ class _Run:
         gave 0 and every epoch read the store again."""
         v = str(self.params.inner_mb).strip().lower()
         if v == "auto" or v.startswith("auto:"):
-            from .auto import _room
+            from .auto import room
 
             self.params.inner_mib()  # checks SHARE
             share = float(v[5:]) if v != "auto" else AUTO_INNER_SHARE
-            return float(min(share * _room(), self.held_bytes()))
+            return float(min(share * room(), self.held_bytes()))
         return self.params.inner_mib() * 2**20
 
     def held_bytes(self) -> float:

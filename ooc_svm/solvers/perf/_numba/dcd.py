@@ -12,8 +12,9 @@ primal w = Σ αᵢyᵢx̃ᵢ is kept up to date: the last entry of ``w`` is the
 - :func:`dcd_sweep` — one sweep over the active rows of a block in a random order (seeded
   Fisher–Yates, :func:`shuffle`), with LIBLINEAR's shrinking against the previous sweep's
   projected-gradient extremes.
-- :func:`primal_loss`, :func:`alpha_terms` — what the duality gap of a block needs: the
-  primal loss at a w, Σαᵢ and Σ Dᵢᵢαᵢ², in the rows' order.
+- :func:`line_losses`, :func:`segment_losses`, :func:`move_margins`, :func:`alpha_terms` —
+  what the certificate needs: the primal losses along a segment of w's, Σαᵢ and Σ Dᵢᵢαᵢ²,
+  in the rows' order.
 - :func:`row_norms`, :func:`count_columns`, :func:`remap_columns` — block preparation.
 
 All take one block's raw CSR arrays (``indptr`` int64, column ids of any integer type,
@@ -140,24 +141,6 @@ def dcd_sweep(
                 w[d] += delta * bias
         s += 1
     return n_active, pg_max, pg_min
-
-
-@njit(cache=True, nogil=True)
-def primal_loss(indptr, indices, data, sign, w, bias, cost, squared):
-    """The primal loss of a block at ``w``: Σ Cᵢ max(0, 1 − yᵢ w·x̃ᵢ) (squared inside with
-    ``squared``; Cᵢ is ``cost`` by class) and the number of rows with yᵢ w·x̃ᵢ < 1."""
-    d = w.shape[0] - 1
-    loss = 0.0
-    viol = 0
-    for i in range(indptr.shape[0] - 1):
-        m = bias * w[d]
-        for k in range(indptr[i], indptr[i + 1]):
-            m += np.float64(data[k]) * w[indices[k]]
-        xi = 1.0 - np.float64(sign[i]) * m
-        if xi > 0.0:
-            viol += 1
-            loss += cost[1 if sign[i] > 0 else 0] * (xi * xi if squared else xi)
-    return loss, viol
 
 
 @njit(cache=True, nogil=True)
