@@ -6,10 +6,13 @@ them stop on the same certificate P(w) − lower bound ≤ C·n·ε.
 
 - ``accelerated`` for ranks, ROC area, a checkpoint or ``--init``: the only one that does
   them all;
-- ``dcd`` on stores of at least :data:`DCD_MIN_FEATURES` columns whose rows, decoded, fit
-  half the memory budget: on wide sparse data the cutting plane needs hundreds of passes
-  (click-log and kdd2010 shapes: ~1,000), dual coordinate descent over the rows held in
-  memory tens to hundreds of cheap epochs;
+- ``dcd`` on stores of at least :data:`DCD_MIN_FEATURES` columns: on wide sparse data the
+  cutting plane needs hundreds of passes (click-log and kdd2010 shapes: ~1,000), and each
+  pass's planes are as wide as the store; dual coordinate descent needs tens to hundreds of
+  cheap epochs over the rows held in memory when they fit, and reads them shard by shard
+  (block minimization) when they do not, holding only w and 37 bytes a row (a click-log
+  shaped 1M-row store inside an 800 MB container: accelerated's pass was killed by the
+  kernel, dcd's blocks train in it);
 - ``selective`` when the decoded store is larger than the shard cache's share and its pass's
   planes fit half the budget: few full passes when every pass reads the disk;
 - ``accelerated`` otherwise: narrow stores take ~30–80 passes.
@@ -29,13 +32,6 @@ if TYPE_CHECKING:
 
 #: stores at least this wide train with dcd under ``auto`` when their rows fit in memory
 DCD_MIN_FEATURES = 1 << 18
-
-#: the share of the memory budget the decoded rows may take for ``auto`` to pick dcd
-DCD_HOLD_SHARE = 0.5
-
-#: decoded bytes of the rows dcd holds: 8 per non-zero (int32 column, float32 value), and
-#: per row its int64 row pointer and 37 bytes of state (solvers/perf/dcd.py)
-DCD_BYTES_PER_NNZ, DCD_BYTES_PER_ROW = 8, 45
 
 
 @dataclass(frozen=True)
@@ -67,11 +63,8 @@ def room() -> int:
     return budget.free + sum(int(budget.claims.get(k, 0)) for k in PERF_CLAIMS)
 
 
-def _dcd_fits(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
-    if int(meta.n_features) < DCD_MIN_FEATURES:
-        return False
-    held = DCD_BYTES_PER_NNZ * int(meta.nnz) + DCD_BYTES_PER_ROW * int(meta.n_rows)
-    return held <= DCD_HOLD_SHARE * room()
+def _wide(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
+    return int(meta.n_features) >= DCD_MIN_FEATURES
 
 
 def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
@@ -102,10 +95,10 @@ TABLE: tuple[Row, ...] = (
     ),
     Row(
         "dcd",
-        _dcd_fits,
-        f"at least {DCD_MIN_FEATURES:,} columns and the rows fit half the memory budget: dual "
-        "coordinate descent over the rows in memory (cutting planes need hundreds of passes "
-        "on wide sparse data)",
+        _wide,
+        f"at least {DCD_MIN_FEATURES:,} columns: dual coordinate descent, the rows held when "
+        "they fit the memory budget and read shard by shard when not (cutting planes need "
+        "hundreds of passes on wide sparse data, each as wide as the store)",
     ),
     Row(
         "selective",
@@ -116,8 +109,7 @@ TABLE: tuple[Row, ...] = (
     Row(
         "accelerated",
         lambda p, m, c: True,
-        "a narrow store, or rows that do not fit half the memory budget: the cutting plane "
-        "(few passes on narrow data, one plane at a time)",
+        "a narrow store: the cutting plane (few passes on narrow data, one plane at a time)",
     ),
 )
 

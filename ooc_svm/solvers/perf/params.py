@@ -78,19 +78,18 @@ class Params(SolverParams):
     )
     variant: str = param(
         "auto",
-        "auto = chosen from the store's shape and the memory budget (solvers/perf/auto.py; -v "
-        "and --json say which and why): dcd on wide stores whose rows fit half the budget, "
-        "selective when the decoded store does not fit the shard cache's share, accelerated "
-        "otherwise and for ranks, ROC area, checkpoints and --init; all stop on the same "
-        "certificate. paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style line "
-        "search to the best point, same single pass per iteration; selective = many inner "
-        "cutting planes on the rows near the margin kept in memory (--inner-mb), full passes "
-        "only to refresh them and certify (loss error; ooc_svm/solvers/perf/selective.py); "
-        "svmperf = SVMperf 3.00's loop (loose QP, shrinking; loss error; "
-        "solvers/perf/svmperf.py) plus the dual-gap certificate; dcd = block-minimization dual "
-        "coordinate descent over the shards (LIBLINEAR -s 3 / -s 1 in blocks, Yu et al. KDD "
-        "2010; loss error; solvers/perf/dcd.py) with the same certificate: fastest on wide "
-        "sparse stores",
+        "auto = chosen from the store's shape and the memory budget (solvers/perf/auto.py; -v and "
+        "--json say which and why): dcd on wide stores (rows held when they fit the budget, else "
+        "read shard by shard), selective when the decoded store does not fit the shard cache's "
+        "share, accelerated otherwise and for ranks, ROC area, checkpoints and --init; all stop on"
+        " the same certificate. paper = Joachims 2006 Algorithms 1/2; accelerated = OCAS-style "
+        "line search to the best point, same single pass per iteration; selective = many inner "
+        "cutting planes on the rows near the margin kept in memory (--inner-mb), full passes only "
+        "to refresh them and certify (loss error; ooc_svm/solvers/perf/selective.py); svmperf = "
+        "SVMperf 3.00's loop (loose QP, shrinking; loss error; solvers/perf/svmperf.py) plus the "
+        "dual-gap certificate; dcd = block-minimization dual coordinate descent over the shards "
+        "(LIBLINEAR -s 3 / -s 1 in blocks, Yu et al. KDD 2010; loss error; solvers/perf/dcd.py) "
+        "with the same certificate: fastest on wide sparse stores",
         choices=VARIANTS,
     )
     c_perf: float | None = param(
