@@ -256,3 +256,19 @@ def test_auto_claims_the_memory_of_the_variant_it_runs(make_store, monkeypatch):
     monkeypatch.setattr(auto, "DCD_MIN_FEATURES", 41)
     assert p.effective(st.meta).variant == "accelerated"
     assert p.memory_floor(st.meta) == perf.Params(variant="accelerated").memory_floor(st.meta)
+
+
+def test_auto_streams_dcd_on_a_wide_store_whose_rows_do_not_fit(make_store, monkeypatch):
+    """A wide store whose rows do not fit the room still trains with dcd, shard by shard:
+    auto fell back to the cutting plane, whose pass partials over the columns were not
+    claimed (a click-log-shaped 1M-row store inside an 800 MB container was killed)."""
+    from ooc_svm.solvers.perf import auto
+
+    X, y = _data(7, n=300, d=40)
+    st = make_store(X, y, shard_rows=100)
+    monkeypatch.setattr(auto, "DCD_MIN_FEATURES", 40)
+    monkeypatch.setattr(auto, "room", lambda: 1)  # nothing fits: rows are streamed
+    assert auto.choose(perf.Params(), st.meta)[0] == "dcd"
+    res = train(st, "perf", eps=1e-3)
+    assert res.summary["variant"] == "dcd" and res.converged
+    assert res.summary["held"] is False and res.summary["blocks"] == 3
