@@ -277,14 +277,13 @@ def run_profile(a, name: str, ll: str | None) -> list[dict]:
     return out
 
 
-def table(rows: list[dict], a) -> str:
+def table(rows: list[dict], a=None) -> str:
     head = ("| shape | rows (test) | columns | nnz/row | program | wall s | CPU s | peak RSS MB "
             "| iter. / passes | primal P | P / P_LL | (P − P_LL)/(C·n·ε) | (P − D_best)/P "
             "| test acc. | wall / LL | CPU / LL | load |")  # fmt: skip
     lines = [head, "|" + "---|" * 17]
     for r in rows:
-        scale = r["rows"] / a.rows
-        shape = r["profile"] + (f" (rows × {scale:g})" if scale != 1 else "")
+        shape = r["profile"]
         lead = (f"| {shape} | {r['rows']:,} ({r['test_rows']:,}) | {r['features']:,} | "
                 f"{r['nnz_per_row']:.1f} | {r['program']} |")  # fmt: skip
         if "error" in r:
@@ -309,6 +308,51 @@ def table(rows: list[dict], a) -> str:
     return "\n".join(lines)
 
 
+def _machine() -> str:
+    """The machine, once: CPU model, logical CPUs, memory."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{model}, {os.cpu_count()} logical CPUs, {mem:.0f} GiB"
+
+
+def _portable(rows: list[dict], a, ll: str | None) -> list[dict]:
+    """The rows with this machine's paths replaced by names (``$DIR``, ``$LIBLINEAR_TRAIN``,
+    ``ooc-svm``), the machine and the date added: what docs/benchmarks/ keeps."""
+    subs = [(os.path.abspath(a.dir), "$DIR"), (a.dir, "$DIR")]
+    if ll:
+        subs.insert(0, (ll, "$LIBLINEAR_TRAIN"))
+    subs.insert(0, (shlex.join(OOC), "ooc-svm"))
+    for _, _, binary in _variants(a.variants):
+        subs.insert(0, (binary, "ooc-svm"))
+    out = []
+    for r in rows:
+        r = dict(r, machine=_machine(), date=time.strftime("%Y-%m-%d"))
+        for k in ("cmd", "model"):
+            if isinstance(r.get(k), str):
+                for old, new in subs:
+                    r[k] = r[k].replace(old, new)
+        out.append(r)
+    return out
+
+
+def render(paths: list[str]) -> str:
+    """The table of rows saved by ``--json`` (one or more files, in order), the machine and
+    dates named once: what docs/BENCHMARKS.md carries (a test checks it is this output)."""
+    rows: list[dict] = []
+    for p in paths:
+        with open(p) as f:
+            rows += json.load(f)
+    machines = sorted({r.get("machine", "unknown machine") for r in rows})
+    dates = sorted({r.get("date", "undated") for r in rows})
+    head = f"Machine: {'; '.join(machines)}. Measured {', '.join(dates)}."
+    return head + "\n\n" + table(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="bench_shapes_data", help="where the data sets are built")
@@ -328,7 +372,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per training run")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--render", nargs="+", metavar="JSON", default=None,
+                    help="print the table of rows saved by --json and exit")  # fmt: skip
     a = ap.parse_args()
+    if a.render:
+        print(render(a.render))
+        return 0
     if a.webspam_rows is None:
         a.webspam_rows = max(1000, a.rows // 10)
     os.makedirs(a.dir, exist_ok=True)
@@ -346,7 +395,7 @@ def main() -> int:
     print(table(rows, a))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(_portable(rows, a, ll), f, indent=1)
     return 0
 
 
