@@ -511,3 +511,85 @@ def test_a_solver_that_fails_to_import_is_reported_with_its_reason(monkeypatch):
     assert reason.startswith("ModuleNotFoundError") and "not_built" in reason
     with pytest.raises(SolverError, match="not_built is not available .ModuleNotFoundError"):
         get_spec("not_built")
+
+
+# --------------------------------------------------------------------------------------------
+# every algorithm of LIBLINEAR's problem under a small memory budget
+# --------------------------------------------------------------------------------------------
+#: the small budget: MiB for the run's data beyond the code (as ``--memory-mb`` would leave)
+SMALL_BUDGET_MB = 48
+
+
+@pytest.fixture(scope="module")
+def budget_stores(tmp_path_factory):
+    """A narrow store, a wide one (3M columns, beyond ``REMAP_MIN_DIM``: a dense w is 24 MB)
+    and a ``synth --like kdd2010`` one with few rows (29.9M columns)."""
+    from ooc_svm.cli import main
+
+    root = tmp_path_factory.mktemp("budget")
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((400, 10))
+    y = np.where(X[:, 0] + 0.5 * rng.standard_normal(400) > 0, 1.0, -1.0)
+    build_store(root / "narrow.zarr", X, y, shard_rows=100)
+    n, d, k = 300, 3_000_000, 8
+    cols = rng.integers(0, d, size=(n, k))
+    W = sp.csr_matrix((rng.uniform(0.1, 1.0, n * k), cols.ravel(), np.arange(0, n * k + 1, k)))
+    W = sp.csr_matrix(W, shape=(n, d))
+    yw = np.where(np.asarray(W[:, cols[0]].sum(1)).ravel() + rng.standard_normal(n) > 0.3, 1, -1)
+    build_store(root / "wide.zarr", W, yw.astype(np.float64), shard_rows=100, n_features=d)
+    like = root / "like.zarr"
+    argv = ["synth", str(like), "--like", "kdd2010", "--rows", "300", "--seed", "1", "-q"]
+    assert main([*argv, "--shard-rows", "100"]) == 0
+    return {name: root / f"{name}.zarr" for name in ("narrow", "wide", "like")}
+
+
+@pytest.fixture
+def small_budget(monkeypatch):
+    """Every budget measured in this test is :data:`SMALL_BUDGET_MB` (``train`` measures it
+    afresh): the budget API of tests/test_memory_budget.py, for the CLI."""
+    from ooc_svm import memory_budget as mb
+
+    nbytes = SMALL_BUDGET_MB * 2**20
+
+    def detect(explicit_mb=None, **kw):
+        lim = mb.Limit("--memory-mb", nbytes, 0, "test")
+        return mb.MemoryBudget((lim,), lim, nbytes, rss=int(mb.CODE_MB * 2**20))
+
+    monkeypatch.setattr(mb, "detect", detect)
+    mb.reset()
+    yield
+    mb.reset()
+
+
+_LIBLINEAR_CASES = [(n, a) for n, a in algorithm_cases() if get_spec(n).problem == "liblinear"]
+
+
+@pytest.mark.parametrize("store", ["narrow", "wide", "like"])
+@pytest.mark.parametrize(("solver", "algorithm"), _case_params(_LIBLINEAR_CASES))
+def test_a_small_memory_budget_trains_or_refuses_in_one_line(
+    solver, algorithm, store, budget_stores, small_budget, tmp_path, capsys
+):
+    """``train`` under a small budget either converges within it or refuses in one line
+    (``ooc-svm: error: ...``, no traceback), for every algorithm of LIBLINEAR's problem on a
+    narrow, a wide and a ``synth --like`` store. Measured at 48 MiB: every variant trains the
+    narrow store; on the wide one auto and dcd train (over the 2,400 columns held) and the
+    cutting-plane variants are refused by their floor of dense vectors over every column;
+    on the kdd2010-shaped one all are refused (dcd's int32 column map alone is 78 MiB)."""
+    from ooc_svm.cli import main
+
+    spec = get_spec(solver)
+    argv = ["train", str(budget_stores[store]), "-o", str(tmp_path / "m"), "--solver", solver]
+    if algorithm is not None:
+        argv += [flag_name(spec.algorithm or ""), str(algorithm)]
+    rc = main([*argv, "--C", "1", "--json", "-q"])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert rc == 0 or store != "narrow", err  # 400 rows of 10 columns fit any algorithm
+    if rc == 0:
+        summary = json.loads(out)
+        assert summary["converged"], summary
+        assert (tmp_path / "m").exists()
+    else:
+        lines = err.strip().splitlines()
+        assert rc == 1 and len(lines) == 1 and lines[0].startswith("ooc-svm: error: "), err
+        assert not (tmp_path / "m").exists()
