@@ -87,7 +87,7 @@ def _usable(base: Path, shared: bool) -> bool:
     """Whether ``base`` may hold the cache; in a shared place, only a private folder."""
     if not shared:
         return True
-    from .server.server_link import make_private_folder
+    from ._private_folder import make_private_folder
 
     try:
         os.close(make_private_folder(base))

@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     paused during start-up and everything is frozen before the process exits
     (:mod:`ooc_svm.commands._startup`: 0.2 s of CPU of a small training), and a warm
     server started by ``ooc-svm server start`` runs the command when one serves this
-    install (:mod:`ooc_svm.server_link`).
+    install (:mod:`ooc_svm.server.server_link`).
     """
     if argv is not None:
         return _main(list(argv))

@@ -3,7 +3,7 @@
 After the first fit, :func:`follow` polls the store's metadata every ``poll_seconds``; when
 another process has appended rows, it refits warm from the last model (``init``, see
 :mod:`ooc_svm.solvers.warm`) and replaces the model directory atomically
-(:meth:`~ooc_svm.model.Model.save`), so that a reader always finds a complete model. It
+(:meth:`~ooc_svm.model.model.Model.save`), so that a reader always finds a complete model. It
 ends after ``max_refits`` refits, on Ctrl-C / SIGTERM (the last complete model stays in
 place; the exception propagates, so the command's exit status is the signal's), or with a
 one-line :class:`FollowError` when the store no longer begins with the model's rows

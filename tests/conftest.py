@@ -52,6 +52,14 @@ def data_path():
     return dataset
 
 
+def kernel_solvers() -> list[str]:
+    """The ``--solver`` names of the registry's kernel solvers (their parameters have a
+    kernel: smo, active-set, irwls), in its order: tests take them from here, not a list."""
+    from ooc_svm.solvers.contract import solver_specs
+
+    return [s.name for s in solver_specs() if s.kernels]
+
+
 def build_store(
     path, X, y, qid=None, shard_rows: int = 1000, n_features: int | None = None, **write_kw
 ):

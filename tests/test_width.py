@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import ooc_cmd, run_ooc
+from conftest import kernel_solvers, ooc_cmd, run_ooc
 
 from ooc_svm.store import open_store
 
@@ -443,7 +443,7 @@ def test_kernel_active_set_on_a_hashed_width_stays_small(tmp_path):
     assert len((tmp_path / "p.txt").read_text().splitlines()) == 3  # header + 2 rows
 
 
-@pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
+@pytest.mark.parametrize("solver", kernel_solvers())
 def test_linear_dual_solvers_refuse_a_width_the_data_does_not_use(tmp_path, solver):
     """smo --kernel linear on 2 rows declaring 2e8 features took 3.2 GB (its dense w) and
     wrote a 1.6 GB model; the dense w is refused when it outgrows both the data and 256 MiB."""

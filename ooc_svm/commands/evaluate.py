@@ -48,7 +48,7 @@ def _description() -> str:
     )
     return (
         text.replace("``", "")
-        .replace(" See :mod:`ooc_svm.metrics` for the definitions.", "")
+        .replace(" See :mod:`ooc_svm.evaluation.metrics` for the definitions.", "")
         .replace("**", "")
     )
 

@@ -1,5 +1,5 @@
 """``ooc-svm server start|stop|status``: a warm server that takes the start-up off every
-command (:mod:`ooc_svm.server`, :mod:`ooc_svm.server_link`)."""
+command (:mod:`ooc_svm.server`, :mod:`ooc_svm.server.server_link`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._private_folder import make_private_folder
 from ..server import server_link
 from ._common import FLOAT
 
@@ -126,7 +127,7 @@ def _start(path: Path, args: argparse.Namespace) -> int:
         print("ooc-svm server: error: --idle-minutes must be > 0", file=sys.stderr)
         return 1
     try:
-        os.close(server_link.make_private_folder(path.parent))  # never someone else's folder
+        os.close(make_private_folder(path.parent))  # never someone else's folder
         info, pidfd = _find(path)
     except PermissionError as e:
         print(f"ooc-svm server: error: {_refused(e)}", file=sys.stderr)

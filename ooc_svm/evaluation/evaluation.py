@@ -12,7 +12,7 @@ What is kept in memory:
 Metrics: binary — n, accuracy, precision, recall, f1 (prediction: f(x) > 0), prbep, auc
 (plus ndcg@10 and pairwise_accuracy when the store has qids); ranks — n, pairwise_accuracy,
 kendall_tau (per query and averaged when there are qids), ndcg@10 (with qids); multiclass —
-n, accuracy. See :mod:`ooc_svm.metrics` for the definitions.
+n, accuracy. See :mod:`ooc_svm.evaluation.metrics` for the definitions.
 
 Ranking models (perf ``--loss roc|ordinal``) only order rows: their threshold is not trained.
 For them the threshold-free metrics come first and ``threshold_trained`` is false.
@@ -106,7 +106,7 @@ def evaluate_model(
     """Stream ``store`` against ``model`` and return the metrics (see the module docstring).
 
     ``allow_wider`` / ``allow_narrower``: score a store with many more / far fewer features
-    than the model (see :func:`~ooc_svm.scoring.check_width`).
+    than the model (see :func:`~ooc_svm.evaluation.scoring.check_width`).
 
     Raises
     ------

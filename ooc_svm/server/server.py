@@ -5,7 +5,7 @@ command needs (numpy, numba and its CPU target, zarr, pyarrow, every ooc-svm mod
 Dask, plotting and scikit-learn ones), loads every kernel numba has cached for these sources
 (``Dispatcher.compile`` of each signature in the cache's index: loaded, never run, so no
 thread pool starts), freezes its objects out of the garbage collector, and listens on a Unix
-socket private to the user. :mod:`ooc_svm.server_link` is the other end.
+socket private to the user. :mod:`ooc_svm.server.server_link` is the other end.
 
 For each command: the server forks a *supervisor*, which checks that the client runs as
 this user (``SO_PEERCRED``), reads the request (arguments, working directory, environment,
@@ -49,6 +49,7 @@ import time
 import traceback
 from pathlib import Path
 
+from .._private_folder import make_private_folder
 from . import server_link
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def _cache_stamp() -> int:
 def _listen(path: Path) -> socket.socket:
     """A socket listening at ``path``, in a folder private to this user (made so, or
     refused with PermissionError when it is another user's or a symbolic link)."""
-    dfd = server_link.make_private_folder(path.parent)
+    dfd = make_private_folder(path.parent)
     try:
         tmp = f".{path.name}.{os.getpid()}"
         try:

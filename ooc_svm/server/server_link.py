@@ -32,7 +32,6 @@ by SIGKILL), and the status is the command's.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -43,6 +42,9 @@ import struct
 import sys
 import tempfile
 from pathlib import Path
+
+# the trust checks of the sockets' folder (numba's cache, below this module, uses them too)
+from .._private_folder import open_private_folder
 
 #: environment variables that shape a process when numba, OpenMP, BLAS or Python start
 #: (a server started with other values would not run a command as a fresh process would)
@@ -156,104 +158,6 @@ def recv_message(sock: socket.socket, maxfds: int = 0) -> tuple[dict, list[int]]
     return obj, fds + more
 
 
-# private folders: the sockets' (and numba's cache without a home folder)
-
-#: open a folder itself, never what a symbolic link in its place points to
-_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def private_folder_problem(st: os.stat_result) -> str | None:
-    """Why a folder with status ``st`` is not private to this process's user, or None when
-    it is: a folder owned by this uid that no other user can read, write or enter."""
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a folder"
-    if st.st_uid != os.getuid():
-        return f"owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
-    if st.st_mode & 0o077:
-        return f"mode {stat.S_IMODE(st.st_mode):04o}: other users can use it (not 0700)"
-    return None
-
-
-def _open_folder(path: str | os.PathLike) -> int:
-    try:
-        return os.open(path, _FOLDER_FLAGS)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):  # O_NOFOLLOW on a link, or a file
-            raise PermissionError(f"{path}: a symbolic link or not a folder") from None
-        raise
-
-
-def open_private_folder(path: str | os.PathLike) -> int:
-    """A descriptor of the folder ``path`` once it is known to be private to this user: not
-    a symbolic link, owned by this uid, mode 0700 (checked on the open descriptor, so the
-    folder cannot be swapped between the check and its use).
-
-    Raises
-    ------
-    FileNotFoundError
-        There is no such folder.
-    PermissionError
-        It is not private (the message says why); nothing in it can be trusted.
-    """
-    fd = _open_folder(path)
-    problem = private_folder_problem(os.fstat(fd))
-    if problem:
-        os.close(fd)
-        raise PermissionError(f"{path}: {problem}")
-    return fd
-
-
-def make_private_folder(path: str | os.PathLike) -> int:
-    """Create the folder ``path`` with mode 0700, or take it when it already is this user's;
-    a descriptor of it. A folder of this user that others can use is made 0700, and what
-    others may have put in it meanwhile is removed (symbolic links, entries of other users,
-    files with other hard links: a pid file written through a planted link would overwrite
-    its target); a symbolic link, a file, or a folder of another user is refused (never
-    changed).
-
-    Raises
-    ------
-    PermissionError
-        ``path`` is another user's, a symbolic link or not a folder (the message says which).
-    """
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    fd = _open_folder(path)
-    st = os.fstat(fd)
-    problem = private_folder_problem(st)
-    if problem and (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()):
-        os.close(fd)
-        raise PermissionError(f"{path}: {problem}")
-    if problem:  # ours, but open to others: closed, then cleared of what others put there
-        os.fchmod(fd, 0o700)
-        _remove_foreign(fd)
-    return fd
-
-
-def _remove_foreign(fd: int) -> None:
-    """Remove the entries of the folder open as ``fd`` that this user did not make: symbolic
-    links, entries owned by another uid, regular files with more than one link."""
-    import shutil
-
-    for name in os.listdir(fd):
-        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        mode = st.st_mode
-        if not (
-            stat.S_ISLNK(mode)
-            or st.st_uid != os.getuid()
-            or (stat.S_ISREG(mode) and st.st_nlink > 1)
-        ):
-            continue
-        if stat.S_ISDIR(mode):
-            shutil.rmtree(name, dir_fd=fd)
-        else:
-            os.unlink(name, dir_fd=fd)
-
-
 def proc_start_time(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot, ``/proc/PID/stat``), or None
     where it cannot be read: with the pid, it names one process, never a later one that
@@ -288,8 +192,9 @@ def _in_folder(fd: int, folder: Path, name: str) -> str:
 
 def connect_trusted(path: Path, timeout: float) -> socket.socket | None:
     """A connection to the server socket ``path`` when it is provably this user's: its
-    folder private (:func:`open_private_folder`), the socket owned by this
-    uid, and the server's uid, read from the connection before anything is sent, this uid.
+    folder private (:func:`~ooc_svm._private_folder.open_private_folder`), the socket owned
+    by this uid, and the server's uid, read from the connection before anything is sent,
+    this uid.
     None when there is no server there (no folder, no socket, nobody listening).
 
     Raises

@@ -136,6 +136,10 @@ class SolverSpec:
         Parameters with which even a short run saves a checkpoint at every safe point.
     sweep_mode : callable
         ``sweep_mode(spec, params, meta) -> str``, one of :data:`SWEEP_MODES`.
+    algorithm : str or None
+        The field of ``Params`` whose choices pick the algorithm (perf's ``variant``, smo's
+        ``selection``): the conformance suite runs its checks for every choice
+        (:attr:`algorithms`). None: one algorithm.
     """
 
     name: str
@@ -157,6 +161,7 @@ class SolverSpec:
     ovr_checkpoint: bool = False
     checkpoint_often: Mapping[str, Any] = field(default_factory=dict)
     sweep_mode: Callable[[SolverSpec, Any, StoreMeta], str] = _no_sweep_mode
+    algorithm: str | None = None
 
     def __post_init__(self) -> None:
         if self.problem not in PROBLEMS:
@@ -165,6 +170,20 @@ class SolverSpec:
             raise SolverError(f"solver {self.name!r}: no parameter {self.tolerance!r}")
         if self.ovr_checkpoint and not self.checkpoint:
             raise SolverError(f"solver {self.name!r}: one-vs-rest checkpoints need checkpoints")
+        if self.algorithm is not None and not self.algorithms:
+            raise SolverError(
+                f"solver {self.name!r}: algorithm {self.algorithm!r} is no parameter with choices"
+            )
+
+    @property
+    def algorithms(self) -> tuple[Any, ...]:
+        """The choices of the :attr:`algorithm` field, in its order (empty: none declared)."""
+        if self.algorithm is None:
+            return ()
+        for f in self.Params.fields():
+            if f.name == self.algorithm:
+                return tuple(f.metadata.get("choices") or ())
+        return ()
 
     @property
     def kernels(self) -> bool:

@@ -122,7 +122,7 @@ def trained_rows(model: Model) -> int | None:
 
 # -- loading and checking ---------------------------------------------------------------------
 def init_model(init: Any) -> Model:
-    """The :class:`~ooc_svm.model.Model` of ``init``: a model directory or a model."""
+    """The :class:`~ooc_svm.model.model.Model` of ``init``: a model directory or a model."""
     from ..model.model import Model, load_model
 
     if isinstance(init, Model):

@@ -19,10 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .format import StoreError
-
-#: shard codecs every backend understands (``--compression``)
-CODECS = ("zstd", "lz4", "none")
+from .errors import CODECS, StoreError
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .backends import backend_names
+from .errors import CODECS
+from .errors import ShardCorruptError as ShardCorruptError  # where the errors were named first
+from .errors import StoreChangedError as StoreChangedError
+from .errors import StoreError as StoreError
+
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
@@ -46,18 +52,6 @@ MAX_FEATURES = 1 << 31
 
 #: Default bound on the dense weight vector ``w`` (float64) a solver may allocate: MiB.
 DEFAULT_DENSE_LIMIT_MB = 4096
-
-
-class StoreError(Exception):
-    """A store cannot be opened, read or written; the message says what to do."""
-
-
-class ShardCorruptError(StoreError):
-    """A shard's bytes do not match the checksum recorded when it was written."""
-
-
-class StoreChangedError(StoreError):
-    """The store was replaced (``ingest --overwrite``) while it was being read."""
 
 
 @dataclass
@@ -283,8 +277,6 @@ class StoreMeta:
         """Check internal consistency and sanity bounds; raise StoreError on anything absurd."""
         if self.label_kind not in LABEL_KINDS:
             raise StoreError(f"{where}: unknown label kind {self.label_kind!r}")
-        from .backends import CODECS, backend_names
-
         if self.backend not in backend_names():
             raise StoreError(f"{where}: unknown backend {self.backend!r}")
         if self.compression not in CODECS:

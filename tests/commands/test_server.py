@@ -303,7 +303,7 @@ def _fake_server(sock_path: Path, folder_mode: int | None, uid: int | None):
 
 
 def test_private_folder_checks(tmp_path):
-    from ooc_svm.server.server_link import make_private_folder, open_private_folder
+    from ooc_svm._private_folder import make_private_folder, open_private_folder
 
     good = tmp_path / "good"
     os.close(make_private_folder(good))

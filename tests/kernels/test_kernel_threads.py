@@ -22,7 +22,7 @@ import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import build_store, sklearn_kernel
+from conftest import build_store, kernel_solvers, sklearn_kernel
 from conftest import load_svmlight_int32 as _load
 
 from ooc_svm.api import train
@@ -192,7 +192,7 @@ def a9a_problem(tmp_path_factory):
     return store, float(ref)
 
 
-@pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
+@pytest.mark.parametrize("solver", kernel_solvers())
 def test_duals_as_libsvm_and_same_model_for_any_thread_count(solver, a9a_problem):
     store, ref = a9a_problem
     models = []
@@ -221,7 +221,8 @@ from ooc_svm.kernels.parallel import max_threads
 assert max_threads() == 3, max_threads()
 store, out, gamma, tol = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 res = {}
-for s in ("smo", "active-set", "irwls"):
+from ooc_svm.solvers.contract import solver_specs
+for s in [spec.name for spec in solver_specs() if spec.kernels]:
     m = train(store, s, C=1.0, kernel="rbf", gamma=gamma, tol=tol).model
     res[s + ":support"] = np.asarray(m.support_)
     res[s + ":coef"] = np.asarray(m.dual_coef_)
@@ -260,7 +261,7 @@ def dense_problem(tmp_path_factory):
     return store, gamma, ref, float(clf.intercept_[0]), three
 
 
-@pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
+@pytest.mark.parametrize("solver", kernel_solvers())
 def test_duals_within_1e6_of_libsvm_for_1_2_and_3_threads(solver, dense_problem):
     """Every dual coefficient y_i α_i (not only the objective) within 1e-6
     relative of LIBSVM's, with 1, 2 and 3 kernel threads; the models identical to the bit."""
@@ -286,7 +287,7 @@ def test_duals_within_1e6_of_libsvm_for_1_2_and_3_threads(solver, dense_problem)
 # --------------------------------------------------------------------------------------------
 # wide stores: nothing dense over the features
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
+@pytest.mark.parametrize("solver", kernel_solvers())
 def test_two_rows_with_2e8_features_train_under_2_gb(tmp_path, solver):
     """smo on a two-row store with 2×10^8 features used 2.5–3.3 GB (a dense
     workspace per kernel row, the support vectors' CSC index over every feature); under a

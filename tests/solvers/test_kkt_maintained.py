@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import build_store, sklearn_kernel
+from conftest import build_store, kernel_solvers, sklearn_kernel
 
 import ooc_svm.solvers.dual.finish as finish_mod
 import ooc_svm.solvers.smo.driver as smo_driver
@@ -31,7 +31,7 @@ from ooc_svm.solvers.dual import (
 from ooc_svm.solvers.dual import kkt as kkt_mod
 
 GAMMA, C, TOL = 0.1, 1.0, 1e-3
-SOLVERS = ["smo", "active-set", "irwls"]
+SOLVERS = kernel_solvers()
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import build_store
+from conftest import build_store, kernel_solvers
 
 from ooc_svm.api import train
 from ooc_svm.engine import LocalEngine
@@ -306,7 +306,7 @@ def test_tol_to_perf_names_eps(work):
     )
 
 
-@pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
+@pytest.mark.parametrize("solver", kernel_solvers())
 def test_eps_to_dual_solver_names_tol(work, solver):
     r = _cli(work, "--solver", solver, "b.zarr", "-o", "m", "--eps", "0.01")
     _one_line_error(r, f"--solver {solver} stops on --tol", "--eps is for perf")
@@ -338,7 +338,7 @@ def test_max_iter_reached_is_not_converged(work, solver, flags):
 # --------------------------------------------------------------------------------------------
 # rank data and --loss ordinal on binary labels
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
+@pytest.mark.parametrize("solver", kernel_solvers())
 def test_rank_data_points_to_perf(work, solver):
     assert open_store(str(work / "r.zarr")).meta.label_kind == "ordinal"
     r = _cli(work, "--solver", solver, "r.zarr", "-o", "m")

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import kernel_solvers
 from conftest import load_svmlight_int32 as _load
 from sklearn.datasets import make_classification
 
@@ -178,7 +179,7 @@ def a9a_small():
     return X[first], y[first]
 
 
-@pytest.mark.parametrize("solver", ["smo", "smo-decomposition", "active-set", "irwls"])
+@pytest.mark.parametrize("solver", [*kernel_solvers(), "smo-decomposition"])
 def test_dual_warm_equals_cold(tmp_path, a9a_small, solver):
     X, y = a9a_small
     path = _write(tmp_path / "d.zarr", X[:630], y[:630], 210)

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import kernel_solvers
 
 from ooc_svm.store import (
     StoreChangedError,
@@ -651,7 +652,7 @@ def test_backends_and_views_implement_the_store_protocol(tmp_path):
         assert set(np.unique(view.read_shard(0).y)) <= {0.0, 1.0}
 
 
-@pytest.mark.parametrize("solver", ["smo", "active-set", "irwls"])
+@pytest.mark.parametrize("solver", kernel_solvers())
 def test_dual_solvers_refuse_a_huge_feature_index_up_front(tmp_path, solver):
     """Finding 3 (dual solvers): one legal line ``1 2147483648:1`` made smo / active-set /
     irwls allocate 16 GiB per dense vector (killed by the OOM killer at 23 GB here); now a

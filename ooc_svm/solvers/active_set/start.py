@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -24,9 +24,31 @@ from .passes import _warm_fn
 from .working_set import S_FREE
 
 if TYPE_CHECKING:
-    from .driver import _Run
+    from ...store.format import StoreMeta
 
 log = logging.getLogger(__name__)
+
+
+class WarmRun(Protocol):
+    """What :func:`warm_start` reads and sets of a run (the driver's ``_Run``, which imports
+    this module: declared here, not imported from there)."""
+
+    p: Params
+    C: float
+    nf: int
+    linear: bool
+    kp: KernelParams
+    meta: StoreMeta
+    store: Any
+    engine: Any
+    state: Any
+    costs: Any
+    pos: float
+    beta: float
+    keep_rows: bool
+    s_gids: np.ndarray
+    w: np.ndarray | None
+    delta: Any
 
 
 def _candidate_count(
@@ -59,7 +81,7 @@ def _load_init(
     init: Any, C: float, kp: KernelParams, n_rows: int, costs=None, where: str | None = None
 ):
     """(sorted gids, signed coefficients yα rescaled to C, SV rows, w, intercept) of a model
-    (a :class:`~ooc_svm.model.Model` or a model directory).
+    (a :class:`~ooc_svm.model.model.Model` or a model directory).
 
     ``costs`` (class weights): each |yα| is clipped to its class's C_{y_i} instead of C.
     """
@@ -146,7 +168,7 @@ def _exp_tuple(rows: WorkingRows, coef: np.ndarray):
     )
 
 
-def warm_start(run: _Run) -> None:
+def warm_start(run: WarmRun) -> None:
     """§4.3–4.4: α, β (and w or the expansion to add to f) of the active-set ``run`` from its
     ``--init`` model."""
     from ..warm import dual_init, init_name

@@ -64,4 +64,5 @@ SPEC = SolverSpec(
     solve_warm=Entry(f"{__name__}.driver", "solve_warm"),
     checkpoint=SUPPORTS_CHECKPOINT,
     checkpoint_often={"checkpoint_seconds": 1e-9},
+    algorithm="strategy",
 )

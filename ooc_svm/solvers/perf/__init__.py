@@ -171,4 +171,5 @@ SPEC = SolverSpec(
     checkpoint=SUPPORTS_CHECKPOINT,
     ovr_checkpoint=True,
     sweep_mode=_sweep_mode,
+    algorithm="variant",
 )

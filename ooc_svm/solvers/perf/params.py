@@ -174,10 +174,12 @@ class Params(SolverParams):
             )
         if self.class_weight is not None:
             parse_class_weight(self.class_weight)
-        if self.class_weight is not None and self.variant == "selective":
+        if self.class_weight is not None and self.variant in ("selective", "svmperf"):
+            # svmperf's cut (solvers/perf/_numba/svmperf.py) sums unweighted rows: it trained
+            # the unweighted problem and reported it as the weighted one
             raise SolverError(
-                "perf: --class-weight is not supported with --variant selective yet; use "
-                "--variant accelerated or paper"
+                f"perf: --class-weight is not supported with --variant {self.variant} yet; "
+                "use --variant accelerated, paper or dcd"
             )
         if self.variant != "dcd" and self.hinge != "l1":
             raise SolverError(

@@ -83,4 +83,5 @@ SPEC = SolverSpec(
     checkpoint=SUPPORTS_CHECKPOINT,
     # in memory: a chunk of 20 SMO steps, each saved
     checkpoint_often={"checkpoint_every": 20},
+    algorithm="selection",
 )

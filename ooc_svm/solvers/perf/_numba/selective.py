@@ -1,8 +1,9 @@
 """Numba kernels of the selective cutting-plane variant (``--solver perf --variant selective``).
 
-- :func:`cut_segment_margins` — the accelerated pass (:func:`ooc_svm.kernels.perf.cut_segment`)
-  that also writes every row's margins at both ends of the segment; :func:`violated_at`
-  reproduces its violation rule for given rows.
+- :func:`cut_segment_margins` — the accelerated pass
+  (:func:`ooc_svm.solvers.perf._numba.cuts.cut_segment`) that also writes every row's margins
+  at both ends of the segment; :func:`violated_at` reproduces its violation rule for given
+  rows.
 - :func:`select_prefix` — how many rows of a list sorted by closeness to the margin fit a
   byte budget.
 - :func:`signed_margins` — yᵢ(w·x̃ᵢ) over the in-memory rows (the inner iterations' oracle).
@@ -13,9 +14,9 @@
   :func:`~ooc_svm.solvers.perf.selective_inner.segment_min_threaded`); :func:`step_flip` — the
   inner loop's cut coefficients and margin update in one sweep.
 
-Conventions as in :mod:`ooc_svm.kernels.perf`: ``indices`` is the uint32 view of the stored
-int32 column indices, ``gidx`` the accumulation positions, the bias an extra constant feature
-of value ``bias`` accumulated at ``bias_slot``.
+Conventions as in :mod:`ooc_svm.solvers.perf._numba.cuts`: ``indices`` is the uint32 view of
+the stored int32 column indices, ``gidx`` the accumulation positions, the bias an extra
+constant feature of value ``bias`` accumulated at ``bias_slot``.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ def violated_at(mb, mc, kg, q, out):
 def cut_segment_margins(
     indptr, indices, gidx, data, y, pos, w2, tb, tc, kg, hv, D, cnt, bias, bias_slot, mb_out, mc_out
 ):
-    """:func:`ooc_svm.kernels.perf.cut_segment` with the hinge grid equal to the cut grid
-    ``kg`` (increasing, may start at 0), also writing every row's margins at both ends.
+    """:func:`ooc_svm.solvers.perf._numba.cuts.cut_segment` with the hinge grid equal to the
+    cut grid ``kg`` (increasing, may start at 0), also writing every row's margins at both
+    ends.
 
     Row i has margins mᵢ(k) = (1 − k)·mbᵢ + k·mcᵢ on the segment w_b + k(w_c − w_b);
     ``hv[q] += max(0, 1 − mᵢ(kg[q]))``; the row is added to ``D[lo]`` / ``cnt[lo]`` and
