@@ -60,6 +60,24 @@ def _check(res, X, y, p_ref, C, eps, costs, squared=False):
     lb = res.summary["lower_bound"]
     assert lb <= p_ref + 1e-9 * abs(p_ref) and lb <= res.objective
     assert res.objective - lb <= C * n * eps
+    assert res.objective - lb <= eps * res.objective  # and relative to P itself
+
+
+def test_nearly_separable_rows_stop_within_eps_of_p_not_of_c_n(make_store):
+    """On nearly separable rows P* is a small share of C·n: the gap is measured against P,
+    so P ends within ε of LIBLINEAR's optimum relatively (against C·n it stopped 3-4 %
+    above it on kdd2010- and url-shaped 1M rows)."""
+    rng = np.random.default_rng(11)
+    X = rng.uniform(-1.0, 1.0, size=(2000, 20)).astype(np.float32)
+    y = np.where(X @ np.linspace(2.0, -1.0, 20) + 0.05 * rng.standard_normal(2000) > 0, 1, -1)
+    st = make_store(X, y, shard_rows=500)
+    C, eps = 1.0, 1e-2
+    coef, b = _liblinear(X, y, C)
+    p_ref = _objective(X, y, coef, b, (C, C))
+    assert p_ref < 0.1 * C * X.shape[0]  # nearly separable: ε·C·n is > 10 % of P*
+    res = train(st, "perf", variant="dcd", C=C, eps=eps)
+    assert res.converged and res.objective <= p_ref * (1.0 + 1.01 * eps)
+    assert res.objective - res.summary["lower_bound"] <= eps * res.objective
 
 
 @pytest.mark.parametrize("hinge", ["l1", "l2"])
