@@ -4,8 +4,9 @@ One row per algorithm, tried in order; the first whose condition holds is run, a
 ``--json`` name it with its reason. Every algorithm stays selectable by name, and all of
 them stop on the same certificate P(w) − lower bound ≤ C·n·ε.
 
-- ``accelerated`` for ranks, ROC area, a checkpoint or ``--init``: the only one that does
-  them all;
+- ``accelerated`` for ranks, ROC area, a checkpoint or ``--init`` (except a model that
+  keeps dcd's α for the store's rows, on a store dcd fits: :mod:`.dcd_warm`): the only one
+  that does them all;
 - ``dcd`` on stores of at least :data:`DCD_MIN_FEATURES` columns whose rows, decoded, fit
   half the memory budget: on wide sparse data the cutting plane needs hundreds of passes
   (click-log and kdd2010 shapes: ~1,000), dual coordinate descent over the rows held in
@@ -50,10 +51,18 @@ class Row:
 def _needs_accelerated(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
     return (
         checkpoint
-        or getattr(p, "init", None) is not None
         or meta.label_kind != "binary"
         or p.resolve_loss(meta) != "error"
+        or (getattr(p, "init", None) is not None and not _dcd_warm(p, meta))
     )
+
+
+def _dcd_warm(p: Params, meta: StoreMeta) -> bool:
+    """``--init`` a model whose α starts dcd on this store (:func:`.dcd_warm.has_alpha`),
+    and the store fits dcd's row: the warm start is dcd's; else accelerated's from w."""
+    from .dcd_warm import has_alpha
+
+    return _dcd_fits(p, meta, False) and has_alpha(p.init, meta)
 
 
 #: the budget's claims that are perf's own (made for the variant chosen here): the choice
@@ -98,7 +107,8 @@ TABLE: tuple[Row, ...] = (
     Row(
         "accelerated",
         _needs_accelerated,
-        "ranks, ROC area, a checkpoint or --init: only the accelerated cutting plane does them",
+        "ranks, ROC area, a checkpoint or --init (but from a model with dcd's dual variables "
+        "for these rows, on a store dcd fits): only the accelerated cutting plane does them",
     ),
     Row(
         "dcd",
