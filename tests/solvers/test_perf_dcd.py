@@ -166,6 +166,8 @@ def test_one_vs_rest_trains_each_class(make_store):
     st = make_store(X, y, shard_rows=200)
     res = train(st, "perf", variant="dcd", eps=1e-4)
     assert res.model.coef_.shape == (3, 20) and res.converged
+    # the classes' α are not kept (a binary problem's each): the model says none
+    assert res.model.warm_alpha_ is None and "warm_alpha" not in res.model.info
 
 
 @pytest.mark.cluster
