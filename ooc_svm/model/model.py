@@ -100,6 +100,10 @@ class Model:
     #: ``warm_points_`` are over — those their planes touch, not the store's width; None:
     #: every column and the bias entry (models written before ooc-svm kept them sparse)
     warm_cols_: np.ndarray | None = None
+    #: perf ``--variant dcd``: its dual variables, one per training row in the store's row
+    #: order (float32; ``info["warm_alpha"]``: their rows, C, hinge), which a later dcd
+    #: training on the grown store starts from (:mod:`ooc_svm.solvers.perf.dcd_warm`)
+    warm_alpha_: np.ndarray | None = None
 
     # -- probabilities --------------------------------------------------------------------
     def set_probability(self, probA: ArrayLike, probB: ArrayLike) -> None:
@@ -184,11 +188,14 @@ class Model:
             arrays["warm_cut"] = np.asarray(self.warm_cut_, dtype=np.float64)
         if self.warm_points_ is not None and self.kind == "linear":
             arrays["warm_points"] = np.asarray(self.warm_points_, dtype=np.float32)
+        if self.warm_alpha_ is not None and self.kind == "linear":
+            arrays["warm_alpha"] = np.asarray(self.warm_alpha_, dtype=np.float32)
         if self.warm_cols_ is not None and ("warm_cut" in arrays or "warm_points" in arrays):
             cols = np.asarray(self.warm_cols_, dtype=np.int64)
             small = int(self.n_features) < np.iinfo(np.int32).max
             arrays["warm_cols"] = cols.astype(np.int32) if small else cols
-        for name in ("coef", "intercept", "sv_data", "dual_coef", "warm_cut", "warm_points"):
+        names = ("coef", "intercept", "sv_data", "dual_coef", "warm_cut", "warm_points")
+        for name in (*names, "warm_alpha"):
             if name in arrays and not np.all(np.isfinite(arrays[name])):
                 # load_model refuses it: never write a model that cannot be read back
                 raise ModelError(
@@ -327,6 +334,7 @@ def load_model(path: str) -> Model:
         warm_cut_=a["warm_cut"],
         warm_points_=a["warm_points"],
         warm_cols_=a["warm_cols"],
+        warm_alpha_=a["warm_alpha"],
     )
     if model.kind == "ovo":
         validate_ovo(model, path)

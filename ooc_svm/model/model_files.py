@@ -39,6 +39,7 @@ _ARRAY_NAMES = (
     "warm_cut",
     "warm_points",
     "warm_cols",
+    "warm_alpha",
 )
 #: perf models keep at most this many points of cutting planes per class (warm starts)
 WARM_POINTS_MAX = 32
@@ -81,7 +82,14 @@ def _size_bounds(m: dict) -> dict[str, int]:
         "warm_cut": 16 * k * (nf + 1) + hdr,
         "warm_points": 16 * WARM_POINTS_MAX * k * (nf + 1) + hdr,
         "warm_cols": 16 * (nf + 1) + hdr,
+        "warm_alpha": 16 * _alpha_rows(m) + hdr,
     }
+
+
+def _alpha_rows(m: dict) -> int:
+    """Rows of dcd's dual variables that model.json declares (``info.warm_alpha.n_rows``)."""
+    spec = m["info"].get("warm_alpha")
+    return int(spec.get("n_rows", 0)) if isinstance(spec, dict) else 0
 
 
 def _read_arrays(where: str, path: str, bounds: dict[str, int]) -> dict[str, np.ndarray]:
@@ -167,6 +175,15 @@ def _check_warm(where: str, m: dict, arrays: dict[str, np.ndarray], out: dict) -
                 f"has shape {wp.shape}; expected (<= {WARM_POINTS_MAX * k}, {width})",
             )
         out["warm_points"] = wp
+    out["warm_alpha"] = None
+    if "warm_alpha" in arrays:  # dcd: its dual variables, one per training row
+        wa = _real_array(where, arrays, "warm_alpha", (1,))
+        n = _alpha_rows(m)
+        if m["kind"] != "linear" or not m["scalar"] or wa.shape != (n,):
+            raise _fail(where, "warm_alpha", f"has shape {wa.shape}; expected ({n},)")
+        if wa.size and float(wa.min()) < 0.0:
+            raise _fail(where, "warm_alpha", "must not be negative")
+        out["warm_alpha"] = wa
 
 
 def read_npy_member(
@@ -351,6 +368,12 @@ _ROWS_FIELDS: dict[str, tuple[Any, str]] = {
     "fingerprint": (lambda v: isinstance(v, str), "a string"),
     "any": (lambda v: isinstance(v, bool), "true or false"),
 }
+#: ``info.warm_alpha`` (dcd's dual variables: their rows, C and hinge)
+_ALPHA_FIELDS: dict[str, tuple[Any, str]] = {
+    "n_rows": (_is_count, "a non-negative integer"),
+    "C": (_is_number, "a number"),
+    "hinge": (lambda v: v in ("l1", "l2"), "l1 or l2"),
+}
 #: ``info.warm_cut`` (perf's aggregated plane; a list of them, one per class, one-vs-rest)
 _CUT_FIELDS: dict[str, tuple[Any, str]] = {
     "r": (_is_number, "a number"),
@@ -375,6 +398,11 @@ def _check_info(where: str, info: dict) -> None:
     _check_fields(where, "info.", info, _INFO_FIELDS)
     if isinstance(info.get("rows"), dict):
         _check_fields(where, "info.rows.", info["rows"], _ROWS_FIELDS)
+    alpha = info.get("warm_alpha")
+    if alpha is not None:
+        if not isinstance(alpha, dict):
+            raise _fail(where, "info.warm_alpha", f"must be a JSON object, not {_shown(alpha)}")
+        _check_fields(where, "info.warm_alpha.", alpha, _ALPHA_FIELDS)
     cuts = info.get("warm_cut")
     if cuts is None:
         return

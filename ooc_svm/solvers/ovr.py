@@ -204,6 +204,7 @@ def _combine_warm(out: Model, models: list[Model], info: dict) -> None:
     classes' points one after the other, over the union of their columns."""
     info.pop("warm_cut", None)
     info.pop("warm_points_per_class", None)
+    info.pop("warm_alpha", None)  # dcd's α of a binary problem: one-vs-rest keeps none
     warm = [m for m in models if m.warm_cut_ is not None or m.warm_points_ is not None]
     if not warm:
         return

@@ -184,6 +184,8 @@ def test_one_vs_rest_trains_each_class(make_store):
     st = make_store(X, y, shard_rows=200)
     res = train(st, "perf", variant="dcd", eps=1e-4)
     assert res.model.coef_.shape == (3, 20) and res.converged
+    # the classes' α are not kept (a binary problem's each): the model says none
+    assert res.model.warm_alpha_ is None and "warm_alpha" not in res.model.info
 
 
 @pytest.mark.cluster
@@ -290,3 +292,134 @@ def test_auto_streams_dcd_on_a_wide_store_whose_rows_do_not_fit(make_store, monk
     res = train(st, "perf", eps=1e-3)
     assert res.summary["variant"] == "dcd" and res.converged
     assert res.summary["held"] is False and res.summary["blocks"] == 3
+
+
+# -- warm starts from the model's α (train --init after ingest --append) ----------------------
+def _write(path, X, y, d=None):
+    """A store of ``X``, ``y`` at ``path`` (shards of 500 rows, ``d`` columns)."""
+    from ooc_svm.store import csr_to_shards, write_store
+
+    Xs = sp.csr_matrix(X, dtype=np.float32)
+    write_store(str(path), csr_to_shards(Xs, y, shard_rows=500), n_features=d or X.shape[1])
+    return str(path)
+
+
+def _grown(tmp_path, seed=1, n=4000, d=100, frac=0.9):
+    """(path of a store of the first ``frac`` of the rows, grow(): append the rest, X, y)."""
+    from ooc_svm.store import StoreWriter, csr_to_shards, open_store
+
+    X, y = _data(seed, n=n, d=d, density=0.1, shift=0.3)
+    m = int(frac * n)
+    path = _write(tmp_path / "g.zarr", X[:m], y[:m], d)
+
+    def grow():
+        with StoreWriter(path, append=True) as w:
+            for s in csr_to_shards(sp.csr_matrix(X[m:], dtype=np.float32), y[m:], shard_rows=500):
+                w.add(s)
+            w.commit()
+        return open_store(path)
+
+    return path, grow, X, y
+
+
+@pytest.mark.parametrize("inner_mb", ["auto", "0"])
+def test_warm_from_alpha_reaches_the_cold_optimum_in_fewer_epochs(tmp_path, inner_mb):
+    """α of the model of 90 % of the rows, 0 for the appended 10 %: the certificate of a cold
+    run (against LIBLINEAR's objective too), in fewer epochs; held and streamed blocks."""
+    from ooc_svm.model.model import load_model
+
+    path, grow, X, y = _grown(tmp_path)
+    C, eps = 0.1, 1e-3
+    first = train(path, "perf", variant="dcd", C=C, eps=eps, inner_mb=inner_mb)
+    alpha = first.model.warm_alpha_
+    assert alpha is not None and alpha.shape == (3600,) and alpha.dtype == np.float32
+    assert first.model.info["warm_alpha"] == {"n_rows": 3600, "C": C, "hinge": "l1"}
+    first.model.save(str(tmp_path / "m"))
+    assert np.array_equal(load_model(str(tmp_path / "m")).warm_alpha_, alpha)
+    st = grow()
+    cold = train(st, "perf", variant="dcd", C=C, eps=eps, inner_mb=inner_mb)
+    warm = train(st, "perf", variant="dcd", C=C, eps=eps, inner_mb=inner_mb,
+                 init=str(tmp_path / "m"))  # fmt: skip
+    w, b = _liblinear(X, y, C)
+    p_ref = _objective(X, y, w, b, (C, C))
+    for res in (cold, warm):
+        _check(res, X, y, p_ref, C, eps, (C, C))
+    assert warm.summary["warm_start"] and not cold.summary["warm_start"]
+    assert warm.model.info["warm_start"] and warm.model.warm_alpha_.shape == (4000,)
+    assert abs(warm.objective - cold.objective) <= C * X.shape[0] * eps
+    assert warm.summary["epochs"] < cold.summary["epochs"], (warm.iterations, cold.iterations)
+    # the same rows again: the model's α is certified after one epoch
+    again = train(st, "perf", variant="dcd", C=C, eps=eps, inner_mb=inner_mb, init=warm.model)
+    assert again.iterations == 1 and again.converged
+
+
+def test_auto_warm_starts_dcd_from_a_model_with_alpha(tmp_path, monkeypatch, caplog):
+    """``train --init`` with auto runs dcd when the model keeps α for the store's rows and
+    the store is wide; a model without α (--no-warm-state, another variant) keeps the
+    accelerated cutting plane from its w, as before."""
+    from ooc_svm.solvers.perf import auto
+
+    monkeypatch.setattr(auto, "DCD_MIN_FEATURES", 100)
+    path, grow, X, y = _grown(tmp_path)
+    first = train(path, "perf", C=0.1)
+    bare = train(path, "perf", C=0.1, warm_state=False)
+    assert first.summary["variant"] == "dcd" and bare.model.warm_alpha_ is None
+    st = grow()
+    warm = train(st, "perf", C=0.1, init=first.model)
+    assert warm.summary["variant"] == "dcd" and warm.summary["warm_start"]
+    assert warm.summary["auto"].startswith("dcd: ")
+    old = train(st, "perf", C=0.1, init=bare.model)
+    assert old.summary["variant"] == "accelerated" and old.model.info["warm_start"]
+    assert old.summary["auto"].startswith("accelerated: ranks, ROC area, a checkpoint or --init")
+    assert abs(warm.objective - old.objective) <= 2 * 0.1 * X.shape[0] * 1e-3
+    # dcd named with a model without α: a cold start, and -v says why
+    with caplog.at_level("INFO", logger="ooc_svm.solvers.perf.dcd_warm"):
+        cold = train(st, "perf", variant="dcd", C=0.1, init=bare.model)
+    assert not cold.summary["warm_start"] and "keeps no dual variables" in caplog.text
+
+
+def test_stale_alpha_is_not_used(tmp_path, caplog):
+    """α of other rows (the store's first rows changed: their fingerprint differs) is never
+    used: -v says so and dcd starts from 0 (the epochs of a cold run); a model of another
+    label set or width is refused in one line."""
+    from ooc_svm.store import open_store
+
+    path, grow, X, y = _grown(tmp_path)
+    first = train(path, "perf", variant="dcd", C=0.1)
+    y2 = y.copy()
+    y2[:50] = -y2[:50]  # the same shape, other labels on the model's rows
+    st = open_store(_write(tmp_path / "other.zarr", X, y2))
+    cold = train(st, "perf", variant="dcd", C=0.1)
+    with caplog.at_level("INFO", logger="ooc_svm.solvers.perf.dcd_warm"):
+        stale = train(st, "perf", variant="dcd", C=0.1, init=first.model)
+    assert "does not begin with the model's rows" in caplog.text
+    assert "are not used" in caplog.text and not stale.summary["warm_start"]
+    assert stale.iterations == cold.iterations and stale.objective == cold.objective
+    # another label set, another width: refused, naming the mismatch
+    y3 = np.where(y > 0, 1.0, 0.0)
+    labels = _write(tmp_path / "labels.zarr", X, y3)
+    with pytest.raises(SolverError, match="labels"):
+        train(labels, "perf", variant="dcd", C=0.1, init=first.model)
+    narrow = _write(tmp_path / "narrow.zarr", X[:, :50], y)
+    with pytest.raises(SolverError, match="100 features, the store 50"):
+        train(narrow, "perf", variant="dcd", C=0.1, init=first.model)
+
+
+def test_model_files_check_the_alpha(tmp_path):
+    """``warm_alpha`` is read back as written and checked against ``info.warm_alpha``."""
+    import json
+
+    from ooc_svm.model.model import load_model
+    from ooc_svm.model.model_files import ModelError
+
+    path, _, _, _ = _grown(tmp_path)
+    res = train(path, "perf", variant="dcd", C=0.1)
+    res.model.save(str(tmp_path / "m"))
+    no = train(path, "perf", variant="dcd", C=0.1, warm_state=False)
+    assert no.model.warm_alpha_ is None and "warm_alpha" not in no.model.info
+    meta_path = tmp_path / "m" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    meta["info"]["warm_alpha"]["n_rows"] = 3599
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="warm_alpha"):
+        load_model(str(tmp_path / "m"))

@@ -4,8 +4,9 @@ One row per algorithm, tried in order; the first whose condition holds is run, a
 ``--json`` name it with its reason. Every algorithm stays selectable by name, and all of
 them stop on the same certificate P(w) − lower bound ≤ C·n·ε.
 
-- ``accelerated`` for ranks, ROC area, a checkpoint or ``--init``: the only one that does
-  them all;
+- ``accelerated`` for ranks, ROC area, a checkpoint or ``--init`` (except a model that
+  keeps dcd's α for the store's rows, on a wide store: :mod:`.dcd_warm`): the only one
+  that does them all;
 - ``dcd`` on stores of at least :data:`DCD_MIN_FEATURES` columns: on wide sparse data the
   cutting plane needs hundreds of passes (click-log and kdd2010 shapes: ~1,000), and each
   pass's planes are as wide as the store; dual coordinate descent needs tens to hundreds of
@@ -46,10 +47,18 @@ class Row:
 def _needs_accelerated(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
     return (
         checkpoint
-        or getattr(p, "init", None) is not None
         or meta.label_kind != "binary"
         or p.resolve_loss(meta) != "error"
+        or (getattr(p, "init", None) is not None and not _dcd_warm(p, meta))
     )
+
+
+def _dcd_warm(p: Params, meta: StoreMeta) -> bool:
+    """``--init`` a model whose α starts dcd on this store (:func:`.dcd_warm.has_alpha`),
+    and the store is dcd's (wide): the warm start is dcd's; else accelerated's from w."""
+    from .dcd_warm import has_alpha
+
+    return _wide(p, meta, False) and has_alpha(p.init, meta)
 
 
 #: the budget's claims that are perf's own (made for the variant chosen here): the choice
@@ -91,7 +100,8 @@ TABLE: tuple[Row, ...] = (
     Row(
         "accelerated",
         _needs_accelerated,
-        "ranks, ROC area, a checkpoint or --init: only the accelerated cutting plane does them",
+        "ranks, ROC area, a checkpoint or --init (but from a model with dcd's dual variables "
+        "for these rows, on a wide store): only the accelerated cutting plane does them",
     ),
     Row(
         "dcd",

@@ -44,6 +44,7 @@ from ...engine.base import concat_partials
 from ...model.model import Model
 from .. import Result, SolverError, binary_classes
 from ._numba.dcd import (
+    add_rows,
     alpha_terms,
     count_columns,
     dcd_sweep,
@@ -52,6 +53,7 @@ from ._numba.dcd import (
 )
 from .common import _finite, _Progress, _resolve_C
 from .dcd_cert import Best, Schedule, certify
+from .dcd_warm import alpha_start, attach_alpha, clipped
 from .params import AUTO_INNER_SHARE, remap_min_dim
 
 if TYPE_CHECKING:
@@ -185,6 +187,7 @@ class _Run:
         self.cols: np.ndarray | None = None  # the store's column of each remapped id
         self.gmap: np.ndarray | None = None  # remap kept for streamed blocks
         self.held = False
+        self.warm = False  # started from a model's α
         self.threads = max(1, int(getattr(engine, "n_threads", 1) or 1))
 
     def _count_pos(self) -> int:
@@ -213,10 +216,11 @@ class _Run:
         meta = self.store.meta
         return HELD_BYTES_PER_NNZ * float(meta.nnz) + HELD_BYTES_PER_ROW * float(self.n)
 
-    def prepare(self) -> None:
+    def prepare(self, alpha0: np.ndarray | None = None) -> np.ndarray:
         """Read the blocks once: held as one block (remapped when wide) if they fit the budget,
         else one block a shard with only its per-row state (the rows are read again every
-        epoch)."""
+        epoch). Returns the start w = Σαᵢyᵢx̃ᵢ of ``alpha0`` (α over the store's rows, a warm
+        start: :mod:`.dcd_warm`), zeros without it."""
         self.held = self.held_bytes() <= self.hold_budget()
         wide = self.d >= min(remap_min_dim(), REMAP_MIN_DIM_DCD)
         if self.held:
@@ -226,6 +230,10 @@ class _Run:
             self.engine.release_buffers()
             if wide:
                 self._remap_held()
+            self.dim = (self.d if self.cols is None else int(self.cols.shape[0])) + 1
+            w = np.zeros(self.dim)
+            if alpha0 is not None:
+                self._start(self.blocks[0], alpha0, 0, self.rows(self.blocks[0]), w)
         else:
             if wide:
                 from .passes import column_remap, pass_column_counts, reduce_cut
@@ -234,15 +242,24 @@ class _Run:
                     self.store, pass_column_counts, (self.d,), reduce=reduce_cut
                 )
                 self.gmap, self.cols = column_remap(part["g"], self.d)
+            self.dim = (self.d if self.cols is None else int(self.cols.shape[0])) + 1
+            w = np.zeros(self.dim)
+            r0 = 0
             for sid in range(self.store.n_shards):
-                self.blocks.append(self._new_block(sid, self._fetch(sid), keep=False))
-        self.dim = (self.d if self.cols is None else int(self.cols.shape[0])) + 1
+                shard = self._fetch(sid)
+                blk = self._new_block(sid, shard, keep=False)
+                self.blocks.append(blk)
+                if alpha0 is not None:
+                    self._start(blk, alpha0, r0, self.rows(blk, shard), w)
+                r0 += blk.n_rows
+                del shard
         log.info(
             "perf dcd: %d blocks, %s, w over %d columns",
             len(self.blocks),
             "held in memory" if self.held else "read every epoch",
             self.dim - 1,
         )
+        return w
 
     def _new_block(self, sid: int, shard: Any, keep: bool) -> _Block:
         n = int(shard.n_rows)
@@ -256,6 +273,13 @@ class _Run:
         if keep:
             blk.indptr, blk.indices, blk.data = shard.indptr, shard.indices, shard.data
         return blk
+
+    def _start(self, blk: _Block, alpha0: np.ndarray, r0: int, rows: tuple, w: np.ndarray) -> None:
+        """A warm start's α of the block (rows ``r0`` on of ``alpha0``, in the run's bounds)
+        and ``w += Σαᵢyᵢx̃ᵢ`` over its ``rows``."""
+        blk.alpha[:] = clipped(alpha0[r0 : r0 + blk.n_rows], blk.sign, self.upper)
+        ip, ix, dt = rows
+        add_rows(ip, ix, dt, blk.sign, blk.alpha, self.bias, w)
 
     def _remap_held(self) -> None:
         """Translate the held blocks to the columns they hold, most frequent first (ties by
@@ -375,9 +399,13 @@ def solve_dcd(
         )
     t0 = time.perf_counter()
     run = _Run(store, engine, params, callback)
-    run.prepare()
+    alpha0 = None
+    if params.init is not None:  # train --init: the model's α (module dcd_warm)
+        alpha0 = alpha_start(params.init, store.meta, [run.neg, run.pos], run.C)
+    w = run.prepare(alpha0)
+    run.warm = alpha0 is not None
+    del alpha0
     run.prog.t0 = t0
-    w = np.zeros(run.dim)
     # with held blocks and a second thread, the certificate pass of epoch e runs on a copy
     # of w while the next epochs sweep; the run stops at the first certified epoch and
     # returns its best point: the model and the epochs are those of the serial order
@@ -526,6 +554,8 @@ def _result(run: _Run, best: Best, D: float, final: _Cert, converged: bool, stop
     }
     if weighted:
         info["class_costs"] = costs
+    if run.warm:
+        info["warm_start"] = True
     model = Model(
         kind="linear",
         n_features=d,
@@ -534,6 +564,8 @@ def _result(run: _Run, best: Best, D: float, final: _Cert, converged: bool, stop
         intercept_=bias_w * run.bias,
         info=info,
     )
+    if run.params.warm_state:
+        attach_alpha(model, [b.alpha for b in run.blocks], run.C, run.params.hinge)
     active = final.active
     summary = {
         "variant": "dcd",
@@ -547,6 +579,7 @@ def _result(run: _Run, best: Best, D: float, final: _Cert, converged: bool, stop
         "held": run.held,
         "columns": run.dim - 1,
         "active_rows": active,
+        "warm_start": run.warm,
         "converged": converged,
         **({"class_costs": costs} if weighted else {}),
     }

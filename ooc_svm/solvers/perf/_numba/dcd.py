@@ -15,7 +15,8 @@ primal w = Σ αᵢyᵢx̃ᵢ is kept up to date: the last entry of ``w`` is the
 - :func:`line_losses`, :func:`segment_losses`, :func:`move_margins`, :func:`alpha_terms` —
   what the certificate needs: the primal losses along a segment of w's, Σαᵢ and Σ Dᵢᵢαᵢ²,
   in the rows' order.
-- :func:`row_norms`, :func:`count_columns`, :func:`remap_columns` — block preparation.
+- :func:`row_norms`, :func:`count_columns`, :func:`remap_columns` — block preparation;
+  :func:`add_rows` — w = Σ αᵢyᵢx̃ᵢ of a warm start's α.
 
 All take one block's raw CSR arrays (``indptr`` int64, column ids of any integer type,
 ``data`` float32) and its per-row ``sign`` (int8, ±1).
@@ -141,6 +142,20 @@ def dcd_sweep(
                 w[d] += delta * bias
         s += 1
     return n_active, pg_max, pg_min
+
+
+@njit(cache=True, nogil=True)
+def add_rows(indptr, indices, data, sign, alpha, bias, w):
+    """``w += Σᵢ αᵢyᵢx̃ᵢ`` over a block's rows, in row order (the last entry of ``w`` is the
+    bias weight): the primal point of a warm start's α."""
+    d = w.shape[0] - 1
+    for i in range(indptr.shape[0] - 1):
+        a = alpha[i] * np.float64(sign[i])
+        if a == 0.0:
+            continue
+        for k in range(indptr[i], indptr[i + 1]):
+            w[indices[k]] += a * np.float64(data[k])
+        w[d] += a * bias
 
 
 @njit(cache=True, nogil=True)
