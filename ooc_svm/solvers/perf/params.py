@@ -63,7 +63,7 @@ class Params(SolverParams):
     eps: float = param(
         0.001,
         "stopping tolerance epsilon: P(w) <= P* + C*n*eps (SVMperf's -e is in percent: "
-        "-e 0.1 is --eps 0.001)",
+        "-e 0.1 is --eps 0.001); dcd also stops no later than P(w) <= P*/(1 - eps)",
         gt=0,
     )
     bias: float = param(
