@@ -10,6 +10,9 @@ interleaved (the order reversed every other round, ``--repeat`` rounds), whole p
 - LIBLINEAR's C program ``$LIBLINEAR_TRAIN -s 3 -c C -B 1 TRAIN.svm`` (L2-regularised hinge
   loss, dual coordinate descent, its default stop ``-e 0.1``; its time includes parsing the
   text);
+- with ``--snapml PYTHON`` (or ``$SNAPML_PYTHON``; a Python where ``import snapml`` works),
+  Snap ML's CPU ``SupportVectorMachine(regularizer=1/C)`` on 2 threads over the same text
+  with a constant column, its text reading included: a second reference;
 - ``ooc-svm train STORE --solver perf --variant V --C C --eps EPS --json`` for every
   ``--variants`` entry (``V`` or ``V@BIN``: another ooc-svm executable, e.g. a branch
   installed in its own virtual environment).
@@ -134,12 +137,42 @@ def _ooc(binary: str, variant: str, store: str, model: str, C: float, eps: float
     return r
 
 
+#: the child program of the Snap ML reference: reads the SVMlight text (scikit-learn's C-level
+#: reader), adds the constant column (``-B 1``: the bias weight regularised as LIBLINEAR's),
+#: fits ``snapml.SupportVectorMachine(regularizer=1/C)`` on 2 threads and saves (w, w_b,
+#: positive label); one whole process, its text reading included, as LIBLINEAR's
+_SNAPML = r"""
+import sys, numpy as np, scipy.sparse as sp
+from sklearn.datasets import load_svmlight_file
+from snapml import SupportVectorMachine
+txt, d, out = sys.argv[1], int(sys.argv[2]), sys.argv[5]
+C, tol = float(sys.argv[3]), float(sys.argv[4])
+X, y = load_svmlight_file(txt, n_features=d, dtype=np.float32)
+X = sp.hstack([X, np.ones((X.shape[0], 1), dtype=np.float32)], format="csr")
+pos = float(y.max())
+m = SupportVectorMachine(regularizer=1.0 / C, n_jobs=2, tol=tol, max_iter=100000,
+                         fit_intercept=False)
+m.fit(X, np.where(y == pos, 1.0, -1.0))
+w = np.asarray(m.coef_, dtype=np.float64).ravel()
+np.savez(out, w=w[:d], wb=w[d], pos=pos)
+"""
+
+
+def _snapml(python: str, txt: str, d: int, model: str, C: float, tol: float, timeout) -> dict:
+    r = _timed([python, "-c", _SNAPML, txt, str(d), repr(C), repr(tol), model + ".npz"], timeout)
+    r["model"] = model + ".npz"
+    return r
+
+
 def _linear(kind: str, path: str, d: int) -> tuple:
     """(w, w_b, positive label) of a trained model; bias feature value 1 in both."""
     import numpy as np
 
     if kind == "liblinear":
         return _liblinear_weights(path, d)
+    if kind == "snapml":
+        z = np.load(path)
+        return np.asarray(z["w"], dtype=np.float64), float(z["wb"]), float(z["pos"])
     from ooc_svm.model.model import load_model
 
     m = load_model(path)
@@ -211,7 +244,7 @@ def run_profile(a, name: str, ll: str | None) -> list[dict]:
     train_st, train_txt = base + ".zarr", base + ".svm"
     test_st = os.path.join(a.dir, f"{name}_test_r{test_rows}_s{a.seed}.zarr")
     _synth(train_st, name, rows, a.seed, "train")
-    if ll:
+    if ll or a.snapml:
         _synth(train_txt, name, rows, a.seed, "train")
     _synth(test_st, name, test_rows, a.seed, "test")
     meta = open_store(train_st).meta
@@ -220,6 +253,13 @@ def run_profile(a, name: str, ll: str | None) -> list[dict]:
     if ll:
         systems.append(("LIBLINEAR -s 3 -B 1",
                         lambda m: _liblinear(ll, train_txt, m, a.C, a.timeout)))  # fmt: skip
+    if a.snapml:
+        tol = a.snapml_tol
+
+        def snap(m: str, tol: float = tol) -> dict:
+            return _snapml(a.snapml, train_txt, d, m, a.C, tol, a.timeout)
+
+        systems.append((f"Snap ML SVM tol {tol:g}", snap))
     for label, v, binary in _variants(a.variants):
         systems.append((label, lambda m, v=v, b=binary: _ooc(b, v, train_st, m, a.C, a.eps,
                                                               a.timeout)))  # fmt: skip
@@ -243,7 +283,8 @@ def run_profile(a, name: str, ll: str | None) -> list[dict]:
             out.append(row)
             continue
         last = ok[-1]
-        kind = "liblinear" if label.startswith("LIBLINEAR") else "ooc"
+        kind = ("liblinear" if label.startswith("LIBLINEAR")
+                else "snapml" if label.startswith("Snap ML") else "ooc")  # fmt: skip
         w, wb, pos = _linear(kind, last["model"], d)
         obj, _, _ = _evaluate(train_st, w, wb, pos, a.C)
         _, correct, nt = _evaluate(test_st, w, wb, pos, a.C)
@@ -289,7 +330,8 @@ def table(rows: list[dict], a=None) -> str:
         if "error" in r:
             lines.append(lead + f" {r['error']} |" + " |" * 11)
             continue
-        it = r["iterations"] if r.get("passes") is None else f"{r['iterations']} / {r['passes']}"
+        it = r.get("iterations")
+        it = ("–" if it is None else it) if r.get("passes") is None else f"{it} / {r['passes']}"
         if r.get("warning") or r.get("converged") is False:
             it = f"{it} ({r.get('warning') or 'not converged'})"
         if r.get("why"):
@@ -372,9 +414,22 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per training run")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument(
+        "--snapml",
+        default=os.environ.get("SNAPML_PYTHON"),
+        metavar="PYTHON",
+        help="a Python with snapml installed (default $SNAPML_PYTHON; else this "
+        "one when it imports snapml): Snap ML's CPU SVM as a second reference",
+    )
+    ap.add_argument("--snapml-tol", type=float, default=1e-3, help="Snap ML's tol")
     ap.add_argument("--render", nargs="+", metavar="JSON", default=None,
                     help="print the table of rows saved by --json and exit")  # fmt: skip
     a = ap.parse_args()
+    if a.snapml is None:
+        import importlib.util
+
+        if importlib.util.find_spec("snapml") is not None:
+            a.snapml = sys.executable
     if a.render:
         print(render(a.render))
         return 0
