@@ -1,7 +1,7 @@
 """The support-vector expansion f(x) = Σ_j coef_j K(sv_j, x) + intercept, in one place.
 
 Used by the dual solvers (smo, active-set, irwls: current iterate, KKT passes) and by
-scoring (:mod:`ooc_svm.shard_scores`: predict, evaluate, the estimators).
+scoring (:mod:`ooc_svm.model.shard_scores`: predict, evaluate, the estimators).
 
 - :class:`Expansion` holds the SVs transposed (CSC over features) and their coefficients
   yᵢαᵢ, or a dense ``w`` for the linear kernel; it is picklable, broadcast it. ``coef`` is
@@ -10,8 +10,9 @@ scoring (:mod:`ooc_svm.shard_scores`: predict, evaluate, the estimators).
 - :func:`make_expansion` builds one from working rows (any object with ``indptr``,
   ``indices``, ``data``, ``n``, ``take`` and ``to_scipy``, e.g. the dual solvers'
   ``WorkingRows``) and coefficients.
-- :func:`scoring_broadcast` / :func:`score_shard` score a kernel :class:`~ooc_svm.model.Model`
-  shard by shard; :func:`kernel_scores_pass` streams a whole store through an engine.
+- :func:`scoring_broadcast` / :func:`score_shard` score a kernel
+  :class:`~ooc_svm.model.model.Model` shard by shard; :func:`kernel_scores_pass` streams a
+  whole store through an engine.
 """
 
 from __future__ import annotations

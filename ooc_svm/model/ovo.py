@@ -2,8 +2,8 @@
 
 Imported LIBSVM models (:mod:`ooc_svm.interop.libsvm`): pairwise decision values, LIBSVM's
 votes and labels. Below the model (:mod:`ooc_svm.model` dispatches to these for
-``kind == "ovo"``; the model is only a type here); :func:`ooc_svm.model.validate_ovo` checks
-the arrays on load.
+``kind == "ovo"``; the model is only a type here);
+:func:`ooc_svm.model.model.validate_ovo` checks the arrays on load.
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """Decision values of any model over a store, streamed shard by shard (below the model:
-:meth:`ooc_svm.model.Model.decision_function` of a store calls :func:`score_store`).
+:meth:`ooc_svm.model.model.Model.decision_function` of a store calls :func:`score_store`).
 
 One entry point per shard, :func:`score_shard(shard, broadcast) <score_shard>`, for every
 kind of model: linear (binary or one-vs-rest: the numba CSR kernels), kernel (binary or
-one-vs-rest: the SV expansion of :mod:`ooc_svm.expansion`), one-vs-one
-(:mod:`ooc_svm.ovo`). :func:`make_broadcast` builds the picklable broadcast once per pass;
-the engine runs the shards next to the data (threads locally, workers on Dask). Memory: the
-model plus one shard and its scores per engine thread.
+one-vs-rest: the SV expansion of :mod:`ooc_svm.model.expansion`), one-vs-one
+(:mod:`ooc_svm.model.ovo`). :func:`make_broadcast` builds the picklable broadcast once per
+pass; the engine runs the shards next to the data (threads locally, workers on Dask).
+Memory: the model plus one shard and its scores per engine thread.
 
 - :func:`iter_scored` yields (labels, scores, qid) per batch of whole shards (at most
   ``max_rows`` rows), in store order; :func:`score_store` returns all scores (n_rows values).
 
 The model is only a type here (imported for type checking): this module sits below
-:mod:`ooc_svm.model`. Compatibility checks and output files: :mod:`ooc_svm.scoring`.
+:mod:`ooc_svm.model`. Compatibility checks and output files: :mod:`ooc_svm.evaluation.scoring`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class LinearBroadcast:
 @dataclass
 class OvoBroadcast:
     """Scoring data of a one-vs-one model (LIBSVM's layout, imported): the model itself,
-    scored per shard in blocks of rows by :func:`ooc_svm.ovo.ovo_decision_function`."""
+    scored per shard in blocks of rows by :func:`ooc_svm.model.ovo.ovo_decision_function`."""
 
     model: Model
 
