@@ -24,14 +24,6 @@ PKG = ROOT / "ooc_svm"
 KNOWN_CIRCLES = {
     frozenset(
         {
-            "ooc_svm.model.expansion",
-            "ooc_svm.model.model",
-            "ooc_svm.model.ovo",
-            "ooc_svm.model.shard_scores",
-        }
-    ): "type-only: shard_scores, expansion and ovo name Model in annotations, Model calls them",
-    frozenset(
-        {
             "ooc_svm.solvers.perf.auto",
             "ooc_svm.solvers.perf.common",
             "ooc_svm.solvers.perf.params",
