@@ -54,3 +54,35 @@ def test_no_machine_paths_in_the_kept_json():
     for f in (ROOT / "docs" / "benchmarks").glob("*.json"):
         text = f.read_text()
         assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text, f
+
+
+# A folder of one developer's machine (a checkout, a scratch store, a reference binary) means
+# nothing to a reader: the documents name reference programs by their environment variable
+# ($LIBLINEAR_TRAIN, ...) and data by a placeholder ($DIR/...) or a relative path. System
+# paths every user has (/usr/bin/time, /proc/..., /sys/fs/cgroup/..., /dev/...) are fine, and
+# so is the folder ooc-svm itself makes under /tmp.
+MACHINE_PATH = re.compile(r"(?<![\w.~$/-])/(?:work|tmp|home|root)/\S*")
+ALLOWED_PATHS = ("/tmp/ooc-svm-<uid>",)
+GENERATED = re.compile(r"<!-- generated: .*?<!-- end generated -->", re.S)
+
+
+def _documents() -> list[Path]:
+    return [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+
+
+def test_documents_are_found():
+    assert DOC in _documents() and len(_documents()) > 5
+
+
+@pytest.mark.parametrize("doc", _documents(), ids=lambda p: p.name)
+def test_no_machine_paths_in_the_documents(doc):
+    text = GENERATED.sub(lambda m: "\n" * m.group().count("\n"), doc.read_text())
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for m in MACHINE_PATH.finditer(line):
+            if not m.group().startswith(ALLOWED_PATHS):
+                found.append(f"{n}: {m.group()}")
+    assert not found, (
+        f"{doc.relative_to(ROOT)} names paths of one machine (use $LIBLINEAR_TRAIN & co. "
+        f"or $DIR/...): {found}"
+    )

@@ -24,14 +24,6 @@ PKG = ROOT / "ooc_svm"
 KNOWN_CIRCLES = {
     frozenset(
         {
-            "ooc_svm.model.expansion",
-            "ooc_svm.model.model",
-            "ooc_svm.model.ovo",
-            "ooc_svm.model.shard_scores",
-        }
-    ): "type-only: shard_scores, expansion and ovo name Model in annotations, Model calls them",
-    frozenset(
-        {
             "ooc_svm.solvers.perf.auto",
             "ooc_svm.solvers.perf.common",
             "ooc_svm.solvers.perf.params",
@@ -168,22 +160,9 @@ def docstring_references() -> list[tuple[str, str]]:
     return out
 
 
-#: stale names left in ooc_svm/model/ (its files are being changed elsewhere): the test fails
-#: when one is fixed (remove it here) or another appears
-KNOWN_STALE = {
-    ("ooc_svm.model.expansion", "ooc_svm.model.Model"),  # ooc_svm.model.model.Model
-    ("ooc_svm.model.expansion", "ooc_svm.shard_scores"),  # ooc_svm.model.shard_scores
-    ("ooc_svm.model.model", "ooc_svm.cross_validation.fit_platt"),  # evaluation.cross_validation
-    ("ooc_svm.model.model", "ooc_svm.shard_scores.score_store"),
-    ("ooc_svm.model.model_files", "ooc_svm.model.load_model"),  # ooc_svm.model.model.load_model
-    ("ooc_svm.model.ovo", "ooc_svm.model.validate_ovo"),  # ooc_svm.model.model.validate_ovo
-    ("ooc_svm.model.probability", "ooc_svm.cross_validation"),  # evaluation.cross_validation
-    ("ooc_svm.model.shard_scores", "ooc_svm.expansion"),  # ooc_svm.model.expansion
-    ("ooc_svm.model.shard_scores", "ooc_svm.model.Model.decision_function"),
-    ("ooc_svm.model.shard_scores", "ooc_svm.ovo"),  # ooc_svm.model.ovo
-    ("ooc_svm.model.shard_scores", "ooc_svm.ovo.ovo_decision_function"),
-    ("ooc_svm.model.shard_scores", "ooc_svm.scoring"),  # ooc_svm.evaluation.scoring
-}
+#: stale names left in the docstrings, each with its right name: the test fails when one is
+#: fixed (remove it here) or another appears
+KNOWN_STALE: set[tuple[str, str]] = set()
 
 
 def test_docstring_references_resolve():

@@ -1,7 +1,7 @@
 """The support-vector expansion f(x) = Σ_j coef_j K(sv_j, x) + intercept, in one place.
 
 Used by the dual solvers (smo, active-set, irwls: current iterate, KKT passes) and by
-scoring (:mod:`ooc_svm.shard_scores`: predict, evaluate, the estimators).
+scoring (:mod:`ooc_svm.model.shard_scores`: predict, evaluate, the estimators).
 
 - :class:`Expansion` holds the SVs transposed (CSC over features) and their coefficients
   yᵢαᵢ, or a dense ``w`` for the linear kernel; it is picklable, broadcast it. ``coef`` is
@@ -10,8 +10,9 @@ scoring (:mod:`ooc_svm.shard_scores`: predict, evaluate, the estimators).
 - :func:`make_expansion` builds one from working rows (any object with ``indptr``,
   ``indices``, ``data``, ``n``, ``take`` and ``to_scipy``, e.g. the dual solvers'
   ``WorkingRows``) and coefficients.
-- :func:`scoring_broadcast` / :func:`score_shard` score a kernel :class:`~ooc_svm.model.Model`
-  shard by shard; :func:`kernel_scores_pass` streams a whole store through an engine.
+- :func:`scoring_broadcast` / :func:`score_shard` score a kernel
+  :class:`~ooc_svm.model.model.Model` shard by shard; :func:`kernel_scores_pass` streams a
+  whole store through an engine.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ..kernels.parallel import dense_expansion_add_par, kernel_scores_csc_par, t
 if TYPE_CHECKING:  # a type only: the expansion sits below the model that it scores
     from ..store.base import Store
     from ..store.format import Shard
-    from .model import Model
+    from .model_like import ModelLike
 
 # --------------------------------------------------------------------------------------------
 # expansions
@@ -283,7 +284,7 @@ class ScoringBroadcast:
     intercept: Any
 
 
-def kernel_params_of(model: Model) -> KernelParams:
+def kernel_params_of(model: ModelLike) -> KernelParams:
     """The model's kernel parameters (gamma 0 = LIBSVM's 1 / n_features)."""
     return KernelParams(
         model.kernel,
@@ -293,9 +294,10 @@ def kernel_params_of(model: Model) -> KernelParams:
     )
 
 
-def scoring_broadcast(model: Model) -> ScoringBroadcast:
-    """Picklable scoring data for a linear or kernel :class:`Model` (binary, or one-vs-rest
-    kernel: the classes share the support vectors, ``dual_coef_`` is (n_classes, n_sv))."""
+def scoring_broadcast(model: ModelLike) -> ScoringBroadcast:
+    """Picklable scoring data for a linear or kernel :class:`~ooc_svm.model.model.Model`
+    (binary, or one-vs-rest kernel: the classes share the support vectors, ``dual_coef_`` is
+    (n_classes, n_sv))."""
     kp = kernel_params_of(model)
     ovr = np.ndim(model.intercept_) != 0
     if model.kind == "linear":
@@ -345,7 +347,7 @@ def _score_fn(shard, bc):
 def kernel_scores_pass(
     store: Store,
     engine: Engine,
-    model: Model,
+    model: ModelLike,
     post: Callable[[Any, np.ndarray], Any] | None = None,
     reduce: Callable[[Any, Any], Any] | None = None,
 ) -> Any:

@@ -107,8 +107,9 @@ class Model:
 
     # -- probabilities --------------------------------------------------------------------
     def set_probability(self, probA: ArrayLike, probB: ArrayLike) -> None:
-        """Attach fitted sigmoid parameters (from :func:`ooc_svm.cross_validation.fit_platt`,
-        or LIBSVM's ``probA``/``probB``); the method follows the kind of model."""
+        """Attach fitted sigmoid parameters (from
+        :func:`ooc_svm.evaluation.cross_validation.fit_platt`, or LIBSVM's ``probA``/``probB``);
+        the method follows the kind of model."""
         self.probA_, self.probB_, self.probability_method = check_probability(
             self, probA, probB, probability_method_for(self)
         )
@@ -130,7 +131,8 @@ class Model:
         """Scores ``f(x)`` (positive → ``classes[1]``); shape (n,) or (n, n_classes) for OvR.
 
         ``X`` is a scipy / numpy matrix, or a store (path or opened store): then the store is
-        scored shard by shard (:func:`ooc_svm.shard_scores.score_store`), never loaded whole.
+        scored shard by shard (:func:`ooc_svm.model.shard_scores.score_store`), never loaded
+        whole.
         """
         if _is_store(X):
             from ..store import open_store

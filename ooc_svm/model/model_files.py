@@ -4,7 +4,7 @@
 regular files only, sizes declared in the zip checked against the file and against what
 ``model.json`` implies (a zip bomb is refused unread), each array's header, dtypes, shapes,
 index ranges, finite values and the class list. :class:`ModelError` is the one error;
-:func:`ooc_svm.model.load_model` builds the model from what these checks return, and the
+:func:`ooc_svm.model.model.load_model` builds the model from what these checks return, and the
 solver checkpoints (:mod:`ooc_svm.checkpoint`) read their arrays with :func:`read_npy_member`.
 """
 

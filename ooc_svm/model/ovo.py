@@ -2,8 +2,8 @@
 
 Imported LIBSVM models (:mod:`ooc_svm.interop.libsvm`): pairwise decision values, LIBSVM's
 votes and labels. Below the model (:mod:`ooc_svm.model` dispatches to these for
-``kind == "ovo"``; the model is only a type here); :func:`ooc_svm.model.validate_ovo` checks
-the arrays on load.
+``kind == "ovo"``; the model is only a type here);
+:func:`ooc_svm.model.model.validate_ovo` checks the arrays on load.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .model import Model
+    from .model_like import ModelLike
 
 #: rows of X scored at once by :func:`ovo_decision_function` (bounds the partial sums)
 OVO_BLOCK_ROWS = 256
 
 
-def ovo_n_support(model: Model) -> np.ndarray:
+def ovo_n_support(model: ModelLike) -> np.ndarray:
     """Support vectors per class (LIBSVM's ``nr_sv``), from ``info["n_support"]``."""
     return np.asarray(model.info.get("n_support", []), dtype=np.int64)
 
 
-def ovo_decision_function(model: Model, X: Any) -> np.ndarray:
+def ovo_decision_function(model: ModelLike, X: Any) -> np.ndarray:
     """Pairwise decision values, shape (n, k(k-1)/2), in LIBSVM's pair order.
 
     Value ``p`` of pair (i, j), i < j, is positive for a vote to class ``classes[i]``.
@@ -71,7 +71,7 @@ def ovo_votes(k: int, dec: np.ndarray) -> np.ndarray:
     return votes
 
 
-def ovo_labels(model: Model, dec: np.ndarray) -> np.ndarray:
+def ovo_labels(model: ModelLike, dec: np.ndarray) -> np.ndarray:
     """Labels from pairwise decision values (n, k(k-1)/2) by voting; ties go to the class
     listed first (smaller index), as in LIBSVM's ``svm_predict``. For streamed scoring:
     score a shard with :func:`ovo_decision_function`, then label it with this."""
@@ -79,6 +79,6 @@ def ovo_labels(model: Model, dec: np.ndarray) -> np.ndarray:
     return np.asarray(model.classes, dtype=np.float64)[np.argmax(votes, axis=1)]
 
 
-def ovo_predict(model: Model, X: Any) -> np.ndarray:
+def ovo_predict(model: ModelLike, X: Any) -> np.ndarray:
     """Labels by one-vs-one voting (see :func:`ovo_labels`)."""
     return ovo_labels(model, ovo_decision_function(model, X))

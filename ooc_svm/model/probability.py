@@ -13,7 +13,8 @@ Binary models
     (never evaluates ``exp`` of a positive number).
 
     The decision values must come from models that did not see the rows (Platt §2.2): they
-    are cross-validated by :mod:`ooc_svm.cross_validation` (folds of shards, or of rows).
+    are cross-validated by :mod:`ooc_svm.evaluation.cross_validation` (folds of shards, or of
+    rows).
 
 Multiclass models — which coupling is used when
     * **One-vs-rest models** (what ``ooc_svm.train`` makes for multiclass stores): one sigmoid

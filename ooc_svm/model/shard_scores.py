@@ -1,18 +1,20 @@
 """Decision values of any model over a store, streamed shard by shard (below the model:
-:meth:`ooc_svm.model.Model.decision_function` of a store calls :func:`score_store`).
+:meth:`ooc_svm.model.model.Model.decision_function` of a store calls :func:`score_store`).
 
 One entry point per shard, :func:`score_shard(shard, broadcast) <score_shard>`, for every
 kind of model: linear (binary or one-vs-rest: the numba CSR kernels), kernel (binary or
-one-vs-rest: the SV expansion of :mod:`ooc_svm.expansion`), one-vs-one
-(:mod:`ooc_svm.ovo`). :func:`make_broadcast` builds the picklable broadcast once per pass;
-the engine runs the shards next to the data (threads locally, workers on Dask). Memory: the
-model plus one shard and its scores per engine thread.
+one-vs-rest: the SV expansion of :mod:`ooc_svm.model.expansion`), one-vs-one
+(:mod:`ooc_svm.model.ovo`). :func:`make_broadcast` builds the picklable broadcast once per
+pass; the engine runs the shards next to the data (threads locally, workers on Dask).
+Memory: the model plus one shard and its scores per engine thread.
 
 - :func:`iter_scored` yields (labels, scores, qid) per batch of whole shards (at most
   ``max_rows`` rows), in store order; :func:`score_store` returns all scores (n_rows values).
 
-The model is only a type here (imported for type checking): this module sits below
-:mod:`ooc_svm.model`. Compatibility checks and output files: :mod:`ooc_svm.scoring`.
+The model is only an argument here, typed by the protocol
+:class:`~ooc_svm.model.model_like.ModelLike`: this module sits below
+:mod:`ooc_svm.model.model`. Compatibility checks and output files:
+:mod:`ooc_svm.evaluation.scoring`.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ if TYPE_CHECKING:
     from ..engine.base import Engine
     from ..store.base import Store
     from ..store.format import Shard
-    from .model import Model
+    from .model_like import ModelLike
 
 
-def is_ovr(model: Model) -> bool:
+def is_ovr(model: ModelLike) -> bool:
     """True for one-vs-rest models (one intercept per class)."""
     return np.ndim(model.intercept_) != 0
 
@@ -57,15 +59,15 @@ class LinearBroadcast:
 @dataclass
 class OvoBroadcast:
     """Scoring data of a one-vs-one model (LIBSVM's layout, imported): the model itself,
-    scored per shard in blocks of rows by :func:`ooc_svm.ovo.ovo_decision_function`."""
+    scored per shard in blocks of rows by :func:`ooc_svm.model.ovo.ovo_decision_function`."""
 
-    model: Model
+    model: ModelLike
 
 
 Broadcast = LinearBroadcast | ScoringBroadcast | OvoBroadcast
 
 
-def make_broadcast(model: Model, n_features: int) -> Broadcast:
+def make_broadcast(model: ModelLike, n_features: int) -> Broadcast:
     """Picklable scoring data for ``model`` on a store with ``n_features`` columns."""
     if model.kind == "ovo":
         return OvoBroadcast(model)
@@ -152,7 +154,7 @@ def shard_batches(store: Store, max_rows: int) -> list[list[int]]:
 
 
 def iter_scored(
-    store: Store, engine: Engine, model: Model, max_rows: int, with_qid: bool = True
+    store: Store, engine: Engine, model: ModelLike, max_rows: int, with_qid: bool = True
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
     """Yield (labels, scores, qid or None) per batch of shards, in store order."""
     bc = (make_broadcast(model, store.meta.n_features), with_qid and store.meta.has_qid)
@@ -165,7 +167,7 @@ def iter_scored(
 
 
 def score_store(
-    model: Model, store: Store, engine: Engine | None = None, max_rows: int = 1_000_000
+    model: ModelLike, store: Store, engine: Engine | None = None, max_rows: int = 1_000_000
 ) -> np.ndarray:
     """All decision values of ``store`` (store order), computed shard by shard: only the
     scores are kept, never the rows. ``engine=None`` uses the default local engine."""
