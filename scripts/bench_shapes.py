@@ -368,6 +368,8 @@ def _portable(rows: list[dict], a, ll: str | None) -> list[dict]:
     subs = [(os.path.abspath(a.dir), "$DIR"), (a.dir, "$DIR")]
     if ll:
         subs.insert(0, (ll, "$LIBLINEAR_TRAIN"))
+    if getattr(a, "snapml", None):
+        subs.insert(0, (a.snapml, "$SNAPML_PYTHON"))
     subs.insert(0, (shlex.join(OOC), "ooc-svm"))
     for _, _, binary in _variants(a.variants):
         subs.insert(0, (binary, "ooc-svm"))
