@@ -8,7 +8,7 @@ when the store still begins with the model's rows (:func:`~ooc_svm.solvers.warm.
 knew, scaled by C / C_old and clipped to this run's bounds (class weights included), and
 α = 0 on the appended rows. w = Σαᵢyᵢx̃ᵢ is computed from them over the rows
 (:func:`~ooc_svm.solvers.perf._numba.dcd.add_rows`), so the dual point and the primal one
-agree, and the run stops on the cold run's certificate P(w_b) − D(α) ≤ ε·C·n, usually
+agree, and the run stops on the cold run's test (:func:`.dcd.gap_scale`), usually
 after a few epochs.
 
 α of other rows (the store changed or was re-ingested: its fingerprint differs), of a
@@ -20,6 +20,7 @@ line (:func:`~ooc_svm.solvers.warm.check_model`, :func:`.warm.check_perf_model`)
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,13 +64,37 @@ def alpha_unusable(model: Model, meta: StoreMeta) -> str | None:
 def has_alpha(init: Any, meta: StoreMeta) -> bool:
     """Whether ``init`` (a model or its directory) keeps α that can start dcd on ``meta``
     (what :mod:`.auto` picks dcd for a warm start by); False when it cannot be read (the
-    variant it falls to names the problem)."""
-    from .. import SolverError
+    variant it falls to names the problem). A directory's ``model.json`` alone is read:
+    ``auto`` asks on every sizing question, and loading a wide model's arrays each time
+    read it eight times in one run (its α is checked against this count when loaded)."""
+    from ...model.model import Model
 
-    try:
-        return alpha_unusable(init_model(init), meta) is None
-    except SolverError:
+    if isinstance(init, Model):
+        return alpha_unusable(init, meta) is None
+    info = _model_info(init)
+    spec = info.get("warm_alpha") if info is not None else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("n_rows"), int):
         return False
+    head = SimpleNamespace(info=info)  # what rows_status and trained_rows read
+    return rows_status(head, meta) == "prefix" and trained_rows(head) == spec["n_rows"]  # type: ignore[arg-type]
+
+
+def _model_info(init: Any) -> dict | None:
+    """``info`` of the model directory ``init`` from its ``model.json``, or None."""
+    import json
+    import os
+
+    from ...model.model_files import MAX_META_BYTES
+
+    if not isinstance(init, str | os.PathLike):
+        return None
+    try:
+        with open(os.path.join(os.fspath(init), "model.json"), encoding="utf-8") as f:
+            meta = json.loads(f.read(MAX_META_BYTES + 1))
+    except (OSError, ValueError, RecursionError):
+        return None
+    info = meta.get("info") if isinstance(meta, dict) else None
+    return info if isinstance(info, dict) else None
 
 
 def alpha_start(init: Any, meta: StoreMeta, classes: list[float], C: float) -> np.ndarray | None:
