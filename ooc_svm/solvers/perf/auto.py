@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ...store.format import StoreMeta
     from .params import Params
 
-#: stores at least this wide train with dcd under ``auto`` when their rows fit in memory
+#: stores at least this wide train with dcd under ``auto`` (rows held or read shard by shard)
 DCD_MIN_FEATURES = 1 << 18
 
 
