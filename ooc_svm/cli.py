@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "ingest": "convert SVMlight/LIBSVM text into a store",
     "info": "show a store's metadata",
     "verify": "re-read every shard and check its checksum",
+    "drop": "remove a store's oldest shards (a sliding window over appended rows)",
     "synth": "generate a synthetic RCV1-like dataset",
     "train": "train an SVM on a store",
     "predict": "score a store with a model (streamed); write scores and labels",

@@ -367,6 +367,20 @@ _ROWS_FIELDS: dict[str, tuple[Any, str]] = {
     "shards_sha256": (lambda v: isinstance(v, str), "a string"),
     "fingerprint": (lambda v: isinstance(v, str), "a string"),
     "any": (lambda v: isinstance(v, bool), "true or false"),
+    "shards": (
+        lambda v: (
+            isinstance(v, list)
+            and all(
+                isinstance(e, list)
+                and len(e) == 3
+                and _is_count(e[0])
+                and _is_count(e[1])
+                and isinstance(e[2], str)
+                for e in v
+            )
+        ),
+        "a list of [rows, non-zeros, checksum] entries",
+    ),
 }
 #: ``info.warm_alpha`` (dcd's dual variables: their rows, C and hinge)
 _ALPHA_FIELDS: dict[str, tuple[Any, str]] = {

@@ -65,6 +65,9 @@ def rows_record(meta: StoreMeta) -> dict[str, Any]:
         "n_shards": len(meta.shards),
         "shards_sha256": _shards_hash(meta, len(meta.shards)),
         "n_features": int(meta.n_features),
+        # each shard's rows, non-zeros and checksum: what `ooc-svm drop` leaves is matched
+        # by them (the shards' row_start moves, their bytes do not)
+        "shards": [[int(s.n_rows), int(s.nnz), str(s.checksum)] for s in meta.shards],
     }
     prints = getattr(meta, "fingerprints", None) or []
     if prints and prints[-1][0] == meta.n_rows:  # the rows' own fingerprint (any shards)
@@ -82,24 +85,45 @@ def _fingerprint_at(meta: StoreMeta, n_rows: int) -> str | None:
 
 def rows_status(model: Model, meta: StoreMeta) -> str:
     """How the model's training rows sit in a store: ``"prefix"`` (its first shards are the
-    model's, unchanged: global row indices carry over), ``"changed"`` (overwritten,
-    re-ingested or shards removed), ``"unknown"`` (the model records no rows: its row
-    indices are taken as they are) or ``"any"`` (:func:`lenient`: any rows will do)."""
+    model's, unchanged: global row indices carry over), ``"dropped"`` (``ooc-svm drop``
+    removed some of its oldest shards, the rest of its shards begin the store: global row
+    indices move down by :func:`dropped_rows`), ``"changed"`` (overwritten, re-ingested or
+    other shards removed), ``"unknown"`` (the model records no rows: its row indices are
+    taken as they are) or ``"any"`` (:func:`lenient`: any rows will do)."""
     rec = model.info.get("rows") if isinstance(model.info, dict) else None
     if isinstance(rec, dict) and rec.get("any"):
         return "any"
     if not isinstance(rec, dict) or "shards_sha256" not in rec:
         return "unknown"
     k = int(rec.get("n_shards", -1))
-    if int(rec.get("n_rows", -1)) > meta.n_rows:
-        return "changed"
-    if 0 <= k <= len(meta.shards) and _shards_hash(meta, k) == rec["shards_sha256"]:
-        return "prefix"
-    # the same rows in other shards (re-ingested with other shard sizes): their fingerprint
-    fp = rec.get("fingerprint")
-    if fp is not None and _fingerprint_at(meta, int(rec.get("n_rows", -1))) == fp:
-        return "prefix"
+    n = int(rec.get("n_rows", -1))
+    if n <= meta.n_rows:
+        if 0 <= k <= len(meta.shards) and _shards_hash(meta, k) == rec["shards_sha256"]:
+            return "prefix"
+        # the same rows in other shards (re-ingested with other shard sizes): their fingerprint
+        fp = rec.get("fingerprint")
+        if fp is not None and _fingerprint_at(meta, n) == fp:
+            return "prefix"
+    if dropped_rows(model, meta) is not None:
+        return "dropped"
     return "changed"
+
+
+def dropped_rows(model: Model, meta: StoreMeta) -> int | None:
+    """Rows of the model's oldest shards that ``ooc-svm drop`` removed from the store, when
+    the model's other shards (by rows, non-zeros and checksum, in order) begin the store;
+    None otherwise (nothing dropped, or other changes). The model's row r is then the
+    store's row r − that count (rows below it are gone)."""
+    rec = model.info.get("rows") if isinstance(model.info, dict) else None
+    table = rec.get("shards") if isinstance(rec, dict) else None
+    if not isinstance(table, list) or not table:
+        return None
+    have = [[int(s.n_rows), int(s.nnz), str(s.checksum)] for s in meta.shards]
+    for j in range(1, len(table)):
+        kept = table[j:]
+        if [list(e) for e in kept] == have[: len(kept)]:
+            return int(sum(int(e[0]) for e in table[:j]))
+    return None
 
 
 def lenient(model: Model, meta: StoreMeta) -> Model:
@@ -341,6 +365,20 @@ def dual_start(
     X = None if model.support_vectors_ is None else sp.csr_matrix(model.support_vectors_)
     if status == "changed" and X is None:
         refuse_changed_rows(model, meta, where)
+    if status == "dropped":  # `ooc-svm drop` took the oldest rows: the rest moved down
+        gone = int(dropped_rows(model, meta) or 0)
+        kept = gids >= gone
+        log.info(
+            "%s: %d of the model's oldest rows were dropped from the store, with %d of its "
+            "support vectors",
+            where,
+            gone,
+            int(kept.size - np.count_nonzero(kept)),
+        )
+        gids, coef = gids[kept] - gone, coef[kept]
+        if X is not None:
+            X = X[np.flatnonzero(kept)]
+        status = "prefix"
     if status in ("prefix", "unknown") or X is None:
         if gids.size and (gids.min() < 0 or gids.max() >= meta.n_rows):
             raise SolverError(
@@ -522,5 +560,6 @@ __all__ = [
     "locate_rows",
     "row_fingerprints",
     "rows_record",
+    "dropped_rows",
     "rows_status",
 ]

@@ -4,11 +4,12 @@ A dcd model keeps its dual variables (``warm_alpha_``: float32, one per training
 store's row order; ``info["warm_alpha"]``: their rows, C and hinge), unless trained with
 ``--no-warm-state``. A later run on the store grown by ``ingest --append`` starts from them
 when the store still begins with the model's rows (:func:`~ooc_svm.solvers.warm.rows_status`
-``"prefix"``: the model's shard table, or its rows' fingerprint): αᵢ of the rows the model
-knew, scaled by C / C_old and clipped to this run's bounds (class weights included), and
-α = 0 on the appended rows. w = Σαᵢyᵢx̃ᵢ is computed from them over the rows
-(:func:`~ooc_svm.solvers.perf._numba.dcd.add_rows`), so the dual point and the primal one
-agree, and the run stops on the cold run's test (:func:`.dcd.gap_scale`), usually
+``"prefix"``: the model's shard table, or its rows' fingerprint), or with the rows left of
+them after ``ooc-svm drop`` removed the oldest shards (``"dropped"``): αᵢ of the rows the
+model knew and the store still has, scaled by C / C_old and clipped to this run's bounds
+(class weights included), and α = 0 on the appended rows. w = Σαᵢyᵢx̃ᵢ is computed from
+them over the rows (:func:`~ooc_svm.solvers.perf._numba.dcd.add_rows`), so the dual point
+and the primal one agree, and the run stops on the cold run's test (:func:`.dcd.gap_scale`), usually
 after a few epochs.
 
 α of other rows (the store changed or was re-ingested: its fingerprint differs), of a
@@ -25,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..warm import check_model, init_model, init_name, rows_status, trained_rows
+from ..warm import (
+    check_model,
+    dropped_rows,
+    init_model,
+    init_name,
+    rows_status,
+    trained_rows,
+)
 from .warm import check_perf_model
 
 if TYPE_CHECKING:
@@ -50,7 +58,7 @@ def alpha_unusable(model: Model, meta: StoreMeta) -> str | None:
         )
     status = rows_status(model, meta)
     n_old = trained_rows(model)
-    if status != "prefix" or n_old is None:
+    if status not in ("prefix", "dropped") or n_old is None:
         return {
             "changed": "the store does not begin with the model's rows (their fingerprint "
             "or shards differ: the data changed or was re-ingested)",
@@ -76,7 +84,8 @@ def has_alpha(init: Any, meta: StoreMeta) -> bool:
     if not isinstance(spec, dict) or not isinstance(spec.get("n_rows"), int):
         return False
     head = SimpleNamespace(info=info)  # what rows_status and trained_rows read
-    return rows_status(head, meta) == "prefix" and trained_rows(head) == spec["n_rows"]  # type: ignore[arg-type]
+    status = rows_status(head, meta)  # type: ignore[arg-type]
+    return status in ("prefix", "dropped") and trained_rows(head) == spec["n_rows"]  # type: ignore[arg-type]
 
 
 def _model_info(init: Any) -> dict | None:
@@ -113,14 +122,17 @@ def alpha_start(init: Any, meta: StoreMeta, classes: list[float], C: float) -> n
         log.info("perf dcd: %s: %s; its dual variables are not used: dcd starts from 0", where, why)
         return None
     old = np.asarray(model.warm_alpha_, dtype=np.float64)
+    gone = dropped_rows(model, meta) if rows_status(model, meta) == "dropped" else 0
+    old = old[gone or 0 :]  # the rows `ooc-svm drop` removed take their α with them
     spec = model.info.get("warm_alpha")
     c_old = float(spec.get("C", C)) if isinstance(spec, dict) else C
     alpha = np.zeros(int(meta.n_rows))
     alpha[: old.shape[0]] = old * (C / c_old if c_old > 0.0 else 1.0)
     log.info(
-        "perf dcd: warm start from %s: dual variables of its %d rows, 0 for the %d appended",
+        "perf dcd: warm start from %s: dual variables of its %d rows%s, 0 for the %d appended",
         where,
         old.shape[0],
+        f" ({gone} of its oldest rows dropped)" if gone else "",
         alpha.shape[0] - old.shape[0],
     )
     return alpha
