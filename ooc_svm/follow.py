@@ -1,13 +1,14 @@
 """``train --follow``: keep a model up to date with a store that grows by ``ingest --append``.
 
 After the first fit, :func:`follow` polls the store's metadata every ``poll_seconds``; when
-another process has appended rows, it refits warm from the last model (``init``, see
+another process has appended rows or dropped the oldest shards (``ooc-svm drop``: a sliding
+window), it refits warm from the last model (``init``, see
 :mod:`ooc_svm.solvers.warm`) and replaces the model directory atomically
 (:meth:`~ooc_svm.model.model.Model.save`), so that a reader always finds a complete model. It
 ends after ``max_refits`` refits, on Ctrl-C / SIGTERM (the last complete model stays in
 place; the exception propagates, so the command's exit status is the signal's), or with a
-one-line :class:`FollowError` when the store no longer begins with the model's rows
-(overwritten, shards removed) or cannot be read.
+one-line :class:`FollowError` when the store no longer begins with the model's rows (or
+with those a drop left: overwritten, other shards removed) or cannot be read.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Refit:
     stop_value: float
     converged: bool
     result: Result
+    #: the model's oldest rows that ``ooc-svm drop`` removed since the last fit
+    rows_dropped: int = 0
 
 
 def _meta(path: str, output: str, refits: int) -> Any:
@@ -95,7 +98,7 @@ def follow(
         Receives a :class:`Refit` after each refit (the model is already in place).
     """
     from .api import _make_engine
-    from .solvers.warm import rows_status, trained_rows
+    from .solvers.warm import dropped_rows, rows_status, trained_rows
 
     if poll_seconds <= 0:
         raise SolverError(f"--follow-seconds must be positive (got {poll_seconds})")
@@ -108,16 +111,21 @@ def follow(
             meta = _meta(store, output, refits)
             status = rows_status(model, meta)
             n_old = trained_rows(model) or 0
-            if status != "prefix":
+            gone = 0
+            if status == "dropped":  # `ooc-svm drop`: the model's rows left in the store
+                gone = int(dropped_rows(model, meta) or 0)
+                n_old -= gone
+            elif status != "prefix":
                 raise FollowError(
                     f"follow: {store} no longer begins with the {n_old} rows of the model "
-                    f"(overwritten or shards removed); stopped after {refits} refit(s), "
+                    f"(overwritten or other shards removed); stopped after {refits} refit(s), "
                     f"{output} is the last complete model"
                 )
-            if meta.n_rows <= n_old:
+            elif meta.n_rows <= n_old:
                 sleep(poll_seconds)
                 continue
             rec = _refit(store, output, solver, params, model, engine, multiclass, refits, n_old)
+            rec.rows_dropped = gone
             model = rec.result.model
             refits = rec.index
             log.debug("follow: refit %d done in %.3fs", refits, rec.seconds)

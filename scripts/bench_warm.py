@@ -4,8 +4,9 @@ Modes (every measurement in a fresh child process; cold and warm interleaved; wa
 seconds, passes, objectives, peak RSS and the load average printed per run):
 
 ``grow``   a store of the first rows (``--base``), grown by appending ``--append`` (SVMlight
-           text) into a copy: cold fit of the grown store vs a warm fit from the model of
-           the base store (``--solvers``: perf and/or smo, active-set, irwls; solver
+           text) into a copy, then (``--drop-shards K``) without its K oldest shards (the
+           decremental half of a window): cold fit of the changed store vs a warm fit from
+           the model of the base store (``--solvers``: perf and/or smo, active-set, irwls; solver
            parameters as ``--params 'C=1,gamma=0.05'``). The ratio warm / cold of each pair
            is printed, then the median.
 ``follow`` ``ooc-svm train --follow`` on a copy of ``--base``; the files ``--append`` (several,
@@ -19,6 +20,7 @@ Examples::
     python scripts/bench_warm.py grow --base a9a90.zarr --append a9a10.svm \\
         --solvers smo,active-set,irwls --params gamma=0.05 --reps 1
     python scripts/bench_warm.py follow --base base.zarr --append app1_0 app1_1 ... app1_9
+    python scripts/bench_warm.py grow --base base.zarr --append app10.svm --drop-shards 1
 """
 
 from __future__ import annotations
@@ -81,11 +83,13 @@ def _child(spec: dict) -> dict:
     }
 
 
-def _grown_copy(base: str, appends: list[str], tmp: str) -> str:
+def _grown_copy(base: str, appends: list[str], tmp: str, drop: int = 0) -> str:
     full = os.path.join(tmp, "grown" + os.path.splitext(base)[1])
     shutil.copytree(base, full)
     for a in appends:
         subprocess.run([*OOC, "-q", "ingest", a, full, "--append"], check=True)
+    if drop:  # the decremental half of a window: the oldest shards leave
+        subprocess.run([*OOC, "-q", "drop", full, "--shards", str(drop), "--purge"], check=True)
     return full
 
 
@@ -101,8 +105,9 @@ def _line(tag: str, r: dict) -> str:
 def grow(args) -> None:
     tmp = tempfile.mkdtemp(prefix="bench-warm-", dir=args.tmp)
     try:
-        full = _grown_copy(args.base, args.append, tmp)
-        print(f"# base {args.base} + {' '.join(args.append)}; load {os.getloadavg()}")
+        full = _grown_copy(args.base, args.append, tmp, args.drop_shards)
+        drop = f" - {args.drop_shards} oldest shards" if args.drop_shards else ""
+        print(f"# base {args.base} + {' '.join(args.append)}{drop}; load {os.getloadavg()}")
         for solver in args.solvers.split(","):
             params = _params(args.params)
             if solver == "perf":
@@ -114,6 +119,7 @@ def grow(args) -> None:
                                      "out": model, "what": "base"})  # fmt: skip
             print(f"{solver} {params}: base model {r['wall']:.1f}s, {r['passes']} passes")
             ratios, cpu = [], []
+            case = _case(args)
             for rep in range(args.reps):
                 pair = {}
                 order = ("cold", "warm") if rep % 2 == 0 else ("warm", "cold")
@@ -125,6 +131,9 @@ def grow(args) -> None:
                 ratios.append(pair["warm"]["wall"] / pair["cold"]["wall"])
                 cpu.append(pair["warm"]["cpu"] / pair["cold"]["cpu"])
                 print(f"  pair {rep + 1}: warm/cold wall {ratios[-1]:.3f}, cpu {cpu[-1]:.3f}")
+                _keep(args, {"mode": "grow", "case": case, "solver": solver,
+                             "params": params, "pair": rep + 1, "cold": pair["cold"],
+                             "warm": pair["warm"]})  # fmt: skip
             print(
                 f"{solver}: warm/cold median wall {statistics.median(ratios):.3f}, "
                 f"cpu {statistics.median(cpu):.3f} over {len(ratios)} pair(s)",
@@ -174,6 +183,11 @@ def follow(args) -> None:
         cold = run_child(__file__, {"store": store, "solver": args.solvers, "params": params,
                                     "what": "cold"})  # fmt: skip
         print(_line("cold", cold))
+        _keep(args, {"mode": "follow", "case": _case(args), "solver": args.solvers,
+                     "params": params, "refits": len(refits),
+                     "refit_seconds": [r["seconds"] for r in refits],
+                     "refit_passes": [r["passes"] for r in refits], "cold": cold,
+                     "follow_cpu": cpu_follow})  # fmt: skip
         print(
             f"follow: {len(refits)} refits, total {total:.2f}s = {total / cold['wall']:.3f} x "
             f"one cold fit of the final store ({cold['wall']:.2f}s, {cold['passes']} passes); "
@@ -182,6 +196,79 @@ def follow(args) -> None:
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _case(args) -> str:
+    """What changed between the base model and the refit, in words (no machine paths)."""
+    base = os.path.basename(os.path.normpath(args.base))
+    adds = " + ".join(os.path.basename(a) for a in args.append)
+    text = f"{base} + {adds}" if adds else base
+    if getattr(args, "drop_shards", 0):
+        text += f" - {args.drop_shards} oldest shard{'s' if args.drop_shards > 1 else ''}"
+    return text
+
+
+def _machine() -> str:
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{model}, {os.cpu_count()} logical CPUs, {mem:.0f} GiB"
+
+
+def _keep(args, row: dict) -> None:
+    """Append ``row`` (with the machine and date) to ``--json`` (a list of rows)."""
+    if not args.json:
+        return
+    rows = []
+    if os.path.exists(args.json):
+        with open(args.json) as f:
+            rows = json.load(f)
+    rows.append(dict(row, machine=_machine(), date=time.strftime("%Y-%m-%d")))
+    with open(args.json, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+def render(paths: list[str]) -> str:
+    """The table of rows saved by ``--json`` (one or more files, in order), machine and dates
+    named once: what docs/BENCHMARKS.md carries (tests/test_benchmarks_doc.py checks it)."""
+    rows: list[dict] = []
+    for p in paths:
+        with open(p) as f:
+            rows += json.load(f)
+    machines = sorted({r.get("machine", "unknown machine") for r in rows})
+    dates = sorted({r.get("date", "undated") for r in rows})
+    out = [
+        f"Machine: {'; '.join(machines)}. Measured {', '.join(dates)}.",
+        "",
+        "| change | solver | cold: wall / CPU s, passes | warm: wall / CPU s, passes "
+        "| warm / cold wall | CPU | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        c = r["cold"]
+        loads = [c["load"][0], c["load"][1]]
+        if r["mode"] == "grow":
+            w = r["warm"]
+            loads += w["load"]
+            warm = f"{w['wall']:.1f} / {w['cpu']:.1f}, {w['passes']} ({w['iterations']} it.)"
+            rw, rc = w["wall"] / c["wall"], w["cpu"] / c["cpu"]
+            change = f"{r['case']} (pair {r['pair']})"
+        else:
+            total = sum(r["refit_seconds"])
+            warm = f"{r['refits']} refits: {total:.1f} s wall, {sum(r['refit_passes'])} passes"
+            rw, rc = total / c["wall"], float("nan")
+            change = f"{r['case']} (--follow)"
+        cold = f"{c['wall']:.1f} / {c['cpu']:.1f}, {c['passes']} ({c['iterations']} it.)"
+        rc_text = "–" if rc != rc else f"{rc:.2f}"
+        out.append(
+            f"| {change} | {r['solver']} | {cold} | {warm} | {rw:.2f} | {rc_text} "
+            f"| {min(loads):.1f}–{max(loads):.1f} |"
+        )
+    return "\n".join(out)
 
 
 def main() -> None:
@@ -193,13 +280,25 @@ def main() -> None:
     ap.add_argument("--solvers", default="perf", help="comma list (follow: one solver)")
     ap.add_argument("--params", default="", help="solver parameters, 'C=1,eps=0.001'")
     ap.add_argument("--reps", type=int, default=2, help="cold/warm pairs (grow)")
+    ap.add_argument(
+        "--drop-shards",
+        type=int,
+        default=0,
+        help="grow: then `ooc-svm drop` this many oldest shards of the copy (decremental)",
+    )
     ap.add_argument("--poll", type=float, default=0.5, help="--follow-seconds (follow)")
     ap.add_argument("--tmp", default=None, help="directory for the copies (default $TMPDIR)")
+    ap.add_argument("--json", default=None, help="also append the rows as JSON here")
+    ap.add_argument("--render", nargs="+", metavar="JSON", default=None,
+                    help="print the table of rows saved by --json and exit")  # fmt: skip
     args = ap.parse_args()
+    if args.render:
+        print(render(args.render))
+        return
     if serve_child(args, _child):
         return
-    if not args.base or not args.append or not args.mode:
-        ap.error("give MODE, --base and --append")
+    if not args.base or not (args.append or args.drop_shards) or not args.mode:
+        ap.error("give MODE, --base and --append (grow: or --drop-shards)")
     (grow if args.mode == "grow" else follow)(args)
 
 

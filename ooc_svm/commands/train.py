@@ -313,6 +313,7 @@ def run_follow(args: argparse.Namespace, typed, model) -> int:
                     {
                         "refit": r.index,
                         "rows_added": r.rows_added,
+                        "rows_dropped": r.rows_dropped,
                         "n_rows": r.n_rows,
                         "passes": r.passes,
                         "seconds": r.seconds,
@@ -327,7 +328,9 @@ def run_follow(args: argparse.Namespace, typed, model) -> int:
         elif not quiet:
             ok = "<=" if r.converged else "> (not converged)"
             print(
-                f"follow: refit {r.index}: +{r.rows_added} rows ({r.n_rows} in all), "
+                f"follow: refit {r.index}: +{r.rows_added} rows"
+                + (f", -{r.rows_dropped} dropped" if r.rows_dropped else "")
+                + f" ({r.n_rows} in all), "
                 f"{r.passes} passes, {r.seconds:.2f}s, {name} {r.stop_value:.3g} {ok} "
                 f"{target:g} -> {args.output}",
                 file=sys.stderr,

@@ -366,18 +366,7 @@ def dual_start(
     if status == "changed" and X is None:
         refuse_changed_rows(model, meta, where)
     if status == "dropped":  # `ooc-svm drop` took the oldest rows: the rest moved down
-        gone = int(dropped_rows(model, meta) or 0)
-        kept = gids >= gone
-        log.info(
-            "%s: %d of the model's oldest rows were dropped from the store, with %d of its "
-            "support vectors",
-            where,
-            gone,
-            int(kept.size - np.count_nonzero(kept)),
-        )
-        gids, coef = gids[kept] - gone, coef[kept]
-        if X is not None:
-            X = X[np.flatnonzero(kept)]
+        gids, coef, X = _after_drop(model, meta, where, gids, coef, X)
         status = "prefix"
     if status in ("prefix", "unknown") or X is None:
         if gids.size and (gids.min() < 0 or gids.max() >= meta.n_rows):
@@ -386,20 +375,7 @@ def dual_start(
                 f"({meta.n_rows} rows); train without --init (a cold start)"
             )
     else:
-        gids, found = locate_rows(store, engine, X, np.sign(coef), pos)
-        missing = int(found.size - np.count_nonzero(found))
-        if missing and status == "changed":
-            raise SolverError(
-                f"{where}: {missing} of the model's {found.size} support vectors are not "
-                "rows of this store (overwritten or shards removed); train without --init "
-                "(a cold start)"
-            )
-        if missing:  # a model that records no rows: those rows start at 0
-            log.info("%s: %d support vectors are not in the store: alpha 0", where, missing)
-            coef = np.where(found, coef, 0.0)
-        keep = np.flatnonzero(found & (coef != 0.0))
-        gids, coef, X = gids[keep], coef[keep], X[keep]
-        log.info("%s: %d support vectors found by fingerprint", where, gids.size)
+        gids, coef, X = _located(store, engine, X, coef, pos, status, where)
     C_old = float(model.info.get("C", C) or C)
     coef = coef * (C / C_old if C_old > 0 else 1.0)
     cap = np.full(coef.shape, float(C))
@@ -424,6 +400,41 @@ def dual_start(
     out.info = {**model.info, "C": float(C)}
     log.debug("%s: warm start from %s: %d support vectors", solver, where, gids.size)
     return out
+
+
+def _located(store: Store, engine: Engine, X, coef, pos: float, status: str, where: str):
+    """The support vectors ``X`` found in ``store`` by fingerprint (one pass): (their rows,
+    their coefficients, their rows of ``X``); refused when some are missing from a store
+    that changed, put at 0 when the model records no rows."""
+    gids, found = locate_rows(store, engine, X, np.sign(coef), pos)
+    missing = int(found.size - np.count_nonzero(found))
+    if missing and status == "changed":
+        raise SolverError(
+            f"{where}: {missing} of the model's {found.size} support vectors are not "
+            "rows of this store (overwritten or shards removed); train without --init "
+            "(a cold start)"
+        )
+    if missing:  # a model that records no rows: those rows start at 0
+        log.info("%s: %d support vectors are not in the store: alpha 0", where, missing)
+        coef = np.where(found, coef, 0.0)
+    keep = np.flatnonzero(found & (coef != 0.0))
+    log.info("%s: %d support vectors found by fingerprint", where, keep.size)
+    return gids[keep], coef[keep], X[keep]
+
+
+def _after_drop(model: Model, meta: StoreMeta, where: str, gids, coef, X):
+    """The support vectors still in the store after ``ooc-svm drop`` removed the model's
+    oldest rows: their rows moved down by the rows dropped, the others left out."""
+    gone = int(dropped_rows(model, meta) or 0)
+    kept = gids >= gone
+    log.info(
+        "%s: %d of the model's oldest rows were dropped from the store, with %d of its "
+        "support vectors",
+        where,
+        gone,
+        int(kept.size - np.count_nonzero(kept)),
+    )
+    return gids[kept] - gone, coef[kept], (None if X is None else X[np.flatnonzero(kept)])
 
 
 def dual_init(

@@ -177,6 +177,10 @@ class StoreWriter:
             # marks the temporary store as in use (`verify --repair` leaves it alone)
             self._lock = StoreLock(local_path(self.target), self.target).acquire()
         self.shards: list[ShardInfo] = list(self._base.shards) if self._base else []
+        #: the number of the next shard's name: after every name in the table and every
+        #: shard file on disk (`ooc-svm drop` leaves the oldest shards' files for readers
+        #: still open, and the table then has fewer entries than the last name's number)
+        self._next_index = self._first_free_index()
         self.n_rows = self._base.n_rows if self._base else 0
         self.nnz = self._base.nnz if self._base else 0
         self.n_features = max(self._base.n_features if self._base else 0, self.min_features)
@@ -253,7 +257,23 @@ class StoreWriter:
                 "every row or on none"
             )
         shard.row_start = self.n_rows
-        return shard_name(len(self.shards))
+        name = shard_name(self._next_index)
+        self._next_index += 1
+        return name
+
+    def _first_free_index(self) -> int:
+        """1 + the largest shard number in the base table or on disk (0 for a new store)."""
+        if not self.append:
+            return 0
+        from .gc import _shard_entry
+
+        nums = [int(s.name[1:]) for s in self.shards if s.name[1:].isdigit()]
+        if is_local(self.path) and os.path.isdir(local_path(self.path)):
+            for entry in os.listdir(local_path(self.path)):
+                base = _shard_entry(entry)
+                if base is not None:
+                    nums.append(int(base[1:]))
+        return max(nums, default=-1) + 1
 
     def _enter(self, shard: Shard, name: str, n_features: int | None, checksum: str):
         info = ShardInfo(name, self.n_rows, shard.n_rows, shard.nnz, checksum)

@@ -94,6 +94,33 @@ def test_follow_refits_after_appends_and_stops_on_overwrite(grown, tmp_path):
     assert _rows_of(model) == 800  # the last complete model stays
 
 
+def test_follow_refits_after_a_drop_a_sliding_window(grown, tmp_path):
+    """`ooc-svm drop` in another process (the oldest shard leaves): the follower refits warm
+    on the rows left (it stopped there before, "shards removed"), then follows appends."""
+    store, parts, _ = grown
+    model = str(tmp_path / "m")
+    p = _follow(store, model)
+    try:
+        first = json.loads(p.stdout.readline())
+        assert first["converged"] and _rows_of(model) == 600
+        r = subprocess.run(ooc_cmd("-q", "drop", store, "--shards", "1"), capture_output=True)
+        assert r.returncode == 0, r.stderr
+        _wait_rows(model, 300, p)
+        rec = json.loads(p.stdout.readline())
+        assert rec["rows_dropped"] == 300 and rec["rows_added"] == 0 and rec["n_rows"] == 300
+        assert rec["converged"]
+        _ingest(parts[0], store, "--append")
+        _wait_rows(model, 400, p)
+        rec = json.loads(p.stdout.readline())
+        assert rec["rows_added"] == 100 and rec["rows_dropped"] == 0 and rec["converged"]
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=DEADLINE)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143
+
+
 def test_follow_sigterm_and_max_refits(grown, tmp_path):
     store, parts, _ = grown
     model = str(tmp_path / "m")

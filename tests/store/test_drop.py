@@ -1,5 +1,5 @@
 """``ooc-svm drop``: the oldest shards leave a store atomically, and models trained before
-the drop still warm-start (issue #47, goal 4: a time window over appended rows)."""
+the drop still warm-start (a time window over appended rows)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,27 @@ def test_drop_renumbers_the_kept_shards_and_trains_as_a_store_of_those_rows(tmp_
     assert np.array_equal(a.model.coef_, b.model.coef_) and a.objective == b.objective
     assert run_ooc("verify", "s.zarr", "--repair", cwd=tmp_path).returncode == 0
     assert run_ooc("verify", "s.zarr", cwd=tmp_path).returncode == 0
+
+
+def test_an_append_after_a_drop_writes_new_shards_beside_the_kept_ones(tmp_path):
+    """The next shard is named after the last one, not by the table's length: an append
+    after a drop overwrote the kept shard that had the table's new length as its number
+    (`verify` then called it damaged)."""
+    from ooc_svm.store import StoreWriter
+
+    X, y = _data(n=1500)
+    path = _write(tmp_path / "s.zarr", X[:1000], y[:1000])
+    drop_oldest(path, shards=1)
+    with StoreWriter(path, append=True) as w:
+        for s in csr_to_shards(sp.csr_matrix(X[1000:], dtype=np.float32), y[1000:], shard_rows=500):
+            w.add(s)
+        w.commit()
+    meta = open_store(path).meta
+    assert [s.name for s in meta.shards] == ["s0000001", "s0000002"]
+    assert run_ooc("verify", "s.zarr", cwd=tmp_path).returncode == 0
+    a = train(path, "perf", variant="dcd", C=0.5)
+    b = train(_write(tmp_path / "alone.zarr", X[500:], y[500:]), "perf", variant="dcd", C=0.5)
+    assert np.array_equal(a.model.coef_, b.model.coef_)
 
 
 def test_keep_rows_purge_and_refusals(tmp_path):
