@@ -358,6 +358,9 @@ _INFO_FIELDS: dict[str, tuple[Any, str]] = {
         "a list of non-negative integers",
     ),
     "hashing": (lambda v: v is None or isinstance(v, dict), "a JSON object"),
+    # ``export``: an imported LIBLINEAR model's solver, SVMlight's "number of training documents"
+    "liblinear_solver": (lambda v: v is None or isinstance(v, str), "a string"),
+    "n_rows": (lambda v: v is None or _is_count(v), "a non-negative integer"),
 }
 #: ``info.rows`` (:func:`ooc_svm.solvers.warm.rows_record`)
 _ROWS_FIELDS: dict[str, tuple[Any, str]] = {

@@ -143,3 +143,25 @@ def test_a_model_field_of_the_wrong_type_is_one_line(models, solver, field, valu
         assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
         assert f"invalid model: info.{field} must be" in lines[0], lines[0]
         assert not (tmp / "out").exists() and not (tmp / "p.tsv").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value, fmt",
+    [("liblinear_solver", [1], "liblinear"), ("n_rows", "x", "svmlight")],
+)
+def test_a_field_export_reads_is_checked_too(models, field, value, fmt):
+    """``export`` read ``info.liblinear_solver`` (an imported LIBLINEAR model's solver) and
+    ``info.n_rows`` (SVMlight's "number of training documents") unchecked: a TypeError /
+    ValueError traceback."""
+    bad = models / f"bad_export_{field}"
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(models / "perf", bad)
+    doc = json.loads((bad / "model.json").read_text())
+    doc["info"][field] = value
+    (bad / "model.json").write_text(json.dumps(doc))
+    r = run_ooc("export", bad.name, "e.txt", "--format", fmt, cwd=models)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"invalid model: info.{field} must be" in lines[0], lines[0]
+    assert not (models / "e.txt").exists()
