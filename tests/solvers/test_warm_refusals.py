@@ -165,3 +165,23 @@ def test_a_field_export_reads_is_checked_too(models, field, value, fmt):
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"invalid model: info.{field} must be" in lines[0], lines[0]
     assert not (models / "e.txt").exists()
+
+
+@pytest.mark.parametrize("n_rows", [3, 1000])
+def test_warm_alpha_rows_that_disagree_with_the_array_name_the_field(tmp_path, data, n_rows):
+    """A model.json whose ``info.warm_alpha.n_rows`` disagrees with dcd's α array was refused
+    as "more than model.json allows (a zip bomb?)" (3) or "warm_alpha has shape (3600,);
+    expected (1000,)" (1000), naming no field of model.json."""
+    from ooc_svm.model.model import ModelError, load_model
+
+    X, y = data
+    X, y = np.vstack([X] * 4), np.concatenate([y] * 4)
+    res = ooc_svm.train(_write(tmp_path / "a.zarr", X, y, 900), "perf", C=1.0, variant="dcd")
+    assert res.model.warm_alpha_ is not None and res.model.warm_alpha_.shape == (3600,)
+    res.model.save(str(tmp_path / "m"))
+    doc = json.loads((tmp_path / "m" / "model.json").read_text())
+    doc["info"]["warm_alpha"]["n_rows"] = n_rows
+    (tmp_path / "m" / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(ModelError, match=r"info\.warm_alpha\.n_rows") as e:
+        load_model(str(tmp_path / "m"))
+    assert "\n" not in str(e.value)
