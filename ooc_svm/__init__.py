@@ -11,6 +11,11 @@ Public API (imported lazily so the command line starts fast)::
 
 from __future__ import annotations
 
+from . import _early
+
+if _early.is_console_script():  # the ooc-svm process: a signal from here on is one line
+    _early.guard()
+
 import importlib
 
 from ._numba_cache import configure as _configure_numba_cache

@@ -17,7 +17,8 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, _early
+from ._early import Terminated
 
 #: sub-commands in the order ``--help`` lists them, with their one-line summary
 COMMANDS: dict[str, str] = {
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         return _main(list(argv))
     # a signal at any moment, start-up included, ends the command with one line
     _install_signal_handlers()
-    sys.unraisablehook = _unraisable
+    sys.unraisablehook = _early.unraisable
     try:
         from .server.server_link import forward
 
@@ -230,8 +231,13 @@ def main(argv: list[str] | None = None) -> int:
                 gc.freeze()  # the interpreter's final collections would walk every object
     except KeyboardInterrupt as e:  # before (or after) _main's own handling
         status = _interrupted(e)
-    if _SWALLOWED and status == 0:  # a signal's exception was lost in a finaliser
-        status = _interrupted(_SWALLOWED[0])
+    except Exception as e:  # an import a signal broke before _main's handling (numpy's)
+        cause = _caused_by_interrupt(e) or _early.received()
+        if cause is None:
+            raise
+        status = _interrupted(cause)
+    if _early.SWALLOWED and status == 0:  # a signal's exception was lost in a finaliser
+        status = _interrupted(_early.SWALLOWED[0])
     _exit_on_signal()  # from here to the exit a signal ends the process at once
     return status
 
@@ -250,6 +256,7 @@ def _main(argv: list[str]) -> int:
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
     _quiet_dask(args.verbose)
     old_handlers = _install_signal_handlers()
+    n_signals = len(_early.RECEIVED)
     from . import memory_budget
 
     old_budget = memory_budget.explicit_state()
@@ -263,8 +270,10 @@ def _main(argv: list[str]) -> int:
         return _broken_pipe()
     except Exception as e:
         # Ctrl-C inside numba's dispatcher surfaces as "SystemError: ... returned a result
-        # with an exception set" (or another error raised while handling it)
-        cause = _caused_by_interrupt(e)
+        # with an exception set" (or another error raised while handling it); numpy's C
+        # import turns it into an ImportError that does not chain it: any error after a
+        # signal this command received is the signal's
+        cause = _caused_by_interrupt(e) or _early.received(n_signals)
         if cause is not None:
             return _interrupted(cause)
         oom = memory_budget.out_of_memory_line(e)  # the last resort: no check foresaw it
@@ -279,35 +288,6 @@ def _main(argv: list[str]) -> int:
     finally:
         _restore_signal_handlers(old_handlers)
         memory_budget.set_explicit(old_budget)  # this command's --memory-mb ends with it
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP: unwinds like Ctrl-C (every writer removes its temporary files);
-    the exit status is 128 + the signal's number, as a shell reports a killed process."""
-
-    def __init__(self, signum: int) -> None:
-        import signal
-
-        super().__init__(f"terminated by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-def _on_signal(signum, frame) -> None:
-    raise Terminated(signum)
-
-
-#: the signals' exceptions that Python reported as unraisable (raised in a finaliser, a
-#: weakref callback or the interpreter's thread shutdown) and :func:`_unraisable` silenced
-_SWALLOWED: list[KeyboardInterrupt] = []
-
-
-def _unraisable(u) -> None:
-    """``sys.unraisablehook`` of the ``ooc-svm`` process: a Ctrl-C or SIGTERM that lands in
-    a finaliser is not lost in a traceback (the command then ends 130 / 143, never 0)."""
-    if isinstance(u.exc_value, KeyboardInterrupt):
-        _SWALLOWED.append(u.exc_value)
-        return
-    sys.__unraisablehook__(u)
 
 
 def _exit_on_signal() -> None:
@@ -332,24 +312,12 @@ def _exit_on_signal() -> None:
 
 
 def _install_signal_handlers() -> dict:
-    """SIGTERM and SIGHUP clean up like SIGINT (main thread only); the previous handlers.
+    """SIGTERM and SIGHUP clean up like SIGINT, every signal recorded (main thread only;
+    :func:`ooc_svm._early.install`); the previous handlers.
 
     A signal the parent set to be ignored (``nohup`` ignores SIGHUP) stays ignored.
     """
-    import signal
-    import threading
-
-    old: dict = {}
-    if threading.current_thread() is not threading.main_thread():
-        return old
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            if signal.getsignal(sig) is signal.SIG_IGN:
-                continue
-            old[sig] = signal.signal(sig, _on_signal)
-        except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-            pass
-    return old
+    return _early.install()
 
 
 def _restore_signal_handlers(old: dict) -> None:
@@ -366,11 +334,9 @@ def _interrupted(e: BaseException | None = None) -> int:
     # exit within a second: the interpreter's final garbage collections over numba's
     # objects took ~1 s on a loaded machine; frozen objects are skipped
     gc.freeze()
-    if isinstance(e, Terminated):
-        print(f"ooc-svm: {e}", file=sys.stderr)
-        return 128 + e.signum
-    print("ooc-svm: interrupted", file=sys.stderr)
-    return 130
+    text, status = _early.line(e if e is not None else KeyboardInterrupt())
+    print(text, file=sys.stderr)
+    return status
 
 
 def _broken_pipe() -> int:

@@ -174,23 +174,29 @@ def expect_end(r: LineReader, what: str) -> None:
             raise r.error(what)
 
 
-def to_float(reader: LineReader, tok: str, what: str) -> float:
+def to_float(reader: LineReader, tok: str, what: str, lineno: int | None = None) -> float:
+    """``tok`` as a finite float; else a one-line error naming ``what`` and the line
+    (``lineno``: a header line read earlier; the current line by default)."""
     try:
         v = float(tok)
     except ValueError:
-        raise reader.error(f"{what} {tok[:40]!r} is not a number") from None
+        raise reader.error(f"{what} {tok[:40]!r} is not a number", lineno) from None
     if not np.isfinite(v):
-        raise reader.error(f"{what} {tok[:40]!r} is not finite")
+        raise reader.error(f"{what} {tok[:40]!r} is not finite", lineno)
     return v
 
 
-def to_int(reader: LineReader, tok: str, what: str, minimum: int = 0) -> int:
+def to_int(
+    reader: LineReader, tok: str, what: str, minimum: int = 0, lineno: int | None = None
+) -> int:
+    """``tok`` as an integer of at least ``minimum``; else a one-line error as
+    :func:`to_float`'s."""
     try:
         v = int(tok)
     except ValueError:
-        raise reader.error(f"{what} {tok[:40]!r} is not an integer") from None
+        raise reader.error(f"{what} {tok[:40]!r} is not an integer", lineno) from None
     if v < minimum:
-        raise reader.error(f"{what} {v} is below {minimum}")
+        raise reader.error(f"{what} {v} is below {minimum}", lineno)
     return v
 
 

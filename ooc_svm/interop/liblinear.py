@@ -110,10 +110,10 @@ def _read_header(r: LineReader) -> tuple[str, int, int, float, list[float]]:
         )
     if solver not in CLASSIFIERS:
         raise r.error(f"unknown solver_type {solver!r}", lines["solver_type"])
-    k = to_int(r, head["nr_class"][0], "nr_class", 2)
-    nf = to_int(r, head["nr_feature"][0], "nr_feature", 0)
-    bias = to_float(r, head["bias"][0], "bias")
-    labels = [to_float(r, t, "label") for t in head.get("label", [])]
+    k = to_int(r, head["nr_class"][0], "nr_class", 2, lines["nr_class"])
+    nf = to_int(r, head["nr_feature"][0], "nr_feature", 0, lines["nr_feature"])
+    bias = to_float(r, head["bias"][0], "bias", lines["bias"])
+    labels = [to_float(r, t, "label", lines.get("label")) for t in head.get("label", [])]
     if len(labels) != k:
         raise r.error(f"'label' needs {k} values (nr_class {k})", lines.get("label"))
     return solver, k, nf, bias, labels

@@ -132,7 +132,7 @@ def read(path: str, n_features: int | None = None) -> Model:
             info=info,
             **kernel_args,
         )
-        _probability(r, head, model, n_pairs)
+        _probability(r, head, lines, model, n_pairs)
         return model
     info["n_support"] = nr_sv
     info["multiclass"] = "ovo"
@@ -147,7 +147,7 @@ def read(path: str, n_features: int | None = None) -> Model:
         **kernel_args,
     )
     validate_ovo(model, str(path))
-    _probability(r, head, model, n_pairs)
+    _probability(r, head, lines, model, n_pairs)
     return model
 
 
@@ -172,9 +172,21 @@ def _kernel_params(r: LineReader, head: dict, lines: dict) -> tuple[str, float, 
     if kt not in KERNELS:
         raise r.error(f"unknown kernel_type {kt!r}", lines["kernel_type"])
     kernel = KERNELS[kt]
-    gamma = to_float(r, _one(r, head, lines, "gamma"), "gamma") if "gamma" in head else 0.0
-    degree = to_int(r, _one(r, head, lines, "degree"), "degree") if "degree" in head else 3
-    coef0 = to_float(r, _one(r, head, lines, "coef0"), "coef0") if "coef0" in head else 0.0
+    gamma = (
+        to_float(r, _one(r, head, lines, "gamma"), "gamma", lines.get("gamma"))
+        if "gamma" in head
+        else 0.0
+    )
+    degree = (
+        to_int(r, _one(r, head, lines, "degree"), "degree", 0, lines.get("degree"))
+        if "degree" in head
+        else 3
+    )
+    coef0 = (
+        to_float(r, _one(r, head, lines, "coef0"), "coef0", lines.get("coef0"))
+        if "coef0" in head
+        else 0.0
+    )
     if kernel in ("poly", "rbf", "sigmoid") and "gamma" not in head:
         raise r.error(f"kernel_type {kt} without a 'gamma' line")
     return kernel, gamma, degree, coef0
@@ -182,15 +194,15 @@ def _kernel_params(r: LineReader, head: dict, lines: dict) -> tuple[str, float, 
 
 def _classes(r: LineReader, head: dict, lines: dict):
     """(nr_class, total_sv, rho, label, nr_sv) of the header, consistent with each other."""
-    k = to_int(r, _one(r, head, lines, "nr_class"), "nr_class", 2)
-    total = to_int(r, _one(r, head, lines, "total_sv"), "total_sv")
+    k = to_int(r, _one(r, head, lines, "nr_class"), "nr_class", 2, lines.get("nr_class"))
+    total = to_int(r, _one(r, head, lines, "total_sv"), "total_sv", 0, lines.get("total_sv"))
     for key in ("rho", "label", "nr_sv"):
         if key not in head:
             raise r.error(f"the header has no '{key}' line (needed for a classifier)")
     n_pairs = k * (k - 1) // 2
-    rho = [to_float(r, t, "rho") for t in head["rho"]]
-    labels = [to_float(r, t, "label") for t in head["label"]]
-    nr_sv = [to_int(r, t, "nr_sv") for t in head["nr_sv"]]
+    rho = [to_float(r, t, "rho", lines.get("rho")) for t in head["rho"]]
+    labels = [to_float(r, t, "label", lines.get("label")) for t in head["label"]]
+    nr_sv = [to_int(r, t, "nr_sv", 0, lines.get("nr_sv")) for t in head["nr_sv"]]
     if len(rho) != n_pairs:
         raise r.error(f"{len(rho)} rho values for {k} classes, expected {n_pairs}")
     if len(labels) != k or len(nr_sv) != k:
@@ -232,7 +244,7 @@ def _width(path: str, sv_width: int, n_features: int | None, kernel: str) -> int
     return width
 
 
-def _probability(r: LineReader, head: dict, model: Model, n_pairs: int) -> None:
+def _probability(r: LineReader, head: dict, lines: dict, model: Model, n_pairs: int) -> None:
     """Keep ``probA``/``probB`` (``svm-train -b 1``): LIBSVM's sigmoids apply to its decision
     values, which are the imported model's (positive = ``label[0]`` = ``classes[1]`` for two
     classes; pairs in LIBSVM's order for one-vs-one), so they are stored as they are."""
@@ -240,8 +252,8 @@ def _probability(r: LineReader, head: dict, model: Model, n_pairs: int) -> None:
         return
     if "probA" not in head or "probB" not in head:
         raise r.error("'probA' and 'probB' must be given together")
-    A = [to_float(r, t, "probA") for t in head["probA"]]
-    B = [to_float(r, t, "probB") for t in head["probB"]]
+    A = [to_float(r, t, "probA", lines.get("probA")) for t in head["probA"]]
+    B = [to_float(r, t, "probB", lines.get("probB")) for t in head["probB"]]
     if len(A) != n_pairs or len(B) != n_pairs:
         raise r.error(f"probA/probB need {n_pairs} values each, got {len(A)}/{len(B)}")
     model.set_probability(A, B)

@@ -86,6 +86,22 @@ def _size_bounds(m: dict) -> dict[str, int]:
     }
 
 
+#: the model.json fields each member's bound (:func:`_size_bounds`) is computed from
+_BOUND_FIELDS = {
+    "coef": "n_features and classes",
+    "intercept": "classes",
+    "sv_indptr": "n_support_vectors",
+    "sv_indices": "n_support_vectors and n_features",
+    "sv_data": "n_support_vectors and n_features",
+    "dual_coef": "n_support_vectors and classes",
+    "support": "n_support_vectors",
+    "warm_cut": "n_features and classes",
+    "warm_points": "n_features and classes",
+    "warm_cols": "n_features",
+    "warm_alpha": "info.warm_alpha.n_rows",
+}
+
+
 def _alpha_rows(m: dict) -> int:
     """Rows of dcd's dual variables that model.json declares (``info.warm_alpha.n_rows``)."""
     spec = m["info"].get("warm_alpha")
@@ -124,7 +140,8 @@ def _read_arrays(where: str, path: str, bounds: dict[str, int]) -> dict[str, np.
             ):
                 raise ModelError(
                     f"{where}: arrays.npz member {name!r} declares {info.file_size} bytes from "
-                    f"{info.compress_size} compressed, more than model.json allows (a zip bomb?); "
+                    f"{info.compress_size} compressed, more than model.json's "
+                    f"{_BOUND_FIELDS[name]} allow (a zip bomb, or model.json was changed); "
                     "refusing to read it"
                 )
             total += info.file_size
@@ -180,7 +197,11 @@ def _check_warm(where: str, m: dict, arrays: dict[str, np.ndarray], out: dict) -
         wa = _real_array(where, arrays, "warm_alpha", (1,))
         n = _alpha_rows(m)
         if m["kind"] != "linear" or not m["scalar"] or wa.shape != (n,):
-            raise _fail(where, "warm_alpha", f"has shape {wa.shape}; expected ({n},)")
+            raise _fail(
+                where,
+                "warm_alpha",
+                f"has shape {wa.shape}; expected ({n},) (info.warm_alpha.n_rows)",
+            )
         if wa.size and float(wa.min()) < 0.0:
             raise _fail(where, "warm_alpha", "must not be negative")
         out["warm_alpha"] = wa
@@ -358,6 +379,9 @@ _INFO_FIELDS: dict[str, tuple[Any, str]] = {
         "a list of non-negative integers",
     ),
     "hashing": (lambda v: v is None or isinstance(v, dict), "a JSON object"),
+    # ``export``: an imported LIBLINEAR model's solver, SVMlight's "number of training documents"
+    "liblinear_solver": (lambda v: v is None or isinstance(v, str), "a string"),
+    "n_rows": (lambda v: v is None or _is_count(v), "a non-negative integer"),
 }
 #: ``info.rows`` (:func:`ooc_svm.solvers.warm.rows_record`)
 _ROWS_FIELDS: dict[str, tuple[Any, str]] = {

@@ -44,6 +44,32 @@ elif where == "shard":  # ingest hands its first shard to the writer threads
     ingest_shards._ShardWriters.put = put_then_signal
 elif where == "exit":  # the command ended: the interpreter's exit
     atexit.register(os.kill, os.getpid(), signum)
+elif where in ("package", "cli", "cli-finaliser"):  # before ooc_svm.cli.main runs
+    module = "ooc_svm._numba_cache" if where == "package" else "ooc_svm.cli"
+    class Bomb:
+        def __del__(self):
+            os.kill(os.getpid(), signum)
+    class Finder:  # asked for every module imported: fires when `module` is about to be
+        def find_spec(self, name, path=None, target=None):
+            if name == module and where == "cli-finaliser":
+                Bomb()  # an unraisable exception, as in an import lock's weakref callback
+            elif name == module:
+                os.kill(os.getpid(), signum)
+            return None
+    sys.meta_path.insert(0, Finder())
+elif where == "import-error":  # a C extension's import makes an ImportError of the signal
+    real = importlib.import_module
+    def import_module(name, *a, **k):
+        if name.startswith("ooc_svm.commands."):
+            hit = False
+            try:
+                os.kill(os.getpid(), signum)
+            except KeyboardInterrupt:
+                hit = True
+            if hit:  # raised outside the handler: nothing chains the interrupt
+                raise ImportError('PyCapsule_Import could not import module "datetime"')
+        return real(name, *a, **k)
+    importlib.import_module = import_module
 from ooc_svm.cli import main
 sys.exit(main())
 """
@@ -87,6 +113,37 @@ def test_signal_during_start_up(text, sig, args):
     """The first fraction of a second (the command's imports) printed a 17-28-line
     KeyboardInterrupt traceback."""
     r = _hooked(text, "import", sig, *args)
+    assert r.returncode == 128 + sig, r.stderr
+    assert r.stderr.strip().splitlines() == [_line(sig)], r.stderr
+    assert sorted(os.listdir(text)) == ["t.svm"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("where", ["package", "cli"])
+def test_signal_while_the_cli_is_imported(text, sig, where):
+    """Before ``ooc_svm.cli.main`` set its handlers (the package's ``__init__``, the import
+    of ``ooc_svm.cli``): a Ctrl-C printed a KeyboardInterrupt traceback and a SIGTERM killed
+    the process without a word."""
+    r = _hooked(text, where, sig, "ingest", "t.svm", "s.zarr")
+    assert r.returncode == 128 + sig, r.stderr
+    assert r.stderr.strip().splitlines() == [_line(sig)], r.stderr
+    assert sorted(os.listdir(text)) == ["t.svm"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_in_a_callback_while_the_cli_is_imported(text, sig):
+    """A Ctrl-C that landed in an import lock's weakref callback while ``ooc_svm.cli`` was
+    imported was "ignored" (a traceback) and the command went on to exit 0."""
+    r = _hooked(text, "cli-finaliser", sig, "ingest", "t.svm", "s.zarr", "-q")
+    assert r.returncode == 128 + sig, r.stderr
+    assert r.stderr.strip().splitlines() == [_line(sig)], r.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_that_an_import_turned_into_another_error(text, sig):
+    """numpy's C import turns a Ctrl-C into ``ImportError: PyCapsule_Import could not
+    import module "datetime"``, chained to nothing: a 48-line traceback, exit 1."""
+    r = _hooked(text, "import-error", sig, "ingest", "t.svm", "s.zarr")
     assert r.returncode == 128 + sig, r.stderr
     assert r.stderr.strip().splitlines() == [_line(sig)], r.stderr
     assert sorted(os.listdir(text)) == ["t.svm"]

@@ -171,6 +171,8 @@ SV
 -0.5 2:1
 """
 
+_LL_OK = "solver_type L2R_L1LOSS_SVC_DUAL\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\nw\n1\n2\n"
+
 
 @pytest.mark.parametrize(
     "text, line, what",
@@ -194,6 +196,12 @@ SV
         ),
         ("SVM-light Version V6.02\n9 # kernel type\n", 2, "unknown kernel type"),
         ("hello world\n", 1, "not the start"),
+        # a header value names its own line (it named the line 'w' / 'SV' ending the header)
+        (_LL_OK.replace("nr_feature 2", "nr_feature x"), 4, "nr_feature 'x' is not an integer"),
+        (_LL_OK.replace("label 1 -1", "label a -1"), 3, "label 'a' is not a number"),
+        (_LL_OK.replace("bias -1", "bias b"), 5, "bias 'b' is not a number"),
+        (_LIBSVM_OK.replace("gamma 0.5", "gamma g"), 3, "gamma 'g' is not a number"),
+        (_LIBSVM_OK.replace("nr_sv 1 1", "nr_sv 1 z"), 8, "nr_sv 'z' is not an integer"),
     ],
 )
 def test_bad_model_files_one_line_error(tmp_path, text, line, what):

@@ -143,3 +143,45 @@ def test_a_model_field_of_the_wrong_type_is_one_line(models, solver, field, valu
         assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
         assert f"invalid model: info.{field} must be" in lines[0], lines[0]
         assert not (tmp / "out").exists() and not (tmp / "p.tsv").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value, fmt",
+    [("liblinear_solver", [1], "liblinear"), ("n_rows", "x", "svmlight")],
+)
+def test_a_field_export_reads_is_checked_too(models, field, value, fmt):
+    """``export`` read ``info.liblinear_solver`` (an imported LIBLINEAR model's solver) and
+    ``info.n_rows`` (SVMlight's "number of training documents") unchecked: a TypeError /
+    ValueError traceback."""
+    bad = models / f"bad_export_{field}"
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(models / "perf", bad)
+    doc = json.loads((bad / "model.json").read_text())
+    doc["info"][field] = value
+    (bad / "model.json").write_text(json.dumps(doc))
+    r = run_ooc("export", bad.name, "e.txt", "--format", fmt, cwd=models)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"invalid model: info.{field} must be" in lines[0], lines[0]
+    assert not (models / "e.txt").exists()
+
+
+@pytest.mark.parametrize("n_rows", [3, 1000])
+def test_warm_alpha_rows_that_disagree_with_the_array_name_the_field(tmp_path, data, n_rows):
+    """A model.json whose ``info.warm_alpha.n_rows`` disagrees with dcd's α array was refused
+    as "more than model.json allows (a zip bomb?)" (3) or "warm_alpha has shape (3600,);
+    expected (1000,)" (1000), naming no field of model.json."""
+    from ooc_svm.model.model import ModelError, load_model
+
+    X, y = data
+    X, y = np.vstack([X] * 4), np.concatenate([y] * 4)
+    res = ooc_svm.train(_write(tmp_path / "a.zarr", X, y, 900), "perf", C=1.0, variant="dcd")
+    assert res.model.warm_alpha_ is not None and res.model.warm_alpha_.shape == (3600,)
+    res.model.save(str(tmp_path / "m"))
+    doc = json.loads((tmp_path / "m" / "model.json").read_text())
+    doc["info"]["warm_alpha"]["n_rows"] = n_rows
+    (tmp_path / "m" / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(ModelError, match=r"info\.warm_alpha\.n_rows") as e:
+        load_model(str(tmp_path / "m"))
+    assert "\n" not in str(e.value)

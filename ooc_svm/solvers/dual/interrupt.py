@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..._early import RECEIVED, on_sigint
+
 if TYPE_CHECKING:
     from ...checkpoint import Checkpointer
 
@@ -60,6 +62,7 @@ def check_interrupt() -> None:
 
 
 def _deferred_sigint(signum, frame) -> None:
+    RECEIVED.append(signum)
     if _INTERRUPT.is_set():  # a second Ctrl-C: stop wherever we are
         raise KeyboardInterrupt
     _INTERRUPT.set()
@@ -73,15 +76,16 @@ def interruptible(solve: Callable) -> Callable:
     llvmlite's callbacks while a kernel is loaded from the cache: the interrupt then surfaced
     as ``SystemError: ... returned a result with an exception set``, or was swallowed ("Exception
     ignored on calling ctypes callback") and the run went on. While ``solve`` runs in the main
-    thread with the default handler, SIGINT only sets a flag (a second Ctrl-C raises at once);
+    thread with the default handler (or :func:`ooc_svm._early.on_sigint`, the ``ooc-svm``
+    process's), SIGINT only sets a flag (a second Ctrl-C raises at once);
     any remaining ``SystemError`` caused by a KeyboardInterrupt is re-raised as one.
     """
 
     @functools.wraps(solve)
     def wrapper(*args, **kwargs):
-        install = (
-            threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        previous = signal.getsignal(signal.SIGINT)
+        install = threading.current_thread() is threading.main_thread() and (
+            previous is signal.default_int_handler or previous is on_sigint
         )
         if install:
             _INTERRUPT.clear()
@@ -97,7 +101,7 @@ def interruptible(solve: Callable) -> Callable:
         finally:
             interrupted = _INTERRUPT.is_set()
             if install:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
+                signal.signal(signal.SIGINT, previous)
                 _INTERRUPT.clear()
         if interrupted:  # Ctrl-C after the last check: the run still stops
             raise KeyboardInterrupt
