@@ -3,7 +3,9 @@
 A block between ``<!-- generated: python scripts/reproduce/summary.py --render JSON... -->``
 and ``<!-- end generated -->`` must equal what ``summary.render([JSON...])`` prints for the
 JSON files kept in docs/reproduction/ (written by the scripts' full runs): a figure edited by
-hand, or a run made again without regenerating the table, fails here.
+hand, or a run made again without regenerating the table, fails here. The kept outputs
+(docs/reproduction/*.md and *.json) name no folder of one machine either: the scripts write
+``--out OUT`` and ``$DIR/NAME`` for the paths on their command line.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ BLOCK = re.compile(
     r"(.*?)\n<!-- end generated -->",
     re.S,
 )
+# as in tests/test_benchmarks_doc.py: /work, /tmp, /home, /root folders of one machine
+MACHINE_PATH = re.compile(r"(?<![\w.~$/-])/(?:work|tmp|home|root)/\S*")
 
 
 def _blocks() -> list[tuple[str, list[str], str]]:
@@ -51,4 +55,31 @@ def test_generated_summary_is_the_scripts_output(script, files, text):
     assert text == _render(script, files), (
         f"docs/REPRODUCTION.md's table from {' '.join(files)} is not what `python {script} "
         f"--render {' '.join(files)}` prints: regenerate it"
+    )
+
+
+@pytest.mark.parametrize(
+    "kept", sorted([*KEPT.glob("*.md"), *KEPT.glob("*.json")]), ids=lambda p: p.name
+)
+def test_no_machine_paths_in_the_kept_outputs(kept):
+    found = MACHINE_PATH.findall(kept.read_text())
+    assert not found, (
+        f"docs/reproduction/{kept.name} names paths of one machine (use $DIR/...): {found[:5]}"
+    )
+
+
+def test_the_scripts_write_portable_command_lines():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts" / "reproduce"))
+    try:
+        import _common
+    finally:
+        sys.path.pop(0)
+    line = _common.command_line(
+        "perezcruz.py", ["--out", "/tmp/x", "--splice", "/tmp/p/splice.txt", "--rows", "none"]
+    )
+    assert (
+        line
+        == "python scripts/reproduce/perezcruz.py --out OUT --splice $DIR/splice.txt --rows none"
     )
