@@ -152,11 +152,15 @@ def _scheinberg(files: list[tuple[str, dict]]) -> str:
             light = [r.get(k) for k in ("light_0.001", "light_0.000001")]
             cpu = _cpu(o) if o.get("converged") else None
             flags = [within(nc, p[3]), within(ns, p[2])]
-            verdict = (
-                "not finished"
-                if cpu is None
-                else ("counts reproduced" if all(flags) else f"counts {_counted(flags)}")
-            )
+            if cpu is None:
+                verdict = "not finished"
+            elif all(flags):
+                verdict = "n_c and n_s within 10 %"
+            else:
+                verdict = ", ".join(
+                    f"{k} {'within 10 %' if ok else 'differs'}"
+                    for k, ok in zip(("n_c", "n_s"), flags, strict=True)
+                )
             rows.append(
                 [
                     r["table"],
