@@ -250,6 +250,7 @@ def _joachims(files: list[tuple[str, dict]]) -> str:
         rows.append(
             [
                 claim,
+                Path(path).stem,
                 data,
                 span,
                 _f(paper),
@@ -263,14 +264,15 @@ def _joachims(files: list[tuple[str, dict]]) -> str:
     def span(recs: list[dict], key: str) -> str:
         xs = [r[key] for r in recs]
         fmt = "{:,}" if key == "n" else "{:.3g}"
-        return f"{key} {fmt.format(min(xs))}–{fmt.format(max(xs))}" if xs else "–"
+        name = {"eps": "ε"}.get(key, key)
+        return f"{name} {fmt.format(min(xs))}–{fmt.format(max(xs))}" if xs else "–"
 
     for path, raw in files:
         if raw.get("scaling"):
             data = _data(path, "scaling")
             ex, s = raw["scaling_exp"], span(raw["scaling"], "n")
             add(
-                "iterations ~n^x",
+                "iterations ~n^x (paper: independent of n)",
                 data,
                 s,
                 JOACHIMS["iter_n"],
@@ -305,6 +307,7 @@ def _joachims(files: list[tuple[str, dict]]) -> str:
     return c.md_table(
         [
             "claim",
+            "run",
             "data",
             "range",
             "paper x",
