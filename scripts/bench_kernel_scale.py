@@ -7,8 +7,8 @@ no label noise; the same rows as SVMlight text for LIBSVM) is trained with RBF b
 solver under a small kernel cache (``--cache-mb``, default 8 MiB: the float32 kernel matrix
 of 30,000 rows is 3.6 GB, 450× the cache; of 300,000 rows 360 GB) and with the shard cache
 off (``--shard-cache-mb 0``: every pass re-reads and decodes the shards), with
-``--checkpoint`` and ``--history``. LIBSVM's ``svm-train`` (``$LIBSVM_TRAIN``, default
-/work/refs/bin/svm-train; ``-m`` = the same cache) runs beside it on the text.
+``--checkpoint`` and ``--history``. LIBSVM's ``svm-train`` (``$LIBSVM_TRAIN``, required while
+``--solvers`` names ``libsvm``; ``-m`` = the same cache) runs beside it on the text.
 
 Every run is a whole process under ``/usr/bin/time -v`` (wall, CPU, peak RSS) with a wall
 limit (``--limit``, default 600 s): a run past it is killed and reported as ``> limit``.
@@ -111,7 +111,9 @@ def main() -> int:
     args = ap.parse_args()
 
     exe = str(Path(sys.executable).with_name("ooc-svm"))
-    libsvm = os.environ.get("LIBSVM_TRAIN", "/work/refs/bin/svm-train")
+    libsvm = os.environ.get("LIBSVM_TRAIN", "")
+    if not libsvm and "libsvm" in args.solvers.split(","):
+        ap.error("--solvers names libsvm: set $LIBSVM_TRAIN to LIBSVM's svm-train")
     work = args.dir or tempfile.mkdtemp(prefix="bench-kscale-")
     os.makedirs(work, exist_ok=True)
     print(f"# load before: {load()}; work dir {work}", flush=True)

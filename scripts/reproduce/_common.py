@@ -288,6 +288,26 @@ def plot_loglog(
     plt.close(fig)
 
 
+def command_line(script: str, argv: list[str]) -> str:
+    """The command line as the kept outputs record it: ``--out``'s folder written ``OUT`` and
+    every other absolute path ``$DIR/NAME``, so the files in docs/reproduction/ name no folder
+    of the machine that ran them."""
+    words, after_out = [], False
+    for a in argv:
+        if after_out:
+            a = "OUT"
+        elif a.startswith("--out="):
+            a = "--out=OUT"
+        elif a.startswith("--") and "=" in a:
+            key, _, val = a.partition("=")
+            a = f"{key}=$DIR/{Path(val).name}" if os.path.isabs(val) else a
+        elif os.path.isabs(a):
+            a = f"$DIR/{Path(a).name}"
+        words.append(a)
+        after_out = a == "--out"
+    return " ".join([f"python scripts/reproduce/{script}", *words])
+
+
 def md_table(headers: list[str], rows: list[list[Any]]) -> str:
     """A Markdown table."""
 

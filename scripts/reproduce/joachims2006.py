@@ -340,7 +340,7 @@ def main() -> int:
     machine = c.machine()
     # BLAS threads change the paper variant's time (its working-set QP may use an SVD)
     blas = [f"{k}={c.os.environ[k]} " for k in ("OPENBLAS_NUM_THREADS",) if k in c.os.environ]
-    cmdline = "".join(blas) + "python scripts/reproduce/joachims2006.py " + " ".join(sys.argv[1:])
+    cmdline = "".join(blas) + c.command_line("joachims2006.py", sys.argv[1:])
     print(f"# {cmdline}\n# {machine}", flush=True)
     md = [f"Run: `{cmdline}` — {{machine}}. Synth: {SYNTH}.", ""]
     if like:

@@ -270,7 +270,7 @@ def main() -> int:
     out = args.out or (Path(tempfile.mkdtemp(prefix="perezcruz-")) if args.quick else c.OUT_DEFAULT)
     exe = None if args.no_light else c.comparator("SVMLIGHT_LEARN")
     machine = c.machine()
-    cmdline = "python scripts/reproduce/perezcruz.py " + " ".join(sys.argv[1:])
+    cmdline = c.command_line("perezcruz.py", sys.argv[1:])
     print(f"# {cmdline}\n# {machine}", flush=True)
     names = (
         args.rows.split(",")

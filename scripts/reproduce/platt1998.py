@@ -362,7 +362,7 @@ def main() -> int:
             ap.error(f"unknown experiment {nm!r}: choose from {', '.join(PAPER)}")
     out = args.out or (Path(tempfile.mkdtemp(prefix="platt1998-")) if args.quick else c.OUT_DEFAULT)
     machine = c.machine()
-    cmdline = "python scripts/reproduce/platt1998.py " + " ".join(sys.argv[1:])
+    cmdline = c.command_line("platt1998.py", sys.argv[1:])
     print(f"# {cmdline}\n# {machine}", flush=True)
     lines_cache: dict = {}
     with c.Workdir("platt1998") as wd:

@@ -384,7 +384,7 @@ def main() -> int:
     args.sizes = c.parse_sizes(ap, args.sizes)
     names = c.parse_choices(ap, args.experiments, PAPER, "experiment")
     out = args.out or (Path(tempfile.mkdtemp(prefix="platt-art-")) if args.quick else c.OUT_DEFAULT)
-    cmdline = "python scripts/reproduce/platt1998_artificial.py " + " ".join(sys.argv[1:])
+    cmdline = c.command_line("platt1998_artificial.py", sys.argv[1:])
     print(f"# {cmdline}\n# {c.machine()}", flush=True)
     c.run_experiments(
         "platt-artificial", names, lambda nm, path, results, save: experiment(

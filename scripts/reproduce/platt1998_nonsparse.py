@@ -130,7 +130,7 @@ def main() -> int:
     if args.quick and not args.sizes:
         args.sizes = [PAPER[names[0]][0][0]]
     out = args.out or (Path(tempfile.mkdtemp(prefix="platt-ns-")) if args.quick else c.OUT_DEFAULT)
-    cmdline = "python scripts/reproduce/platt1998_nonsparse.py " + " ".join(sys.argv[1:])
+    cmdline = c.command_line("platt1998_nonsparse.py", sys.argv[1:])
     print(f"# {cmdline}\n# {c.machine()}", flush=True)
     c.run_experiments(
         "platt-nonsparse", names, lambda nm, path, results, save: experiment(

@@ -141,7 +141,7 @@ def main() -> int:
     )
     light = None if args.no_light else c.comparator("SVMLIGHT_LEARN")
     machine = c.machine()
-    cmdline = "python scripts/reproduce/scheinberg2006.py " + " ".join(sys.argv[1:])
+    cmdline = c.command_line("scheinberg2006.py", sys.argv[1:])
     print(f"# {cmdline}\n# {machine}", flush=True)
     if args.quick:
         todo = []
