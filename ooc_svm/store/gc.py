@@ -55,8 +55,11 @@ class Leftovers:
         parts = []
         if self.temp_dirs:
             parts.append(_n(len(self.temp_dirs), "stale temporary directory", "directories"))
-        if self.orphans:
-            parts.append(_n(len(self.orphans), "orphan shard file", "files"))
+        if self.orphans:  # an interrupted append's, or those `ooc-svm drop` left for readers
+            parts.append(
+                _n(len(self.orphans), "orphan shard file", "files")
+                + " (dropped shards or an interrupted append)"
+            )
         if self.parts:
             parts.append(_n(len(self.parts), "half-written metadata file", "files"))
         if self.stale_lock:

@@ -490,8 +490,9 @@ def test_sigkill_leftovers_listed_and_repaired(tmp_path):
     r = cli("info", "s.zarr", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (
-        "1 stale temporary directory, 1 orphan shard file, 1 half-written metadata file, "
-        "a stale writer lock: run `ooc-svm verify --repair`" in r.stderr
+        "1 stale temporary directory, 1 orphan shard file (dropped shards or an interrupted "
+        "append), 1 half-written metadata file, a stale writer lock: run `ooc-svm verify "
+        "--repair`" in r.stderr
     ), r.stderr
     r = cli("verify", "s.zarr", cwd=tmp_path)
     assert r.returncode == 0 and "1 orphan shard file" in r.stderr, r.stderr
