@@ -150,3 +150,34 @@ def test_no_variant_name_is_compared_outside_the_table():
     assert not found, f"variant names compared (ask the table instead): {found}"
     # the scan sees them
     assert _variant_comparisons(ast.parse('if p.variant == "auto" or v in ("dcd", "x"): pass'))
+
+
+@pytest.mark.parametrize("variant", [n for n, r in ALGORITHMS.items() if not r.chooses])
+def test_the_table_tells_what_each_algorithm_does(variant, make_store, tmp_path):
+    """The flags the rest of the package reads are those the algorithm lives up to: a
+    checkpoint, one-vs-rest and ROC area are trained where the row says so, else refused in
+    one line."""
+    row = ALGORITHMS[variant]
+    st = _store(make_store)
+    kw = {"variant": variant, "eps": 1e-2}
+    ck = str(tmp_path / "ck")
+    if row.checkpoint:
+        assert train(st, "perf", checkpoint=ck, **kw).model is not None
+    else:
+        with pytest.raises(SolverError, match="checkpoint"):
+            train(st, "perf", checkpoint=ck, **kw)
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(90, 4))
+    multi = make_store(X, np.argmax(X[:, :3], axis=1) + 1.0, shard_rows=45, name="m.zarr")
+    if row.ovr:
+        assert train(multi, "perf", **kw).model.classes == [1.0, 2.0, 3.0]
+    else:
+        with pytest.raises(
+            SolverError, match=f"one-vs-rest perf does not support --variant {variant}"
+        ):
+            train(multi, "perf", **kw)
+    if "roc" in row.losses:
+        assert train(st, "perf", loss="roc", **kw).model is not None
+    else:
+        with pytest.raises(SolverError, match="--loss error only"):
+            train(st, "perf", loss="roc", **kw)
