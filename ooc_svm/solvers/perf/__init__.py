@@ -126,16 +126,11 @@ __all__ = [
     "solve_ovr",
 ]
 
-STOPPING_RULE = (
-    "paper: most violated constraint violated by <= eps (xi' <= xi_W + eps, Joachims 2006 "
-    "Alg. 1 line 9); accelerated: P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs "
-    "for roc/ordinal); selective: the accelerated certificate, P(w_best) measured by a full "
-    "pass; svmperf: a full round with ceps <= eps (SVMperf 3.00), then P(w) - dual(W) <= "
-    "eps * C * n; dcd: P(w) - D(alpha) <= eps * C * n after an epoch"
-)
+#: each variant's stopping rule, from its row (``train --help``)
+STOPPING_RULE = "; ".join(f"{a.name}: {a.stopping}" for a in ALGORITHMS.values() if a.stopping)
 
-#: ``--checkpoint`` / ``--resume`` are supported (every loss, both variants).
-SUPPORTS_CHECKPOINT = True
+#: ``--checkpoint`` / ``--resume`` are supported (every loss; the variants whose row says so)
+SUPPORTS_CHECKPOINT = any(a.checkpoint for a in ALGORITHMS.values())
 
 
 def fused_ovr(params: Params) -> bool:

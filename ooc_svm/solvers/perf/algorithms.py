@@ -114,6 +114,8 @@ class Algorithm:
     line_search : bool
         The cutting-plane step moves to the best point of a line search (OCAS); else to the
         cutting-plane QP's solution (Joachims 2006).
+    stopping : str
+        Its stopping rule, one phrase (``train --help``; empty: that of the row it picks).
     stop : str
         What the stop test measures: ``"gap"`` (P(w) − lower bound) or ``"violation"`` (the
         most violated constraint's, Joachims' Algorithm 1): the progress lines' label.
@@ -149,6 +151,7 @@ class Algorithm:
     chooses: bool = False
     fused_as: str = ""
     line_search: bool = True
+    stopping: str = ""
     stop: str = "gap"
     cutting_planes: bool = True
     dense_vectors: int = DENSE_VECTORS
@@ -202,6 +205,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             checkpoint=True,
             line_search=False,
             stop="violation",
+            stopping="most violated constraint violated by <= eps (xi' <= xi_W + eps, "
+            "Joachims 2006 Alg. 1 line 9)",
         ),
         Algorithm(
             "accelerated",
@@ -212,6 +217,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             _entry("driver", "solve_planes"),
             checkpoint=True,
             dense_vectors_error=DENSE_VECTORS_ACCELERATED,
+            stopping="P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs for roc/ordinal)",
         ),
         Algorithm(
             "selective",
@@ -225,6 +231,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             sweep_shared=False,
             wide="deferred",
             pass_accumulators=True,
+            stopping="the accelerated certificate, P(w_best) measured by a full pass",
         ),
         Algorithm(
             "svmperf",
@@ -238,6 +245,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             # as before the table: a shared C sweep runs accelerated's steps for it
             # (solvers/perf/ovr.py, solve_sweep), a known difference kept as it was
             sweep_shared=True,
+            stopping="a full round with ceps <= eps (SVMperf 3.00), then P(w) - dual(W) <= "
+            "eps * C * n",
         ),
         Algorithm(
             "dcd",
@@ -253,6 +262,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             dense_vectors=DENSE_VECTORS_DCD,
             dense_vectors_error=DENSE_VECTORS_DCD,
             wide="columns",
+            stopping="P(w) - D(alpha) <= eps * C * n after an epoch",
         ),
     )
 }
