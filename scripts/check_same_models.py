@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Train every (solver, algorithm) on small deterministic stores, and compare two such runs.
 
-A refactoring that should not change what is trained (issue #45, goal 7) is checked with it:
+A refactoring that should not change what is trained is checked with it:
 train the models with the code before the change and after it, then compare the two
 folders::
 

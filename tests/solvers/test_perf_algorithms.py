@@ -1,4 +1,4 @@
-"""perf's table of algorithms (``ooc_svm/solvers/perf/algorithms.py``, issue #45 goal 1).
+"""perf's table of algorithms (``ooc_svm/solvers/perf/algorithms.py``).
 
 Every ``--variant`` is one row with an entry point and the parameters it reads; a parameter
 set away from its default that the row does not read is refused in one line (the Python API
