@@ -17,6 +17,7 @@ import pytest
 from conftest import ooc_cmd
 
 from ooc_svm.api import train
+from ooc_svm.commands.train_flags import load_config
 from ooc_svm.solvers import SolverError, perf
 from ooc_svm.solvers.perf.algorithms import ALGORITHMS, COMMON, check_parameter, resolved
 from ooc_svm.solvers.perf.params import Params
@@ -71,8 +72,9 @@ def test_unread_parameters_are_refused_read_ones_taken(variant):
     for name in sorted(row.reads - COMMON):
         p = Params.from_mapping({"variant": variant, name: _non_default(name)})
         check_parameter(p, row)
-    # a default given explicitly (--config perf writes every default) is no refusal
+    # a default given explicitly (the shipped --config perf writes them) is no refusal
     Params.from_mapping({**Params.defaults(), "variant": variant})
+    Params.from_mapping({**load_config("perf", "perf"), "variant": variant})
 
 
 def test_auto_resolved_keeps_what_the_pick_reads():
