@@ -31,8 +31,9 @@ P = TypeVar("P", bound=SolverParams)
 _PKG = __name__.rsplit(".", 1)[0]
 
 #: the fields every row reads: the problem (C, c_perf, eps, bias, loss, class_weight, kernel),
-#: the run around the algorithm (max_iter, init, checkpoint_seconds; seed also splits --cv
-#: folds) and the dense vectors' limit that every row checks (--dense-limit-mb)
+#: the run around the algorithm (max_iter, init, checkpoint_seconds; seed: dcd's orders, and
+#: the split of ``--folds`` for every row) and the dense vectors' limit that every row checks
+#: (--dense-limit-mb)
 COMMON = frozenset(
     {
         "C",
@@ -66,9 +67,9 @@ DENSE_VECTORS_ACCELERATED = 4
 DENSE_VECTORS_DCD = 2
 
 #: the problems (``Algorithm.problem``)
-HINGE = "LIBLINEAR's L1-loss primal (-s 3), the bias a regularised constant feature"
-HINGE_RANKS = HINGE + "; roc/ordinal: Joachims' OP5 over the ranked pairs"
-HINGES = HINGE + "; --hinge l2: the squared hinge (LIBLINEAR -s 1)"
+PROBLEM = "LIBLINEAR's L1-loss primal (-s 3), the bias a regularised constant feature"
+PROBLEM_RANKS = PROBLEM + "; roc/ordinal: Joachims' OP5 over the ranked pairs"
+PROBLEM_SQUARED = PROBLEM + "; --hinge l2: the squared hinge (LIBLINEAR -s 1)"
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "auto",
             "chosen from the store's shape and the memory budget (solvers/perf/auto.py)",
-            HINGE_RANKS,
+            PROBLEM_RANKS,
             ("error", "roc", "ordinal"),
             (_ACCELERATED | _SELECTIVE | _SVMPERF | _DCD) - {"hinge"},
             _entry("driver", "solve"),
@@ -198,7 +199,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "paper",
             "Joachims 2006 Algorithms 1/2: the cutting-plane QP's solution, one pass each",
-            HINGE_RANKS,
+            PROBLEM_RANKS,
             ("error", "roc", "ordinal"),
             _PLANES,
             _entry("driver", "solve_planes"),
@@ -211,7 +212,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "accelerated",
             "OCAS-style line search to the best point, in the same single pass",
-            HINGE_RANKS,
+            PROBLEM_RANKS,
             ("error", "roc", "ordinal"),
             _ACCELERATED,
             _entry("driver", "solve_planes"),
@@ -222,7 +223,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "selective",
             "many inner cutting planes on the rows near the margin held in memory",
-            HINGE,
+            PROBLEM,
             ("error",),
             _SELECTIVE,
             _entry("selective", "solve_selective"),
@@ -236,7 +237,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "svmperf",
             "SVMperf 3.00's loop (loose QP, shrinking) plus the dual-gap certificate",
-            HINGE,
+            PROBLEM,
             ("error",),
             _SVMPERF,
             _entry("svmperf", "solve_svmperf"),
@@ -251,7 +252,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "dcd",
             "block-minimization dual coordinate descent over the shards (Yu et al. 2010)",
-            HINGES,
+            PROBLEM_SQUARED,
             ("error",),
             _DCD,
             _entry("dcd", "solve_dcd"),
