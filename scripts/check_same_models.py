@@ -21,9 +21,11 @@ error (a refusal must be the same too).
 
 ``compare`` says, for every run, whether the arrays (``arrays.npz``) are equal bit for bit
 and the JSON (``model.json``) field for field, except the fields that hold timings or paths;
-it exits 1 when any differs or is missing from one side. ``--repeat OUT2``, a second
-``train`` of the first folder's code, tells apart the arrays that are not the same from one
-run to the next (dcd's saved α, ``warm_alpha``, with some options), marked ``same*``.
+it exits 1 when any differs or is missing from one side. ``--repeat OUT2`` (repeatable),
+another ``train`` of the first folder's code (or of its ``--only dcd`` runs), tells apart the
+arrays that are not the same from one run to the next, marked ``same*``: dcd's saved α
+(``warm_alpha``) is the α of the moment the certificate, computed on a thread while the
+epochs go on, comes back, so it depends on timing; its w, the certified point, does not.
 """
 
 from __future__ import annotations
@@ -276,8 +278,8 @@ def _json_diff(a: object, b: object, path: str = "") -> str:
     return f"{path or '.'}: {a!r} vs {b!r}"
 
 
-def compare(a: Path, b: Path, repeat: Path | None = None) -> int:
-    """Compare the runs of ``a`` and ``b``; ``repeat``: a second run of ``a``'s code, whose
+def compare(a: Path, b: Path, repeats: list[Path] | None = None) -> int:
+    """Compare the runs of ``a`` and ``b``; ``repeats``: other runs of ``a``'s code, whose
     differences from ``a`` (arrays that are not the same from run to run) are told apart."""
     names = sorted(
         {p.name for p in (a / "models").iterdir()} | {p.name for p in (b / "models").iterdir()}
@@ -296,8 +298,9 @@ def compare(a: Path, b: Path, repeat: Path | None = None) -> int:
             bad += not same
             continue
         unstable: set[str] = set()
-        if repeat is not None and (repeat / "models" / name).exists():
-            unstable = set(_arrays(pa, repeat / "models" / name))
+        for repeat in repeats or []:
+            if (repeat / "models" / name).exists():
+                unstable |= set(_arrays(pa, repeat / "models" / name))
         why = _same_model(pa, pb, unstable)
         real = [w for w in why if "between two runs" not in w]
         tag = "DIFF" if real else ("same*" if why else "same")
@@ -320,8 +323,8 @@ def main() -> int:
     c.add_argument(
         "--repeat",
         type=Path,
-        default=None,
-        help="a second train of A's code: arrays it changes are not counted",
+        action="append",
+        help="another train of A's code (repeatable): arrays it changes are not counted",
     )
     args = ap.parse_args()
     if args.cmd == "train":
