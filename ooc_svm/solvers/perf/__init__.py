@@ -32,7 +32,8 @@ P(w_b) − D(α) ≤ ε·C_perf with D the OP3 dual over W, so P(w_b) ≤ P* + C
 ``c_perf`` is SVMperf's ``-c`` (loss in percent): C = 100·c/n (error) or 100·c/m (ranks);
 SVMperf's ``-e 0.1`` is our ε = 0.001.
 
-Layout: :mod:`.params` (Params), :mod:`.driver` (``solve``: the variant's loop),
+Layout: :mod:`.algorithms` (the table of variants: what each solves, reads, supports and
+runs), :mod:`.params` (Params), :mod:`.driver` (``solve``: the variant's entry point),
 :mod:`.passes` (per-shard functions, reductions),
 :mod:`.working_set` (cuts, QP glue), :mod:`.error`, :mod:`.rank`, :mod:`.ovr` (one-vs-rest
 with fused passes), :mod:`.common` (driver helpers).
@@ -44,7 +45,8 @@ from typing import TYPE_CHECKING
 
 from .. import SolverError, lazy_exports
 from ..contract import Entry, SolverSpec
-from .params import DEFAULTS, DENSE_VECTORS, LOSSES, VARIANTS, Params
+from .algorithms import ALGORITHMS, DENSE_VECTORS, Algorithm, algorithm
+from .params import DEFAULTS, LOSSES, VARIANTS, Params
 
 if TYPE_CHECKING:
     from ...store.format import StoreMeta
@@ -92,6 +94,8 @@ _LAZY = {
 __getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
+    "ALGORITHMS",
+    "Algorithm",
     "COMPACT_MIN_DIM",
     "DEFAULTS",
     "DENSE_VECTORS",
@@ -122,36 +126,37 @@ __all__ = [
     "solve_ovr",
 ]
 
-STOPPING_RULE = (
-    "paper: most violated constraint violated by <= eps (xi' <= xi_W + eps, Joachims 2006 "
-    "Alg. 1 line 9); accelerated: P(w_best) - dual(W) <= eps * C * n (n: rows, or pairs "
-    "for roc/ordinal); selective: the accelerated certificate, P(w_best) measured by a full "
-    "pass; svmperf: a full round with ceps <= eps (SVMperf 3.00), then P(w) - dual(W) <= "
-    "eps * C * n; dcd: P(w) - D(alpha) <= eps * C * n after an epoch"
-)
+#: each variant's stopping rule, from its row (``train --help``)
+STOPPING_RULE = "; ".join(f"{a.name}: {a.stopping}" for a in ALGORITHMS.values() if a.stopping)
 
-#: ``--checkpoint`` / ``--resume`` are supported (every loss, both variants).
-SUPPORTS_CHECKPOINT = True
+#: ``--checkpoint`` / ``--resume`` are supported (every loss; the variants whose row says so)
+SUPPORTS_CHECKPOINT = any(a.checkpoint for a in ALGORITHMS.values())
 
 
 def fused_ovr(params: Params) -> bool:
-    """Whether one-vs-rest runs the classes fused (:func:`solve_ovr`); ``dcd`` trains one
-    class after the other (its sweeps update w row by row: nothing to share)."""
-    return params.variant != "dcd"
+    """Whether one-vs-rest runs the classes fused (:func:`solve_ovr`): the row's
+    ``ovr_fused`` (``dcd`` trains one class after the other: its sweeps update w row by row,
+    nothing to share); a row without one-vs-rest goes to :func:`solve_ovr` too, which refuses
+    it in one line."""
+    row = algorithm(params.variant)
+    return row.ovr_fused or not row.ovr
 
 
 def _progress_label(params: Params) -> str:
-    """paper stops on the most violated constraint's violation, the others on the gap."""
-    return "viol" if params.variant == "paper" else "gap"
+    """What the row's stop test measures: the most violated constraint's violation
+    (``paper``) or the gap (the others)."""
+    return "viol" if algorithm(params.variant).stop == "violation" else "gap"
 
 
 def _sweep_mode(spec: SolverSpec, params: Params, meta: StoreMeta) -> str:
-    """The error loss (not selective) sweeps C in shared passes, every class of a multiclass
-    store too; the other losses and variants train every C on its own."""
+    """The error loss sweeps C in shared passes where the row says so (``sweep_shared``),
+    every class of a multiclass store too; the other losses and rows train every C on its
+    own."""
+    row = algorithm(params.variant)
     if meta.label_kind == "multiclass":
-        shared = params.variant not in ("selective", "dcd") and params.loss in (None, "error")
+        shared = row.sweep_shared and params.loss in (None, "error")
     else:
-        shared = params.variant not in ("selective", "dcd") and params.resolve_loss(meta) == "error"
+        shared = row.sweep_shared and params.resolve_loss(meta) == "error"
     return "shared" if shared else "independent"
 
 

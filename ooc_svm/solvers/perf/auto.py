@@ -1,8 +1,11 @@
 """``--variant auto``: perf's algorithm chosen from the store's shape and the memory budget.
 
 One row per algorithm, tried in order; the first whose condition holds is run, and ``-v`` /
-``--json`` name it with its reason. Every algorithm stays selectable by name, and all of
-them stop on the same certificate P(w) − lower bound ≤ C·n·ε.
+``--json`` name it with its reason. A row is taken only where its algorithm (its row of
+:data:`.algorithms.ALGORITHMS`) trains the loss and the class weights asked for, and
+checkpoints when asked; what the algorithms do is read from that table, never from their
+names. Every algorithm stays selectable by name, and all of them stop on the same
+certificate P(w) − lower bound ≤ C·n·ε.
 
 - ``accelerated`` for ranks, ROC area, a checkpoint or ``--init`` (except a model that
   keeps dcd's α for the store's rows, on a wide store: :mod:`.dcd_warm`): the only one
@@ -26,9 +29,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...memory_budget import current as memory_budget
+from .algorithms import ALGORITHMS, DENSE_VECTORS
 
 if TYPE_CHECKING:
     from ...store.format import StoreMeta
+    from .algorithms import Algorithm
     from .params import Params
 
 #: stores at least this wide train with dcd under ``auto`` (rows held or read shard by shard)
@@ -45,10 +50,14 @@ class Row:
 
 
 def _needs_accelerated(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
+    """What no row picked by the store's shape does (their capabilities in
+    :data:`.algorithms.ALGORITHMS`): a checkpoint, a loss other than theirs (ranks, ROC
+    area); or ``--init`` (but from dcd's α for a wide store's rows)."""
+    shaped = [ALGORITHMS[row.variant] for row in TABLE if row.when in _SHAPED]
     return (
-        checkpoint
+        (checkpoint and not any(a.checkpoint for a in shaped))
         or meta.label_kind != "binary"
-        or p.resolve_loss(meta) != "error"
+        or not any(p.resolve_loss(meta) in a.losses for a in shaped)
         or (getattr(p, "init", None) is not None and not _dcd_warm(p, meta))
     )
 
@@ -78,10 +87,7 @@ def _wide(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
 
 def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
     from ..._util import AUTO_CACHE_CAP_MB, AUTO_CACHE_SHARE
-    from .params import DENSE_VECTORS
 
-    if p.class_weight is not None:
-        return False
     if DENSE_VECTORS * 8.0 * (int(meta.n_features) + 1) > p.dense_limit_mb * 2**20:
         return False
     decoded = 8 * int(meta.nnz) + 16 * int(meta.n_rows)
@@ -94,6 +100,21 @@ def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
     # than half the budget, accelerated (one plane a pass) is the one that fits, and a
     # refusal names the limit for the variant that will then run
     return pass_accumulator_bytes(int(meta.n_features) + 1) <= 0.5 * left
+
+
+#: the rows picked by the store's shape (wide: dcd; out of core: selective)
+_SHAPED = (_wide, _out_of_core)
+
+
+def _able(a: Algorithm, p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
+    """The row's algorithm trains this loss and class weights, and checkpoints if asked
+    (the loss as given or its default: :meth:`.params.Params.resolve_loss` checks it)."""
+    loss = p.loss or ("ordinal" if meta.label_kind == "ordinal" else "error")
+    return (
+        loss in a.losses
+        and (p.class_weight is None or a.class_weight)
+        and (a.checkpoint or not checkpoint)
+    )
 
 
 TABLE: tuple[Row, ...] = (
@@ -125,8 +146,12 @@ TABLE: tuple[Row, ...] = (
 
 
 def choose(params: Params, meta: StoreMeta, checkpoint: bool = False) -> tuple[str, str]:
-    """``(variant, why)``: the first row of :data:`TABLE` whose condition holds."""
+    """``(variant, why)``: the first row of :data:`TABLE` whose condition holds and whose
+    algorithm (:data:`.algorithms.ALGORITHMS`) trains what is asked: the loss, the class
+    weights, a checkpoint."""
     for row in TABLE:
-        if row.when(params, meta, checkpoint):
+        if row.when(params, meta, checkpoint) and _able(
+            ALGORITHMS[row.variant], params, meta, checkpoint
+        ):
             return row.variant, row.why
     raise AssertionError("the last row always holds")

@@ -1,5 +1,6 @@
-"""``solve``: perf's entry point, which hands the problem to the variant's loop (see the
-package docstring for the problems and the stopping rules)."""
+"""``solve``: perf's entry point, which hands the problem to the entry point of the variant's
+row (:mod:`.algorithms`; see the package docstring for the problems and the stopping rules),
+and ``solve_planes``, the loop of ``paper`` and ``accelerated``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import Callback, Result
 from ..params import as_params
+from .algorithms import resolved
 from .params import Params
 
 log = logging.getLogger(__name__)
@@ -35,37 +37,35 @@ def solve(
     params = as_params(Params, params)
     meta = store.meta
     params.validate(meta)
-    loss, variant, why = params.resolve_loss(meta), params.variant, ""
-    if variant == "auto":
+    why = ""
+    if params.algorithm.chooses:
         from .auto import choose
 
         variant, why = choose(params, meta, checkpoint is not None)
         log.debug("perf: variant %s (auto: %s)", variant, why)
-        params = params.replace(variant=variant)
-    res = _run(store, engine, params, loss, variant, callback, checkpoint)
+        params = resolved(params, variant)
+    res = params.algorithm.entry(store, engine, params, callback=callback, checkpoint=checkpoint)
     if why:
-        res.summary["auto"] = f"{variant}: {why}"
+        res.summary["auto"] = f"{params.variant}: {why}"
     return res
 
 
-def _run(store, engine, params, loss, variant, callback, checkpoint) -> Result:
-    """The chosen variant's loop."""
-    if variant == "selective":
-        from .selective import solve_selective
-
-        return solve_selective(store, engine, params, callback=callback, checkpoint=checkpoint)
-    if variant == "dcd":
-        from .dcd import solve_dcd
-
-        return solve_dcd(store, engine, params, callback=callback, checkpoint=checkpoint)
-    if variant == "svmperf":
-        from .svmperf import solve_svmperf
-
-        return solve_svmperf(store, engine, params, callback=callback, checkpoint=checkpoint)
+def solve_planes(
+    store: Store,
+    engine: Engine,
+    params: Params,
+    *,
+    callback: Callback | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> Result:
+    """The cutting-plane loop of ``paper`` and ``accelerated``: Algorithm 1 (the error loss,
+    :mod:`.error`) or 2 (roc, ordinal: :mod:`.rank`)."""
+    params = as_params(Params, params)
+    loss = params.resolve_loss(store.meta)
     if loss == "error":
         from .error import _solve_error
 
-        return _solve_error(store, engine, params, variant, callback, checkpoint)
+        return _solve_error(store, engine, params, params.variant, callback, checkpoint)
     from .rank import _solve_rank
 
-    return _solve_rank(store, engine, params, loss, variant, callback, checkpoint)
+    return _solve_rank(store, engine, params, loss, params.variant, callback, checkpoint)

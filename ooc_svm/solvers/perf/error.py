@@ -27,6 +27,7 @@ from .. import Result, SolverError, binary_classes
 from ..params import class_weights, parse_class_weight
 from ._numba.cuts import vdot
 from ._numba.sparse import segment_terms, sq_norm, step_towards
+from .algorithms import algorithm
 from .common import (
     _cut_grid,
     _finite,
@@ -277,7 +278,7 @@ def _error_steps(
         run.warm = perf_start(
             params.init, meta, [neg, pos], "error", run.bias, weights=run.sw or (1.0, 1.0)
         )
-    if variant == "paper":
+    if not algorithm(variant).line_search:  # paper: to the QP's solution
         final = yield from _paper_steps(run)
     else:
         final = yield from _accelerated_steps(run, share)

@@ -54,8 +54,8 @@ def solve_ovr(
         raise SolverError("the store has no rows")
     if params.loss not in (None, "error"):
         raise SolverError("one-vs-rest perf trains --loss error only")
-    variant = "accelerated" if params.variant == "auto" else params.variant
-    if variant in ("selective", "svmperf"):
+    variant = params.algorithm.fused
+    if not params.algorithm.ovr:
         raise SolverError(
             f"one-vs-rest perf does not support --variant {variant} yet; use accelerated"
         )
@@ -159,7 +159,7 @@ def solve_sweep(
             cb = tagged(callback, C=c, C_index=k)
             if multi and cb is not None:
                 cb = tagged(cb, **{"class": pos, "class_index": j})
-            variant = "accelerated" if p.variant == "auto" else p.variant
+            variant = p.algorithm.fused
             steps.append(_error_steps(meta, neg, pos, engine, p, variant, cb, None, share=share))
     res = run_fused(store, engine, steps, "perf C sweep", "problems", logging.DEBUG)
     if not multi:
@@ -169,7 +169,7 @@ def solve_sweep(
         _ovr_result(
             res[k * m : (k + 1) * m],
             classes,
-            "accelerated" if params.variant == "auto" else params.variant,
+            params.algorithm.fused,
             t0,
         )
         for k in range(len(Cs))

@@ -10,19 +10,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ...memory_budget import current as memory_budget
 from .. import SolverError, binary_classes
 from ..params import KERNELS, SolverParams, param, parse_class_weight
+from .algorithms import (
+    NAMES,
+    Algorithm,
+    algorithm,
+    check_parameter,
+    resolved,
+)
 
 if TYPE_CHECKING:
     from ...store.format import StoreMeta
-
-#: dense float64 vectors over the features perf holds at once per problem (w, w_b, w_c,
-#: w_c − w_b, the two-column copy for the pass, the new cut and temporaries), all within
-#: ``dense_limit_mb``
-DENSE_VECTORS = 10
-
-#: the same for the default (``--variant accelerated``, ``--loss error``), which keeps its
-#: cutting planes sparse when that is smaller and holds w_b and the pass's (w_b, w_c) copy,
-#: plus w_c while that copy is made (solvers/perf/error.py; docs/WIDTH.md)
-DENSE_VECTORS_ACCELERATED = 4
 
 #: ``--inner-mb auto``: this share of the memory budget not claimed at the start of the
 #: training (:mod:`ooc_svm.memory_budget`); the shard cache takes its share of the rest. Rows
@@ -43,11 +40,8 @@ DENSE_FLOOR_PLANES = 16
 REMAP_MIN_DIM = 1 << 20
 
 LOSSES = ("error", "roc", "ordinal")
-VARIANTS = ("auto", "paper", "accelerated", "selective", "svmperf", "dcd")
-
-#: dense vectors over the features of ``--variant dcd``: w, and the column map of a wide
-#: store with its counts (int32, counted as one more float64 vector)
-DENSE_VECTORS_DCD = 2
+#: ``--variant``'s choices: the rows of :data:`.algorithms.ALGORITHMS`
+VARIANTS = NAMES
 
 HINGES = ("l1", "l2")
 
@@ -174,24 +168,14 @@ class Params(SolverParams):
             )
         if self.class_weight is not None:
             parse_class_weight(self.class_weight)
-        if self.class_weight is not None and self.variant in ("selective", "svmperf"):
-            # svmperf's cut (solvers/perf/_numba/svmperf.py) sums unweighted rows: it trained
-            # the unweighted problem and reported it as the weighted one
-            raise SolverError(
-                f"perf: --class-weight is not supported with --variant {self.variant} yet; "
-                "use --variant accelerated, paper or dcd"
-            )
-        if self.variant != "dcd" and self.hinge != "l1":
-            raise SolverError(
-                f"--hinge {self.hinge} needs --variant dcd (the cutting-plane variants "
-                "train the hinge loss)"
-            )
-        if self.variant == "dcd" and self.loss not in (None, "error"):
-            raise SolverError(
-                f"--variant dcd trains --loss error only (got --loss {self.loss}); use "
-                "--variant accelerated for roc and ordinal"
-            )
+        # a parameter the algorithm does not read, a loss or class weight it does not train
+        check_parameter(self)
         self.inner_mib()  # a number >= 0, auto or auto:SHARE
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """The row of ``--variant`` (:mod:`.algorithms`)."""
+        return algorithm(self.variant)
 
     def inner_mib(self, whole_mib: float | None = None, auto_mib: float = 256.0) -> float:
         """``inner_mb`` in MiB: the number given, or for ``auto[:SHARE]`` SHARE
@@ -239,7 +223,7 @@ class Params(SolverParams):
     def resolve_variant(self, meta: StoreMeta, checkpoint: bool = False) -> str:
         """The variant to run: for ``auto`` the first row of :mod:`.auto`'s table that fits
         the store and the memory budget; other values as given."""
-        if self.variant != "auto":
+        if not self.algorithm.chooses:
             return self.variant
         from .auto import choose
 
@@ -249,21 +233,21 @@ class Params(SolverParams):
         """These parameters with ``auto`` resolved: the memory a run claims is that of the
         variant it will run (:mod:`.auto` reads the room as if perf had claimed nothing, so
         the choice is the same when the driver makes it again)."""
-        if self.variant != "auto":
+        if not self.algorithm.chooses:
             return self
         from .auto import choose
 
-        return self.replace(variant=choose(self, meta)[0])
+        return resolved(self, choose(self, meta)[0])
 
     def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
         """perf's dense vectors over the features (:meth:`dense_vectors`; over the columns the
         rows hold where the variant remaps a wide store). A store too wide for
         ``--dense-limit-mb`` is refused first, with its own message (:meth:`check_dense`)."""
-        if self.variant == "auto":
+        if self.algorithm.chooses:
             return self.effective(meta).memory_needs(meta)
         self.check_dense(meta)
         needs = {"perf dense vectors": int(self._dense_bytes(meta)[0])}
-        if self.variant == "selective":  # its pass's planes over the columns it trains
+        if self.algorithm.pass_accumulators:  # its pass's planes over the columns it trains
             from .selective import ACC_CLAIM, pass_accumulator_bytes
 
             d = int(meta.n_features)
@@ -277,9 +261,10 @@ class Params(SolverParams):
         dim = int(meta.n_features) + 1
         vectors = self.dense_vectors(meta)
         extra = 0.0
-        if self.variant == "selective" and dim - 1 >= remap_min_dim():
+        wide = self.algorithm.wide if dim - 1 >= remap_min_dim() else "features"
+        if wide == "deferred":
             return 0.0, vectors, dim
-        if self.variant == "dcd" and dim - 1 >= remap_min_dim():
+        if wide == "columns":
             # w over the columns the rows hold (at most their non-zeros) and the int32 map
             dim = min(dim, int(meta.nnz) + 1)
             vectors = 1
@@ -288,9 +273,9 @@ class Params(SolverParams):
 
     def _budget_floor_mib(self, name: str, meta: StoreMeta) -> float:
         # the dense vectors and a few dense planes: check_dense and the working set's needs
-        if self.variant == "auto":
+        if self.algorithm.chooses:
             return self.effective(meta)._budget_floor_mib(name, meta)
-        if self.variant == "dcd":  # no cutting planes: its dense vectors alone
+        if not self.algorithm.cutting_planes:  # its dense vectors alone
             return self._dense_bytes(meta)[0] / 2**20
         dim = int(meta.n_features) + 1
         return (self.dense_vectors(meta) + DENSE_FLOOR_PLANES) * 8.0 * dim / 2**20
@@ -298,20 +283,16 @@ class Params(SolverParams):
     def _claim_bytes(self, name: str, mib: float, meta: StoreMeta) -> int:
         # the dense vectors are inside --dense-limit-mb and claimed already; dcd keeps no
         # cutting planes
-        if self.variant == "auto":
+        if self.algorithm.chooses:
             return self.effective(meta)._claim_bytes(name, mib, meta)
-        if self.variant == "dcd":
+        if not self.algorithm.cutting_planes:
             return 0
         return max(0, int(mib * 2**20) - int(self._dense_bytes(meta)[0]))
 
     def dense_vectors(self, meta: StoreMeta) -> int:
         """Dense vectors over the features this run holds at once (per problem)."""
         loss = self.loss or ("ordinal" if meta.label_kind == "ordinal" else "error")
-        if self.variant in ("accelerated", "auto") and loss == "error":
-            return DENSE_VECTORS_ACCELERATED
-        if self.variant == "dcd":
-            return DENSE_VECTORS_DCD
-        return DENSE_VECTORS
+        return self.algorithm.dense_vectors_for(loss)
 
     def check_dense(self, meta: StoreMeta, copies: int = 1, extra_bytes: float = 0.0) -> None:
         """Refuse up front a store whose dense vectors would not fit ``dense_limit_mb``.
@@ -323,10 +304,10 @@ class Params(SolverParams):
         also bounds the working set of cutting planes. A legal line such as
         ``1 2147483648:1`` would otherwise make training ask for tens of GiB.
         """
-        if self.variant == "auto":
+        if self.algorithm.chooses:
             self.effective(meta).check_dense(meta, copies, extra_bytes)
             return
-        if self.variant == "selective" and int(meta.n_features) >= remap_min_dim():
+        if self.algorithm.wide == "deferred" and int(meta.n_features) >= remap_min_dim():
             return  # checked over the columns the store holds, once counted (selective.py)
         dense, vectors, dim = self._dense_bytes(meta, copies)
         need = dense + float(extra_bytes)

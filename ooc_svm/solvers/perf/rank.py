@@ -24,6 +24,7 @@ from ...model.model import Model
 from .. import Result, SolverError
 from ..params import class_weights
 from ._numba.cuts import rank_cut, vdot
+from .algorithms import algorithm
 from .common import (
     _finite,
     _Progress,
@@ -281,7 +282,7 @@ class _RankRun:
             self.it += 1
             wc, self.dual, _ = ws.solve(self.Cp, self.atol)
             self.stalled = self.stalled or check_qp(self.C, self.Cp, ws, self.loss)
-            if self.variant == "paper":
+            if not algorithm(self.variant).line_search:  # paper: to the QP's solution
                 step, cut = self.step_paper(wc)
             else:
                 step, cut = self.step_accelerated(wc)
