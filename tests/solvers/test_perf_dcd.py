@@ -114,6 +114,31 @@ def test_class_weights_match_liblinear(make_store):
     assert res.summary["class_costs"] == [3.0, 1.0]
 
 
+def test_the_kept_alpha_is_the_certified_epochs_however_slow_its_pass(make_store, monkeypatch):
+    """With two threads the certificate pass runs beside later epochs; the model keeps α of
+    the certified epoch, not of however many epochs ran beside a slow pass (it kept the
+    latter: a warm start from the same training differed run to run)."""
+    import time as _time
+
+    from ooc_svm.solvers.perf import dcd, dcd_cert
+
+    X, y = _data(3, n=1200, d=40)
+    st = make_store(X, y, shard_rows=250)
+    with LocalEngine(n_threads=2) as e2:
+        a = train(st, "perf", engine=e2, variant="dcd", eps=1e-4, inner_mb="64")
+        real = dcd_cert.certify
+
+        def slow(*args, **kw):
+            _time.sleep(0.2)  # later epochs sweep meanwhile
+            return real(*args, **kw)
+
+        monkeypatch.setattr(dcd, "certify", slow)
+        b = train(st, "perf", engine=e2, variant="dcd", eps=1e-4, inner_mb="64")
+    assert a.summary["held"] and a.iterations == b.iterations
+    np.testing.assert_array_equal(b.model.coef_, a.model.coef_)
+    np.testing.assert_array_equal(b.model.warm_alpha_, a.model.warm_alpha_)
+
+
 def test_same_bits_any_threads_held_or_streamed_and_by_seed(make_store):
     X, y = _data(3, n=1200, d=40)
     st = make_store(X, y, shard_rows=250)

@@ -14,7 +14,7 @@ certificate P(w) − lower bound ≤ C·n·ε.
   cutting plane needs hundreds of passes (click-log and kdd2010 shapes: ~1,000), and each
   pass's planes are as wide as the store; dual coordinate descent needs tens to hundreds of
   cheap epochs over the rows held in memory when they fit, and reads them shard by shard
-  (block minimization) when they do not, holding only w and 37 bytes a row (a click-log
+  (block minimization) when they do not, holding only w and 45 bytes a row (a click-log
   shaped 1M-row store inside an 800 MB container: accelerated's pass was killed by the
   kernel, dcd's blocks train in it);
 - ``selective`` when the decoded store is larger than the shard cache's share and its pass's

@@ -16,8 +16,9 @@ store's shards, read and visited in a seeded random order every epoch, each visi
 over the block's active rows in a seeded random order. w = Σαᵢyᵢx̃ᵢ (dense float64, over
 the columns the store holds when it is wide, most frequent first) and the per-row state (α,
 Q̄ᵢᵢ, the margins at the best point and at the last measured w, sign and place in the active
-order: 37 bytes a row) stay in memory; the rows are held decoded when they fit
-``--inner-mb`` (default: half the memory budget) and read again every epoch otherwise.
+order, α of the epoch being certified: 45 bytes a row) stay in memory; the rows are held
+decoded when they fit ``--inner-mb`` (default: half the memory budget) and read again
+every epoch otherwise.
 
 Certificate (:mod:`.dcd_cert`): a pass over the rows after the first epoch and then each time
 the rows swept reach the number of rows gives the best primal point on the segment from the
@@ -65,8 +66,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: bytes a row of per-row state costs (α, Q̄ᵢᵢ and the margins at the best point and at the
-#: last measured w: float64; place in the active order: int32; sign: int8)
-STATE_BYTES_PER_ROW = 37
+#: last measured w: float64; place in the active order: int32; sign: int8; α of the epoch
+#: whose certificate runs beside the sweeps: float64)
+STATE_BYTES_PER_ROW = 45
 
 #: decoded bytes of a held block: CSR (8 per non-zero: int32 column + float32 value; int64
 #: row pointer) and the per-row state
@@ -359,6 +361,10 @@ class _Cert:
     spread: float
     seconds: float
     best: Any
+    #: α of the blocks at this epoch when later epochs sweep while its pass runs (None: the
+    #: blocks' α is this epoch's): what the model keeps for a warm start, the same bits
+    #: however many epochs ran beside the pass
+    alphas: list | None = None
 
     def finish(self, Cn: float) -> tuple[Best, float, float]:
         """(best point, D, gap / min(C n, P(w_b))) at this epoch: the stop test's value."""
@@ -466,8 +472,9 @@ def _loop(
                 fut = pool.submit(certify, run, best, snap, 1)
             else:
                 fut = certify(run, best, w, run.threads)
+            snap_a = [b.alpha.copy() for b in run.blocks] if pool is not None else None
             pending = _Cert(epoch, asum, asq, float(np.dot(w, w)), active, spread,
-                            time.perf_counter() - te, fut)  # fmt: skip
+                            time.perf_counter() - te, fut, snap_a)  # fmt: skip
             if pool is None or epoch >= max_iter:
                 last = pending.finish(Cn)
                 best = last[0]
@@ -565,7 +572,8 @@ def _result(run: _Run, best: Best, D: float, final: _Cert, converged: bool, stop
         info=info,
     )
     if run.params.warm_state:
-        attach_alpha(model, [b.alpha for b in run.blocks], run.C, run.params.hinge)
+        alphas = final.alphas if final.alphas is not None else [b.alpha for b in run.blocks]
+        attach_alpha(model, alphas, run.C, run.params.hinge)
     active = final.active
     summary = {
         "variant": "dcd",
