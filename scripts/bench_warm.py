@@ -80,6 +80,7 @@ def _child(spec: dict) -> dict:
         "converged": bool(res.converged),
         "peak_rss_mb": peak_rss_mb(),
         "load": [load0, os.getloadavg()[0]],
+        "variant": res.summary.get("variant") if isinstance(res.summary, dict) else None,
     }
 
 
@@ -263,9 +264,10 @@ def render(paths: list[str]) -> str:
             rw, rc = total / c["wall"], float("nan")
             change = f"{r['case']} (--follow)"
         cold = f"{c['wall']:.1f} / {c['cpu']:.1f}, {c['passes']} ({c['iterations']} it.)"
+        solver = r["solver"] + (f" ({c['variant']})" if c.get("variant") else "")
         rc_text = "–" if rc != rc else f"{rc:.2f}"
         out.append(
-            f"| {change} | {r['solver']} | {cold} | {warm} | {rw:.2f} | {rc_text} "
+            f"| {change} | {solver} | {cold} | {warm} | {rw:.2f} | {rc_text} "
             f"| {min(loads):.1f}–{max(loads):.1f} |"
         )
     return "\n".join(out)
