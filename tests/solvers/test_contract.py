@@ -10,7 +10,8 @@ bound below the optimum), also with class weights and with the squared hinge whe
 parameters accept them (a refusal names the flag); a run interrupted and resumed ends with
 the model of an uninterrupted one (where it declares checkpoints); a warm start reaches the
 cold run's optimum (where it declares warm starts); one-vs-rest gives each class the model it
-gets alone; the local and the Dask engines give the same bits (``cluster``). The
+gets alone; one thread and two give the same bits; the local and the Dask engines too
+(``cluster``). The
 algorithms of LIBLINEAR's problem also train, or refuse in one line, under a small memory
 budget on a narrow, a wide and a ``synth --like`` store.
 
@@ -365,8 +366,22 @@ def check_engines_same_bits(spec: SolverSpec, tmp, algorithm: Any = None) -> Non
     _same_model(local, dask)
 
 
+def check_threads_same_bits(spec: SolverSpec, tmp, algorithm: Any = None) -> None:
+    """One thread and two give the same model, to the last bit (every algorithm claims it:
+    partial sums are folded in shard order, the schedules depend on counts, not on time)."""
+    from ooc_svm.engine import LocalEngine
+
+    store, _, _ = _store(tmp)
+    p = _params(spec, algorithm)
+    with LocalEngine(n_threads=1, prefetch=0) as one, LocalEngine(n_threads=2) as two:
+        a = train(store, spec.name, engine=one, params=p).model
+        b = train(store, spec.name, engine=two, params=p).model
+    _same_model(a, b)
+
+
 #: the checks every solver passes without a cluster
 CHECKS: dict[str, Callable[..., None]] = {
+    "threads": check_threads_same_bits,
     "params": check_params_round_trip,
     "optimum": check_reference_optimum,
     "weighted": check_weighted_optimum,
