@@ -79,7 +79,7 @@ def _candidate_count(
 
 
 def _load_init(model: Model, C: float, kp: KernelParams, n_rows: int, costs=None, where: str = ""):
-    """(sorted gids, signed coefficients yα, SV rows, w, intercept, C_old) of a start's model
+    """(sorted gids, signed coefficients yα, SV rows, w, intercept) of a start's model
     made ready by :func:`~..warm.dual_start` (α already at C).
 
     ``costs`` (class weights): each |yα| is clipped to its class's C_{y_i} instead of C.
