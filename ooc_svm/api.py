@@ -168,7 +168,7 @@ def train(
     if isinstance(store, str):
         store = open_store(store)
     spec = get_solver(solver)
-    typed = _typed_params(spec, params)
+    typed = _with_start(_typed_params(spec, params), store.meta)
     multiclass = _multiclass_mode(store, multiclass)
     if probability:
         _check_probability(store, multiclass, probability_folds)
@@ -255,6 +255,17 @@ def _run_scope(
         budget.claims = claims
         if own_engine:
             engine.close()
+
+
+def _with_start(typed: SolverParams, meta: Any) -> SolverParams:
+    """``typed`` with its ``init`` (a model directory or a Model) as the one warm-start
+    object every solver takes (:func:`ooc_svm.solvers.warm.start_from`; the model is read
+    when the solver first needs it)."""
+    if typed.init is None:
+        return typed
+    from .solvers.warm import start_from
+
+    return typed.replace(init=start_from(typed.init, meta))
 
 
 def _typed_params(spec: SolverSpec, params: dict[str, Any]) -> SolverParams:
@@ -446,7 +457,7 @@ def train_sweep(
     spec = get_solver(solver)
     Cs = parse_c_values(C)
     params.pop("C", None)
-    typed = _typed_params(spec, params).replace(C=Cs[0])
+    typed = _with_start(_typed_params(spec, params).replace(C=Cs[0]), store.meta)
     meta = store.meta
     if (validation is None) == (folds is None):
         raise SolverError("a C sweep needs --validation STORE or --folds K (one of them)")

@@ -135,9 +135,9 @@ class _OocSVMBase(ClassifierMixin, BaseEstimator):
         model = getattr(self, "model_", None)
         if not getattr(self, "warm_start", False) or model is None:
             return {}
-        from .solvers.warm import lenient
+        from .solvers.warm import start_from
 
-        return {"init": lenient(model, store.meta)}
+        return {"init": start_from(model, store.meta, lenient=True)}
 
     def _set_attributes(self) -> None:
         m = self.model_

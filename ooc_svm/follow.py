@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .model.model import Model
     from .solvers import Result
     from .solvers.params import SolverParams
+    from .solvers.warm import Start
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def follow(
         Receives a :class:`Refit` after each refit (the model is already in place).
     """
     from .api import _make_engine
-    from .solvers.warm import dropped_rows, rows_status, trained_rows
+    from .solvers.warm import start_from, trained_rows
 
     if poll_seconds <= 0:
         raise SolverError(f"--follow-seconds must be positive (got {poll_seconds})")
@@ -109,11 +110,13 @@ def follow(
     try:
         while max_refits is None or refits < max_refits:
             meta = _meta(store, output, refits)
-            status = rows_status(model, meta)
+            start = start_from(model, meta)  # the refit's init= (warm.Start)
+            assert start is not None
+            status = start.status
             n_old = trained_rows(model) or 0
             gone = 0
             if status == "dropped":  # `ooc-svm drop`: the model's rows left in the store
-                gone = int(dropped_rows(model, meta) or 0)
+                gone = start.dropped
                 n_old -= gone
             elif status != "prefix":
                 raise FollowError(
@@ -124,7 +127,7 @@ def follow(
             elif meta.n_rows <= n_old:
                 sleep(poll_seconds)
                 continue
-            rec = _refit(store, output, solver, params, model, engine, multiclass, refits, n_old)
+            rec = _refit(store, output, solver, params, start, engine, multiclass, refits, n_old)
             rec.rows_dropped = gone
             model = rec.result.model
             refits = rec.index
@@ -141,14 +144,14 @@ def _refit(
     output: str,
     solver: str,
     params: SolverParams,
-    model: Model,
+    start: Start,
     engine: Any,
     multiclass: str | None,
     refits: int,
     n_old: int,
 ) -> Refit:
-    """Refit number ``refits + 1``: train on the grown store warm from ``model`` (trained on
-    its first ``n_old`` rows) and replace ``output`` with the new model."""
+    """Refit number ``refits + 1``: train on the grown store warm from ``start`` (the last
+    model, trained on its first ``n_old`` rows) and replace ``output`` with the new model."""
     from .api import train
 
     t0 = time.perf_counter()
@@ -156,7 +159,7 @@ def _refit(
         opened = open_store(store)
         res = train(
             opened, solver, engine=engine, multiclass=multiclass,
-            params=params.replace(init=model),
+            params=params.replace(init=start),
         )  # fmt: skip
     except StoreError as e:
         raise FollowError(

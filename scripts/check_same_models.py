@@ -16,8 +16,9 @@ code trained is the ``ooc_svm`` that interpreter imports (``PYTHONPATH=TREE`` pi
 The runs are every solver of the registry with every choice of its algorithm parameter
 (``SolverSpec.algorithms``; its default alone where it has none) on a binary store, and
 perf's other problems and modes: ranks, ROC area, class weights, ``--hinge l2``, one-vs-rest,
-``--variant auto`` on a wide store, a checkpointed run. A run that fails records its one-line
-error (a refusal must be the same too).
+``--variant auto`` on a wide store, a checkpointed run, and warm starts: the dual solvers'
+C sweeps and ``--init`` from a model trained above (``@@NAME`` in a run's flags). A run that
+fails records its one-line error (a refusal must be the same too).
 
 ``compare`` says, for every run, whether the arrays (``arrays.npz``) are equal bit for bit
 and the JSON (``model.json``) field for field, except the fields that hold timings or paths;
@@ -182,6 +183,28 @@ def _runs() -> list[tuple[str, str, str, list[str]]]:
     ]
     runs += [(n, s, "perf", f) for n, s, f in perf]
     runs.append(("smo-multi", "multi", "smo", []))
+    # warm starts (#47): the dual solvers' C sweeps (each C from the previous one) and
+    # `--init` from a model above (@@NAME) at another C, and a refusal
+    sweep = ["--C", "0.5,2", "--validation", "@binary"]
+    runs += [
+        ("smo-sweep", "binary", "smo", sweep),
+        ("smo-cw-sweep", "binary", "smo", [*sweep, "--class-weight", "pos=3"]),
+        ("active-set-sweep", "binary", "active-set", sweep),
+        ("irwls-sweep", "binary", "irwls", sweep),
+        ("smo-init", "binary", "smo", ["--C", "2", "--init", "@@smo-wss2"]),
+        ("active-set-init", "binary", "active-set", ["--C", "2", "--init", "@@active-set-sprint"]),
+        ("irwls-init", "binary", "irwls", ["--C", "2", "--init", "@@irwls-random"]),
+        ("perf-init", "binary", "perf", ["--C", "2", "--init", "@@perf-auto"]),
+        (
+            "perf-dcd-init",
+            "binary",
+            "perf",
+            ["--C", "2", "--variant", "dcd", "--init", "@@perf-dcd"],
+        ),
+        ("perf-multi-init", "multi", "perf", ["--C", "2", "--init", "@@perf-multi-auto"]),
+        ("smo-multi-init", "multi", "smo", ["--C", "2", "--init", "@@smo-multi"]),
+        ("smo-init-perf-refused", "binary", "smo", ["--init", "@@perf-auto"]),
+    ]
     return runs
 
 
@@ -211,7 +234,10 @@ def train(out: Path, only: str | None = None) -> None:
         dest = models / name
         if dest.exists() or (models / f"{name}.error").exists():
             continue
-        flags = [str(stores[f[1:]]) if f.startswith("@") else f for f in flags]
+        flags = [
+            str(models / f[2:]) if f.startswith("@@") else str(stores[f[1:]]) if f[:1] == "@" else f
+            for f in flags
+        ]
         args = ["train", "--solver", solver, str(stores[store]), "-o", str(dest), *flags]
         r = _cli(*args)
         if r.returncode:
@@ -293,6 +319,9 @@ def compare(a: Path, b: Path, repeats: list[Path] | None = None) -> int:
             continue
         if name.endswith(".error"):
             ea, eb = pa.read_text().strip(), pb.read_text().strip()
+            # a message naming a model of the folder (``--init @@NAME``) names it as OUT
+            ea = ea.replace(str(a.resolve()), "OUT").replace(str(a), "OUT")
+            eb = eb.replace(str(b.resolve()), "OUT").replace(str(b), "OUT")
             same = ea == eb
             print(f"{'same' if same else 'DIFF'}  {name}: {ea}" + ("" if same else f" | {eb}"))
             bad += not same

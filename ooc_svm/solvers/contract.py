@@ -117,7 +117,9 @@ class SolverSpec:
         ``solve(store, engine, params, *, callback=None, checkpoint=None) -> Result``.
     solve_warm : callable or None
         ``solve_warm(store, engine, params, init, *, callback=None) -> Result``: started from
-        ``init``, the model of this store at another C (None: cold); None: no warm start.
+        ``init``, the model of this store at another C or its :class:`~.warm.Start` (None:
+        cold), passed on as ``params.init`` (the one warm-start route); the model returned
+        keeps what starts the next C. None: no warm start.
     solve_ovr : callable or None
         ``solve_ovr(store, engine, params, classes, *, callback=None, checkpoint=None)``: all
         classes of a multiclass store at once (shared passes); None: one class after the

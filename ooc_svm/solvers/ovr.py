@@ -50,11 +50,10 @@ def train_ovr(
         )
     t0 = time.perf_counter()
     _class_params(params, classes[0], classes)  # refuse a bad --class-weight before training
-    init = None
-    if params.init is not None:  # one class of the one-vs-rest model starts each problem
-        from .warm import init_model
+    from .warm import start_from
 
-        init = init_model(params.init)
+    # one class of the one-vs-rest model starts each problem
+    init = start_from(params.init, store.meta)
     results = []
     for k, c in enumerate(classes):
 
@@ -64,9 +63,7 @@ def train_ovr(
 
         sub = _class_params(params, c, classes)
         if init is not None:
-            from .warm import class_model
-
-            sub = sub.replace(init=class_model(init, k, len(classes), labels=(0.0, 1.0)))
+            sub = sub.replace(init=init.for_class(k, len(classes), labels=(0.0, 1.0)))
         results.append(spec.solve(BinaryView(store, c), engine, sub, callback=cb))
     return ovr_result(results, classes, t0)
 

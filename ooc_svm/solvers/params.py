@@ -190,7 +190,11 @@ class SolverParams:
                     object.__setattr__(self, f.name, f.default)
                 continue
             if f.metadata.get("object") and not isinstance(v, str | os.PathLike):
-                if not hasattr(v, "kind") or not hasattr(v, "n_features"):
+                from .warm import Start
+
+                if not isinstance(v, Start) and (
+                    not hasattr(v, "kind") or not hasattr(v, "n_features")
+                ):
                     raise SolverError(
                         f"{flag_name(f.name)} must be a model directory or a Model "
                         f"(got {type(v).__name__})"
@@ -324,9 +328,14 @@ class SolverParams:
         return int(mib * 2**20)
 
     def to_dict(self) -> dict[str, Any]:
-        """The parameters as plain values (a Model given as ``init`` is named, not copied)."""
+        """The parameters as plain values (a Model given as ``init`` is named, not copied;
+        a :class:`~ooc_svm.solvers.warm.Start` by its directory, or as a Model)."""
+        from .warm import Start
+
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if out.get("init") is not None and not isinstance(out["init"], str):
+        if isinstance(out.get("init"), Start):
+            out["init"] = out["init"].name()
+        elif out.get("init") is not None and not isinstance(out["init"], str):
             out["init"] = "<model>"
         return out
 

@@ -9,7 +9,8 @@ Each solver says how (its spec's ``sweep_mode``, :mod:`ooc_svm.solvers.contract`
   value's, not the sum.
 - ``"warm"`` — one C after the other from the smallest, each started from the previous
   solution through the spec's ``solve_warm`` (the dual solvers: α scaled into the new box,
-  α·C_new/C_old, which keeps yᵀα = 0 and 0 ≤ α ≤ C, :mod:`ooc_svm.solvers.dual.warm`;
+  α·C_new/C_old, which keeps yᵀα = 0 and 0 ≤ α ≤ C, by the warm start every route takes,
+  :class:`ooc_svm.solvers.warm.Start`;
   active-set through its incremental mode, Scheinberg 2006 §4.3–4.4). Each C's passes are
   its own; the total is their sum.
 - ``"independent"`` — one training per C (passes add up): perf's other losses and variants,
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import Callback, Result, SolverError, tagged
 from .params import SolverParams
-from .warm import rows_record
+from .warm import rows_record, start_from
 
 if TYPE_CHECKING:
     from ..engine.base import Engine
@@ -179,16 +180,18 @@ def _independent(store, engine, spec: SolverSpec, params, callback) -> Result:
 def _dual_warm(
     store, engine, spec: SolverSpec, params, Cs: list[float], callback
 ) -> tuple[list[Result], list[bool]]:
-    """Dual solvers: ascending C, each started from the previous model (the first one cold,
-    through ``solve_warm`` too: smo's linear models keep their dual coefficients only when
-    trained this way)."""
+    """Dual solvers: ascending C, each started from the previous model (its
+    :class:`~.warm.Start`, as ``--init`` passes one; the first one cold, through
+    ``solve_warm`` too: smo's linear models keep their dual coefficients only when trained
+    this way)."""
     assert spec.solve_warm is not None  # SolverSpec.mode says "warm" only then
     results: list[Result] = []
     warm: list[bool] = []
     prev = None
     for k, c in enumerate(Cs):
         cb = tagged(callback, C=c, C_index=k)
-        res = spec.solve_warm(store, engine, params.replace(C=c), prev, callback=cb)
+        start = start_from(prev, store.meta)
+        res = spec.solve_warm(store, engine, params.replace(C=c), start, callback=cb)
         warm.append(prev is not None)
         results.append(res)
         prev = res.model

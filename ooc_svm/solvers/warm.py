@@ -30,6 +30,7 @@ longer in the store (overwritten, re-ingested, shards removed).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -165,6 +166,130 @@ def init_model(init: Any) -> Model:
 def init_name(init: Any) -> str:
     """How messages name the ``--init`` model."""
     return f"--init {os.fspath(init)}" if isinstance(init, str | os.PathLike) else "init model"
+
+
+# -- the one warm start -------------------------------------------------------------------------
+def _rows_key(meta: StoreMeta) -> tuple[int, tuple[str, ...]]:
+    """What a :class:`Start`'s row status depends on: the store's rows and shard table."""
+    return int(meta.n_rows), tuple(str(s.checksum) for s in meta.shards)
+
+
+class Start:
+    """A warm start: the one object every route passes as ``init=`` to a solver (``train
+    --init``, the C sweep's next value, ``--follow``'s refits, the estimators'
+    ``warm_start``), built by :func:`start_from` from a model or a model directory and the
+    meta of the store it starts a training on.
+
+    The model is loaded when first needed (:attr:`model`; a path that cannot be read is
+    refused then, as ``--init`` always was); :attr:`status` and :attr:`dropped` say how its
+    rows sit in the store (:func:`rows_status`, :func:`dropped_rows`). What each solver
+    family starts from is made on demand from it: the dual solvers' α by row
+    (:meth:`dual`, :func:`dual_start`), perf's w and planes (:meth:`perf`,
+    :func:`~ooc_svm.solvers.perf.warm.perf_start`) and dcd's α by row (:meth:`alpha`,
+    :func:`~ooc_svm.solvers.perf.dcd_warm.alpha_start`); α is scaled to the new C by
+    :func:`rescale` alone.
+    """
+
+    def __init__(
+        self, source: Any, meta: StoreMeta, *, lenient: bool = False, where: str | None = None
+    ) -> None:
+        #: the model or model directory as given (``to_dict`` names a directory by its path)
+        self.source = source
+        #: how messages name it (``--init PATH`` or ``init model``)
+        self.where = where or init_name(source)
+        #: :func:`lenient`: a start for any rows (scikit-learn's ``warm_start``)
+        self.lenient = lenient
+        self.meta = meta
+        self._key = _rows_key(meta)
+
+    @functools.cached_property
+    def model(self) -> Model:
+        """The model (loaded once; :func:`lenient` applied when asked)."""
+        model = init_model(self.source)
+        return lenient(model, self.meta) if self.lenient else model
+
+    @functools.cached_property
+    def status(self) -> str:
+        """:func:`rows_status` of the model on the store."""
+        return rows_status(self.model, self.meta)
+
+    @functools.cached_property
+    def dropped(self) -> int:
+        """Rows of the model's oldest shards that ``ooc-svm drop`` removed (status
+        ``"dropped"``), else 0."""
+        return int(dropped_rows(self.model, self.meta) or 0) if self.status == "dropped" else 0
+
+    @property
+    def loaded(self) -> bool:
+        """Whether :attr:`model` is in memory (a model given, or a directory read)."""
+        from ..model.model import Model
+
+        return "model" in self.__dict__ or isinstance(self.source, Model)
+
+    def matches(self, meta: StoreMeta) -> bool:
+        """Whether this start was built for a store with ``meta``'s rows and shards."""
+        return self._key == _rows_key(meta)
+
+    def name(self) -> str:
+        """The start as a plain value (``SolverParams.to_dict``): its directory, or
+        ``<model>``."""
+        if isinstance(self.source, str | os.PathLike):
+            return os.fspath(self.source)
+        return "<model>"
+
+    def for_class(self, k: int, n_classes: int, labels: tuple[float, float] | None = None) -> Start:
+        """The start of one-vs-rest problem ``k`` (:func:`class_model`)."""
+        sub = class_model(self.model, k, n_classes, labels)
+        return Start(sub, self.meta, where=self.where)
+
+    def dual(self, store: Store, engine: Engine, solver: str, kernel: dict[str, Any], pos: float,
+             C: float, costs: tuple[float, float] | None = None,
+             classes: list[float] | None = None) -> Model:  # fmt: skip
+        """The dual solvers' start: :func:`dual_start`."""
+        return dual_start(self, store, engine, solver, kernel, pos, C, costs, classes)
+
+    def perf(self, meta: StoreMeta, classes: list[float] | None, loss: str, bias: float, *,
+             weights: tuple[float, float] = (1.0, 1.0)) -> Any:  # fmt: skip
+        """perf's start (w, its plane and points): :func:`~.perf.warm.perf_start`."""
+        from .perf.warm import perf_start
+
+        return perf_start(self, meta, classes, loss, bias, weights=weights)
+
+    def alpha(self, meta: StoreMeta, classes: list[float], C: float) -> np.ndarray | None:
+        """dcd's α by row: :func:`~.perf.dcd_warm.alpha_start`."""
+        from .perf.dcd_warm import alpha_start
+
+        return alpha_start(self, meta, classes, C)
+
+    def __repr__(self) -> str:
+        return f"Start({self.where!r})"
+
+
+def start_from(init: Any, meta: StoreMeta, *, lenient: bool = False) -> Start | None:
+    """The :class:`Start` of ``init`` (a model directory, a Model or a Start; None: None)
+    on a store with ``meta``: a Start built for the same rows and shards is returned as it
+    is, one built for others is made again from its model (the store grew between two
+    looks). ``lenient``: a start for any rows (:func:`lenient`)."""
+    if init is None:
+        return None
+    if isinstance(init, Start):
+        if init.matches(meta):
+            return init
+        source = init.model if init.loaded else init.source
+        return Start(source, meta, lenient=init.lenient, where=init.where)
+    return Start(init, meta, lenient=lenient)
+
+
+def c_ratio(C: float, C_old: float) -> float:
+    """C / C_old (1 when C_old is not positive): what α, the bias and w of a model trained
+    at C_old are scaled by to start a training at C."""
+    return C / C_old if C_old > 0 else 1.0
+
+
+def rescale(values: Any, C: float, C_old: float) -> Any:
+    """``values`` (α, yα, the bias) of a model trained at ``C_old`` scaled to ``C``: every
+    warm start's one scaling (:func:`dual_start`, dcd's :func:`.perf.dcd_warm.alpha_start`)."""
+    return values * c_ratio(C, C_old)
 
 
 def check_model(
@@ -345,7 +470,8 @@ def dual_start(
     """The ``init`` model with its support vectors located in ``store`` and its α ready:
     ``support_`` = their global rows (sorted), ``dual_coef_`` = yᵢαᵢ·C/C_old clipped to
     each row's bound (``costs``: per-class C) with yᵀα = 0 repaired, and ``info["C"]`` = C
-    (so that the solvers' own scaling is the identity).
+    (the solvers read it as it is). ``init``: a :class:`Start` (or what :func:`start_from`
+    takes).
 
     Rows are found by index when the store's first shards are the model's rows, else by
     fingerprint (one pass); a support vector that is not in the store is refused.
@@ -353,20 +479,21 @@ def dual_start(
     import scipy.sparse as sp
 
     meta = store.meta
-    where = init_name(init)
-    model = init_model(init)
+    start = start_from(init, meta)
+    assert start is not None
+    where, model = start.where, start.model
     check_model(model, meta, where, classes=classes)
     check_dual_model(model, solver, where, kernel)
     coef = np.asarray(model.dual_coef_, dtype=np.float64)
     if coef.ndim != 1:
         raise SolverError(f"{where}: a one-vs-rest model cannot start a binary training")
     gids = np.asarray(model.support_, dtype=np.int64)
-    status = rows_status(model, meta)
+    status = start.status
     X = None if model.support_vectors_ is None else sp.csr_matrix(model.support_vectors_)
     if status == "changed" and X is None:
         refuse_changed_rows(model, meta, where)
     if status == "dropped":  # `ooc-svm drop` took the oldest rows: the rest moved down
-        gids, coef, X = _after_drop(model, meta, where, gids, coef, X)
+        gids, coef, X = _after_drop(start.dropped, where, gids, coef, X)
         status = "prefix"
     if status in ("prefix", "unknown") or X is None:
         if gids.size and (gids.min() < 0 or gids.max() >= meta.n_rows):
@@ -377,7 +504,7 @@ def dual_start(
     else:
         gids, coef, X = _located(store, engine, X, coef, pos, status, where)
     C_old = float(model.info.get("C", C) or C)
-    coef = coef * (C / C_old if C_old > 0 else 1.0)
+    coef = rescale(coef, C, C_old)
     cap = np.full(coef.shape, float(C))
     if costs is not None:
         cap = np.where(coef > 0, costs[1], costs[0])
@@ -396,7 +523,7 @@ def dual_start(
             )
         Xo.sort_indices()
         out.support_vectors_ = Xo
-    out.intercept_ = float(model.intercept_) * (C / C_old if C_old > 0 else 1.0)
+    out.intercept_ = rescale(float(model.intercept_), C, C_old)
     out.info = {**model.info, "C": float(C)}
     log.debug("%s: warm start from %s: %d support vectors", solver, where, gids.size)
     return out
@@ -422,10 +549,9 @@ def _located(store: Store, engine: Engine, X, coef, pos: float, status: str, whe
     return gids[keep], coef[keep], X[keep]
 
 
-def _after_drop(model: Model, meta: StoreMeta, where: str, gids, coef, X):
+def _after_drop(gone: int, where: str, gids, coef, X):
     """The support vectors still in the store after ``ooc-svm drop`` removed the model's
-    oldest rows: their rows moved down by the rows dropped, the others left out."""
-    gone = int(dropped_rows(model, meta) or 0)
+    ``gone`` oldest rows: their rows moved down by the rows dropped, the others left out."""
     kept = gids >= gone
     log.info(
         "%s: %d of the model's oldest rows were dropped from the store, with %d of its "
@@ -454,9 +580,9 @@ def dual_init(
     neg, pos = binary_classes(meta)
     kp = KernelParams.from_params(params.kernel_dict(), int(meta.n_features))
     kernel = {"kernel": kp.kernel, "gamma": kp.gamma, "degree": kp.degree, "coef0": kp.coef0}
-    return dual_start(
-        params.init, store, engine, solver, kernel, pos, float(params.C), costs, [neg, pos]
-    )
+    start = start_from(params.init, meta)
+    assert start is not None
+    return start.dual(store, engine, solver, kernel, pos, float(params.C), costs, [neg, pos])
 
 
 def _copy_model(model: Model) -> Model:
@@ -559,7 +685,9 @@ def locate_rows(
 
 
 __all__ = [
+    "Start",
     "balance",
+    "c_ratio",
     "check_dual_model",
     "check_model",
     "class_model",
@@ -572,5 +700,7 @@ __all__ = [
     "row_fingerprints",
     "rows_record",
     "dropped_rows",
+    "rescale",
     "rows_status",
+    "start_from",
 ]

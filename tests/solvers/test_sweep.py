@@ -21,7 +21,7 @@ import ooc_svm
 from ooc_svm.api import train_sweep
 from ooc_svm.engine import LocalEngine
 from ooc_svm.solvers import SolverError, get_solver
-from ooc_svm.solvers.dual import warm_start_from_model
+from ooc_svm.solvers.dual import start_point
 from ooc_svm.solvers.sweep import parse_c_values, solve_sweep
 
 CS = [0.01, 0.1, 1.0, 10.0]
@@ -113,10 +113,15 @@ def test_dual_sweep_warm_starts_match_alone(stores, solver, extra):
 
 
 def test_warm_start_is_feasible_in_the_new_box():
-    """α·C/C_old stays in [0, C] with yᵀα = 0 (the heavier class shrunk when it was not)."""
+    """α·C/C_old stays in [0, C] with yᵀα = 0 (the heavier class shrunk when it was not):
+    the one warm start (warm.Start, dual_start) every route takes, read by the solvers'
+    start_point as it is."""
+    from types import SimpleNamespace
+
     import scipy.sparse as sp
 
     from ooc_svm.model.model import Model
+    from ooc_svm.solvers.warm import start_from
 
     X = sp.csr_matrix(np.eye(4))
     m = Model(
@@ -131,15 +136,26 @@ def test_warm_start_is_feasible_in_the_new_box():
         gamma=1.0,
         info={"C": 0.1},
     )
-    gids, coef, sv, b = warm_start_from_model(m, 1.0, 4)
+    kernel = {"kernel": "rbf", "gamma": 1.0, "degree": 3, "coef0": 0.0}
+
+    def ready(n_rows):
+        meta = SimpleNamespace(n_rows=n_rows, n_features=4, shards=[], hashing=None)
+        start = start_from(m, meta)
+        return start.dual(SimpleNamespace(meta=meta), None, "smo", kernel, 1.0, 1.0)
+
+    out = ready(4)
+    assert out.info["C"] == 1.0
+    gids, coef, sv, b = start_point(out, 1.0, 4)
     np.testing.assert_array_equal(gids, [0, 1, 2, 3])
     assert abs(coef.sum()) < 1e-12
     # at the old bound -> exactly at the new one; the heavier (positive) class shrunk
     np.testing.assert_allclose(coef, [-1.0, -0.2, 0.4, 0.8], rtol=1e-12)
     assert coef[0] == -1.0
     assert b == pytest.approx(5.0)
+    with pytest.raises(SolverError, match="outside this store"):
+        ready(3)  # row 3 is outside a 3-row store
     with pytest.raises(SolverError):
-        warm_start_from_model(m, 1.0, 3)  # row 3 is outside a 3-row store
+        start_point(out, 1.0, 3)
 
 
 def test_multiclass_perf_sweep_fuses_classes_and_c_values(tmp_path):

@@ -536,15 +536,11 @@ def solve_warm(
     callback: Callback | None = None,
 ) -> Result:
     """:func:`solve` started from ``init`` (a C sweep's next value: a model of this store at
-    another C; None: cold) by Scheinberg's incremental mode (§4.3–4.4), which reads the model
-    it starts from: ``init`` is saved in a temporary directory for it (``--init``)."""
+    another C, or its :class:`~..warm.Start`; None: cold) by Scheinberg's incremental mode
+    (§4.3–4.4): ``init`` is passed as ``init=``, as ``--init`` is."""
     if init is None:
         return solve(store, engine, params, callback=callback)
-    import os
-    import tempfile
+    from ..warm import start_from
 
-    with tempfile.TemporaryDirectory(prefix="ooc-svm-warm-") as tmp:
-        path = os.path.join(tmp, "init")
-        init.save(path)
-        p = as_params(Params, params).replace(init=path)
-        return solve(store, engine, p, callback=callback)
+    p = as_params(Params, params).replace(init=start_from(init, store.meta))
+    return solve(store, engine, p, callback=callback)

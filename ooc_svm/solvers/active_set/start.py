@@ -24,6 +24,7 @@ from .passes import _warm_fn
 from .working_set import S_FREE
 
 if TYPE_CHECKING:
+    from ...model.model import Model
     from ...store.format import StoreMeta
 
 log = logging.getLogger(__name__)
@@ -77,18 +78,13 @@ def _candidate_count(
     return int(max(MIN_CANDIDATES, min(k, n_rows)))
 
 
-def _load_init(
-    init: Any, C: float, kp: KernelParams, n_rows: int, costs=None, where: str | None = None
-):
-    """(sorted gids, signed coefficients yα rescaled to C, SV rows, w, intercept) of a model
-    (a :class:`~ooc_svm.model.model.Model` or a model directory).
+def _load_init(model: Model, C: float, kp: KernelParams, n_rows: int, costs=None, where: str = ""):
+    """(sorted gids, signed coefficients yα, SV rows, w, intercept) of a start's model
+    made ready by :func:`~..warm.dual_start` (α already at C).
 
     ``costs`` (class weights): each |yα| is clipped to its class's C_{y_i} instead of C.
     """
-    from ..warm import init_model, init_name
-
-    path = where or init_name(init)
-    model = init_model(init)
+    path = where
     if model.support_ is None or model.dual_coef_ is None:
         raise SolverError(
             f"{path}: the model keeps no dual coefficients with their row indices "
@@ -103,9 +99,6 @@ def _load_init(
             f"{path}: support vector row {int(gids.max())} is outside this store "
             f"({n_rows} rows); the model was trained on another store"
         )
-    C_old = float(model.info.get("C", C))
-    scale = C / C_old if C_old > 0 else 1.0
-    coef = coef * scale
     # clip |coef| to C (rounding) and order by row; sign(coef) = y
     coef = np.sign(coef) * np.minimum(np.abs(coef), row_costs(np.sign(coef), C, costs))
     order = np.argsort(gids, kind="stable")
@@ -114,8 +107,8 @@ def _load_init(
     w = None
     if kp.kernel == "linear":
         if model.coef_ is not None and sv is None:
-            w = np.asarray(model.coef_, dtype=np.float64) * scale
-    intercept = float(model.intercept_) * scale if np.ndim(model.intercept_) == 0 else 0.0
+            w = np.asarray(model.coef_, dtype=np.float64)
+    intercept = float(model.intercept_) if np.ndim(model.intercept_) == 0 else 0.0
     sv_rows = None
     if sv is not None:
         import scipy.sparse as sp
@@ -130,7 +123,7 @@ def _load_init(
             np.sign(coef),
             np.abs(coef),
         )
-    return gids, coef, sv_rows, w, intercept, C_old
+    return gids, coef, sv_rows, w, intercept
 
 
 def _repair_equality(
@@ -171,12 +164,16 @@ def _exp_tuple(rows: WorkingRows, coef: np.ndarray):
 def warm_start(run: WarmRun) -> None:
     """§4.3–4.4: α, β (and w or the expansion to add to f) of the active-set ``run`` from its
     ``--init`` model."""
-    from ..warm import dual_init, init_name
+    from ..warm import dual_init, start_from
 
     p, C, nf = run.p, run.C, run.nf
-    where = init_name(p.init)
-    model = dual_init(p, run.store, run.engine, "active-set", run.costs)
-    gids, coef, sv_rows, w_init, intercept, C_old = _load_init(
+    start = start_from(p.init, run.meta)
+    assert start is not None
+    where = start.where
+    C_old = float(start.model.info.get("C", C))  # what the log line says
+    model = dual_init(p.replace(init=start), run.store, run.engine, "active-set", run.costs)
+    assert model is not None
+    gids, coef, sv_rows, w_init, intercept = _load_init(
         model, C, run.kp, run.meta.n_rows, run.costs, where
     )
     bad = (

@@ -26,8 +26,9 @@ Conventions (stable API):
 - **Class weights.** ``--class-weight`` gives per-class costs ``(C_neg, C_pos)``
   (:func:`dual_class_costs`): row i's box is ``0 ≤ αᵢ ≤ C_{y_i}`` (:func:`row_costs`), the
   KKT tests use ``α < C_{y_i}`` and the primal sums ``C_{y_i} ξᵢ``.
-- **Warm start.** :func:`warm_start_from_model`: the starting α at a new C from a model
-  trained at another C (a C sweep's next value).
+- **Warm start.** :func:`start_point`: the starting α of a warm start, read from its model
+  made ready by :func:`ooc_svm.solvers.warm.dual_start` (every route: ``--init``, a C sweep's
+  next value, ``--follow``, ``warm_start``).
 - **Scoring.** :func:`kernel_scores_pass` streams a store against a kernel (or linear) model in
   memory bounded by the model plus one shard per engine thread (used by predict / evaluate).
 """
@@ -70,7 +71,7 @@ from .state import (
     shard_states_to_save,
     split_updates_by_shard,
 )
-from .warm import warm_start_from_model
+from .warm import start_point
 
 __all__ = [
     "CheckpointClock",
@@ -105,5 +106,5 @@ __all__ = [
     "shard_rows",
     "shard_states_to_save",
     "split_updates_by_shard",
-    "warm_start_from_model",
+    "start_point",
 ]

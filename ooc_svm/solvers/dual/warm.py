@@ -1,5 +1,7 @@
-"""The warm start of the dual solvers (smo, irwls; a C sweep's next value): the starting
-point at a new C from a model of the same store trained at another C."""
+"""The warm start of the dual solvers (smo, irwls), as they read it: the starting point of
+a :class:`~ooc_svm.solvers.warm.Start` made ready by :func:`~ooc_svm.solvers.warm.dual_start`
+(``--init``, a C sweep's next value, ``--follow``, ``warm_start``: α already scaled to the
+new C there, by :func:`~ooc_svm.solvers.warm.rescale`)."""
 
 from __future__ import annotations
 
@@ -13,13 +15,12 @@ if TYPE_CHECKING:
     from ...model.model import Model
 
 
-def warm_start_from_model(
-    model: Model, C: float, n_rows: int
-) -> tuple[np.ndarray, np.ndarray, Any, float]:
-    """Starting point of a dual solver at ``C`` from a model of the same store trained at
-    ``model.info["C"]``: ``(gids, coef, sv, intercept)`` with ``gids`` sorted global rows,
-    ``coef`` = yᵢαᵢ·C/C_old (|coef| clipped to C), ``sv`` the CSR rows of the support vectors
-    (``scipy.sparse``) and ``intercept`` scaled alike.
+def start_point(model: Model, C: float, n_rows: int) -> tuple[np.ndarray, np.ndarray, Any, float]:
+    """Starting point of a dual solver at ``C`` from a start's model
+    (:func:`~ooc_svm.solvers.warm.dual_start`: its α already at ``C``): ``(gids, coef, sv,
+    intercept)`` with ``gids`` sorted global rows, ``coef`` = yᵢαᵢ (|coef| within C of C put
+    at C, yᵀα = 0 kept), ``sv`` the CSR rows of the support vectors (``scipy.sparse``) and
+    ``intercept``.
 
     Raises
     ------
@@ -34,10 +35,7 @@ def warm_start_from_model(
     gids = np.asarray(model.support_, dtype=np.int64)
     if coef.ndim != 1 or (gids.size and (gids.min() < 0 or gids.max() >= n_rows)):
         raise SolverError("warm start: the model is not a binary model of this store")
-    C_old = float(model.info.get("C", C))
-    scale = C / C_old if C_old > 0 else 1.0
-    coef = coef * scale
-    # at the old bound → exactly at the new one (C_old·C/C_old may miss C by an ulp)
+    # at the bound -> exactly at it (C_old·C/C_old may miss C by an ulp)
     a = np.abs(coef)
     coef = np.sign(coef) * np.where(a >= C * (1.0 - 1e-12), C, a)
     from ..warm import balance  # yᵀα = 0 restored, as every warm start does
@@ -48,5 +46,5 @@ def warm_start_from_model(
 
     X = sp.csr_matrix(model.support_vectors_)[order]
     X.sort_indices()
-    intercept = float(model.intercept_) * scale if np.ndim(model.intercept_) == 0 else 0.0
+    intercept = float(model.intercept_) if np.ndim(model.intercept_) == 0 else 0.0
     return gids[order], coef[order], X, intercept

@@ -247,11 +247,11 @@ class _Run:
         log.info("irwls: resuming after outer iteration %d", self.it)
 
     def warm(self, model) -> None:
-        """Start from ``model`` (this store, a smaller C of a C sweep): β = its α scaled into
-        the box, sent as the first pass's change (g is recomputed from it), b scaled alike."""
-        from ..dual import warm_start_from_model
+        """Start from ``model`` (:func:`~..warm.dual_start`'s: its α at this C): β = its α,
+        sent as the first pass's change (g is recomputed from it), and its b."""
+        from ..dual import start_point
 
-        gids, coef, X, intercept = warm_start_from_model(model, self.C, self.store.meta.n_rows)
+        gids, coef, X, intercept = start_point(model, self.C, self.store.meta.n_rows)
         self.upd_gids, self.upd_beta, self.b = gids, np.abs(coef), intercept
         if self.linear:
             self.w = np.asarray(X.T @ coef, dtype=np.float64).ravel()
@@ -554,23 +554,30 @@ def solve(
 def solve_warm(
     store: Store, engine: Engine, params: Params, init: Any, *, callback: Callback | None = None
 ) -> Result:
-    """:func:`solve` started from ``init`` (a C sweep's next value): a binary model of this
-    store with its dual coefficients; β starts at its α scaled by C/C_old (:meth:`_Run.warm`)."""
-    return _train(store, engine, params, callback, None, init)
+    """:func:`solve` started from ``init`` (a C sweep's next value: a binary model of this
+    store with its dual coefficients, or its :class:`~..warm.Start`; None: cold), passed as
+    ``init=`` like ``--init`` (:func:`~..warm.dual_init`: β starts at its α scaled by
+    C/C_old)."""
+    from ..warm import start_from
+
+    p = as_params(Params, params)
+    if init is not None:
+        p = p.replace(init=start_from(init, store.meta))
+    return _train(store, engine, p, callback, None)
 
 
-def _train(store, engine, params, callback, checkpoint, init=None) -> Result:
+def _train(store, engine, params, callback, checkpoint) -> Result:
     p = as_params(Params, params)
     p.validate(store.meta)
     run = _Run(store, engine, p, callback, checkpoint)
     run.start()
     resuming = checkpoint is not None and checkpoint.resume
-    if init is None and p.init is not None and not resuming:  # train --init MODEL
+    if p.init is not None and not resuming:  # a warm start (warm.Start)
         from ..warm import dual_init
 
         init = dual_init(p, store, engine, "irwls", run.costs)
-    if init is not None:
-        run.warm(init)
+        if init is not None:
+            run.warm(init)
     while True:
         check_interrupt()
         if not run.step():

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..warm import (
+    Start,
     check_model,
-    dropped_rows,
-    init_model,
-    init_name,
+    rescale,
     rows_status,
+    start_from,
     trained_rows,
 )
 from .warm import check_perf_model
@@ -47,16 +47,17 @@ log = logging.getLogger(__name__)
 SNAP = 1e-6
 
 
-def alpha_unusable(model: Model, meta: StoreMeta) -> str | None:
+def alpha_unusable(model: Model, meta: StoreMeta, status: str | None = None) -> str | None:
     """Why the α ``model`` keeps cannot start dcd on a store with ``meta``, or None when it
-    can (the store begins with the model's rows, one α each)."""
+    can (the store begins with the model's rows, one α each). ``status``: the model's
+    :func:`~ooc_svm.solvers.warm.rows_status` there, when known."""
     alpha = getattr(model, "warm_alpha_", None)
     if alpha is None:
         return (
             "the model keeps no dual variables (trained by another variant, or with "
             "--no-warm-state)"
         )
-    status = rows_status(model, meta)
+    status = rows_status(model, meta) if status is None else status
     n_old = trained_rows(model)
     if status not in ("prefix", "dropped") or n_old is None:
         return {
@@ -77,6 +78,12 @@ def has_alpha(init: Any, meta: StoreMeta) -> bool:
     read it eight times in one run (its α is checked against this count when loaded)."""
     from ...model.model import Model
 
+    if isinstance(init, Start):
+        if init.loaded or not init.matches(meta):
+            start = start_from(init, meta)
+            assert start is not None
+            return alpha_unusable(start.model, meta, start.status) is None
+        init = init.source  # a directory not read yet: its model.json alone
     if isinstance(init, Model):
         return alpha_unusable(init, meta) is None
     info = _model_info(init)
@@ -107,27 +114,30 @@ def _model_info(init: Any) -> dict | None:
 
 
 def alpha_start(init: Any, meta: StoreMeta, classes: list[float], C: float) -> np.ndarray | None:
-    """α over the store's rows from ``init``, or None for a cold start (``-v`` says why).
+    """α over the store's rows from ``init`` (a :class:`~ooc_svm.solvers.warm.Start`, or
+    what :func:`~ooc_svm.solvers.warm.start_from` takes), or None for a cold start (``-v``
+    says why).
 
     Refuses (:class:`~ooc_svm.solvers.SolverError`) a model of another width, label set,
     hashing or loss. α of the model's rows is scaled by C / C_old; the appended rows get 0
     (the bounds are applied per block, :func:`clipped`).
     """
-    where = init_name(init)
-    model = init_model(init)
+    start = start_from(init, meta)
+    assert start is not None
+    where, model = start.where, start.model
     check_model(model, meta, where, classes=classes)
     check_perf_model(model, where, "error")
-    why = alpha_unusable(model, meta)
+    why = alpha_unusable(model, meta, start.status)
     if why is not None:
         log.info("perf dcd: %s: %s; its dual variables are not used: dcd starts from 0", where, why)
         return None
     old = np.asarray(model.warm_alpha_, dtype=np.float64)
-    gone = dropped_rows(model, meta) if rows_status(model, meta) == "dropped" else 0
-    old = old[gone or 0 :]  # the rows `ooc-svm drop` removed take their α with them
+    gone = start.dropped
+    old = old[gone:]  # the rows `ooc-svm drop` removed take their α with them
     spec = model.info.get("warm_alpha")
     c_old = float(spec.get("C", C)) if isinstance(spec, dict) else C
     alpha = np.zeros(int(meta.n_rows))
-    alpha[: old.shape[0]] = old * (C / c_old if c_old > 0.0 else 1.0)
+    alpha[: old.shape[0]] = rescale(old, C, c_old)
     log.info(
         "perf dcd: warm start from %s: dual variables of its %d rows%s, 0 for the %d appended",
         where,

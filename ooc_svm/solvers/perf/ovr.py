@@ -63,11 +63,10 @@ def solve_ovr(
 
     classes = [float(c) for c in classes]
     params.check_dense(meta, copies=len(classes))
-    init = None
-    if params.init is not None:  # one class of the one-vs-rest model starts each problem
-        from ..warm import init_model
+    from ..warm import start_from
 
-        init = init_model(params.init)
+    # one class of the one-vs-rest model starts each problem
+    init = start_from(params.init, meta)
     t0 = time.perf_counter()
     steps = []
     for k, c in enumerate(classes):
@@ -80,9 +79,7 @@ def solve_ovr(
         ck = None if checkpoint is None else checkpoint(k, c)
         sub = _class_params(params, c, classes)  # --class-weight of "c vs the rest"
         if init is not None:
-            from ..warm import class_model
-
-            sub = sub.replace(init=class_model(init, k, len(classes)))
+            sub = sub.replace(init=init.for_class(k, len(classes)))
         g = _error_steps(meta, math.nan, c, engine, sub, variant, cb, ck, share=len(classes))
         steps.append(g)
     res = run_fused(store, engine, steps, "perf ovr", "classes")

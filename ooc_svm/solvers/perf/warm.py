@@ -14,10 +14,8 @@ import numpy as np
 from .. import SolverError
 from ..warm import (
     check_model,
-    init_model,
-    init_name,
     refuse_changed_rows,
-    rows_status,
+    start_from,
     trained_rows,
 )
 
@@ -96,17 +94,19 @@ def perf_start(
     *,
     weights: tuple[float, float] = (1.0, 1.0),
 ) -> PerfStart:
-    """perf's starting point from ``init`` (checked by :func:`check_perf_model`).
+    """perf's starting point from ``init`` (a :class:`~ooc_svm.solvers.warm.Start`, or what
+    :func:`~ooc_svm.solvers.warm.start_from` takes; checked by :func:`check_perf_model`).
 
     The model's plane is used only when the store's first shards are the model's rows and
     its rows were weighted alike (``weights``: the relative class costs C_k / C of this
     training; ``balanced`` ones move with the counts); else the start is w alone.
     """
-    where = init_name(init)
-    model = init_model(init)
+    start = start_from(init, meta)
+    assert start is not None
+    where, model = start.where, start.model
     check_model(model, meta, where, classes=classes)
     check_perf_model(model, where, loss)
-    status = rows_status(model, meta)
+    status = start.status
     if status == "changed":
         refuse_changed_rows(model, meta, where)
     if status == "unknown" and (trained_rows(model) or 0) > meta.n_rows:

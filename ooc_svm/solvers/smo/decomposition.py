@@ -184,9 +184,9 @@ def _decomposition_start(
     F = WorkingRows.empty()
     resuming = checkpoint is not None and checkpoint.resume
     if init is not None and not resuming and np.asarray(init.support_).size:
-        from ..dual.warm import warm_start_from_model
+        from ..dual.warm import start_point
 
-        gids, coef, _, _ = warm_start_from_model(init, float(C), n)  # α·C/C_old, in the box
+        gids, coef, _, _ = start_point(init, float(C), n)  # α at C (warm.dual_start), in the box
         a = np.minimum(np.abs(coef), float(C))
         apply_alpha_updates(store, engine, state, gids, a)
         free = gids[(a > 0) & (a < float(C))]

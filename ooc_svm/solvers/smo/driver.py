@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=True) -> Result:
+def _solve(store, engine, params, callback, checkpoint, keep_dual=True) -> Result:
     t0 = time.perf_counter()
     p = as_params(Params, params)
     p.validate(store.meta)
@@ -61,7 +61,8 @@ def _solve(store, engine, params, callback, checkpoint, init=None, keep_dual=Tru
         costs = _class_costs(store, engine, p, neg, pos)
         log.info("smo: class costs C_neg = %.6g, C_pos = %.6g", *costs)
     resuming = checkpoint is not None and checkpoint.resume
-    if init is None and p.init is not None and not resuming:  # train --init MODEL
+    init = None
+    if p.init is not None and not resuming:  # a warm start (warm.Start)
         from ..warm import dual_init
 
         init = dual_init(p, store, engine, "smo", costs)
@@ -180,10 +181,11 @@ def _summary(p: Params, kp, kkt: dict, intercept: float, extra: dict) -> dict:
 
 
 def _warm_alpha(W: WorkingRows, init, C: float, Cv: np.ndarray) -> None:
-    """α of ``W`` (all rows, by global row) from ``init`` scaled into the box [0, Cv]."""
-    from ..dual import warm_start_from_model
+    """α of ``W`` (all rows, by global row) from ``init`` (:func:`~..warm.dual_start`'s
+    model: α at C) clipped to the box [0, Cv]."""
+    from ..dual import start_point
 
-    gids, coef, _, _ = warm_start_from_model(init, C, W.n)
+    gids, coef, _, _ = start_point(init, C, W.n)
     rows = np.searchsorted(W.gids, gids)
     W.alpha[rows] = np.minimum(np.abs(coef), Cv[rows])
     log.debug("smo: warm start from %d support vectors", gids.size)
@@ -194,7 +196,7 @@ def _solve_wss2(
 ):
     """wss2 in memory when the rows fit the budget, else the decomposition. ``costs``:
     (C_neg, C_pos) of class weights (in memory only), or None. ``init``: a model to start
-    from (in memory only; :func:`ooc_svm.solvers.dual.warm.warm_start_from_model`)."""
+    from (:func:`ooc_svm.solvers.warm.dual_start`'s; :func:`ooc_svm.solvers.dual.start_point`)."""
     n = store.meta.n_rows
     nf = store.meta.n_features
     budget = _budget_rows(store, p)
@@ -296,5 +298,11 @@ def solve_warm(
     store with its dual coefficients (trained at ``init.info["C"]``). wss2 in memory starts
     from its α scaled into the box (α·C/C_old, yᵀα = 0 kept) and computes the gradient from
     it; the other paths start from α = 0. The model returned keeps its dual coefficients
-    (linear kernel included), so it can start the next value."""
-    return _solve(store, engine, params, callback, None, init=init, keep_dual=True)
+    (linear kernel included), so it can start the next value. ``init`` (a model or its
+    :class:`~..warm.Start`) is passed as ``init=``, as ``--init`` is (:func:`~..warm.dual_init`)."""
+    from ..warm import start_from
+
+    p = as_params(Params, params)
+    if init is not None:
+        p = p.replace(init=start_from(init, store.meta))
+    return _solve(store, engine, p, callback, None, keep_dual=True)
