@@ -1,4 +1,4 @@
-"""One warm-start route (#47 goal 5): ``train --init``, the C sweep's warm starts, ``--follow``
+"""One warm-start route: ``train --init``, the C sweep's warm starts, ``--follow``
 and the estimators' ``warm_start`` each build one :class:`ooc_svm.solvers.warm.Start`
 (``start_from``) and pass it as ``init=``; the solvers read the model through it (none builds
 a start of its own, loads the model again or saves it to a temporary directory), and α is

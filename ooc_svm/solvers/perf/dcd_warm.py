@@ -9,8 +9,8 @@ them after ``ooc-svm drop`` removed the oldest shards (``"dropped"``): αᵢ of 
 model knew and the store still has, scaled by C / C_old and clipped to this run's bounds
 (class weights included), and α = 0 on the appended rows. w = Σαᵢyᵢx̃ᵢ is computed from
 them over the rows (:func:`~ooc_svm.solvers.perf._numba.dcd.add_rows`), so the dual point
-and the primal one agree, and the run stops on the cold run's test (:func:`.dcd.gap_scale`), usually
-after a few epochs.
+and the primal one agree, and the run stops on the cold run's test
+(:func:`.dcd_cert.gap_scale`).
 
 α of other rows (the store changed or was re-ingested: its fingerprint differs), of a
 model that records no rows, or of a model that keeps none, is not used: ``-v`` says why
