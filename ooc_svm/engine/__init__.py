@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import (
     Engine,
@@ -18,9 +18,16 @@ from .base import (
 from .local import LocalEngine
 from .options import DASK, LOCAL, EngineOptions
 
+if TYPE_CHECKING:
+    from ..sizes import Sizes
+
 
 def make_engine(
-    scheduler: str | None = None, options: EngineOptions | None = None, **kwargs: Any
+    scheduler: str | None = None,
+    options: EngineOptions | None = None,
+    *,
+    sizes: Sizes | None = None,
+    **kwargs: Any,
 ) -> Engine:
     """Engine for a ``--scheduler`` value.
 
@@ -33,15 +40,19 @@ def make_engine(
     the other engine takes are ignored, so callers pass one set whatever the scheduler.
     ``cache_mb`` (decoded-shard cache, per process: MiB, ``"auto"`` or ``"auto:SHARE"``)
     defaults to ``$OOC_SVM_SHARD_CACHE_MB``, else ``"auto"``; 0 turns the cache off.
+    ``sizes``: the memory budget of the command making it (:class:`ooc_svm.sizes.Sizes`;
+    a local Dask cluster's workers share it), else measured where needed.
     """
     scheduler = scheduler or os.environ.get("OOC_SVM_SCHEDULER") or "local"
     kind = LOCAL if scheduler == "local" else DASK
     opts = options if options is not None else EngineOptions.from_kwargs(kind, **kwargs)
     if kind == LOCAL:
-        return LocalEngine(**opts.for_engine(LOCAL))
+        engine = LocalEngine(**opts.for_engine(LOCAL))
+        engine.use_sizes(sizes)
+        return engine
     from .dask_engine import DaskEngine
 
-    return DaskEngine(scheduler, **opts.for_engine(DASK))
+    return DaskEngine(scheduler, sizes=sizes, **opts.for_engine(DASK))
 
 
 __all__ = [

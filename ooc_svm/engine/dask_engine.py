@@ -96,6 +96,8 @@ from .options import scheduler_timeout as scheduler_timeout_option
 if TYPE_CHECKING:
     from distributed import Client
 
+    from ..sizes import Sizes
+
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +165,10 @@ class DaskEngine(DaskStates, Engine):
         memory_limit: str | float | None = None,
         prefetch: int | None = None,
         n_threads: int | None = None,
+        sizes: Sizes | None = None,
         **cluster_kwargs: Any,
     ) -> None:
+        self.sizes = sizes  # a local cluster's workers share its budget (measured if None)
         self.scheduler = str(scheduler)
         self._address = self.scheduler
         spec = parse_cache_mb(cache_mb if cache_mb is not None else 0)
