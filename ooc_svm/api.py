@@ -260,12 +260,12 @@ def _run_scope(
     if engine is None:
         engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
     budget = memory_budget.current()
-    claims = dict(budget.claims)
+    claims, sizes = dict(budget.claims), engine.sizes
     try:
         yield engine, budget
     finally:
         budget.claims = claims
-        engine.use_sizes(None)  # the sizes of this run end with it
+        engine.use_sizes(sizes)  # this run's sizes end with it (a fold's, inside a sweep's)
         if own_engine:
             engine.close()
 

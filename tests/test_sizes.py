@@ -149,8 +149,12 @@ def test_the_room_is_resolved_once_by_the_command(make_store, monkeypatch):
         monkeypatch.setattr(engine, "use_sizes", lambda s: (seen.append(s), real(s)))
         api.train(st, "perf", engine=engine)
         assert engine.sizes is None  # the run's sizes end with it
-    handed = [s for s in seen if s is not None]
-    assert len(handed) == 1 and isinstance(handed[0], Sizes)
+        outer = Sizes.of(budget)  # a run nested in another gives the outer one's back
+        engine.use_sizes(outer)
+        api.train(st, "perf", engine=engine)
+        assert engine.sizes is outer
+    handed = [s for s in seen if s is not None and s is not outer]
+    assert len(handed) == 2 and isinstance(handed[0], Sizes)
     # the room is the budget less the command's own claims, perf's counted as free
     code_and_shards = 2000 * 2**20 - handed[0].room
     assert 0 < code_and_shards < 2000 * 2**20
@@ -159,3 +163,23 @@ def test_the_room_is_resolved_once_by_the_command(make_store, monkeypatch):
     budget.require("perf dense vectors", 2**20)
     assert Sizes.of(budget, Params.OWN_CLAIMS).room == sizes.room
     assert Sizes.of(budget).room == sizes.room - 2**20
+
+
+@pytest.mark.parametrize("how", ["sweep", "probability"])
+def test_sweeps_and_nested_trainings_read_the_sizes_handed_down(make_store, monkeypatch, how):
+    """A C sweep's folds and final model, and probability's cross-validation (api.train
+    nested in the run, on the same engine), read the sizes the command hands down too."""
+    from ooc_svm import api, sizes
+
+    st = _store(make_store)
+
+    def no_fallback(own_claims=()):
+        raise AssertionError("sizes measured below the command")
+
+    monkeypatch.setattr(sizes, "measure", no_fallback)
+    if how == "sweep":
+        out = api.train_sweep(st, "perf", C=[0.1, 1.0], folds=2)
+        assert out.result.model is not None
+    else:
+        res = api.train(st, "perf", probability=True, probability_folds=2)
+        assert res.model is not None
