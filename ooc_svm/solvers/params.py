@@ -100,8 +100,9 @@ class SolverParams:
     #: sizes in MiB that draw from the process's memory budget, and the share of the budget
     #: left unclaimed that each may take at most (:meth:`fit_memory`)
     BUDGET_SHARES: typing.ClassVar[dict[str, float]] = {}
-    #: the budget's claims that are the solver's own sizes: :attr:`ooc_svm.sizes.Sizes.room`
-    #: counts them as free (the room its automatic choices read, the same before and after)
+    #: the budget's claims that are the solver's own sizes: the ``room`` of
+    #: :class:`ooc_svm.sizes.Sizes` counts them as free (the room its automatic choices
+    #: read, the same before and after them)
     OWN_CLAIMS: typing.ClassVar[tuple[str, ...]] = ()
 
     C: float = param(

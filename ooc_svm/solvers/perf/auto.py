@@ -70,8 +70,8 @@ def _dcd_warm(p: Params, meta: StoreMeta) -> bool:
 
 
 #: the budget's claims that are perf's own (made for the variant chosen here): the room the
-#: choice reads counts them as free (:attr:`ooc_svm.sizes.Sizes.room`, resolved once by the
-#: command), so it is the same before and after them
+#: choice reads counts them as free (the ``room`` of :class:`ooc_svm.sizes.Sizes`, resolved
+#: once by the command), so it is the same before and after them
 PERF_CLAIMS = ("perf dense vectors", "--dense-limit-mb", "selective pass accumulators")
 
 
@@ -145,7 +145,7 @@ def choose(
     """``(variant, why)``: the first row of :data:`TABLE` whose condition holds and whose
     algorithm (:data:`.algorithms.ALGORITHMS`) trains what is asked: the loss, the class
     weights, a checkpoint. ``room``: bytes of the memory budget not claimed by anything but
-    perf's own sizes (:attr:`ooc_svm.sizes.Sizes.room`, handed down by the command)."""
+    perf's own sizes (``room`` of :class:`ooc_svm.sizes.Sizes`, handed down by the command)."""
     for row in TABLE:
         if row.when(params, meta, checkpoint, room) and _able(
             ALGORITHMS[row.variant], params, meta, checkpoint

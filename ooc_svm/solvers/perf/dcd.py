@@ -204,7 +204,7 @@ class _Run:
         """Bytes of decoded blocks that may stay in memory between epochs: ``--inner-mb``, or
         for ``auto[:SHARE]`` that share of the memory budget left besides perf's own claims
         (the room :mod:`.auto` chose dcd by, resolved once by the command and handed down:
-        :attr:`ooc_svm.sizes.Sizes.room`; at most what the blocks need). The engine's
+        ``room`` of :class:`ooc_svm.sizes.Sizes`; at most what the blocks need). The engine's
         automatic shard cache is sized on its first pass, after this choice: reading it here
         gave 0 and every epoch read the store again."""
         sizes = sizes_of(self.engine, self.params.OWN_CLAIMS)

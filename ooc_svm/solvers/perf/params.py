@@ -54,7 +54,8 @@ class Params(SolverParams):
     SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
     BUDGET_SHARES: ClassVar[dict[str, float]] = {"dense_limit_mb": DENSE_BUDGET_SHARE}
     #: the claims of perf's own sizes (:data:`.auto.PERF_CLAIMS`): ``--variant auto``
-    #: chooses by the room they leave as if they were not made (:attr:`ooc_svm.sizes.Sizes.room`)
+    #: chooses by the room they leave as if they were not made (``room`` of
+    #: :class:`ooc_svm.sizes.Sizes`)
     OWN_CLAIMS: ClassVar[tuple[str, ...]] = (
         "perf dense vectors",
         "--dense-limit-mb",
@@ -233,7 +234,7 @@ class Params(SolverParams):
         return f"--C {C:g}"
 
     def validate(self, meta: StoreMeta, room: int | None = None) -> None:
-        """The rules on this store; ``room`` (:attr:`ooc_svm.sizes.Sizes.room`) resolves
+        """The rules on this store; ``room`` (of :class:`ooc_svm.sizes.Sizes`) resolves
         ``--variant auto`` for :meth:`check_dense`."""
         super().validate(meta)
         self.resolve_loss(meta)
@@ -243,7 +244,7 @@ class Params(SolverParams):
         self, meta: StoreMeta, checkpoint: bool = False, room: int | None = None
     ) -> str:
         """The variant to run: for ``auto`` the first row of :mod:`.auto`'s table that fits
-        the store and ``room`` (:attr:`ooc_svm.sizes.Sizes.room`); other values as given."""
+        the store and ``room`` (of :class:`ooc_svm.sizes.Sizes`); other values as given."""
         if not self.algorithm.chooses:
             return self.variant
         from .auto import choose
@@ -252,9 +253,9 @@ class Params(SolverParams):
 
     def effective(self, meta: StoreMeta, room: int | None = None) -> Params:
         """These parameters with ``auto`` resolved for ``room`` (bytes of the memory budget not
-        claimed but by perf's own sizes: :attr:`ooc_svm.sizes.Sizes.room`, which the command
-        resolves once and hands down; :mod:`.auto` reads the room as if perf had claimed
-        nothing, so the choice is the same when the driver makes it again)."""
+        claimed but by perf's own sizes: the ``room`` of :class:`ooc_svm.sizes.Sizes`, which
+        the command resolves once and hands down; :mod:`.auto` reads the room as if perf had
+        claimed nothing, so the choice is the same when the driver makes it again)."""
         if not self.algorithm.chooses:
             return self
         from .auto import choose
@@ -354,7 +355,7 @@ class Params(SolverParams):
         one-vs-rest classes); together they must fit the limit, which
         also bounds the working set of cutting planes. A legal line such as
         ``1 2147483648:1`` would otherwise make training ask for tens of GiB. ``room``
-        (:attr:`ooc_svm.sizes.Sizes.room`) resolves ``--variant auto``.
+        (of :class:`ooc_svm.sizes.Sizes`) resolves ``--variant auto``.
         """
         if self.algorithm.chooses:
             self.effective(meta, room).check_dense(meta, copies, extra_bytes)
