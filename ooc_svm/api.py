@@ -304,11 +304,11 @@ def _make_engine(scheduler: str | None, shard_cache_mb, scheduler_timeout=None) 
         options = EngineOptions(cache_mb=shard_cache_mb, scheduler_timeout=scheduler_timeout)
     except EngineError as e:  # a parameter of train, reported as one
         raise SolverError(str(e)) from None
-    sizes = None  # the local engine is handed the run's sizes (claim_memory)
-    if (scheduler or os.environ.get("OOC_SVM_SCHEDULER") or "local") != "local":
-        # a local Dask cluster's workers share the budget, split when it starts
-        sizes = Sizes.of(memory_budget.current())
-    return make_engine(scheduler, options, sizes=sizes)
+
+    def measure() -> Sizes:  # a local Dask cluster's workers share the budget, split when it starts
+        return Sizes.of(memory_budget.current())
+
+    return make_engine(scheduler, options, measure=measure)
 
 
 def _checkpointers(

@@ -183,3 +183,30 @@ def test_sweeps_and_nested_trainings_read_the_sizes_handed_down(make_store, monk
     else:
         res = api.train(st, "perf", probability=True, probability_folds=2)
         assert res.model is not None
+
+
+def test_a_local_cluster_made_by_the_command_splits_the_commands_budget(monkeypatch):
+    """``--scheduler processes`` made by the command: the workers' part of the budget is
+    measured by the command's measure, handed to the engine, not by the engine itself."""
+    pytest.importorskip("distributed")
+    import distributed
+    from conftest import fake_memory_budget
+
+    from ooc_svm import api, sizes
+
+    seen: list[dict] = []
+
+    def fake_cluster(**kw):
+        seen.append(kw)
+        raise RuntimeError("not started in this test")
+
+    def no_fallback(own_claims=()):
+        raise AssertionError("sizes measured below the command")
+
+    monkeypatch.setattr(distributed, "LocalCluster", fake_cluster)
+    monkeypatch.setattr(sizes, "measure", no_fallback)
+    fake_memory_budget(monkeypatch, 1200 * 2**20)
+    with pytest.raises(Exception, match="not started in this test"):
+        api._make_engine("processes", 0)
+    workers = 1200 * 2**20 // seen[0]["memory_limit"] - 1
+    assert workers >= 1 and seen[0]["memory_limit"] == 1200 * 2**20 // (workers + 1)

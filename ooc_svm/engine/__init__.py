@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .base import (
@@ -26,7 +27,7 @@ def make_engine(
     scheduler: str | None = None,
     options: EngineOptions | None = None,
     *,
-    sizes: Sizes | None = None,
+    measure: Callable[[], Sizes] | None = None,
     **kwargs: Any,
 ) -> Engine:
     """Engine for a ``--scheduler`` value.
@@ -40,19 +41,18 @@ def make_engine(
     the other engine takes are ignored, so callers pass one set whatever the scheduler.
     ``cache_mb`` (decoded-shard cache, per process: MiB, ``"auto"`` or ``"auto:SHARE"``)
     defaults to ``$OOC_SVM_SHARD_CACHE_MB``, else ``"auto"``; 0 turns the cache off.
-    ``sizes``: the memory budget of the command making it (:class:`ooc_svm.sizes.Sizes`;
-    a local Dask cluster's workers share it), else measured where needed.
+    ``measure``: how the command making it measures the memory budget (returns
+    :class:`ooc_svm.sizes.Sizes`), called when a local Dask cluster starts, whose workers
+    share the budget; without it, measured there (a call no command made).
     """
     scheduler = scheduler or os.environ.get("OOC_SVM_SCHEDULER") or "local"
     kind = LOCAL if scheduler == "local" else DASK
     opts = options if options is not None else EngineOptions.from_kwargs(kind, **kwargs)
     if kind == LOCAL:
-        engine = LocalEngine(**opts.for_engine(LOCAL))
-        engine.use_sizes(sizes)
-        return engine
+        return LocalEngine(**opts.for_engine(LOCAL))
     from .dask_engine import DaskEngine
 
-    return DaskEngine(scheduler, sizes=sizes, **opts.for_engine(DASK))
+    return DaskEngine(scheduler, measure=measure, **opts.for_engine(DASK))
 
 
 __all__ = [

@@ -209,7 +209,8 @@ class DaskConnection:
             # each worker's own budget honours its part
             from ..sizes import sizes_of
 
-            sizes = sizes_of(self)
+            measure = getattr(self, "_measure", None)
+            sizes = measure() if measure is not None else sizes_of(self)
             workers = int(n_workers or (cores if procs else 1))
             memory_limit = max(1, sizes.free // (workers + 1))
             sizes.claim(

@@ -165,10 +165,11 @@ class DaskEngine(DaskStates, Engine):
         memory_limit: str | float | None = None,
         prefetch: int | None = None,
         n_threads: int | None = None,
-        sizes: Sizes | None = None,
+        measure: Callable[[], Sizes] | None = None,
         **cluster_kwargs: Any,
     ) -> None:
-        self.sizes = sizes  # a local cluster's workers share its budget (measured if None)
+        #: the command's measure of the memory budget, which a local cluster's workers share
+        self._measure = measure
         self.scheduler = str(scheduler)
         self._address = self.scheduler
         spec = parse_cache_mb(cache_mb if cache_mb is not None else 0)
