@@ -16,6 +16,7 @@ from .algorithms import (
     check_parameter,
     resolved,
 )
+from .auto import PERF_CLAIMS
 
 if TYPE_CHECKING:
     from ...sizes import Sizes
@@ -53,14 +54,9 @@ class Params(SolverParams):
     SOLVER: ClassVar[str] = "perf"
     SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
     BUDGET_SHARES: ClassVar[dict[str, float]] = {"dense_limit_mb": DENSE_BUDGET_SHARE}
-    #: the claims of perf's own sizes (:data:`.auto.PERF_CLAIMS`): ``--variant auto``
-    #: chooses by the room they leave as if they were not made (``room`` of
-    #: :class:`ooc_svm.sizes.Sizes`)
-    OWN_CLAIMS: ClassVar[tuple[str, ...]] = (
-        "perf dense vectors",
-        "--dense-limit-mb",
-        "selective pass accumulators",
-    )
+    #: the claims of perf's own sizes: ``--variant auto`` chooses by the room they leave as
+    #: if they were not made (``room`` of :class:`ooc_svm.sizes.Sizes`)
+    OWN_CLAIMS: ClassVar[tuple[str, ...]] = PERF_CLAIMS
 
     eps: float = param(
         0.001,
