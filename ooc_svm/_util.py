@@ -42,8 +42,8 @@ def cpu_count() -> int:
 
 def mem_available_bytes() -> int | None:
     """``MemAvailable`` of ``/proc/meminfo`` in bytes (``None`` where it cannot be read); the
-    automatic sizes draw from :func:`ooc_svm.memory_budget.current` instead, which also
-    knows the container's limits."""
+    automatic sizes draw from the memory budget instead (:class:`ooc_svm.sizes.Sizes`),
+    which also knows the container's limits."""
     from .memory_budget import mem_available_bytes as read
 
     return read()
@@ -139,17 +139,16 @@ def parse_cache_mb(value: Any) -> float | str:
     return mb
 
 
-def auto_cache_bytes(spec: str = "auto", limit_bytes: int | None = None) -> int:
-    """Byte budget of an automatic shard cache: SHARE of the process's memory budget not
-    claimed yet (:func:`ooc_svm.memory_budget.current`: the tightest of the container's
-    limit, the resource limits, the host's available memory, ``--memory-mb``), at most
-    :data:`AUTO_CACHE_CAP_MB` and at most ``limit_bytes``."""
-    from .memory_budget import current
-
+def auto_cache_bytes(spec: str, free_bytes: int, limit_bytes: int | None = None) -> int:
+    """Byte budget of an automatic shard cache: SHARE of ``free_bytes``, the memory budget
+    not claimed yet (handed down: :class:`ooc_svm.sizes.Sizes`; the tightest of the
+    container's limit, the resource limits, the host's available memory, ``--memory-mb``,
+    less the run's claims), at most :data:`AUTO_CACHE_CAP_MB` and at most ``limit_bytes``."""
     share = AUTO_CACHE_SHARE
     if spec.startswith("auto:"):
         share = float(spec[5:])
-    budget = current().share(share, cap=int(AUTO_CACHE_CAP_MB * 2**20))
+    budget = int(max(0.0, share) * max(0, int(free_bytes)))
+    budget = max(0, min(budget, int(AUTO_CACHE_CAP_MB * 2**20)))
     if limit_bytes is not None:
         budget = min(budget, int(limit_bytes))
     return max(0, budget)

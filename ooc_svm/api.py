@@ -197,26 +197,38 @@ def claim_memory(
 ) -> SolverParams:
     """Claim from the process's memory budget what a training on ``store`` cannot do without
     (the engine's decoded shards in flight, the solver's needs), before any work: a budget
-    below that is refused in one line naming the minimum. Returns the solver's parameters
-    with their automatic sizes within the budget (:meth:`SolverParams.fit_memory`); the shard
-    cache, sized on the first pass, takes its share of what is left."""
+    below that is refused in one line naming the minimum. Resolves the run's automatic sizes
+    once (:class:`~ooc_svm.sizes.Sizes`: the room perf's ``--variant auto`` chooses by, the
+    budget the later shares and claims draw from) and hands them to the engine, whose
+    solver reads them there (:func:`~ooc_svm.sizes.sizes_of`). Returns the solver's
+    parameters with their automatic sizes within the budget
+    (:meth:`SolverParams.fit_memory`); the shard cache, sized on the first pass, takes its
+    share of what is left."""
+    from .sizes import Sizes
+
+    meta = store.meta
     code, shards = memory_budget.code_need(budget), engine.memory_need(store)
     fix = "re-ingest with smaller shards (--shard-mb)" if shards > 64 * 2**20 else ""
     base = {"ooc-svm's code and libraries": code, "decoded shards in flight": shards}
     # the least the whole run claims, checked before the first claim: a refusal names a
     # limit that every later claim fits too (one hint, not a chain of them); the solver's
     # floor is read as if the claims above were made, as fit_memory reads it (perf's auto
-    # picks its variant from the room they leave)
+    # picks its variant from the room they leave, resolved here once)
     made = dict(budget.claims)
     budget.claims = {**made, **base}
     try:
-        floor = typed.memory_floor(store.meta)
+        sizes = Sizes.of(budget, typed.OWN_CLAIMS)
+        run = typed.for_sizes(meta, sizes)  # what will run (perf: auto resolved)
+        floor = run.memory_floor(meta)
     finally:
         budget.claims = made
     budget.check({**base, **floor}, f"--solver {typed.SOLVER} on this store", fix)
     budget.require("ooc-svm's code and libraries", code)
     budget.require("decoded shards in flight", shards, "a pass over this store", fix)
-    fitted = typed.fit_memory(store.meta, budget)
+    fitted = run.fit_memory(meta, budget)
+    if run is not typed:  # the sizes fitted, on the parameters as given (auto stays auto)
+        fitted = typed.replace(**{k: getattr(fitted, k) for k in typed.BUDGET_SHARES})
+    engine.use_sizes(sizes)
     log.debug("%s; claimed %s", budget.describe(), budget.as_dict()["claims_mib"])
     return fitted
 
@@ -248,11 +260,12 @@ def _run_scope(
     if engine is None:
         engine = _make_engine(scheduler, shard_cache_mb, scheduler_timeout)
     budget = memory_budget.current()
-    claims = dict(budget.claims)
+    claims, sizes = dict(budget.claims), engine.sizes
     try:
         yield engine, budget
     finally:
         budget.claims = claims
+        engine.use_sizes(sizes)  # this run's sizes end with it (a fold's, inside a sweep's)
         if own_engine:
             engine.close()
 
@@ -296,12 +309,17 @@ def _multiclass_mode(store, multiclass: str | None) -> str | None:
 
 def _make_engine(scheduler: str | None, shard_cache_mb, scheduler_timeout=None) -> Engine:
     from .engine import EngineError, EngineOptions, make_engine
+    from .sizes import Sizes
 
     try:
         options = EngineOptions(cache_mb=shard_cache_mb, scheduler_timeout=scheduler_timeout)
     except EngineError as e:  # a parameter of train, reported as one
         raise SolverError(str(e)) from None
-    return make_engine(scheduler, options)
+
+    def measure() -> Sizes:  # a local Dask cluster's workers share the budget, split when it starts
+        return Sizes.of(memory_budget.current())
+
+    return make_engine(scheduler, options, measure=measure)
 
 
 def _checkpointers(

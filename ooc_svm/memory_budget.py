@@ -25,7 +25,8 @@ reserve (:data:`RESERVE_SHARE` of the limit, at least :data:`RESERVE_MIN_MB`) fo
 allocator's slack, thread stacks and the page cache of the files being read (which a cgroup v1
 limit counts: a reader that would let it grow evicts it with ``posix_fadvise(DONTNEED)``, see
 :func:`drop_cache_of`). The budget is measured once per process (:func:`current`), before the
-run allocates anything large.
+run allocates anything large, by the command that runs it: the engine and the solver are
+handed the run's sizes (:class:`ooc_svm.sizes.Sizes`) and do not read :func:`current`.
 
 How the budget is shared
 ------------------------

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .base import (
     Engine,
@@ -18,9 +19,16 @@ from .base import (
 from .local import LocalEngine
 from .options import DASK, LOCAL, EngineOptions
 
+if TYPE_CHECKING:
+    from ..sizes import Sizes
+
 
 def make_engine(
-    scheduler: str | None = None, options: EngineOptions | None = None, **kwargs: Any
+    scheduler: str | None = None,
+    options: EngineOptions | None = None,
+    *,
+    measure: Callable[[], Sizes] | None = None,
+    **kwargs: Any,
 ) -> Engine:
     """Engine for a ``--scheduler`` value.
 
@@ -33,6 +41,9 @@ def make_engine(
     the other engine takes are ignored, so callers pass one set whatever the scheduler.
     ``cache_mb`` (decoded-shard cache, per process: MiB, ``"auto"`` or ``"auto:SHARE"``)
     defaults to ``$OOC_SVM_SHARD_CACHE_MB``, else ``"auto"``; 0 turns the cache off.
+    ``measure``: how the command making it measures the memory budget (returns
+    :class:`ooc_svm.sizes.Sizes`), called when a local Dask cluster starts, whose workers
+    share the budget; without it, measured there (a call no command made).
     """
     scheduler = scheduler or os.environ.get("OOC_SVM_SCHEDULER") or "local"
     kind = LOCAL if scheduler == "local" else DASK
@@ -41,7 +52,7 @@ def make_engine(
         return LocalEngine(**opts.for_engine(LOCAL))
     from .dask_engine import DaskEngine
 
-    return DaskEngine(scheduler, **opts.for_engine(DASK))
+    return DaskEngine(scheduler, measure=measure, **opts.for_engine(DASK))
 
 
 __all__ = [

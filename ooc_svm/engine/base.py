@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..sizes import Sizes
     from ..store.base import Store
 
 
@@ -198,6 +199,13 @@ class Engine(abc.ABC):
     passes: int = 0
     #: number of calls with a shard list
     partial_passes: int = 0
+    #: the automatic sizes of the run in progress, handed down by the command running it
+    #: (:meth:`use_sizes`); ``None``: measured where needed (:func:`ooc_svm.sizes.sizes_of`)
+    sizes: Sizes | None = None
+
+    def use_sizes(self, sizes: Sizes | None) -> None:
+        """Size the run in progress by ``sizes`` (the command's; ``None`` when it ends)."""
+        self.sizes = sizes
 
     def map_reduce(
         self,

@@ -207,12 +207,13 @@ class DaskConnection:
             # limit, or --memory-mb) with it: each worker and this process get one part
             # (this one holds the solver's own state: its QP, selective's rows, the model);
             # each worker's own budget honours its part
-            from ..memory_budget import current
+            from ..sizes import sizes_of
 
-            budget = current()
+            measure = getattr(self, "_measure", None)
+            sizes = measure() if measure is not None else sizes_of(self)
             workers = int(n_workers or (cores if procs else 1))
-            memory_limit = max(1, budget.free // (workers + 1))
-            budget.require(
+            memory_limit = max(1, sizes.free // (workers + 1))
+            sizes.claim(
                 "Dask workers", memory_limit * workers, "--scheduler processes",
                 "use --scheduler local (one process)",
             )  # fmt: skip

@@ -96,6 +96,8 @@ from .options import scheduler_timeout as scheduler_timeout_option
 if TYPE_CHECKING:
     from distributed import Client
 
+    from ..sizes import Sizes
+
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +165,11 @@ class DaskEngine(DaskStates, Engine):
         memory_limit: str | float | None = None,
         prefetch: int | None = None,
         n_threads: int | None = None,
+        measure: Callable[[], Sizes] | None = None,
         **cluster_kwargs: Any,
     ) -> None:
+        #: the command's measure of the memory budget, which a local cluster's workers share
+        self._measure = measure
         self.scheduler = str(scheduler)
         self._address = self.scheduler
         spec = parse_cache_mb(cache_mb if cache_mb is not None else 0)

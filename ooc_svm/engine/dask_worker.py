@@ -88,7 +88,7 @@ _W_AUTO: dict[float, int] = {}
 
 def _worker_auto_budget(share: float) -> int:
     """Automatic cache budget of this worker process: SHARE of its memory budget
-    (:func:`ooc_svm.memory_budget.current`, measured in the worker: its container's limit and
+    (:func:`ooc_svm.sizes.measure`, measured in the worker: its container's limit and
     its Dask memory limit among the others), at most the cap and at most a quarter of the
     worker's Dask memory limit (so the cache never pushes a worker towards Dask's spill /
     pause thresholds). Computed once per process."""
@@ -100,7 +100,9 @@ def _worker_auto_budget(share: float) -> int:
             limit = int(get_worker().memory_manager.memory_limit or 0) // 4 or None
         except (ImportError, ValueError, AttributeError):
             pass
-        _W_AUTO[share] = auto_cache_bytes(f"auto:{share}", limit)
+        from ..sizes import measure  # the worker process's own budget: no command runs here
+
+        _W_AUTO[share] = auto_cache_bytes(f"auto:{share}", measure().free, limit)
     return _W_AUTO[share]
 
 

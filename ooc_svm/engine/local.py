@@ -33,6 +33,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from .._util import auto_cache_bytes, cpu_count, parse_cache_mb
+from ..sizes import sizes_of
 from .base import Engine, StreamingTreeReduce, add_partials, shard_stub
 from .blocks import Blocked
 from .reader import ShardCache, read_ahead, shard_files, shard_reader, store_token
@@ -168,7 +169,7 @@ class LocalEngine(Engine):
     def _size_cache(self) -> None:
         """Size an automatic cache (once): its share of the memory budget not claimed."""
         if self._auto_spec is not None:
-            self.cache.resize(auto_cache_bytes(self._auto_spec))
+            self.cache.resize(auto_cache_bytes(self._auto_spec, sizes_of(self).free))
             log.debug("shard cache: %.0f MiB (auto)", self.cache.budget / 2**20)
             self._auto_spec = None
 
@@ -180,15 +181,13 @@ class LocalEngine(Engine):
         before the kernel reclaims them."""
         hit = self._stream.get(token)
         if hit is None:
-            from ..memory_budget import current
-
             on_disk = sum(
                 os.path.getsize(f)
                 for s in range(store.n_shards)
                 for f in shard_files(store, s)
                 if os.path.isfile(f)
             )
-            left = current().free - self.cache.budget
+            left = sizes_of(self).free - self.cache.budget
             hit = bool(on_disk) and on_disk * (1.0 - self._cached_share(store)) > left
             self._stream[token] = hit
             if hit:
@@ -204,14 +203,12 @@ class LocalEngine(Engine):
         more than :data:`READAHEAD_SHARE` of the memory budget left (at least one)."""
         if not self._stream.get(token):
             return self.readahead
-        from ..memory_budget import current
-
         largest = max(
             (sum(os.path.getsize(f) for f in shard_files(store, s) if os.path.isfile(f))
              for s in range(store.n_shards)),
             default=0,
         )  # fmt: skip
-        room = READAHEAD_SHARE * max(0, current().free - self.cache.budget)
+        room = READAHEAD_SHARE * max(0, sizes_of(self).free - self.cache.budget)
         fit = int(room // largest) if largest else self.readahead
         return max(1, min(self.readahead, fit)) if self.readahead else 0
 

@@ -30,6 +30,7 @@ from . import SolverError
 
 if TYPE_CHECKING:
     from ..memory_budget import MemoryBudget
+    from ..sizes import Sizes
     from ..store.format import StoreMeta
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,10 @@ class SolverParams:
     #: sizes in MiB that draw from the process's memory budget, and the share of the budget
     #: left unclaimed that each may take at most (:meth:`fit_memory`)
     BUDGET_SHARES: typing.ClassVar[dict[str, float]] = {}
+    #: the budget's claims that are the solver's own sizes: the ``room`` of
+    #: :class:`ooc_svm.sizes.Sizes` counts them as free (the room its automatic choices
+    #: read, the same before and after them)
+    OWN_CLAIMS: typing.ClassVar[tuple[str, ...]] = ()
 
     C: float = param(
         1.0, "regularisation: minimise 1/2 |w|^2 + C * sum_i xi_i (LIBLINEAR units)", gt=0
@@ -318,6 +323,16 @@ class SolverParams:
                 flag_name(name), self._claim_bytes(name, mib, meta), f"--solver {self.SOLVER}"
             )
         return self.replace(**changes) if changes else self
+
+    def chooses_by_budget(self) -> bool:
+        """Whether :meth:`for_sizes` resolves anything (perf's ``--variant auto``)."""
+        return False
+
+    def for_sizes(self: P, meta: StoreMeta, sizes: Sizes) -> P:
+        """These parameters with what they choose from the memory budget resolved for the
+        run's ``sizes`` (perf: ``--variant auto``), for :meth:`memory_floor` and
+        :meth:`fit_memory` to claim what will run; as they are here."""
+        return self
 
     def _budget_floor_mib(self, name: str, meta: StoreMeta) -> float:
         """The least a :attr:`BUDGET_SHARES` size may be lowered to (MiB)."""

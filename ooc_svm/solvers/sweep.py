@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..sizes import sizes_of
 from . import Callback, Result, SolverError, tagged
 from .params import SolverParams
 from .warm import rows_record, start_from
@@ -145,7 +146,11 @@ def solve_sweep(
     if getattr(params, "c_perf", None) is not None:
         raise SolverError("a C sweep takes --C values, not --c-perf")
     if meta.label_kind != "multiclass":
-        params.validate(meta)
+        # what the parameters choose from the budget (perf's auto), by the sizes handed down
+        run = params
+        if params.chooses_by_budget():
+            run = params.for_sizes(meta, sizes_of(engine, params.OWN_CLAIMS))
+        run.validate(meta)
     mode = spec.mode(params, meta)
     if mode == "warm" and not warm_start:
         mode = "independent"

@@ -282,7 +282,7 @@ def test_auto_picks_dcd_on_wide_stores_and_says_why(make_store, monkeypatch):
     assert wide.converged and narrow.converged
     assert abs(wide.objective - narrow.objective) <= 2 * 1e-3 * X.shape[0]
     # ranks, checkpoints and --init keep the cutting plane
-    assert auto.choose(perf.Params(), st.meta, checkpoint=True)[0] == "accelerated"
+    assert auto.choose(perf.Params(), st.meta, checkpoint=True, room=2**40)[0] == "accelerated"
 
 
 def test_auto_claims_the_memory_of_the_variant_it_runs(make_store, monkeypatch):
@@ -312,8 +312,11 @@ def test_auto_streams_dcd_on_a_wide_store_whose_rows_do_not_fit(make_store, monk
     X, y = _data(7, n=300, d=40)
     st = make_store(X, y, shard_rows=100)
     monkeypatch.setattr(auto, "DCD_MIN_FEATURES", 40)
-    monkeypatch.setattr(auto, "room", lambda: 1)  # nothing fits: rows are streamed
-    assert auto.choose(perf.Params(), st.meta)[0] == "dcd"
+    from ooc_svm.sizes import Sizes
+
+    # nothing fits the room the command resolves: rows are streamed
+    monkeypatch.setattr(Sizes, "of", classmethod(lambda cls, budget, own=(): cls(1, budget)))
+    assert auto.choose(perf.Params(), st.meta, room=1)[0] == "dcd"
     res = train(st, "perf", eps=1e-3)
     assert res.summary["variant"] == "dcd" and res.converged
     assert res.summary["held"] is False and res.summary["blocks"] == 3

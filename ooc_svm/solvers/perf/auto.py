@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...memory_budget import current as memory_budget
 from .algorithms import ALGORITHMS, DENSE_VECTORS
 
 if TYPE_CHECKING:
@@ -45,11 +44,11 @@ class Row:
     """One algorithm of the table: its name, when ``auto`` picks it, and why."""
 
     variant: str
-    when: Callable[[Params, StoreMeta, bool], bool]
+    when: Callable[[Params, StoreMeta, bool, int], bool]
     why: str
 
 
-def _needs_accelerated(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
+def _needs_accelerated(p: Params, meta: StoreMeta, checkpoint: bool, room: int) -> bool:
     """What no row picked by the store's shape does (their capabilities in
     :data:`.algorithms.ALGORITHMS`): a checkpoint, a loss other than theirs (ranks, ROC
     area); or ``--init`` (but from dcd's α for a wide store's rows)."""
@@ -67,31 +66,26 @@ def _dcd_warm(p: Params, meta: StoreMeta) -> bool:
     and the store is dcd's (wide): the warm start is dcd's; else accelerated's from w."""
     from .dcd_warm import has_alpha
 
-    return _wide(p, meta, False) and has_alpha(p.init, meta)
+    return _wide(p, meta, False, 0) and has_alpha(p.init, meta)
 
 
-#: the budget's claims that are perf's own (made for the variant chosen here): the choice
-#: reads the room as if they were not made, so it is the same before and after them
+#: the budget's claims that are perf's own (made for the variant chosen here): the room the
+#: choice reads counts them as free (the ``room`` of :class:`ooc_svm.sizes.Sizes`, resolved
+#: once by the command), so it is the same before and after them
 PERF_CLAIMS = ("perf dense vectors", "--dense-limit-mb", "selective pass accumulators")
 
 
-def room() -> int:
-    """Bytes of the memory budget not claimed by anything but perf's own sizes."""
-    budget = memory_budget()
-    return budget.free + sum(int(budget.claims.get(k, 0)) for k in PERF_CLAIMS)
-
-
-def _wide(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
+def _wide(p: Params, meta: StoreMeta, checkpoint: bool, room: int) -> bool:
     return int(meta.n_features) >= DCD_MIN_FEATURES
 
 
-def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool) -> bool:
+def _out_of_core(p: Params, meta: StoreMeta, checkpoint: bool, room: int) -> bool:
     from ..._util import AUTO_CACHE_CAP_MB, AUTO_CACHE_SHARE
 
     if DENSE_VECTORS * 8.0 * (int(meta.n_features) + 1) > p.dense_limit_mb * 2**20:
         return False
     decoded = 8 * int(meta.nnz) + 16 * int(meta.n_rows)
-    left = room()
+    left = room
     if decoded <= min(AUTO_CACHE_SHARE * left, AUTO_CACHE_CAP_MB * 2**20):
         return False
     from .selective import pass_accumulator_bytes
@@ -139,18 +133,21 @@ TABLE: tuple[Row, ...] = (
     ),
     Row(
         "accelerated",
-        lambda p, m, c: True,
+        lambda p, m, c, r: True,
         "a narrow store: the cutting plane (few passes on narrow data, one plane at a time)",
     ),
 )
 
 
-def choose(params: Params, meta: StoreMeta, checkpoint: bool = False) -> tuple[str, str]:
+def choose(
+    params: Params, meta: StoreMeta, checkpoint: bool = False, *, room: int
+) -> tuple[str, str]:
     """``(variant, why)``: the first row of :data:`TABLE` whose condition holds and whose
     algorithm (:data:`.algorithms.ALGORITHMS`) trains what is asked: the loss, the class
-    weights, a checkpoint."""
+    weights, a checkpoint. ``room``: bytes of the memory budget not claimed by anything but
+    perf's own sizes (``room`` of :class:`ooc_svm.sizes.Sizes`, handed down by the command)."""
     for row in TABLE:
-        if row.when(params, meta, checkpoint) and _able(
+        if row.when(params, meta, checkpoint, room) and _able(
             ALGORITHMS[row.variant], params, meta, checkpoint
         ):
             return row.variant, row.why

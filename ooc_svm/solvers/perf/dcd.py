@@ -43,6 +43,7 @@ import numpy as np
 
 from ...engine.base import concat_partials
 from ...model.model import Model
+from ...sizes import sizes_of
 from .. import Result, SolverError, binary_classes
 from ._numba.dcd import (
     add_rows,
@@ -55,7 +56,7 @@ from ._numba.dcd import (
 from .common import _finite, _Progress, _resolve_C
 from .dcd_cert import Best, Schedule, _Cert, certify
 from .dcd_warm import alpha_start, attach_alpha, clipped
-from .params import AUTO_INNER_SHARE, remap_min_dim
+from .params import remap_min_dim
 
 if TYPE_CHECKING:
     from ...engine.base import Engine
@@ -202,17 +203,15 @@ class _Run:
     def hold_budget(self) -> float:
         """Bytes of decoded blocks that may stay in memory between epochs: ``--inner-mb``, or
         for ``auto[:SHARE]`` that share of the memory budget left besides perf's own claims
-        (the room :mod:`.auto` chose dcd by; at most what the blocks need). The engine's
+        (the room :mod:`.auto` chose dcd by, resolved once by the command and handed down:
+        ``room`` of :class:`ooc_svm.sizes.Sizes`; at most what the blocks need). The engine's
         automatic shard cache is sized on its first pass, after this choice: reading it here
         gave 0 and every epoch read the store again."""
-        v = str(self.params.inner_mb).strip().lower()
-        if v == "auto" or v.startswith("auto:"):
-            from .auto import room
-
-            self.params.inner_mib()  # checks SHARE
-            share = float(v[5:]) if v != "auto" else AUTO_INNER_SHARE
-            return float(min(share * room(), self.held_bytes()))
-        return self.params.inner_mib() * 2**20
+        sizes = sizes_of(self.engine, self.params.OWN_CLAIMS)
+        share = self.params.inner_auto_share()
+        if share is not None:
+            return float(min(share * sizes.room, self.held_bytes()))
+        return self.params.inner_mib(sizes) * 2**20
 
     def held_bytes(self) -> float:
         meta = self.store.meta

@@ -36,12 +36,13 @@ def solve(
     """
     params = as_params(Params, params)
     meta = store.meta
-    params.validate(meta)
+    room = params.room_of(engine)  # auto chooses by the room the command resolved
+    params.validate(meta, room=room)
     why = ""
-    if params.algorithm.chooses:
+    if room is not None:
         from .auto import choose
 
-        variant, why = choose(params, meta, checkpoint is not None)
+        variant, why = choose(params, meta, checkpoint is not None, room=room)
         log.debug("perf: variant %s (auto: %s)", variant, why)
         params = resolved(params, variant)
     res = params.algorithm.entry(store, engine, params, callback=callback, checkpoint=checkpoint)

@@ -62,7 +62,7 @@ def solve_ovr(
     from ..ovr import _class_params
 
     classes = [float(c) for c in classes]
-    params.check_dense(meta, copies=len(classes))
+    params.check_dense(meta, copies=len(classes), room=params.room_of(engine))
     from ..warm import start_from
 
     # one class of the one-vs-rest model starts each problem
@@ -147,7 +147,7 @@ def solve_sweep(
     else:
         pos_list = [binary_classes(meta)]
     share = len(Cs) * len(pos_list)
-    params.check_dense(meta, copies=share)
+    params.check_dense(meta, copies=share, room=params.room_of(engine))
     t0 = time.perf_counter()
     steps = []
     for k, c in enumerate(Cs):

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...memory_budget import current as memory_budget
 from .. import SolverError, binary_classes
 from ..params import KERNELS, SolverParams, param, parse_class_weight
 from .algorithms import (
@@ -17,8 +16,10 @@ from .algorithms import (
     check_parameter,
     resolved,
 )
+from .auto import PERF_CLAIMS
 
 if TYPE_CHECKING:
+    from ...sizes import Sizes
     from ...store.format import StoreMeta
 
 #: ``--inner-mb auto``: this share of the memory budget not claimed at the start of the
@@ -53,6 +54,9 @@ class Params(SolverParams):
     SOLVER: ClassVar[str] = "perf"
     SUPPORTS_CLASS_WEIGHT: ClassVar[bool] = True
     BUDGET_SHARES: ClassVar[dict[str, float]] = {"dense_limit_mb": DENSE_BUDGET_SHARE}
+    #: the claims of perf's own sizes: ``--variant auto`` chooses by the room they leave as
+    #: if they were not made (``room`` of :class:`ooc_svm.sizes.Sizes`)
+    OWN_CLAIMS: ClassVar[tuple[str, ...]] = PERF_CLAIMS
 
     eps: float = param(
         0.001,
@@ -170,18 +174,16 @@ class Params(SolverParams):
             parse_class_weight(self.class_weight)
         # a parameter the algorithm does not read, a loss or class weight it does not train
         check_parameter(self)
-        self.inner_mib()  # a number >= 0, auto or auto:SHARE
+        self.inner_auto_share()  # a number >= 0, auto or auto:SHARE
 
     @property
     def algorithm(self) -> Algorithm:
         """The row of ``--variant`` (:mod:`.algorithms`)."""
         return algorithm(self.variant)
 
-    def inner_mib(self, whole_mib: float | None = None, auto_mib: float = 256.0) -> float:
-        """``inner_mb`` in MiB: the number given, or for ``auto[:SHARE]`` SHARE
-        (:data:`AUTO_INNER_SHARE`) of the memory budget not claimed yet
-        (:func:`ooc_svm.memory_budget.current`), at most ``whole_mib`` (what the whole store
-        needs); ``auto_mib`` when ``whole_mib`` is not given (at most the budget's share)."""
+    def inner_auto_share(self) -> float | None:
+        """SHARE of ``--inner-mb auto[:SHARE]`` (:data:`AUTO_INNER_SHARE` for ``auto``), or
+        ``None`` for a number of MiB (checked: >= 0)."""
         v = str(self.inner_mb).strip().lower()
         if v == "auto" or v.startswith("auto:"):
             try:
@@ -190,10 +192,7 @@ class Params(SolverParams):
                 share = -1.0
             if not 0.0 < share <= 1.0:
                 raise SolverError(f"--inner-mb auto:SHARE needs 0 < SHARE <= 1 (got {v})")
-            avail = memory_budget().share(share) / 2**20
-            if whole_mib is None:
-                return float(min(auto_mib, avail))
-            return float(min(avail, whole_mib))
+            return share
         try:
             mib = float(v)
         except ValueError:
@@ -202,7 +201,22 @@ class Params(SolverParams):
             raise SolverError(
                 f"--inner-mb must be MiB >= 0, auto or auto:SHARE (got {self.inner_mb})"
             )
-        return mib
+        return None
+
+    def inner_mib(
+        self, sizes: Sizes, whole_mib: float | None = None, auto_mib: float = 256.0
+    ) -> float:
+        """``inner_mb`` in MiB: the number given, or for ``auto[:SHARE]`` SHARE
+        (:data:`AUTO_INNER_SHARE`) of the memory budget not claimed yet (``sizes``: the run's,
+        handed down by the command), at most ``whole_mib`` (what the whole store needs);
+        ``auto_mib`` when ``whole_mib`` is not given (at most the budget's share)."""
+        share = self.inner_auto_share()
+        if share is None:
+            return float(str(self.inner_mb).strip())
+        avail = sizes.share(share) / 2**20
+        if whole_mib is None:
+            return float(min(auto_mib, avail))
+        return float(min(avail, whole_mib))
 
     def base_C(self, n_rows: int) -> float:
         """C in LIBLINEAR units: ``--C``, or ``100·c_perf/n`` (SVMperf's scale)."""
@@ -215,29 +229,57 @@ class Params(SolverParams):
             return f"--c-perf {self.c_perf:g} (C = {C:g})"
         return f"--C {C:g}"
 
-    def validate(self, meta: StoreMeta) -> None:
+    def validate(self, meta: StoreMeta, room: int | None = None) -> None:
+        """The rules on this store; ``room`` (of :class:`ooc_svm.sizes.Sizes`) resolves
+        ``--variant auto`` for :meth:`check_dense`."""
         super().validate(meta)
         self.resolve_loss(meta)
-        self.check_dense(meta)
+        self.check_dense(meta, room=room)
 
-    def resolve_variant(self, meta: StoreMeta, checkpoint: bool = False) -> str:
+    def resolve_variant(
+        self, meta: StoreMeta, checkpoint: bool = False, room: int | None = None
+    ) -> str:
         """The variant to run: for ``auto`` the first row of :mod:`.auto`'s table that fits
-        the store and the memory budget; other values as given."""
+        the store and ``room`` (of :class:`ooc_svm.sizes.Sizes`); other values as given."""
         if not self.algorithm.chooses:
             return self.variant
         from .auto import choose
 
-        return choose(self, meta, checkpoint)[0]
+        return choose(self, meta, checkpoint, room=self._room(room))[0]
 
-    def effective(self, meta: StoreMeta) -> Params:
-        """These parameters with ``auto`` resolved: the memory a run claims is that of the
-        variant it will run (:mod:`.auto` reads the room as if perf had claimed nothing, so
-        the choice is the same when the driver makes it again)."""
+    def effective(self, meta: StoreMeta, room: int | None = None) -> Params:
+        """These parameters with ``auto`` resolved for ``room`` (bytes of the memory budget not
+        claimed but by perf's own sizes: the ``room`` of :class:`ooc_svm.sizes.Sizes`, which
+        the command resolves once and hands down; :mod:`.auto` reads the room as if perf had
+        claimed nothing, so the choice is the same when the driver makes it again)."""
         if not self.algorithm.chooses:
             return self
         from .auto import choose
 
-        return resolved(self, choose(self, meta)[0])
+        return resolved(self, choose(self, meta, room=self._room(room))[0])
+
+    def chooses_by_budget(self) -> bool:
+        return self.algorithm.chooses
+
+    def for_sizes(self, meta: StoreMeta, sizes: Sizes) -> Params:
+        return self.effective(meta, sizes.room)
+
+    def room_of(self, engine: Any) -> int | None:
+        """For ``--variant auto``, the room the command handed ``engine``
+        (:func:`ooc_svm.sizes.sizes_of`) that auto chooses by; else ``None``."""
+        if not self.algorithm.chooses:
+            return None
+        from ...sizes import sizes_of
+
+        return sizes_of(engine, self.OWN_CLAIMS).room
+
+    def _room(self, room: int | None) -> int:
+        """``room``, or for a call no command sized (a library call) the room measured now."""
+        if room is not None:
+            return int(room)
+        from ...sizes import sizes_of
+
+        return sizes_of(None, self.OWN_CLAIMS).room
 
     def memory_needs(self, meta: StoreMeta) -> dict[str, int]:
         """perf's dense vectors over the features (:meth:`dense_vectors`; over the columns the
@@ -294,7 +336,13 @@ class Params(SolverParams):
         loss = self.loss or ("ordinal" if meta.label_kind == "ordinal" else "error")
         return self.algorithm.dense_vectors_for(loss)
 
-    def check_dense(self, meta: StoreMeta, copies: int = 1, extra_bytes: float = 0.0) -> None:
+    def check_dense(
+        self,
+        meta: StoreMeta,
+        copies: int = 1,
+        extra_bytes: float = 0.0,
+        room: int | None = None,
+    ) -> None:
         """Refuse up front a store whose dense vectors would not fit ``dense_limit_mb``.
 
         perf keeps about ``DENSE_VECTORS`` dense float64 vectors over the features (w, the
@@ -302,10 +350,11 @@ class Params(SolverParams):
         problem (``DENSE_VECTORS_ACCELERATED`` for the default variant and loss; ``copies``:
         one-vs-rest classes); together they must fit the limit, which
         also bounds the working set of cutting planes. A legal line such as
-        ``1 2147483648:1`` would otherwise make training ask for tens of GiB.
+        ``1 2147483648:1`` would otherwise make training ask for tens of GiB. ``room``
+        (of :class:`ooc_svm.sizes.Sizes`) resolves ``--variant auto``.
         """
         if self.algorithm.chooses:
-            self.effective(meta).check_dense(meta, copies, extra_bytes)
+            self.effective(meta, room).check_dense(meta, copies, extra_bytes)
             return
         if self.algorithm.wide == "deferred" and int(meta.n_features) >= remap_min_dim():
             return  # checked over the columns the store holds, once counted (selective.py)

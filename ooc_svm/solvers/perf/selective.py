@@ -102,7 +102,7 @@ import numpy as np
 
 from ..._util import cpu_count
 from ...engine.blocks import Blocked
-from ...memory_budget import current as memory_budget
+from ...sizes import sizes_of
 from ...store.views import ColumnMapView
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
@@ -185,17 +185,21 @@ class _Run:
         self.eps = float(params.eps)
         #: the selection's target; the shards' quotas add up to SHARE times it at most
         self.sbytes = ROW_BYTES * self.n + NZ_BYTES * int(meta.nnz)
+        #: the run's sizes, handed down by the command (the claims below are the budget's)
+        self.sizes = sizes_of(engine, params.OWN_CLAIMS)
         # the pass's accumulators first: the rows in memory take a share of what they leave
-        memory_budget().require(
+        self.sizes.claim(
             ACC_CLAIM, pass_accumulator_bytes(self.d + 1, getattr(engine, "n_threads", None)),
             "--variant selective", "give --variant accelerated",
         )  # fmt: skip
         #: inner_mb in MiB (auto: at most what holds every row, with the quotas' slack)
-        self.inner_mb = params.inner_mib(whole_mib=self.sbytes * SHARE / SELECTION_SHARE / 2**20)
+        self.inner_mb = params.inner_mib(
+            self.sizes, whole_mib=self.sbytes * SHARE / SELECTION_SHARE / 2**20
+        )
         self.budget = int(self.inner_mb * 2**20 * SELECTION_SHARE / SHARE)
         # the rows in memory are the budget's before the shard cache sizes itself on the
         # first pass (the cache takes a share of what they leave)
-        memory_budget().require(
+        self.sizes.claim(
             ROWS_CLAIM, int(self.inner_mb * 2**20), "--variant selective",
             "give a smaller --inner-mb",
         )  # fmt: skip
@@ -367,8 +371,8 @@ def solve_selective(
             run.w_b = w.copy()
         res = _iterate(run, engine, params)
     finally:
-        memory_budget().release(ROWS_CLAIM)
-        memory_budget().release(ACC_CLAIM)
+        run.sizes.release(ROWS_CLAIM)
+        run.sizes.release(ACC_CLAIM)
     if remap is not None:
         m = res.model
         coef = np.zeros(meta.n_features)

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...kernels.csr import csr_take_rows, u32
+from ...sizes import sizes_of
 from .. import Callback, Result, SolverError, binary_classes
 from ..params import as_params
 from ..reduce import none_is_identity
@@ -288,7 +289,7 @@ class _Run:
         self.C = _resolve_C(params, self.n)
         self.Cp = self.C * self.n
         self.eps = float(params.eps)
-        self.budget = int(params.inner_mib() * 2**20)
+        self.budget = int(params.inner_mib(sizes_of(engine, Params.OWN_CLAIMS)) * 2**20)
         self.ws = WorkingSet(self.dim, float(params.dense_limit_mb) * 2**20)
         self.prog = _Progress(engine, callback)
         self.state = engine.init_state(store, functools.partial(init_stats, inv_n=1.0 / self.n))
