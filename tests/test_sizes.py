@@ -1,4 +1,4 @@
-"""The automatic sizes are passed down (#45 goal 4): the command resolves them from the memory
+"""The automatic sizes are passed down: the command resolves them from the memory
 budget (:func:`ooc_svm.api.claim_memory`) into :class:`ooc_svm.sizes.Sizes`, hands them to
 the engine and the solver reads them there; nothing below the command reads the global."""
 
