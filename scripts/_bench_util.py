@@ -152,3 +152,15 @@ def synth_cli(path: str, rows: int, features: int, nnz: int, seed: int) -> None:
         check=True,
     )  # fmt: skip
     print(f"# built {path} in {time.perf_counter() - t:.1f} s", flush=True)
+
+
+def machine() -> str:
+    """The machine, once: CPU model, logical CPUs, memory (what a kept JSON row names)."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{model}, {os.cpu_count()} logical CPUs, {mem:.0f} GiB"

@@ -46,6 +46,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_util import machine
+
 PROFILES = ("rcv1", "url", "kdd2010", "webspam", "criteo")
 TIME = "/usr/bin/time"
 OOC = [sys.executable, "-m", "ooc_svm"]
@@ -350,18 +353,6 @@ def table(rows: list[dict], a=None) -> str:
     return "\n".join(lines)
 
 
-def _machine() -> str:
-    """The machine, once: CPU model, logical CPUs, memory."""
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{model}, {os.cpu_count()} logical CPUs, {mem:.0f} GiB"
-
-
 def _portable(rows: list[dict], a, ll: str | None) -> list[dict]:
     """The rows with this machine's paths replaced by names (``$DIR``, ``$LIBLINEAR_TRAIN``,
     ``ooc-svm``), the machine and the date added: what docs/benchmarks/ keeps."""
@@ -375,7 +366,7 @@ def _portable(rows: list[dict], a, ll: str | None) -> list[dict]:
         subs.insert(0, (binary, "ooc-svm"))
     out = []
     for r in rows:
-        r = dict(r, machine=_machine(), date=time.strftime("%Y-%m-%d"))
+        r = dict(r, machine=machine(), date=time.strftime("%Y-%m-%d"))
         for k in ("cmd", "model"):
             if isinstance(r.get(k), str):
                 for old, new in subs:

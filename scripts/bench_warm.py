@@ -36,7 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_util import add_child_option, peak_rss_mb, run_child, serve_child
+from _bench_util import add_child_option, machine, peak_rss_mb, run_child, serve_child
 
 OOC = [sys.executable, "-m", "ooc_svm"]
 
@@ -209,17 +209,6 @@ def _case(args) -> str:
     return text
 
 
-def _machine() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{model}, {os.cpu_count()} logical CPUs, {mem:.0f} GiB"
-
-
 def _keep(args, row: dict) -> None:
     """Append ``row`` (with the machine and date) to ``--json`` (a list of rows)."""
     if not args.json:
@@ -228,7 +217,7 @@ def _keep(args, row: dict) -> None:
     if os.path.exists(args.json):
         with open(args.json) as f:
             rows = json.load(f)
-    rows.append(dict(row, machine=_machine(), date=time.strftime("%Y-%m-%d")))
+    rows.append(dict(row, machine=machine(), date=time.strftime("%Y-%m-%d")))
     with open(args.json, "w") as f:
         json.dump(rows, f, indent=1)
 

@@ -310,3 +310,35 @@ def fake_memory_budget(monkeypatch, nbytes: int):
     budget = mb.MemoryBudget((lim,), lim, int(nbytes), rss=int(mb.CODE_MB * 2**20))
     monkeypatch.setattr(mb, "_CURRENT", [budget])
     return budget
+
+
+# ------------------------------------------------------------------------------------------
+# Generated tables in the docs (docs/BENCHMARKS.md, docs/REPRODUCTION.md)
+# ------------------------------------------------------------------------------------------
+#: ``<!-- generated: python SCRIPT --render FILES -->`` TEXT ``<!-- end generated -->``
+GENERATED_BLOCK = (
+    r"<!-- generated: python (scripts/[\w/]+\.py) --render ([^>]+?) -->\n"
+    r"(.*?)\n<!-- end generated -->"
+)
+
+
+def generated_blocks(doc) -> list[tuple[str, list[str], str]]:
+    """``(script, files, text)`` of every generated block of the document ``doc``."""
+    import re
+    import shlex
+
+    return [
+        (m[1], shlex.split(m[2]), m[3].strip())
+        for m in re.finditer(GENERATED_BLOCK, Path(doc).read_text(), re.S)
+    ]
+
+
+def render_block(root, script: str, files: list[str]) -> str:
+    """What ``python SCRIPT --render FILES`` prints (its ``render`` function, imported)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(script).stem, Path(root) / script)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.render([str(Path(root) / f) for f in files]).strip()

@@ -8,33 +8,23 @@ or a JSON file measured again without regenerating the table, fails here.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import shlex
 from pathlib import Path
 
 import pytest
+from conftest import generated_blocks, render_block
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 KEPT_RUNS = ROOT / "docs" / "reproduction"  # the reproduction scripts' kept .md and .json
-BLOCK = re.compile(
-    r"<!-- generated: python (scripts/\w+\.py) --render ([^>]+?) -->\n"
-    r"(.*?)\n<!-- end generated -->",
-    re.S,
-)
 
 
 def _blocks() -> list[tuple[str, list[str], str]]:
-    return [(m[1], shlex.split(m[2]), m[3].strip()) for m in BLOCK.finditer(DOC.read_text())]
+    return generated_blocks(DOC)
 
 
 def _render(script: str, files: list[str]) -> str:
-    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / script)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.render([str(ROOT / f) for f in files]).strip()
+    return render_block(ROOT, script, files)
 
 
 def test_the_document_has_generated_tables():
