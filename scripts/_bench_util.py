@@ -164,3 +164,17 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{model}, {os.cpu_count()} logical CPUs, {mem:.0f} GiB"
+
+
+def kept_rows(paths: list[str]) -> tuple[list[dict], str]:
+    """The rows of the JSON files ``paths`` (a script's ``--json``, in order) and the line
+    naming their machines and dates once (the head of a generated table)."""
+    import json
+
+    rows: list[dict] = []
+    for p in paths:
+        with open(p) as f:
+            rows += json.load(f)
+    machines = sorted({r.get("machine", "unknown machine") for r in rows})
+    dates = sorted({r.get("date", "undated") for r in rows})
+    return rows, f"Machine: {'; '.join(machines)}. Measured {', '.join(dates)}."

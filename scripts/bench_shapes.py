@@ -47,7 +47,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_util import machine
+from _bench_util import kept_rows, machine
 
 PROFILES = ("rcv1", "url", "kdd2010", "webspam", "criteo")
 TIME = "/usr/bin/time"
@@ -378,13 +378,7 @@ def _portable(rows: list[dict], a, ll: str | None) -> list[dict]:
 def render(paths: list[str]) -> str:
     """The table of rows saved by ``--json`` (one or more files, in order), the machine and
     dates named once: what docs/BENCHMARKS.md carries (a test checks it is this output)."""
-    rows: list[dict] = []
-    for p in paths:
-        with open(p) as f:
-            rows += json.load(f)
-    machines = sorted({r.get("machine", "unknown machine") for r in rows})
-    dates = sorted({r.get("date", "undated") for r in rows})
-    head = f"Machine: {'; '.join(machines)}. Measured {', '.join(dates)}."
+    rows, head = kept_rows(paths)
     return head + "\n\n" + table(rows)
 
 

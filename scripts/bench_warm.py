@@ -36,7 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_util import add_child_option, machine, peak_rss_mb, run_child, serve_child
+from _bench_util import add_child_option, kept_rows, machine, peak_rss_mb, run_child, serve_child
 
 OOC = [sys.executable, "-m", "ooc_svm"]
 
@@ -225,14 +225,9 @@ def _keep(args, row: dict) -> None:
 def render(paths: list[str]) -> str:
     """The table of rows saved by ``--json`` (one or more files, in order), machine and dates
     named once: what docs/BENCHMARKS.md carries (tests/test_benchmarks_doc.py checks it)."""
-    rows: list[dict] = []
-    for p in paths:
-        with open(p) as f:
-            rows += json.load(f)
-    machines = sorted({r.get("machine", "unknown machine") for r in rows})
-    dates = sorted({r.get("date", "undated") for r in rows})
+    rows, head = kept_rows(paths)
     out = [
-        f"Machine: {'; '.join(machines)}. Measured {', '.join(dates)}.",
+        head,
         "",
         "| change | solver | cold: wall / CPU s, passes | warm: wall / CPU s, passes "
         "| warm / cold wall | CPU | load |",
