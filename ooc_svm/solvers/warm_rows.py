@@ -91,7 +91,11 @@ def dropped_rows(model: Model, meta: StoreMeta) -> int | None:
     if not isinstance(table, list) or not table:
         return None
     have = [[int(s.n_rows), int(s.nnz), str(s.checksum)] for s in meta.shards]
+    if not have:
+        return None
     for j in range(1, len(table)):
+        if list(table[j]) != have[0]:  # only where the store's first shard sits is compared
+            continue
         kept = table[j:]
         if [list(e) for e in kept] == have[: len(kept)]:
             return int(sum(int(e[0]) for e in table[:j]))
